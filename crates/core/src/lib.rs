@@ -1,0 +1,70 @@
+//! `agentsaga-core`: the transactional outbox and inbox that every agentsaga hop goes
+//! through, on SQLite (embedded, the default) and PostgreSQL (many processes).
+//!
+//! - A [`Message`] is written to the `outbox` table *in the caller's transaction*
+//!   ([`Store::enqueue`], [`Tx::enqueue`]): it exists exactly when the business change
+//!   that caused it commits.
+//! - The relay (`agentsaga-relay`) claims ready rows in batches ([`Store::claim`]),
+//!   delivers them, and acknowledges them ([`Store::mark_delivered`]), retries them
+//!   ([`Store::retry_later`]) or dead-letters them ([`Store::dead_letter`]). Rows that
+//!   share a key are delivered one at a time, in order.
+//! - A consumer records each message id in the `inbox` table in the same transaction as
+//!   its effects ([`Store::receive`]): a redelivered duplicate is recognised and skipped.
+//!
+//! No actors here: `agentsaga-saga`, `agentsaga-relay` and `agentsaga-runtime` build on
+//! this crate.
+//!
+//! # Quick start
+//!
+//! ```
+//! use agentsaga_core::{Claim, Message, Receipt, Store};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), agentsaga_core::Error> {
+//! let store = Store::connect("sqlite::memory:").await?;
+//!
+//! // The producer: business change and message, one transaction.
+//! let mut tx = store.begin().await?;
+//! let msg = Message::to("billing").key("order-7").json(&serde_json::json!({"amount": 42}))?;
+//! tx.enqueue(&msg).await?;
+//! tx.commit().await?;
+//!
+//! // The relay: claim, deliver, acknowledge.
+//! let destinations = vec!["billing".to_string()];
+//! let claim = Claim { owner: "relay-1", destinations: &destinations, limit: 100, lease: Duration::from_secs(30) };
+//! let batch = store.claim(&claim).await?;
+//! assert_eq!(batch.len(), 1);
+//!
+//! // The consumer: effectively once.
+//! let mut tx = store.begin().await?;
+//! assert_eq!(tx.receive("billing", batch[0].id).await?, Receipt::First);
+//! tx.commit().await?;
+//! let mut tx = store.begin().await?;
+//! assert_eq!(tx.receive("billing", batch[0].id).await?, Receipt::Duplicate);
+//! tx.rollback().await?;
+//!
+//! store.mark_delivered("relay-1", &[batch[0].seq]).await?;
+//! assert_eq!(store.stats().await?.delivered, 1);
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod id;
+mod message;
+mod retry;
+mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{Error, Result};
+pub use id::MessageId;
+pub use message::{Envelope, Headers, Message, header};
+pub use retry::RetryPolicy;
+pub use store::{
+    Claim, Conn, Db, DeadLetter, DeadRow, POSTGRES_MIGRATOR, Receipt, Retry, SQLITE_MIGRATOR,
+    Stats, Store, StoreConfig, Synchronous, Tx, Wakeups,
+};
+
+/// Re-exported so users name the same sqlx the store was built with.
+pub use sqlx;

@@ -1,0 +1,215 @@
+//! Messages going into the outbox, and envelopes coming out of it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::{Error, MessageId, Result};
+
+/// Message headers: trace context, correlation ids, saga bookkeeping.
+pub type Headers = BTreeMap<String, String>;
+
+/// Well-known header names.
+pub mod header {
+    /// W3C trace context of the span that enqueued the message.
+    pub const TRACEPARENT: &str = "traceparent";
+    /// W3C trace state.
+    pub const TRACESTATE: &str = "tracestate";
+    /// Where the consumer sends its answer, and where the relay sends a
+    /// `DeliveryFailed` notice if the message is dead-lettered.
+    pub const REPLY_TO: &str = "reply_to";
+    /// The saga this message belongs to.
+    pub const SAGA_ID: &str = "saga_id";
+    /// What kind of message this is (`command`, `reply`, `timeout`, ...).
+    pub const KIND: &str = "kind";
+    /// The id of the message that caused this one.
+    pub const CAUSATION_ID: &str = "causation_id";
+}
+
+/// A message to be written to the outbox in the caller's transaction.
+///
+/// ```
+/// use std::time::Duration;
+/// use agentsaga_core::Message;
+///
+/// # fn main() -> Result<(), agentsaga_core::Error> {
+/// let msg = Message::to("flights")
+///     .key("trip-42")
+///     .json(&serde_json::json!({ "reserve": "LH123" }))?
+///     .header("reply_to", "orchestrator")
+///     .delay(Duration::from_secs(5));
+/// assert_eq!(msg.destination(), "flights");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct Message {
+    pub(crate) id: MessageId,
+    pub(crate) destination: String,
+    pub(crate) key: Option<String>,
+    pub(crate) payload: String,
+    pub(crate) headers: Headers,
+    pub(crate) delay: Duration,
+}
+
+impl Message {
+    /// A message to `destination` with a `null` payload and a fresh UUIDv7 id.
+    pub fn to(destination: impl Into<String>) -> Self {
+        Self {
+            id: MessageId::new(),
+            destination: destination.into(),
+            key: None,
+            payload: "null".to_owned(),
+            headers: Headers::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// The ordering key: messages sharing a key are delivered one at a time, in order.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The payload, serialized to JSON.
+    ///
+    /// # Errors
+    /// [`Error::Json`] if `value` cannot be serialized.
+    pub fn json<T: Serialize + ?Sized>(mut self, value: &T) -> Result<Self> {
+        self.payload = serde_json::to_string(value)?;
+        Ok(self)
+    }
+
+    /// The payload as already-serialized JSON text. It is checked to be valid JSON at
+    /// enqueue time.
+    pub fn raw_json(mut self, json: impl Into<String>) -> Self {
+        self.payload = json.into();
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Replaces all headers.
+    pub fn headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Deliver no sooner than `delay` after the enqueuing transaction (a durable timer).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// A caller-chosen id: enqueueing the same id twice stores the message once.
+    pub fn id(mut self, id: MessageId) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// The message id.
+    pub fn message_id(&self) -> MessageId {
+        self.id
+    }
+
+    /// The destination.
+    pub fn destination(&self) -> &str {
+        &self.destination
+    }
+
+    /// The ordering key, if any.
+    pub fn ordering_key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The payload as JSON text.
+    pub fn payload(&self) -> &str {
+        &self.payload
+    }
+
+    /// The headers.
+    pub fn header_map(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// The delay before the message becomes deliverable.
+    pub fn delay_duration(&self) -> Duration {
+        self.delay
+    }
+
+    /// Size counted against the store's message limit: payload plus headers.
+    pub(crate) fn size(&self) -> usize {
+        self.payload.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+
+    pub(crate) fn headers_json(&self) -> Result<String> {
+        Ok(serde_json::to_string(&self.headers)?)
+    }
+
+    pub(crate) fn delay_ms(&self) -> i64 {
+        i64::try_from(self.delay.as_millis()).unwrap_or(i64::MAX / 4)
+    }
+}
+
+/// A message claimed from the outbox, on its way to its destination.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Envelope {
+    /// Position in the outbox (the order of rows).
+    pub seq: i64,
+    /// The message id.
+    pub id: MessageId,
+    /// Where it goes.
+    pub destination: String,
+    /// The ordering key.
+    pub key: Option<String>,
+    /// JSON payload text.
+    pub payload: String,
+    /// Headers.
+    pub headers: Headers,
+    /// Delivery attempts so far, this one included.
+    pub attempts: u32,
+    /// When the enqueuing transaction wrote it, Unix milliseconds.
+    pub created_at_ms: i64,
+}
+
+impl Envelope {
+    /// Decode the payload into `T`.
+    ///
+    /// # Errors
+    /// [`Error::Json`] if the payload does not decode into `T`.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        Ok(serde_json::from_str(&self.payload)?)
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+pub(crate) fn validate(msg: &Message, max_size: usize) -> Result<()> {
+    if msg.destination.trim().is_empty() {
+        return Err(Error::EmptyDestination);
+    }
+    let size = msg.size();
+    if size > max_size {
+        return Err(Error::PayloadTooLarge {
+            size,
+            limit: max_size,
+        });
+    }
+    // Catch raw payloads that are not JSON here, with a typed error, instead of a
+    // database error from the jsonb cast (Postgres) or silent garbage (SQLite).
+    serde_json::from_str::<serde::de::IgnoredAny>(&msg.payload)?;
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Store configuration.
+
+use std::time::Duration;
+
+/// SQLite's `synchronous` setting: how much a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Durable across process crashes (`kill -9`); the last commits may be lost on
+    /// power loss. The default.
+    #[default]
+    Normal,
+    /// Durable across power loss, at a few times the cost per commit.
+    Full,
+}
+
+/// How a [`Store`](crate::Store) is opened and what it accepts.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// Largest message (payload + headers) `enqueue` accepts. Default 1 MiB.
+    pub max_message_bytes: usize,
+    /// Backpressure: past this many pending rows, `enqueue` fails with `QueueFull`.
+    /// Default: no limit. Counting costs up to this many index entries per enqueue.
+    pub max_pending: Option<u64>,
+    /// SQLite durability. Default [`Synchronous::Normal`].
+    pub synchronous: Synchronous,
+    /// How long SQLite waits for another process's write lock. Default 10 s.
+    pub busy_timeout: Duration,
+    /// PostgreSQL pool size, and SQLite reader pool size. Default 16.
+    pub max_connections: u32,
+    /// How long to wait for a pooled connection (SQLite writers queue here). Default 60 s.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 1024 * 1024,
+            max_pending: None,
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(10),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Sets [`max_message_bytes`](Self::max_message_bytes).
+    #[must_use]
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets [`max_pending`](Self::max_pending).
+    #[must_use]
+    pub fn max_pending(mut self, limit: Option<u64>) -> Self {
+        self.max_pending = limit;
+        self
+    }
+
+    /// Sets [`synchronous`](Self::synchronous).
+    #[must_use]
+    pub fn synchronous(mut self, s: Synchronous) -> Self {
+        self.synchronous = s;
+        self
+    }
+
+    /// Sets [`max_connections`](Self::max_connections).
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+}

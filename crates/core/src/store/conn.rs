@@ -1,0 +1,148 @@
+//! Connections and transactions of either backend.
+
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+
+use super::{Db, Receipt, Store};
+use crate::{Message, MessageId, Result};
+
+/// A borrowed connection of either backend, usually the inside of a transaction.
+/// `&mut *tx` of a `sqlx::Transaction` converts into it, so the outbox joins the
+/// caller's own transaction.
+#[derive(Debug)]
+pub enum Conn<'a> {
+    /// A SQLite connection.
+    Sqlite(&'a mut SqliteConnection),
+    /// A PostgreSQL connection.
+    Postgres(&'a mut PgConnection),
+}
+
+impl Conn<'_> {
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Conn::Sqlite(_) => "sqlite",
+            Conn::Postgres(_) => "postgres",
+        }
+    }
+}
+
+impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
+    fn from(c: &'a mut SqliteConnection) -> Self {
+        Conn::Sqlite(c)
+    }
+}
+
+impl<'a> From<&'a mut PgConnection> for Conn<'a> {
+    fn from(c: &'a mut PgConnection) -> Self {
+        Conn::Postgres(c)
+    }
+}
+
+#[derive(Debug)]
+enum Inner {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// A write transaction of the store. Dropping it without committing rolls it back.
+#[derive(Debug)]
+#[must_use = "a transaction that is not committed is rolled back"]
+pub struct Tx {
+    inner: Inner,
+    store: Store,
+    enqueued: bool,
+}
+
+impl Tx {
+    pub(super) async fn begin(store: &Store) -> Result<Self> {
+        let inner = match store.db() {
+            // IMMEDIATE takes the write lock up front: a deferred transaction that later
+            // upgrades can fail with SQLITE_BUSY whatever the busy timeout (another
+            // process writing). In this process the single writer connection already
+            // queues writers.
+            Db::Sqlite { writer, .. } => Inner::Sqlite(writer.begin_with("BEGIN IMMEDIATE").await?),
+            Db::Postgres(pool) => Inner::Postgres(pool.begin().await?),
+        };
+        Ok(Self {
+            inner,
+            store: store.clone(),
+            enqueued: false,
+        })
+    }
+
+    /// The connection, for the caller's own statements in this transaction.
+    pub fn conn(&mut self) -> Conn<'_> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
+            Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
+        }
+    }
+
+    /// The store this transaction belongs to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Enqueues a message in this transaction. See [`Store::enqueue`].
+    ///
+    /// # Errors
+    /// As [`Store::enqueue`].
+    pub async fn enqueue(&mut self, message: &Message) -> Result<MessageId> {
+        let store = self.store.clone();
+        let id = store.enqueue(self.conn(), message).await?;
+        self.enqueued = true;
+        Ok(id)
+    }
+
+    /// Enqueues several messages in one statement. See [`Store::enqueue_batch`].
+    ///
+    /// # Errors
+    /// As [`Store::enqueue`].
+    pub async fn enqueue_batch(&mut self, messages: &[Message]) -> Result<()> {
+        let store = self.store.clone();
+        store.enqueue_batch(self.conn(), messages).await?;
+        self.enqueued = true;
+        Ok(())
+    }
+
+    /// Records the receipt of a message in this transaction. See [`Store::receive`].
+    ///
+    /// # Errors
+    /// As [`Store::receive`].
+    pub async fn receive(&mut self, consumer: &str, message_id: MessageId) -> Result<Receipt> {
+        let store = self.store.clone();
+        store.receive(self.conn(), consumer, message_id).await
+    }
+
+    pub(super) fn mark_enqueued(&mut self) {
+        self.enqueued = true;
+    }
+
+    /// Commits, then wakes the relays if anything was enqueued.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) if the commit fails; nothing was
+    /// written then.
+    pub async fn commit(self) -> Result<()> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.commit().await?,
+            Inner::Postgres(tx) => tx.commit().await?,
+        }
+        if self.enqueued {
+            self.store.wake();
+        }
+        Ok(())
+    }
+
+    /// Rolls back: nothing enqueued in it ever existed.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn rollback(self) -> Result<()> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.rollback().await?,
+            Inner::Postgres(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}

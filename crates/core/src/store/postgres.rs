@@ -1,0 +1,357 @@
+//! The PostgreSQL backend's SQL. Times come from the database's clock (`now()`), so
+//! that leases and timers mean the same thing to every process sharing the database.
+//! Lists of rows travel as arrays (`= ANY($1)`, `unnest`): one statement per batch.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::{Claim, DeadLetter, DeadRow, Retry, Stats, StoreConfig, millis};
+use crate::{Envelope, Error, Message, MessageId, Result};
+
+pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<PgPool> {
+    let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let pool = PgPoolOptions::new()
+        .max_connections(config.max_connections)
+        .acquire_timeout(config.acquire_timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| Error::Connect {
+            scheme: "postgres",
+            source: e,
+        })?;
+    check_schema(&pool).await?;
+    super::POSTGRES_MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}
+
+async fn check_schema(pool: &PgPool) -> Result<()> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(());
+    }
+    let found: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?;
+    let known = super::POSTGRES_MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0);
+    if found > known {
+        return Err(Error::SchemaTooNew { found, known });
+    }
+    Ok(())
+}
+
+pub(super) async fn count_pending(c: &mut PgConnection, limit: u64) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' LIMIT $1) t",
+    )
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_one(c)
+    .await?;
+    Ok(n as u64)
+}
+
+pub(super) async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Result<()> {
+    if let [m] = messages {
+        sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, now() + $6 * interval '1 millisecond')
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(m.id.as_uuid())
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(m.delay_ms())
+        .execute(c)
+        .await?;
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(messages.len());
+    let mut dests = Vec::with_capacity(messages.len());
+    let mut keys = Vec::with_capacity(messages.len());
+    let mut payloads = Vec::with_capacity(messages.len());
+    let mut headers = Vec::with_capacity(messages.len());
+    let mut delays = Vec::with_capacity(messages.len());
+    for m in messages {
+        ids.push(*m.id.as_uuid());
+        dests.push(m.destination.clone());
+        keys.push(m.key.clone());
+        payloads.push(m.payload.clone());
+        headers.push(m.headers_json()?);
+        delays.push(m.delay_ms());
+    }
+    sqlx::query(
+        "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+         SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+              WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
+         ORDER BY u.ord
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(ids)
+    .bind(dests)
+    .bind(keys)
+    .bind(payloads)
+    .bind(headers)
+    .bind(delays)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
+    let r = sqlx::query(
+        "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(consumer)
+    .bind(id.as_uuid())
+    .execute(c)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+fn envelope(row: &PgRow) -> Result<Envelope> {
+    let headers: String = row.try_get("headers")?;
+    Ok(Envelope {
+        seq: row.try_get("seq")?,
+        id: MessageId::from_uuid(row.try_get::<Uuid, _>("id")?),
+        destination: row.try_get("destination")?,
+        key: row.try_get("key")?,
+        payload: row.try_get("payload")?,
+        headers: serde_json::from_str(&headers).map_err(|e| Error::Corrupt {
+            table: "outbox",
+            reason: format!("headers: {e}"),
+        })?,
+        attempts: row.try_get::<i32, _>("attempts")? as u32,
+        created_at_ms: row.try_get("created_at")?,
+    })
+}
+
+pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
+    // SKIP LOCKED: concurrent claimers (other processes) pass over each other's rows
+    // instead of queueing behind them. A row they lock and mark in flight is rechecked
+    // against the WHERE clause, so it is never claimed twice.
+    const SQL: &str = "UPDATE outbox o
+     SET state = 'in_flight', lease_owner = $1,
+         lease_until = now() + $2 * interval '1 millisecond', attempts = o.attempts + 1
+     WHERE o.seq IN (
+         SELECT c.seq FROM outbox c
+         WHERE c.state = 'pending' AND c.available_at <= now()
+           AND c.destination = ANY($3)
+           AND (c.key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM outbox p
+               WHERE p.key = c.key AND p.state IN ('pending', 'in_flight')
+                 AND (p.state = 'in_flight' OR p.seq < c.seq)))
+         ORDER BY c.seq
+         LIMIT $4
+         FOR UPDATE SKIP LOCKED)
+     RETURNING o.seq, o.id, o.destination, o.key, o.payload::text AS payload,
+         o.headers::text AS headers, o.attempts,
+         (extract(epoch FROM o.created_at) * 1000)::bigint AS created_at";
+    let rows = sqlx::query(SQL)
+        .bind(claim.owner)
+        .bind(millis(claim.lease))
+        .bind(claim.destinations)
+        .bind(i64::from(claim.limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(envelope).collect()
+}
+
+pub(super) async fn mark_delivered(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'delivered', delivered_at = now(), lease_owner = NULL, lease_until = NULL
+         WHERE seq = ANY($1) AND state = 'in_flight' AND lease_owner = $2",
+    )
+    .bind(seqs)
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn retry_later(pool: &PgPool, owner: &str, retries: &[Retry]) -> Result<u64> {
+    let seqs: Vec<i64> = retries.iter().map(|r| r.seq).collect();
+    let delays: Vec<i64> = retries.iter().map(|r| millis(r.delay)).collect();
+    let errors: Vec<String> = retries.iter().map(|r| r.error.clone()).collect();
+    let r = sqlx::query(
+        "UPDATE outbox o
+         SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
+             last_error = u.e, lease_owner = NULL, lease_until = NULL
+         FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(s, t, e)
+         WHERE o.seq = u.s AND o.state = 'in_flight' AND o.lease_owner = $4",
+    )
+    .bind(seqs)
+    .bind(delays)
+    .bind(errors)
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn dead_letter(
+    c: &mut PgConnection,
+    owner: &str,
+    dead: &[DeadLetter],
+) -> Result<u64> {
+    let seqs: Vec<i64> = dead.iter().map(|d| d.seq).collect();
+    let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
+    let r = sqlx::query(
+        "UPDATE outbox o
+         SET state = 'dead', last_error = u.e, lease_owner = NULL, lease_until = NULL
+         FROM unnest($1::bigint[], $2::text[]) AS u(s, e)
+         WHERE o.seq = u.s AND o.state = 'in_flight' AND o.lease_owner = $3",
+    )
+    .bind(seqs)
+    .bind(reasons)
+    .bind(owner)
+    .execute(c)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn release(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'pending', attempts = greatest(attempts - 1, 0),
+             lease_owner = NULL, lease_until = NULL
+         WHERE seq = ANY($1) AND state = 'in_flight' AND lease_owner = $2",
+    )
+    .bind(seqs)
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn renew(
+    pool: &PgPool,
+    owner: &str,
+    seqs: &[i64],
+    lease: std::time::Duration,
+) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET lease_until = now() + $1 * interval '1 millisecond'
+         WHERE seq = ANY($2) AND state = 'in_flight' AND lease_owner = $3",
+    )
+    .bind(millis(lease))
+    .bind(seqs)
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn reclaim_expired(pool: &PgPool) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
+         WHERE state = 'in_flight' AND lease_until < now()",
+    )
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn redrive(
+    pool: &PgPool,
+    id: Option<MessageId>,
+    destination: Option<&str>,
+) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET state = 'pending', attempts = 0, available_at = now()
+         WHERE state = 'dead' AND ($1::uuid IS NULL OR id = $1)
+           AND ($2::text IS NULL OR destination = $2)",
+    )
+    .bind(id.map(|i| *i.as_uuid()))
+    .bind(destination)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn prune(
+    pool: &PgPool,
+    what: &'static str,
+    older_than: std::time::Duration,
+) -> Result<u64> {
+    let sql = match what {
+        "delivered" => {
+            "DELETE FROM outbox WHERE state = 'delivered'
+             AND delivered_at < now() - $1 * interval '1 millisecond'"
+        }
+        "dead" => {
+            "DELETE FROM outbox WHERE state = 'dead'
+             AND created_at < now() - $1 * interval '1 millisecond'"
+        }
+        _ => "DELETE FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond'",
+    };
+    let r = sqlx::query(sql)
+        .bind(millis(older_than))
+        .execute(pool)
+        .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn stats(pool: &PgPool) -> Result<Stats> {
+    let row = sqlx::query(
+        "SELECT
+           count(*) FILTER (WHERE state = 'pending') AS pending,
+           count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
+           count(*) FILTER (WHERE state = 'delivered') AS delivered,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           (extract(epoch FROM now() - min(available_at)
+                FILTER (WHERE state = 'pending' AND available_at <= now())) * 1000)::bigint
+               AS oldest
+         FROM outbox",
+    )
+    .fetch_one(pool)
+    .await?;
+    let oldest: Option<i64> = row.try_get("oldest")?;
+    Ok(Stats {
+        pending: row.try_get::<i64, _>("pending")? as u64,
+        in_flight: row.try_get::<i64, _>("in_flight")? as u64,
+        delivered: row.try_get::<i64, _>("delivered")? as u64,
+        dead: row.try_get::<i64, _>("dead")? as u64,
+        oldest_pending_age_ms: oldest.map(|t| t.max(0) as u64),
+    })
+}
+
+pub(super) async fn dead_letters(
+    pool: &PgPool,
+    destination: Option<&str>,
+    limit: u32,
+) -> Result<Vec<DeadRow>> {
+    const SQL: &str = "SELECT seq, id, destination, key, payload::text AS payload,
+        headers::text AS headers, attempts,
+        (extract(epoch FROM created_at) * 1000)::bigint AS created_at, last_error
+        FROM outbox WHERE state = 'dead' AND ($1::text IS NULL OR destination = $1)
+        ORDER BY seq DESC LIMIT $2";
+    let rows = sqlx::query(SQL)
+        .bind(destination)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DeadRow {
+                envelope: envelope(r)?,
+                last_error: r.try_get("last_error")?,
+            })
+        })
+        .collect()
+}

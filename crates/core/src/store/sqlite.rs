@@ -1,0 +1,403 @@
+//! The SQLite backend's SQL. Times are Unix milliseconds from this process's clock.
+//! Lists of rows travel as one JSON array bound to `json_each`, so every batch is one
+//! prepared statement whatever its size.
+
+use std::str::FromStr;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, SqliteConnection};
+
+use super::{
+    Claim, Db, DeadLetter, DeadRow, Retry, Stats, StoreConfig, Synchronous, millis, now_ms,
+};
+use crate::{Envelope, Error, Message, MessageId, Result};
+
+pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Db> {
+    let invalid = |e: sqlx::Error| Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    };
+    let base = SqliteConnectOptions::from_str(url).map_err(invalid)?;
+    let memory = url.contains(":memory:") || url.contains("mode=memory");
+    let options = base
+        .create_if_missing(true)
+        .journal_mode(if memory {
+            SqliteJournalMode::Memory
+        } else {
+            SqliteJournalMode::Wal
+        })
+        .synchronous(match config.synchronous {
+            Synchronous::Normal => SqliteSynchronous::Normal,
+            Synchronous::Full => SqliteSynchronous::Full,
+        })
+        .busy_timeout(config.busy_timeout)
+        .foreign_keys(true);
+    let connect = |e| Error::Connect {
+        scheme: "sqlite",
+        source: e,
+    };
+    // One writer connection: writers of this process queue for it instead of fighting
+    // over SQLite's single write lock (which surfaces as SQLITE_BUSY).
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .acquire_timeout(config.acquire_timeout)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options.clone())
+        .await
+        .map_err(connect)?;
+    check_schema(&writer).await?;
+    super::SQLITE_MIGRATOR.run(&writer).await?;
+    let reader = if memory {
+        // Each connection to `:memory:` is a database of its own: share the writer.
+        writer.clone()
+    } else {
+        SqlitePoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(connect)?
+    };
+    Ok(Db::Sqlite { writer, reader })
+}
+
+async fn check_schema(pool: &SqlitePool) -> Result<()> {
+    let exists: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(pool)
+    .await?;
+    if exists.is_none() {
+        return Ok(());
+    }
+    let found: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?;
+    let known = super::SQLITE_MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0);
+    if found > known {
+        return Err(Error::SchemaTooNew { found, known });
+    }
+    Ok(())
+}
+
+fn seq_list(seqs: &[i64]) -> String {
+    serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into())
+}
+
+pub(super) async fn count_pending(c: &mut SqliteConnection, limit: u64) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' LIMIT ?1)",
+    )
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_one(c)
+    .await?;
+    Ok(n as u64)
+}
+
+pub(super) async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> Result<()> {
+    let now = now_ms();
+    if let [m] = messages {
+        sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(m.id.to_string())
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(now.saturating_add(m.delay_ms()))
+        .bind(now)
+        .execute(c)
+        .await?;
+        return Ok(());
+    }
+    let mut rows = Vec::with_capacity(messages.len());
+    for m in messages {
+        rows.push(serde_json::json!({
+            "id": m.id.to_string(),
+            "d": m.destination,
+            "k": m.key,
+            "p": m.payload,
+            "h": m.headers_json()?,
+            "t": now.saturating_add(m.delay_ms()),
+        }));
+    }
+    // `WHERE true` settles the parser's INSERT…SELECT…ON CONFLICT ambiguity; ORDER BY
+    // the array index keeps seq in slice order.
+    sqlx::query(
+        "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
+         SELECT json_extract(value, '$.id'), json_extract(value, '$.d'),
+                json_extract(value, '$.k'), json_extract(value, '$.p'),
+                json_extract(value, '$.h'), json_extract(value, '$.t'), ?2
+         FROM json_each(?1) WHERE true ORDER BY key
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(serde_json::Value::Array(rows).to_string())
+    .bind(now)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn receive(
+    c: &mut SqliteConnection,
+    consumer: &str,
+    id: MessageId,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(consumer)
+    .bind(id.to_string())
+    .bind(now_ms())
+    .execute(c)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+fn envelope(row: &SqliteRow) -> Result<Envelope> {
+    let id: String = row.try_get("id")?;
+    let headers: String = row.try_get("headers")?;
+    Ok(Envelope {
+        seq: row.try_get("seq")?,
+        id: MessageId::from_str(&id).map_err(|e| Error::Corrupt {
+            table: "outbox",
+            reason: format!("id `{id}`: {e}"),
+        })?,
+        destination: row.try_get("destination")?,
+        key: row.try_get("key")?,
+        payload: row.try_get("payload")?,
+        headers: serde_json::from_str(&headers).map_err(|e| Error::Corrupt {
+            table: "outbox",
+            reason: format!("headers: {e}"),
+        })?,
+        attempts: row.try_get::<i64, _>("attempts")? as u32,
+        created_at_ms: row.try_get("created_at")?,
+    })
+}
+
+pub(super) async fn claim(pool: &SqlitePool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
+    let now = now_ms();
+    let destinations = serde_json::to_string(claim.destinations)?;
+    let rows = sqlx::query(
+        "UPDATE outbox
+         SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, attempts = attempts + 1
+         WHERE seq IN (
+             SELECT o.seq FROM outbox o
+             WHERE o.state = 'pending' AND o.available_at <= ?3
+               AND o.destination IN (SELECT value FROM json_each(?4))
+               AND (o.key IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM outbox p
+                   WHERE p.key = o.key AND p.state IN ('pending', 'in_flight')
+                     AND (p.state = 'in_flight' OR p.seq < o.seq)))
+             ORDER BY o.seq
+             LIMIT ?5)
+         RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
+    )
+    .bind(claim.owner)
+    .bind(now.saturating_add(millis(claim.lease)))
+    .bind(now)
+    .bind(destinations)
+    .bind(i64::from(claim.limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(envelope).collect()
+}
+
+pub(super) async fn mark_delivered(pool: &SqlitePool, owner: &str, seqs: &[i64]) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'delivered', delivered_at = ?1, lease_owner = NULL, lease_until = NULL
+         WHERE seq IN (SELECT value FROM json_each(?2))
+           AND state = 'in_flight' AND lease_owner = ?3",
+    )
+    .bind(now_ms())
+    .bind(seq_list(seqs))
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn retry_later(pool: &SqlitePool, owner: &str, retries: &[Retry]) -> Result<u64> {
+    let list: Vec<_> = retries
+        .iter()
+        .map(|r| serde_json::json!([r.seq, millis(r.delay), r.error]))
+        .collect();
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'pending', available_at = ?1 + u.delay, last_error = u.error,
+             lease_owner = NULL, lease_until = NULL
+         FROM (SELECT json_extract(value, '$[0]') AS seq, json_extract(value, '$[1]') AS delay,
+                      json_extract(value, '$[2]') AS error
+               FROM json_each(?2)) AS u
+         WHERE outbox.seq = u.seq AND outbox.state = 'in_flight' AND outbox.lease_owner = ?3",
+    )
+    .bind(now_ms())
+    .bind(serde_json::Value::Array(list).to_string())
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn dead_letter(
+    c: &mut SqliteConnection,
+    owner: &str,
+    dead: &[DeadLetter],
+) -> Result<u64> {
+    let list: Vec<_> = dead
+        .iter()
+        .map(|d| serde_json::json!([d.seq, d.reason]))
+        .collect();
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'dead', last_error = u.reason, lease_owner = NULL, lease_until = NULL
+         FROM (SELECT json_extract(value, '$[0]') AS seq, json_extract(value, '$[1]') AS reason
+               FROM json_each(?1)) AS u
+         WHERE outbox.seq = u.seq AND outbox.state = 'in_flight' AND outbox.lease_owner = ?2",
+    )
+    .bind(serde_json::Value::Array(list).to_string())
+    .bind(owner)
+    .execute(c)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn release(pool: &SqlitePool, owner: &str, seqs: &[i64]) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox
+         SET state = 'pending', attempts = max(attempts - 1, 0),
+             lease_owner = NULL, lease_until = NULL
+         WHERE seq IN (SELECT value FROM json_each(?1))
+           AND state = 'in_flight' AND lease_owner = ?2",
+    )
+    .bind(seq_list(seqs))
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn renew(
+    pool: &SqlitePool,
+    owner: &str,
+    seqs: &[i64],
+    lease: std::time::Duration,
+) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET lease_until = ?1
+         WHERE seq IN (SELECT value FROM json_each(?2))
+           AND state = 'in_flight' AND lease_owner = ?3",
+    )
+    .bind(now_ms().saturating_add(millis(lease)))
+    .bind(seq_list(seqs))
+    .bind(owner)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn reclaim_expired(pool: &SqlitePool) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
+         WHERE state = 'in_flight' AND lease_until < ?1",
+    )
+    .bind(now_ms())
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn redrive(
+    pool: &SqlitePool,
+    id: Option<MessageId>,
+    destination: Option<&str>,
+) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE outbox SET state = 'pending', attempts = 0, available_at = ?1
+         WHERE state = 'dead' AND (?2 IS NULL OR id = ?2) AND (?3 IS NULL OR destination = ?3)",
+    )
+    .bind(now_ms())
+    .bind(id.map(|i| i.to_string()))
+    .bind(destination)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn prune(
+    pool: &SqlitePool,
+    what: &'static str,
+    older_than: std::time::Duration,
+) -> Result<u64> {
+    let cutoff = now_ms().saturating_sub(millis(older_than));
+    let sql = match what {
+        "delivered" => "DELETE FROM outbox WHERE state = 'delivered' AND delivered_at < ?1",
+        "dead" => "DELETE FROM outbox WHERE state = 'dead' AND created_at < ?1",
+        _ => "DELETE FROM inbox WHERE received_at < ?1",
+    };
+    let r = sqlx::query(sql).bind(cutoff).execute(pool).await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn stats(pool: &SqlitePool) -> Result<Stats> {
+    let now = now_ms();
+    let row = sqlx::query(
+        "SELECT
+           (SELECT count(*) FROM outbox WHERE state = 'pending') AS pending,
+           (SELECT count(*) FROM outbox WHERE state = 'in_flight') AS in_flight,
+           (SELECT count(*) FROM outbox WHERE state = 'delivered') AS delivered,
+           (SELECT count(*) FROM outbox WHERE state = 'dead') AS dead,
+           (SELECT min(available_at) FROM outbox
+             WHERE state = 'pending' AND available_at <= ?1) AS oldest",
+    )
+    .bind(now)
+    .fetch_one(pool)
+    .await?;
+    let oldest: Option<i64> = row.try_get("oldest")?;
+    Ok(Stats {
+        pending: row.try_get::<i64, _>("pending")? as u64,
+        in_flight: row.try_get::<i64, _>("in_flight")? as u64,
+        delivered: row.try_get::<i64, _>("delivered")? as u64,
+        dead: row.try_get::<i64, _>("dead")? as u64,
+        oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0) as u64),
+    })
+}
+
+pub(super) async fn dead_letters(
+    pool: &SqlitePool,
+    destination: Option<&str>,
+    limit: u32,
+) -> Result<Vec<DeadRow>> {
+    let rows = sqlx::query(
+        "SELECT seq, id, destination, key, payload, headers, attempts, created_at, last_error
+         FROM outbox WHERE state = 'dead' AND (?1 IS NULL OR destination = ?1)
+         ORDER BY seq DESC LIMIT ?2",
+    )
+    .bind(destination)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DeadRow {
+                envelope: envelope(r)?,
+                last_error: r.try_get("last_error")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,17 @@
+# The same commands as README.md and .ci/run; plain cargo works too.
+
+example:
+    cargo run --release --example trip_booking -- --sagas 200 --fail-rate 0.2 --seed 1
+
+test:
+    cargo test --workspace --locked
+
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+bench:
+    cargo run --release -p agentsaga-bench -- outbox
+
+ci:
+    bash .ci/run
