@@ -59,7 +59,7 @@ pub mod testing;
 
 pub use error::{Error, Result};
 pub use id::MessageId;
-pub use message::{Envelope, Headers, Message, header};
+pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
 pub use retry::RetryPolicy;
 pub use store::{
     Claim, Conn, Db, DeadLetter, DeadRow, POSTGRES_MIGRATOR, Receipt, Retry, SQLITE_MIGRATOR,

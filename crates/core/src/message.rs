@@ -25,6 +25,44 @@ pub mod header {
     pub const KIND: &str = "kind";
     /// The id of the message that caused this one.
     pub const CAUSATION_ID: &str = "causation_id";
+    /// The `kind` header's value on a [`DeliveryFailed`](super::DeliveryFailed) notice.
+    pub const KIND_DELIVERY_FAILED: &str = "delivery_failed";
+}
+
+/// The notice the relay enqueues to a dead-lettered message's `reply_to`, in the same
+/// transaction that dead-letters it, so that whoever waits for an answer learns that
+/// none will come. It carries the original message's headers (saga id, step, ...) with
+/// `kind` set to [`header::KIND_DELIVERY_FAILED`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeliveryFailed {
+    /// The message that was given up on.
+    pub message_id: MessageId,
+    /// Where it was going.
+    pub destination: String,
+    /// Why it was given up on.
+    pub reason: String,
+}
+
+impl DeliveryFailed {
+    /// The notice for `envelope`, or `None` if it has no `reply_to` header.
+    ///
+    /// # Errors
+    /// [`Error::Json`] if the notice cannot be serialized (it always can).
+    pub fn notice_for(envelope: &Envelope, reason: &str) -> Result<Option<Message>> {
+        let Some(reply_to) = envelope.header(header::REPLY_TO) else {
+            return Ok(None);
+        };
+        let mut headers = envelope.headers.clone();
+        headers.remove(header::REPLY_TO);
+        headers.insert(header::KIND.into(), header::KIND_DELIVERY_FAILED.into());
+        headers.insert(header::CAUSATION_ID.into(), envelope.id.to_string());
+        let notice = DeliveryFailed {
+            message_id: envelope.id,
+            destination: envelope.destination.clone(),
+            reason: reason.to_owned(),
+        };
+        Ok(Some(Message::to(reply_to).headers(headers).json(&notice)?))
+    }
 }
 
 /// A message to be written to the outbox in the caller's transaction.
