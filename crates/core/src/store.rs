@@ -286,6 +286,26 @@ impl Store {
         })
     }
 
+    /// Deletes messages that are still pending, through the caller's transaction: a
+    /// timer made moot by the change being committed, a retry no longer wanted. Rows
+    /// already claimed or delivered are left alone. Returns how many were deleted.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn cancel_pending<'c>(
+        &self,
+        conn: impl Into<Conn<'c>>,
+        ids: &[MessageId],
+    ) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        match self.check_backend(conn.into())? {
+            Conn::Sqlite(c) => sqlite::cancel_pending(c, ids).await,
+            Conn::Postgres(c) => postgres::cancel_pending(c, ids).await,
+        }
+    }
+
     /// Wakes the relays: call after committing a transaction of your own that enqueued.
     pub fn wake(&self) {
         self.wake.wake();

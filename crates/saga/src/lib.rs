@@ -1,1 +1,58 @@
-//! placeholder
+//! `agentsaga-saga`: sagas defined in Rust, their persisted state machine, and the
+//! compensation ledger. No actors: `agentsaga-runtime` drives this engine with the
+//! relay's deliveries.
+//!
+//! A saga is a name, a version, a typed data struct and ordered steps. Each step
+//! dispatches a command to an agent and folds the agent's reply back into the data.
+//! Before the *pivot* (the point of no return) every step names its compensation,
+//! which is written to the ledger in the same transaction that dispatches the step;
+//! after the pivot, steps are retried forward until they succeed. When a step fails
+//! before the pivot, the compensations of the steps taken run strictly in reverse.
+//!
+//! # Quick start
+//!
+//! ```
+//! use agentsaga_saga::{Engine, Saga, Step};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Trip { id: u32, flight: Option<String> }
+//!
+//! # fn main() -> Result<(), agentsaga_saga::Error> {
+//! let trip = Saga::<Trip>::builder("trip", 1)
+//!     .step(
+//!         Step::new("reserve_flight", "flights")
+//!             .command(|t: &Trip| serde_json::json!({ "reserve": t.id }))
+//!             .on_reply(|t: &mut Trip, booking: String| t.flight = Some(booking))
+//!             .compensate("flights", |t: &Trip| serde_json::json!({ "cancel": t.id })),
+//!     )
+//!     .pivot(Step::new("charge", "payments").command(|t: &Trip| t.id))
+//!     .step(Step::new("confirm", "email").command(|t: &Trip| t.id))
+//!     .build()?;
+//! let engine = Engine::new([trip])?;
+//! assert_eq!(engine.orchestrator_destinations(), vec!["saga.trip.v1".to_string()]);
+//! // engine.start(&mut tx, "trip", &Trip { id: 7, flight: None }).await? — in a store
+//! // transaction; then engine.handle(&mut tx, &envelope) for every reply.
+//! # Ok(()) }
+//! ```
+
+mod definition;
+mod engine;
+mod error;
+mod id;
+pub mod outcome;
+pub mod query;
+mod state;
+
+pub use definition::{
+    AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
+    orchestrator_destination,
+};
+pub use engine::{Engine, Handled, decode_outcome};
+pub use error::{Error, Result};
+pub use id::SagaId;
+pub use outcome::StepOutcome;
+pub use state::{CompState, Lifecycle, SagaState, StepState};
+
+#[cfg(test)]
+mod tests;

@@ -114,6 +114,15 @@ impl Tx {
         store.receive(self.conn(), consumer, message_id).await
     }
 
+    /// Deletes still-pending messages in this transaction. See [`Store::cancel_pending`].
+    ///
+    /// # Errors
+    /// As [`Store::cancel_pending`].
+    pub async fn cancel_pending(&mut self, ids: &[MessageId]) -> Result<u64> {
+        let store = self.store.clone();
+        store.cancel_pending(self.conn(), ids).await
+    }
+
     pub(super) fn mark_enqueued(&mut self) {
         self.enqueued = true;
     }

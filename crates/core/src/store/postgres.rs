@@ -355,3 +355,12 @@ pub(super) async fn dead_letters(
         })
         .collect()
 }
+
+pub(super) async fn cancel_pending(c: &mut PgConnection, ids: &[MessageId]) -> Result<u64> {
+    let list: Vec<Uuid> = ids.iter().map(|i| *i.as_uuid()).collect();
+    let r = sqlx::query("DELETE FROM outbox WHERE state = 'pending' AND id = ANY($1)")
+        .bind(list)
+        .execute(c)
+        .await?;
+    Ok(r.rows_affected())
+}

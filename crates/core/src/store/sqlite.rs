@@ -401,3 +401,14 @@ pub(super) async fn dead_letters(
         })
         .collect()
 }
+
+pub(super) async fn cancel_pending(c: &mut SqliteConnection, ids: &[MessageId]) -> Result<u64> {
+    let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let r = sqlx::query(
+        "DELETE FROM outbox WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(serde_json::to_string(&list)?)
+    .execute(c)
+    .await?;
+    Ok(r.rows_affected())
+}

@@ -1,0 +1,404 @@
+//! Defining a saga in Rust: typed data, ordered steps, compensations, a pivot,
+//! parallel groups, retries and timeouts.
+//!
+//! The builder checks at compile time that every step before the pivot says how to
+//! undo it (or that it has nothing to undo), and that no step after it does:
+//!
+//! ```compile_fail
+//! # use agentsaga_saga::{Saga, Step};
+//! # #[derive(serde::Serialize, serde::Deserialize)] struct D;
+//! // A step before the pivot without a compensation does not compile.
+//! Saga::<D>::builder("s", 1).step(Step::new("a", "agent-a").command(|_: &D| 1));
+//! ```
+//!
+//! ```compile_fail
+//! # use agentsaga_saga::{Saga, Step};
+//! # #[derive(serde::Serialize, serde::Deserialize)] struct D;
+//! // A step after the pivot with a compensation does not compile.
+//! Saga::<D>::builder("s", 1)
+//!     .pivot(Step::new("p", "agent-p").command(|_: &D| 1))
+//!     .step(Step::new("a", "agent-a").command(|_: &D| 1).compensate("agent-a", |_: &D| 2));
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga_core::RetryPolicy;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::{Error, Result};
+
+type BuildFn = Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>;
+type FoldFn = Arc<dyn Fn(&mut Value, Value) -> Result<()> + Send + Sync>;
+
+/// Typestate: the step has not said how to undo it.
+#[derive(Debug)]
+pub enum Open {}
+/// Typestate: the step says how to undo it, or that there is nothing to undo.
+#[derive(Debug)]
+pub enum Undoable {}
+
+/// One step of a saga: the agent it dispatches to, the command built from the saga
+/// data, how the reply folds back into the data, and (before the pivot) its
+/// compensation.
+#[must_use]
+pub struct Step<D, U = Open> {
+    def: StepDef,
+    _marker: PhantomData<fn(D, U)>,
+}
+
+/// How a step is undone.
+#[derive(Clone)]
+pub(crate) enum Undo {
+    /// After the pivot, or the pivot itself.
+    Never,
+    /// Declared: nothing to undo (a read-only step).
+    Nothing,
+    /// A command to a destination.
+    Command { destination: String, build: BuildFn },
+}
+
+/// A step with its types erased: what the engine runs.
+#[derive(Clone)]
+pub struct StepDef {
+    pub(crate) name: String,
+    pub(crate) destination: String,
+    pub(crate) command: BuildFn,
+    pub(crate) fold: Option<FoldFn>,
+    pub(crate) undo: Undo,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) pivot: bool,
+}
+
+impl StepDef {
+    /// The step's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The agent destination its command goes to.
+    pub fn destination(&self) -> &str {
+        &self.destination
+    }
+
+    /// Whether it is the saga's pivot.
+    pub fn is_pivot(&self) -> bool {
+        self.pivot
+    }
+}
+
+impl std::fmt::Debug for StepDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepDef")
+            .field("name", &self.name)
+            .field("destination", &self.destination)
+            .field("pivot", &self.pivot)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn data<D: DeserializeOwned>(v: &Value) -> Result<D> {
+    Ok(D::deserialize(v)?)
+}
+
+impl<D> Step<D, Open>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// A step named `name` that dispatches to the agent at `destination`. Its command
+    /// defaults to the whole saga data; set it with [`command`](Self::command).
+    pub fn new(name: impl Into<String>, destination: impl Into<String>) -> Self {
+        Self {
+            def: StepDef {
+                name: name.into(),
+                destination: destination.into(),
+                command: Arc::new(|v: &Value| Ok(v.clone())),
+                fold: None,
+                undo: Undo::Never,
+                retry: RetryPolicy::default(),
+                timeout: None,
+                pivot: false,
+            },
+            _marker: PhantomData,
+        }
+    }
+
+    /// Undo with the command `build(data)` sent to `destination`. It is recorded in the
+    /// ledger when the step is dispatched, and must treat "nothing to undo" as success.
+    pub fn compensate<C, F>(mut self, destination: impl Into<String>, build: F) -> Step<D, Undoable>
+    where
+        C: Serialize,
+        F: Fn(&D) -> C + Send + Sync + 'static,
+    {
+        self.def.undo = Undo::Command {
+            destination: destination.into(),
+            build: Arc::new(move |v: &Value| Ok(serde_json::to_value(build(&data::<D>(v)?))?)),
+        };
+        Step {
+            def: self.def,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Declares that this step changes nothing that would need undoing.
+    pub fn nothing_to_undo(mut self) -> Step<D, Undoable> {
+        self.def.undo = Undo::Nothing;
+        Step {
+            def: self.def,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<D, U> Step<D, U>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// The command sent to the agent, built from the saga data.
+    pub fn command<C, F>(mut self, build: F) -> Self
+    where
+        C: Serialize,
+        F: Fn(&D) -> C + Send + Sync + 'static,
+    {
+        self.def.command =
+            Arc::new(move |v: &Value| Ok(serde_json::to_value(build(&data::<D>(v)?))?));
+        self
+    }
+
+    /// Folds the agent's reply into the saga data. A reply that does not decode into
+    /// `R` fails the step (fatal).
+    pub fn on_reply<R, F>(mut self, fold: F) -> Self
+    where
+        R: DeserializeOwned,
+        F: Fn(&mut D, R) + Send + Sync + 'static,
+    {
+        self.def.fold = Some(Arc::new(move |v: &mut Value, reply: Value| {
+            let mut d: D = data(v)?;
+            fold(&mut d, R::deserialize(reply)?);
+            *v = serde_json::to_value(d)?;
+            Ok(())
+        }));
+        self
+    }
+
+    /// How retryable failures are retried (default: 1 s doubling to 60 s, 10 attempts).
+    /// Steps after the pivot retry without a budget.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.def.retry = policy;
+        self
+    }
+
+    /// Each attempt's deadline: past it the outcome is unknown; before the pivot the
+    /// step is compensated, at or after it the command is sent again.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.def.timeout = Some(timeout);
+        self
+    }
+}
+
+/// Typestate: no pivot yet; steps must be undoable.
+#[derive(Debug)]
+pub enum BeforePivot {}
+/// Typestate: past the pivot; steps cannot be undone.
+#[derive(Debug)]
+pub enum AfterPivot {}
+
+/// Builds a [`SagaDefinition`]. See [`Saga::builder`].
+#[must_use]
+pub struct SagaBuilder<D, P = BeforePivot> {
+    name: String,
+    version: i32,
+    stages: Vec<Vec<StepDef>>,
+    deadline: Option<Duration>,
+    _marker: PhantomData<fn(D, P)>,
+}
+
+/// The entry point for defining sagas over the data type `D`.
+#[derive(Debug)]
+pub struct Saga<D>(PhantomData<fn(D)>);
+
+impl<D> Saga<D>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// A saga named `name` at definition `version`. Running instances finish on the
+    /// version they started with, so register the old version beside a new one until
+    /// they are done.
+    pub fn builder(name: impl Into<String>, version: i32) -> SagaBuilder<D, BeforePivot> {
+        SagaBuilder {
+            name: name.into(),
+            version,
+            stages: Vec::new(),
+            deadline: None,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<D, P> SagaBuilder<D, P> {
+    fn push(mut self, stage: Vec<StepDef>) -> Self {
+        self.stages.push(stage);
+        self
+    }
+
+    /// The whole saga's deadline: if it is still running forward then, it is aborted
+    /// (compensated). Ignored once past the pivot.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The definition, ready to register.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDefinition`] for a saga without steps, an empty name, or two
+    /// steps with the same name.
+    pub fn build(self) -> Result<SagaDefinition> {
+        if self.name.trim().is_empty() {
+            return Err(Error::InvalidDefinition("the saga name is empty".into()));
+        }
+        let steps: Vec<&StepDef> = self.stages.iter().flatten().collect();
+        if steps.is_empty() {
+            return Err(Error::InvalidDefinition(format!(
+                "saga `{}` has no steps",
+                self.name
+            )));
+        }
+        let mut names = std::collections::HashSet::new();
+        for s in &steps {
+            if !names.insert(s.name.as_str()) {
+                return Err(Error::InvalidDefinition(format!(
+                    "saga `{}` has two steps named `{}`",
+                    self.name, s.name
+                )));
+            }
+            if s.destination.trim().is_empty() {
+                return Err(Error::InvalidDefinition(format!(
+                    "step `{}` has no destination",
+                    s.name
+                )));
+            }
+        }
+        Ok(SagaDefinition {
+            name: self.name,
+            version: self.version,
+            stages: self.stages,
+            deadline: self.deadline,
+        })
+    }
+}
+
+impl<D> SagaBuilder<D, BeforePivot> {
+    /// The next step, undoable.
+    pub fn step(self, step: Step<D, Undoable>) -> Self {
+        self.push(vec![step.def])
+    }
+
+    /// Steps dispatched together and joined when all have replied; on failure the
+    /// group's members are compensated together, before the steps that came earlier.
+    pub fn parallel(self, steps: impl IntoIterator<Item = Step<D, Undoable>>) -> Self {
+        self.push(steps.into_iter().map(|s| s.def).collect())
+    }
+
+    /// The point of no return: once it succeeds, the saga only goes forward.
+    pub fn pivot(self, step: Step<D, Open>) -> SagaBuilder<D, AfterPivot> {
+        let mut def = step.def;
+        def.pivot = true;
+        let this = self.push(vec![def]);
+        SagaBuilder {
+            name: this.name,
+            version: this.version,
+            stages: this.stages,
+            deadline: this.deadline,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<D> SagaBuilder<D, AfterPivot> {
+    /// The next step after the pivot: retried forward until it succeeds.
+    pub fn step(self, step: Step<D, Open>) -> Self {
+        self.push(vec![step.def])
+    }
+
+    /// Steps after the pivot dispatched together.
+    pub fn parallel(self, steps: impl IntoIterator<Item = Step<D, Open>>) -> Self {
+        self.push(steps.into_iter().map(|s| s.def).collect())
+    }
+}
+
+/// A saga definition with its types erased: what the engine registers and runs.
+#[derive(Clone, Debug)]
+pub struct SagaDefinition {
+    pub(crate) name: String,
+    pub(crate) version: i32,
+    pub(crate) stages: Vec<Vec<StepDef>>,
+    pub(crate) deadline: Option<Duration>,
+}
+
+impl SagaDefinition {
+    /// The saga's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its definition version.
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+
+    /// The destination its orchestrator consumes: replies, timers and notices.
+    pub fn orchestrator_destination(&self) -> String {
+        orchestrator_destination(&self.name, self.version)
+    }
+
+    /// Every agent destination its steps and compensations send to.
+    pub fn agent_destinations(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.stages.iter().flatten() {
+            out.push(s.destination.clone());
+            if let Undo::Command { destination, .. } = &s.undo {
+                out.push(destination.clone());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The steps in order, with their stage (parallel group) index.
+    pub fn steps(&self) -> impl Iterator<Item = (usize, &StepDef)> {
+        self.stages
+            .iter()
+            .enumerate()
+            .flat_map(|(i, st)| st.iter().map(move |s| (i, s)))
+    }
+
+    pub(crate) fn stage_range(&self, stage: usize) -> std::ops::Range<usize> {
+        let start: usize = self.stages[..stage].iter().map(Vec::len).sum();
+        start..start + self.stages[stage].len()
+    }
+
+    pub(crate) fn step(&self, idx: usize) -> Option<&StepDef> {
+        self.stages.iter().flatten().nth(idx)
+    }
+
+    /// Whether step `idx` comes after the pivot.
+    pub(crate) fn after_pivot(&self, idx: usize) -> bool {
+        match self.stages.iter().flatten().position(|s| s.pivot) {
+            Some(p) => idx > p,
+            None => false,
+        }
+    }
+}
+
+/// The orchestrator destination of saga `name` at `version`: `saga.<name>.v<version>`.
+/// One per version, so that only processes that have the version consume its replies.
+pub fn orchestrator_destination(name: &str, version: i32) -> String {
+    format!("saga.{name}.v{version}")
+}

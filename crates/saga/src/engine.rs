@@ -1,0 +1,310 @@
+//! The saga engine: starts sagas and advances them, one transaction per event, on the
+//! store's tables. It decides; the runtime's actors drive it.
+
+mod logic;
+mod model;
+mod persist;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use agentsaga_core::{DeliveryFailed, Envelope, MessageId, Receipt, RetryPolicy, Tx, header};
+use serde::Serialize;
+use serde_json::Value;
+
+use self::logic::{Ctx, Effects};
+use self::model::Instance;
+use crate::outcome::{self, StepOutcome};
+use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
+
+/// What [`Engine::handle`] did with a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Seen before (the inbox knew it): nothing done.
+    Duplicate,
+    /// Consumed without effect, and why (a late reply, an unknown saga...).
+    Ignored(String),
+    /// The saga moved on; its state now.
+    Advanced {
+        /// The saga.
+        saga: SagaId,
+        /// Its state after this message.
+        state: SagaState,
+    },
+}
+
+/// Holds the registered saga definitions and advances their instances.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    defs: Arc<HashMap<(String, i32), Arc<SagaDefinition>>>,
+    latest: Arc<HashMap<String, i32>>,
+    compensation_retry: RetryPolicy,
+}
+
+impl Engine {
+    /// An engine running `definitions`. Several versions of one saga may be registered:
+    /// new instances use the highest, running ones finish on their own.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDefinition`] if a name and version appear twice.
+    pub fn new(definitions: impl IntoIterator<Item = SagaDefinition>) -> Result<Self> {
+        let mut defs = HashMap::new();
+        let mut latest: HashMap<String, i32> = HashMap::new();
+        for d in definitions {
+            let key = (d.name.clone(), d.version);
+            let v = latest.entry(d.name.clone()).or_insert(d.version);
+            *v = (*v).max(d.version);
+            if defs.insert(key, Arc::new(d)).is_some() {
+                return Err(Error::InvalidDefinition(
+                    "a saga name and version registered twice".into(),
+                ));
+            }
+        }
+        Ok(Self {
+            defs: Arc::new(defs),
+            latest: Arc::new(latest),
+            compensation_retry: RetryPolicy::default(),
+        })
+    }
+
+    /// How failed compensations are retried before the saga is declared stuck
+    /// (default: 1 s doubling to 60 s, 10 attempts).
+    #[must_use]
+    pub fn with_compensation_retry(mut self, policy: RetryPolicy) -> Self {
+        self.compensation_retry = policy;
+        self
+    }
+
+    /// The registered definitions.
+    pub fn definitions(&self) -> impl Iterator<Item = &SagaDefinition> {
+        self.defs.values().map(AsRef::as_ref)
+    }
+
+    /// The destinations the orchestrator consumes: one per registered version.
+    pub fn orchestrator_destinations(&self) -> Vec<String> {
+        let mut v: Vec<_> = self
+            .definitions()
+            .map(SagaDefinition::orchestrator_destination)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Is this saga name and version registered?
+    pub fn has(&self, name: &str, version: i32) -> bool {
+        self.defs.contains_key(&(name.to_owned(), version))
+    }
+
+    fn ctx<'a>(&'a self, inst: &'a mut Instance) -> Ctx<'a> {
+        let def = self
+            .defs
+            .get(&(inst.name.clone(), inst.version))
+            .map(AsRef::as_ref);
+        Ctx {
+            inst,
+            def,
+            comp_retry: self.compensation_retry,
+            now_ms: now_ms(),
+            fx: Effects::default(),
+            rng: fastrand::Rng::new(),
+        }
+    }
+
+    /// Starts saga `name` (its newest registered version) with `data`, in `tx`: the
+    /// instance, its first step(s) as dispatched, their compensation-ledger entries and
+    /// command messages are written together, or not at all.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSaga`] for an unregistered name; [`Error::Data`] if `data` does
+    /// not serialize; store errors.
+    pub async fn start<D: Serialize>(&self, tx: &mut Tx, name: &str, data: &D) -> Result<SagaId> {
+        self.start_json(tx, name, serde_json::to_value(data)?).await
+    }
+
+    /// [`start`](Self::start) with the data already as JSON.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_json(&self, tx: &mut Tx, name: &str, data: Value) -> Result<SagaId> {
+        let version = *self
+            .latest
+            .get(name)
+            .ok_or_else(|| Error::UnknownSaga(name.to_owned()))?;
+        let mut inst = Instance {
+            id: SagaId::new(),
+            name: name.to_owned(),
+            version,
+            state: SagaState::Running,
+            data,
+            error: None,
+            stage: 0,
+            steps: BTreeMap::new(),
+            finished: false,
+        };
+        let span = tracing::info_span!("saga.start", saga.id = %inst.id, saga.name = %name, otel.kind = "producer");
+        let _enter = span.enter();
+        let mut ctx = self.ctx(&mut inst);
+        ctx.start()?;
+        let fx = std::mem::take(&mut ctx.fx);
+        drop(_enter);
+        self.write(tx, &inst, None, fx).await?;
+        Ok(inst.id)
+    }
+
+    async fn write(
+        &self,
+        tx: &mut Tx,
+        inst: &Instance,
+        before: Option<&Instance>,
+        fx: Effects,
+    ) -> Result<()> {
+        persist::save(tx.conn(), inst, before, now_ms()).await?;
+        tx.cancel_pending(&fx.cancel).await?;
+        if !fx.send.is_empty() {
+            tx.enqueue_batch(&fx.send).await?;
+        }
+        Ok(())
+    }
+
+    /// Handles one message delivered to an orchestrator destination — a reply, a
+    /// timeout, a dead-letter notice, a deadline — in `tx`, with the inbox record that
+    /// makes it effectively-once.
+    ///
+    /// # Errors
+    /// [`Error::VersionNotRegistered`] when the saga's version is not registered here
+    /// (roll back and let a process that has it take the message);
+    /// [`Error::Malformed`] for a message without the saga headers; store errors.
+    pub async fn handle(&self, tx: &mut Tx, env: &Envelope) -> Result<Handled> {
+        if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
+            return Ok(Handled::Duplicate);
+        }
+        let saga: SagaId = env
+            .header(header::SAGA_ID)
+            .ok_or_else(|| Error::Malformed(format!("message {} has no saga_id header", env.id)))?
+            .parse()
+            .map_err(|e| Error::Malformed(format!("saga_id: {e}")))?;
+        let kind = env.header(header::KIND).unwrap_or_default().to_owned();
+        let step = || -> Result<usize> {
+            env.header(outcome::STEP)
+                .ok_or_else(|| {
+                    Error::Malformed(format!("{kind} message {} has no step header", env.id))
+                })?
+                .parse()
+                .map_err(|e| Error::Malformed(format!("step: {e}")))
+        };
+        let causation = || -> Result<MessageId> {
+            env.header(header::CAUSATION_ID)
+                .ok_or_else(|| {
+                    Error::Malformed(format!("{kind} message {} has no causation_id", env.id))
+                })?
+                .parse()
+                .map_err(|e| Error::Malformed(format!("causation_id: {e}")))
+        };
+        let Some(mut inst) = persist::load(tx.conn(), saga).await? else {
+            tracing::warn!(saga.id = %saga, message.id = %env.id, "message for an unknown saga; dropped");
+            return Ok(Handled::Ignored(format!("unknown saga {saga}")));
+        };
+        if !self.has(&inst.name, inst.version) {
+            return Err(Error::VersionNotRegistered {
+                name: inst.name,
+                version: inst.version,
+            });
+        }
+        let before = inst.clone();
+        let mut ctx = self.ctx(&mut inst);
+        match kind.as_str() {
+            outcome::KIND_REPLY => {
+                let out = logic::decode_outcome(&env.payload);
+                ctx.on_reply(step()?, causation()?, out)?;
+            }
+            outcome::KIND_TIMEOUT => {
+                ctx.on_lost(
+                    step()?,
+                    causation()?,
+                    "timed out: the outcome is unknown".into(),
+                )?;
+            }
+            header::KIND_DELIVERY_FAILED => {
+                let notice: DeliveryFailed =
+                    env.decode().map_err(|e| Error::Malformed(e.to_string()))?;
+                let why = format!(
+                    "delivery to `{}` failed: {}",
+                    notice.destination, notice.reason
+                );
+                ctx.on_lost(step()?, notice.message_id, why)?;
+            }
+            outcome::KIND_DEADLINE => ctx.on_deadline()?,
+            other => {
+                return Err(Error::Malformed(format!("unknown message kind `{other}`")));
+            }
+        }
+        let fx = std::mem::take(&mut ctx.fx);
+        if let Some(why) = &fx.ignored {
+            tracing::info!(saga.id = %saga, message.id = %env.id, %why, "saga message ignored");
+        }
+        let ignored = fx.ignored.clone();
+        self.write(tx, &inst, Some(&before), fx).await?;
+        Ok(match ignored {
+            Some(why) if inst == before => Handled::Ignored(why),
+            _ => Handled::Advanced {
+                saga,
+                state: inst.state,
+            },
+        })
+    }
+
+    /// Operator: abort a running saga (compensate what it did), or give up on one
+    /// stuck after its pivot (`aborted`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`] saying why, with nothing changed.
+    pub async fn abort(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.abort()).await
+    }
+
+    /// Operator: retry a stuck saga (its failed compensation, or its failed step after
+    /// the pivot).
+    ///
+    /// # Errors
+    /// As [`abort`](Self::abort).
+    pub async fn retry(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.retry()).await
+    }
+
+    /// Operator: mark a stuck compensation done by hand (recorded as skipped) and go on.
+    ///
+    /// # Errors
+    /// As [`abort`](Self::abort).
+    pub async fn skip(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.skip()).await
+    }
+
+    async fn operate(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        op: impl FnOnce(&mut Ctx<'_>) -> Result<()>,
+    ) -> Result<SagaState> {
+        let mut inst = persist::load(tx.conn(), id)
+            .await?
+            .ok_or(Error::NotFound(id))?;
+        let before = inst.clone();
+        let mut ctx = self.ctx(&mut inst);
+        op(&mut ctx)?;
+        let fx = std::mem::take(&mut ctx.fx);
+        self.write(tx, &inst, Some(&before), fx).await?;
+        Ok(inst.state)
+    }
+}
+
+/// Decodes what an agent answered; exposed for transports and tests.
+pub fn decode_outcome(payload: &str) -> StepOutcome {
+    logic::decode_outcome(payload)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

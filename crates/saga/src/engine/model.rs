@@ -1,0 +1,59 @@
+//! The in-memory image of one saga instance and its steps, loaded and saved whole in
+//! the transaction that advances it.
+
+use std::collections::BTreeMap;
+
+use agentsaga_core::MessageId;
+use serde_json::Value;
+
+use crate::{CompState, SagaId, SagaState, StepState};
+
+/// A saga instance as stored in `saga_instances`, with its `saga_steps`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Instance {
+    pub(crate) id: SagaId,
+    pub(crate) name: String,
+    pub(crate) version: i32,
+    pub(crate) state: SagaState,
+    pub(crate) data: Value,
+    pub(crate) error: Option<String>,
+    pub(crate) stage: usize,
+    pub(crate) steps: BTreeMap<usize, StepRow>,
+    pub(crate) finished: bool,
+}
+
+/// One `saga_steps` row: the forward step and its compensation-ledger entry.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StepRow {
+    pub(crate) idx: usize,
+    pub(crate) stage: usize,
+    pub(crate) name: String,
+    pub(crate) destination: String,
+    pub(crate) state: StepState,
+    pub(crate) attempts: u32,
+    pub(crate) command_id: Option<MessageId>,
+    pub(crate) timer_id: Option<MessageId>,
+    pub(crate) input: Option<Value>,
+    pub(crate) output: Option<Value>,
+    pub(crate) error: Option<String>,
+    pub(crate) comp_destination: Option<String>,
+    pub(crate) comp_payload: Option<Value>,
+    pub(crate) comp_state: Option<CompState>,
+    pub(crate) comp_attempts: u32,
+    pub(crate) comp_message_id: Option<MessageId>,
+    pub(crate) comp_error: Option<String>,
+    pub(crate) deadline_ms: Option<i64>,
+    pub(crate) dispatched_at: Option<i64>,
+    pub(crate) replied_at: Option<i64>,
+    pub(crate) compensated_at: Option<i64>,
+}
+
+impl Instance {
+    /// Has a compensation exhausted its retries (the saga is stuck going backward)?
+    pub(crate) fn failed_compensation(&self) -> Option<usize> {
+        self.steps
+            .values()
+            .find(|r| r.comp_state == Some(CompState::Failed))
+            .map(|r| r.idx)
+    }
+}

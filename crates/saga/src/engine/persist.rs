@@ -1,0 +1,345 @@
+//! Loading and saving a saga instance with its steps, on each backend. The caller's
+//! transaction is the unit: on PostgreSQL the instance row is locked (`FOR UPDATE`) so
+//! that two processes handling two replies of one saga take turns; SQLite's single
+//! writer already serialises them.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use agentsaga_core::sqlx::{self, PgConnection, Row, SqliteConnection};
+use agentsaga_core::{Conn, MessageId};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::model::{Instance, StepRow};
+use crate::{Error, Result, SagaId};
+
+fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::Corrupt(what.to_string())
+}
+
+fn parse<T: FromStr>(s: &str, what: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse().map_err(|e| corrupt(format!("{what} `{s}`: {e}")))
+}
+
+fn json(s: Option<String>) -> Result<Option<Value>> {
+    s.map(|s| serde_json::from_str(&s))
+        .transpose()
+        .map_err(Into::into)
+}
+
+fn id_opt(s: Option<String>) -> Result<Option<MessageId>> {
+    s.map(|s| parse(&s, "message id")).transpose()
+}
+
+pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>> {
+    match conn {
+        Conn::Sqlite(c) => load_sqlite(c, id).await,
+        Conn::Postgres(c) => load_postgres(c, id).await,
+    }
+}
+
+/// Saves the instance and the steps that changed since `before` (all if `None`).
+pub(crate) async fn save(
+    conn: Conn<'_>,
+    inst: &Instance,
+    before: Option<&Instance>,
+    now_ms: i64,
+) -> Result<()> {
+    if before == Some(inst) {
+        return Ok(());
+    }
+    let changed: Vec<&StepRow> = inst
+        .steps
+        .values()
+        .filter(|s| before.and_then(|b| b.steps.get(&s.idx)) != Some(*s))
+        .collect();
+    match conn {
+        Conn::Sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await,
+        Conn::Postgres(c) => save_postgres(c, inst, &changed, now_ms).await,
+    }
+}
+
+async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
+    let Some(row) = sqlx::query(
+        "SELECT name, version, state, data, error, stage FROM saga_instances WHERE id = ?1",
+    )
+    .bind(id.to_string())
+    .fetch_optional(&mut *c)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let mut inst = Instance {
+        id,
+        name: row.try_get("name")?,
+        version: row.try_get::<i64, _>("version")? as i32,
+        state: parse(&row.try_get::<String, _>("state")?, "saga state")?,
+        data: serde_json::from_str(&row.try_get::<String, _>("data")?)?,
+        error: row.try_get("error")?,
+        stage: row.try_get::<i64, _>("stage")? as usize,
+        steps: BTreeMap::new(),
+        finished: false,
+    };
+    let rows = sqlx::query(
+        "SELECT idx, stage, name, destination, state, attempts, command_id,
+            timer_id, input, output, error, compensation_destination, compensation_payload,
+            compensation_state, compensation_attempts, compensation_message_id, compensation_error,
+            deadline, dispatched_at, replied_at, compensated_at
+         FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
+    )
+    .bind(id.to_string())
+    .fetch_all(&mut *c)
+    .await?;
+    for r in rows {
+        let step = StepRow {
+            idx: r.try_get::<i64, _>("idx")? as usize,
+            stage: r.try_get::<i64, _>("stage")? as usize,
+            name: r.try_get("name")?,
+            destination: r.try_get("destination")?,
+            state: parse(&r.try_get::<String, _>("state")?, "step state")?,
+            attempts: r.try_get::<i64, _>("attempts")? as u32,
+            command_id: id_opt(r.try_get("command_id")?)?,
+            timer_id: id_opt(r.try_get("timer_id")?)?,
+            input: json(r.try_get("input")?)?,
+            output: json(r.try_get("output")?)?,
+            error: r.try_get("error")?,
+            comp_destination: r.try_get("compensation_destination")?,
+            comp_payload: json(r.try_get("compensation_payload")?)?,
+            comp_state: r
+                .try_get::<Option<String>, _>("compensation_state")?
+                .map(|s| parse(&s, "compensation state"))
+                .transpose()?,
+            comp_attempts: r.try_get::<i64, _>("compensation_attempts")? as u32,
+            comp_message_id: id_opt(r.try_get("compensation_message_id")?)?,
+            comp_error: r.try_get("compensation_error")?,
+            deadline_ms: r.try_get("deadline")?,
+            dispatched_at: r.try_get("dispatched_at")?,
+            replied_at: r.try_get("replied_at")?,
+            compensated_at: r.try_get("compensated_at")?,
+        };
+        inst.steps.insert(step.idx, step);
+    }
+    Ok(Some(inst))
+}
+
+async fn save_sqlite(
+    c: &mut SqliteConnection,
+    inst: &Instance,
+    changed: &[&StepRow],
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, CASE WHEN ?9 THEN ?8 END)
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
+             error = excluded.error, stage = excluded.stage, updated_at = excluded.updated_at,
+             finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
+    )
+    .bind(inst.id.to_string())
+    .bind(&inst.name)
+    .bind(inst.version)
+    .bind(inst.state.as_str())
+    .bind(inst.data.to_string())
+    .bind(inst.error.as_deref())
+    .bind(inst.stage as i64)
+    .bind(now)
+    .bind(inst.finished)
+    .execute(&mut *c)
+    .await?;
+    for s in changed {
+        sqlx::query(
+            "INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
+                command_id, timer_id, input, output, error, compensation_destination,
+                compensation_payload, compensation_state, compensation_attempts,
+                compensation_message_id, compensation_error, deadline, dispatched_at,
+                replied_at, compensated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                ?17, ?18, ?19, ?20, ?21, ?22)
+             ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+                attempts = excluded.attempts, command_id = excluded.command_id,
+                timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
+                error = excluded.error, compensation_state = excluded.compensation_state,
+                compensation_attempts = excluded.compensation_attempts,
+                compensation_message_id = excluded.compensation_message_id,
+                compensation_error = excluded.compensation_error, deadline = excluded.deadline,
+                dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
+                compensated_at = excluded.compensated_at",
+        )
+        .bind(inst.id.to_string())
+        .bind(s.idx as i64)
+        .bind(s.stage as i64)
+        .bind(&s.name)
+        .bind(&s.destination)
+        .bind(s.state.as_str())
+        .bind(i64::from(s.attempts))
+        .bind(s.command_id.map(|i| i.to_string()))
+        .bind(s.timer_id.map(|i| i.to_string()))
+        .bind(s.input.as_ref().map(Value::to_string))
+        .bind(s.output.as_ref().map(Value::to_string))
+        .bind(s.error.as_deref())
+        .bind(s.comp_destination.as_deref())
+        .bind(s.comp_payload.as_ref().map(Value::to_string))
+        .bind(s.comp_state.map(|c| c.as_str()))
+        .bind(i64::from(s.comp_attempts))
+        .bind(s.comp_message_id.map(|i| i.to_string()))
+        .bind(s.comp_error.as_deref())
+        .bind(s.deadline_ms)
+        .bind(s.dispatched_at)
+        .bind(s.replied_at)
+        .bind(s.compensated_at)
+        .execute(&mut *c)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instance>> {
+    let Some(row) = sqlx::query(
+        "SELECT name, version, state, data::text AS data, error, stage
+         FROM saga_instances WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id.as_uuid())
+    .fetch_optional(&mut *c)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let mut inst = Instance {
+        id,
+        name: row.try_get("name")?,
+        version: row.try_get("version")?,
+        state: parse(&row.try_get::<String, _>("state")?, "saga state")?,
+        data: serde_json::from_str(&row.try_get::<String, _>("data")?)?,
+        error: row.try_get("error")?,
+        stage: row.try_get::<i32, _>("stage")? as usize,
+        steps: BTreeMap::new(),
+        finished: false,
+    };
+    let ms = |r: &sqlx::postgres::PgRow, col: &str| -> Result<Option<i64>> { Ok(r.try_get(col)?) };
+    let rows = sqlx::query(
+        "SELECT idx, stage, name, destination, state, attempts, command_id, timer_id,
+            input::text AS input, output::text AS output, error, compensation_destination,
+            compensation_payload::text AS compensation_payload, compensation_state,
+            compensation_attempts, compensation_message_id, compensation_error,
+            (extract(epoch FROM deadline) * 1000)::bigint AS deadline,
+            (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
+            (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
+            (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
+         FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
+    )
+    .bind(id.as_uuid())
+    .fetch_all(&mut *c)
+    .await?;
+    for r in rows {
+        let step = StepRow {
+            idx: r.try_get::<i32, _>("idx")? as usize,
+            stage: r.try_get::<i32, _>("stage")? as usize,
+            name: r.try_get("name")?,
+            destination: r.try_get("destination")?,
+            state: parse(&r.try_get::<String, _>("state")?, "step state")?,
+            attempts: r.try_get::<i32, _>("attempts")? as u32,
+            command_id: r
+                .try_get::<Option<Uuid>, _>("command_id")?
+                .map(MessageId::from),
+            timer_id: r
+                .try_get::<Option<Uuid>, _>("timer_id")?
+                .map(MessageId::from),
+            input: json(r.try_get("input")?)?,
+            output: json(r.try_get("output")?)?,
+            error: r.try_get("error")?,
+            comp_destination: r.try_get("compensation_destination")?,
+            comp_payload: json(r.try_get("compensation_payload")?)?,
+            comp_state: r
+                .try_get::<Option<String>, _>("compensation_state")?
+                .map(|s| parse(&s, "compensation state"))
+                .transpose()?,
+            comp_attempts: r.try_get::<i32, _>("compensation_attempts")? as u32,
+            comp_message_id: r
+                .try_get::<Option<Uuid>, _>("compensation_message_id")?
+                .map(MessageId::from),
+            comp_error: r.try_get("compensation_error")?,
+            deadline_ms: ms(&r, "deadline")?,
+            dispatched_at: ms(&r, "dispatched_at")?,
+            replied_at: ms(&r, "replied_at")?,
+            compensated_at: ms(&r, "compensated_at")?,
+        };
+        inst.steps.insert(step.idx, step);
+    }
+    Ok(Some(inst))
+}
+
+async fn save_postgres(
+    c: &mut PgConnection,
+    inst: &Instance,
+    changed: &[&StepRow],
+    _now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
+         VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, CASE WHEN $8 THEN now() END)
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
+             error = excluded.error, stage = excluded.stage, updated_at = now(),
+             finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
+    )
+    .bind(inst.id.as_uuid())
+    .bind(&inst.name)
+    .bind(inst.version)
+    .bind(inst.state.as_str())
+    .bind(inst.data.to_string())
+    .bind(inst.error.as_deref())
+    .bind(inst.stage as i32)
+    .bind(inst.finished)
+    .execute(&mut *c)
+    .await?;
+    for s in changed {
+        sqlx::query(
+            "INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
+                command_id, timer_id, input, output, error, compensation_destination,
+                compensation_payload, compensation_state, compensation_attempts,
+                compensation_message_id, compensation_error, deadline, dispatched_at,
+                replied_at, compensated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13,
+                $14::jsonb, $15, $16, $17, $18,
+                to_timestamp($19 / 1000.0), to_timestamp($20 / 1000.0),
+                to_timestamp($21 / 1000.0), to_timestamp($22 / 1000.0))
+             ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+                attempts = excluded.attempts, command_id = excluded.command_id,
+                timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
+                error = excluded.error, compensation_state = excluded.compensation_state,
+                compensation_attempts = excluded.compensation_attempts,
+                compensation_message_id = excluded.compensation_message_id,
+                compensation_error = excluded.compensation_error, deadline = excluded.deadline,
+                dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
+                compensated_at = excluded.compensated_at",
+        )
+        .bind(inst.id.as_uuid())
+        .bind(s.idx as i32)
+        .bind(s.stage as i32)
+        .bind(&s.name)
+        .bind(&s.destination)
+        .bind(s.state.as_str())
+        .bind(s.attempts as i32)
+        .bind(s.command_id.map(|i| *i.as_uuid()))
+        .bind(s.timer_id.map(|i| *i.as_uuid()))
+        .bind(s.input.as_ref().map(Value::to_string))
+        .bind(s.output.as_ref().map(Value::to_string))
+        .bind(s.error.as_deref())
+        .bind(s.comp_destination.as_deref())
+        .bind(s.comp_payload.as_ref().map(Value::to_string))
+        .bind(s.comp_state.map(|c| c.as_str()))
+        .bind(s.comp_attempts as i32)
+        .bind(s.comp_message_id.map(|i| *i.as_uuid()))
+        .bind(s.comp_error.as_deref())
+        .bind(s.deadline_ms)
+        .bind(s.dispatched_at)
+        .bind(s.replied_at)
+        .bind(s.compensated_at)
+        .execute(&mut *c)
+        .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! The errors of `agentsaga-saga`.
+
+use crate::{SagaId, SagaState};
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong defining, starting or advancing a saga.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No saga of this name is registered.
+    #[error("no saga named `{0}` is registered")]
+    UnknownSaga(String),
+
+    /// The saga instance was made by a definition version this process does not have.
+    /// It is left untouched for a process that has it.
+    #[error("saga `{name}` version {version} is not registered in this process")]
+    VersionNotRegistered {
+        /// Saga name.
+        name: String,
+        /// The instance's version.
+        version: i32,
+    },
+
+    /// Two definitions with the same name and version, or an invalid definition.
+    #[error("invalid saga definition: {0}")]
+    InvalidDefinition(String),
+
+    /// No saga instance with this id.
+    #[error("no saga with id {0}")]
+    NotFound(SagaId),
+
+    /// An operator action that the saga's state does not allow.
+    #[error("cannot {action} saga {id}: it is {state}{why}")]
+    WrongState {
+        /// The saga.
+        id: SagaId,
+        /// What was asked.
+        action: &'static str,
+        /// Its state.
+        state: SagaState,
+        /// More detail, starting with ", " or empty.
+        why: String,
+    },
+
+    /// A message for the orchestrator lacks what it needs (headers, payload).
+    #[error("malformed saga message: {0}")]
+    Malformed(String),
+
+    /// The saga data could not be encoded or decoded.
+    #[error("saga data: {0}")]
+    Data(#[from] serde_json::Error),
+
+    /// A row of `saga_instances` / `saga_steps` is not what this binary wrote.
+    #[error("corrupt saga row: {0}")]
+    Corrupt(String),
+
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] agentsaga_core::Error),
+}
+
+impl From<agentsaga_core::sqlx::Error> for Error {
+    fn from(e: agentsaga_core::sqlx::Error) -> Self {
+        Error::Store(e.into())
+    }
+}

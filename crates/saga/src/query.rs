@@ -1,0 +1,280 @@
+//! Reading sagas back: for `wait`, for operators and for the CLI.
+
+use std::str::FromStr;
+
+use agentsaga_core::sqlx::{self, Row};
+use agentsaga_core::{Db, Store};
+use serde::Serialize;
+
+use crate::{Error, Result, SagaId, SagaState};
+
+/// One saga instance, as operators see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SagaSummary {
+    /// Its id.
+    pub id: SagaId,
+    /// Saga name.
+    pub name: String,
+    /// Definition version.
+    pub version: i32,
+    /// Lifecycle state.
+    pub state: SagaState,
+    /// The last error, if any.
+    pub error: Option<String>,
+    /// Created, Unix ms.
+    pub created_at_ms: i64,
+    /// Last change, Unix ms.
+    pub updated_at_ms: i64,
+}
+
+/// One step of a saga with its compensation-ledger entry, as operators see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepView {
+    /// Index in the saga.
+    pub idx: i64,
+    /// Parallel group (stage) index.
+    pub stage: i64,
+    /// Step name.
+    pub name: String,
+    /// Agent destination.
+    pub destination: String,
+    /// `dispatched`, `succeeded` or `failed`.
+    pub state: String,
+    /// Dispatches so far.
+    pub attempts: i64,
+    /// Last error.
+    pub error: Option<String>,
+    /// Compensation destination (the ledger).
+    pub compensation_destination: Option<String>,
+    /// Compensation payload (JSON text).
+    pub compensation_payload: Option<String>,
+    /// Compensation state.
+    pub compensation_state: Option<String>,
+    /// Compensation dispatches so far.
+    pub compensation_attempts: i64,
+    /// Last compensation error.
+    pub compensation_error: Option<String>,
+    /// Unix ms.
+    pub dispatched_at_ms: Option<i64>,
+    /// Unix ms.
+    pub replied_at_ms: Option<i64>,
+    /// Unix ms.
+    pub compensated_at_ms: Option<i64>,
+}
+
+fn summary(id: SagaId, r: &impl SummaryRow) -> Result<SagaSummary> {
+    r.summary(id)
+}
+
+trait SummaryRow {
+    fn summary(&self, id: SagaId) -> Result<SagaSummary>;
+}
+
+macro_rules! impl_summary {
+    ($row:ty, $version:ty) => {
+        impl SummaryRow for $row {
+            fn summary(&self, id: SagaId) -> Result<SagaSummary> {
+                let state: String = self.try_get("state")?;
+                Ok(SagaSummary {
+                    id,
+                    name: self.try_get("name")?,
+                    version: self.try_get::<$version, _>("version")? as i32,
+                    state: SagaState::from_str(&state).map_err(Error::Corrupt)?,
+                    error: self.try_get("error")?,
+                    created_at_ms: self.try_get("created_at")?,
+                    updated_at_ms: self.try_get("updated_at")?,
+                })
+            }
+        }
+    };
+}
+impl_summary!(sqlx::sqlite::SqliteRow, i64);
+impl_summary!(sqlx::postgres::PgRow, i32);
+
+fn parse_id(s: &str) -> Result<SagaId> {
+    s.parse()
+        .map_err(|e| Error::Corrupt(format!("saga id `{s}`: {e}")))
+}
+
+/// Filter for [`list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this state.
+    pub state: Option<SagaState>,
+    /// Only this saga name.
+    pub name: Option<String>,
+    /// At most this many (newest first). 0 means 100.
+    pub limit: u32,
+}
+
+/// One saga's summary.
+///
+/// # Errors
+/// Store errors.
+pub async fn get(store: &Store, id: SagaId) -> Result<Option<SagaSummary>> {
+    let mut l = list_inner(store, Some(id), &ListFilter::default()).await?;
+    Ok(l.pop())
+}
+
+/// Sagas, newest first.
+///
+/// # Errors
+/// Store errors.
+pub async fn list(store: &Store, filter: &ListFilter) -> Result<Vec<SagaSummary>> {
+    list_inner(store, None, filter).await
+}
+
+async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result<Vec<SagaSummary>> {
+    let limit = i64::from(if f.limit == 0 { 100 } else { f.limit });
+    let state = f.state.map(SagaState::as_str);
+    match store.db() {
+        Db::Sqlite { reader, .. } => {
+            let rows = sqlx::query(
+                "SELECT id, name, version, state, error, created_at, updated_at FROM saga_instances
+                 WHERE (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR state = ?2)
+                   AND (?3 IS NULL OR name = ?3)
+                 ORDER BY created_at DESC, id DESC LIMIT ?4",
+            )
+            .bind(id.map(|i| i.to_string()))
+            .bind(state)
+            .bind(f.name.as_deref())
+            .bind(limit)
+            .fetch_all(reader)
+            .await?;
+            rows.iter()
+                .map(|r| summary(parse_id(&r.try_get::<String, _>("id")?)?, r))
+                .collect()
+        }
+        Db::Postgres(pool) => {
+            let rows = sqlx::query(
+                "SELECT id, name, version, state, error,
+                    (extract(epoch FROM created_at) * 1000)::bigint AS created_at,
+                    (extract(epoch FROM updated_at) * 1000)::bigint AS updated_at
+                 FROM saga_instances
+                 WHERE ($1::uuid IS NULL OR id = $1) AND ($2::text IS NULL OR state = $2)
+                   AND ($3::text IS NULL OR name = $3)
+                 ORDER BY created_at DESC, id DESC LIMIT $4",
+            )
+            .bind(id.map(|i| *i.as_uuid()))
+            .bind(state)
+            .bind(f.name.as_deref())
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|r| summary(SagaId::from(r.try_get::<uuid::Uuid, _>("id")?), r))
+                .collect()
+        }
+    }
+}
+
+/// A saga's steps with the compensation ledger, in step order.
+///
+/// # Errors
+/// Store errors.
+pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
+    macro_rules! view {
+        ($r:expr, $int:ty) => {{
+            let r = $r;
+            Ok(StepView {
+                idx: r.try_get::<$int, _>("idx")? as i64,
+                stage: r.try_get::<$int, _>("stage")? as i64,
+                name: r.try_get("name")?,
+                destination: r.try_get("destination")?,
+                state: r.try_get("state")?,
+                attempts: r.try_get::<$int, _>("attempts")? as i64,
+                error: r.try_get("error")?,
+                compensation_destination: r.try_get("compensation_destination")?,
+                compensation_payload: r.try_get("compensation_payload")?,
+                compensation_state: r.try_get("compensation_state")?,
+                compensation_attempts: r.try_get::<$int, _>("compensation_attempts")? as i64,
+                compensation_error: r.try_get("compensation_error")?,
+                dispatched_at_ms: r.try_get("dispatched_at")?,
+                replied_at_ms: r.try_get("replied_at")?,
+                compensated_at_ms: r.try_get("compensated_at")?,
+            })
+        }};
+    }
+    match store.db() {
+        Db::Sqlite { reader, .. } => {
+            let rows = sqlx::query(
+                "SELECT idx, stage, name, destination, state, attempts, error,
+                    compensation_destination, compensation_payload, compensation_state,
+                    compensation_attempts, compensation_error, dispatched_at, replied_at,
+                    compensated_at
+                 FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
+            )
+            .bind(id.to_string())
+            .fetch_all(reader)
+            .await?;
+            rows.iter().map(|r| view!(r, i64)).collect()
+        }
+        Db::Postgres(pool) => {
+            let rows = sqlx::query(
+                "SELECT idx, stage, name, destination, state, attempts, error,
+                    compensation_destination, compensation_payload::text AS compensation_payload,
+                    compensation_state, compensation_attempts, compensation_error,
+                    (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
+                    (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
+                    (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
+                 FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
+            )
+            .bind(id.as_uuid())
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(|r| view!(r, i32)).collect()
+        }
+    }
+}
+
+/// How many sagas are in each state.
+///
+/// # Errors
+/// Store errors.
+pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
+    let rows: Vec<(String, i64)> = match store.db() {
+        Db::Sqlite { reader, .. } => {
+            sqlx::query_as(
+                "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
+            )
+            .fetch_all(reader)
+            .await?
+        }
+        Db::Postgres(pool) => {
+            sqlx::query_as(
+                "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
+            )
+            .fetch_all(pool)
+            .await?
+        }
+    };
+    rows.into_iter()
+        .map(|(s, n)| Ok((SagaState::from_str(&s).map_err(Error::Corrupt)?, n as u64)))
+        .collect()
+}
+
+/// Sagas not yet terminal (running, compensating or stuck), with name and version.
+///
+/// # Errors
+/// Store errors.
+pub async fn unfinished(store: &Store) -> Result<Vec<SagaSummary>> {
+    let mut out = Vec::new();
+    for state in [
+        SagaState::Running,
+        SagaState::Compensating,
+        SagaState::Stuck,
+    ] {
+        out.extend(
+            list(
+                store,
+                &ListFilter {
+                    state: Some(state),
+                    name: None,
+                    limit: u32::MAX,
+                },
+            )
+            .await?,
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,647 @@
+//! The engine against a real store, on both backends: scripted agents, and a
+//! randomised property test over saga shapes and outcome sequences.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::{Claim, Envelope, Receipt, RetryPolicy, Store, both_backends, header};
+use serde_json::{Value, json};
+
+use crate::outcome::{self, StepOutcome};
+use crate::{Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+
+type D = Value;
+
+fn fast() -> RetryPolicy {
+    RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(4), 3)
+}
+
+/// What the simulated agents did, in delivery order.
+#[derive(Debug, Default)]
+struct Ledger {
+    done: Vec<(SagaId, usize)>,
+    undone: Vec<(SagaId, usize)>,
+}
+
+/// Delivers everything ready until `until` holds or the deadline passes. `agent`
+/// decides each command's outcome (`None`: the agent crashed, no reply); compensations
+/// ask `comp`.
+struct World {
+    store: Store,
+    engine: Engine,
+    destinations: Vec<String>,
+    ledger: Ledger,
+    rng: fastrand::Rng,
+    duplicate_rate: f64,
+}
+
+impl World {
+    async fn new(backend: Backend, defs: Vec<SagaDefinition>, seed: u64) -> Self {
+        let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+        let engine = Engine::new(defs)
+            .unwrap()
+            .with_compensation_retry(RetryPolicy::new(
+                Duration::from_millis(1),
+                Duration::from_millis(4),
+                10,
+            ));
+        let mut destinations = engine.orchestrator_destinations();
+        for d in engine.definitions() {
+            destinations.extend(d.agent_destinations());
+        }
+        destinations.sort();
+        destinations.dedup();
+        Self {
+            store,
+            engine,
+            destinations,
+            ledger: Ledger::default(),
+            rng: fastrand::Rng::with_seed(seed),
+            duplicate_rate: 0.0,
+        }
+    }
+
+    async fn start(&self, name: &str, data: Value) -> SagaId {
+        let mut tx = self.store.begin().await.unwrap();
+        let id = self.engine.start(&mut tx, name, &data).await.unwrap();
+        tx.commit().await.unwrap();
+        id
+    }
+
+    async fn pump(
+        &mut self,
+        sagas: &[SagaId],
+        mut agent: impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome>,
+        mut comp: impl FnMut(&mut fastrand::Rng, &Envelope) -> StepOutcome,
+    ) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut terminal = 0;
+            for id in sagas {
+                let s = query::get(&self.store, *id).await.unwrap().unwrap();
+                if s.state.is_terminal() || s.state == SagaState::Stuck {
+                    terminal += 1;
+                }
+            }
+            if terminal == sagas.len() {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "sagas did not finish");
+            let claim = Claim {
+                owner: "t",
+                destinations: &self.destinations,
+                limit: 64,
+                lease: Duration::from_secs(60),
+            };
+            let mut batch = self.store.claim(&claim).await.unwrap();
+            if batch.is_empty() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                continue;
+            }
+            self.rng.shuffle(&mut batch);
+            let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
+            for env in &batch {
+                let times = if self.rng.f64() < self.duplicate_rate {
+                    2
+                } else {
+                    1
+                };
+                for _ in 0..times {
+                    self.deliver(env, &mut agent, &mut comp).await;
+                }
+            }
+            self.store.mark_delivered("t", &seqs).await.unwrap();
+        }
+    }
+
+    async fn deliver(
+        &mut self,
+        env: &Envelope,
+        agent: &mut impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome>,
+        comp: &mut impl FnMut(&mut fastrand::Rng, &Envelope) -> StepOutcome,
+    ) {
+        let mut tx = self.store.begin().await.unwrap();
+        if env.destination.starts_with("saga.") {
+            self.engine.handle(&mut tx, env).await.unwrap();
+            tx.commit().await.unwrap();
+            return;
+        }
+        if tx.receive(&env.destination, env.id).await.unwrap() == Receipt::Duplicate {
+            return;
+        }
+        let saga: SagaId = env.header(header::SAGA_ID).unwrap().parse().unwrap();
+        let step: usize = env.header(outcome::STEP).unwrap().parse().unwrap();
+        let out = if env.header(header::KIND) == Some(outcome::KIND_COMPENSATE) {
+            let out = comp(&mut self.rng, env);
+            if matches!(out, StepOutcome::Ok(_)) {
+                self.ledger.undone.push((saga, step));
+            }
+            Some(out)
+        } else {
+            let out = agent(&mut self.rng, env, step);
+            if matches!(out, Some(StepOutcome::Ok(_))) {
+                self.ledger.done.push((saga, step));
+            }
+            out
+        };
+        if let Some(out) = out {
+            let reply = outcome::reply(env, &out).unwrap().unwrap();
+            tx.enqueue(&reply).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+fn ok() -> StepOutcome {
+    StepOutcome::Ok(json!("ok"))
+}
+
+fn trip() -> SagaDefinition {
+    let undoable = |n: &str| {
+        Step::<D>::new(n, format!("{n}-agent"))
+            .command(|d: &D| d.clone())
+            .on_reply(move |d: &mut D, r: Value| {
+                let k = format!("r{}", d.as_object().map_or(0, |o| o.len()));
+                d[k] = r;
+            })
+            .compensate(format!("{n}-agent"), |d: &D| json!({"cancel": d["trip"]}))
+            .retry(fast())
+            .timeout(Duration::from_millis(300))
+    };
+    Saga::<D>::builder("trip", 1)
+        .step(undoable("flight"))
+        .parallel([undoable("hotel"), undoable("car")])
+        .pivot(Step::new("charge", "charge-agent").retry(fast()))
+        .step(Step::new("confirm", "confirm-agent").retry(fast()))
+        .build()
+        .unwrap()
+}
+
+async fn happy_path(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 1).await;
+    let id = w.start("trip", json!({"trip": 1})).await;
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed);
+    assert_eq!(w.ledger.done.len(), 5);
+    assert!(w.ledger.undone.is_empty());
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(steps.len(), 5);
+    assert!(steps.iter().all(|s| s.state == "succeeded"));
+    // The ledger was written with each dispatch, and never used.
+    assert_eq!(steps[0].compensation_state.as_deref(), Some("recorded"));
+    assert_eq!(
+        steps[0]
+            .compensation_payload
+            .as_deref()
+            .map(|p| p.contains("cancel")),
+        Some(true)
+    );
+    assert_eq!(
+        steps[3].compensation_state, None,
+        "the pivot has no compensation"
+    );
+    // Every timer was cancelled when its step replied: nothing left pending.
+    assert_eq!(w.store.stats().await.unwrap().pending, 0);
+}
+both_backends!(happy_path_tests, happy_path);
+
+async fn fatal_failure_compensates_in_reverse(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 2).await;
+    let id = w.start("trip", json!({"trip": 2})).await;
+    // The pivot (step 3) declines: flight, then the hotel+car group, are undone.
+    w.pump(
+        &[id],
+        |_, _, step| {
+            Some(if step == 3 {
+                StepOutcome::Fatal("card declined".into())
+            } else {
+                ok()
+            })
+        },
+        |_, _| ok(),
+    )
+    .await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    assert!(s.error.unwrap().contains("card declined"));
+    let undone: Vec<usize> = w.ledger.undone.iter().map(|(_, i)| *i).collect();
+    assert_eq!(undone.len(), 3);
+    assert_eq!(undone[2], 0, "the flight is undone last: {undone:?}");
+    assert_eq!(
+        undone[..2].iter().collect::<HashSet<_>>(),
+        [1, 2].iter().collect()
+    );
+}
+both_backends!(fatal_tests, fatal_failure_compensates_in_reverse);
+
+async fn retryable_then_success_and_timeouts(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 3).await;
+    let id = w.start("trip", json!({"trip": 3})).await;
+    let mut calls: HashMap<usize, u32> = HashMap::new();
+    // Flight: retryable twice then ok. Confirm (after the pivot): the agent "crashes"
+    // (no reply) twice, then answers; no timeout is set on it, so retryable answers
+    // drive it: retryable 5 times (beyond the 3-attempt budget: after the pivot there is
+    // no budget), then ok.
+    w.pump(
+        &[id],
+        |_, _, step| {
+            let n = calls.entry(step).or_default();
+            *n += 1;
+            Some(match (step, *n) {
+                (0, 1..=2) => StepOutcome::Retryable("flaky".into()),
+                (4, 1..=5) => StepOutcome::Retryable("smtp down".into()),
+                _ => ok(),
+            })
+        },
+        |_, _| ok(),
+    )
+    .await;
+    assert_eq!(
+        query::get(&w.store, id).await.unwrap().unwrap().state,
+        SagaState::Completed
+    );
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(steps[0].attempts, 3);
+    assert_eq!(steps[4].attempts, 6);
+}
+both_backends!(retry_tests, retryable_then_success_and_timeouts);
+
+async fn timeout_compensates_the_unknown_step_too(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 4).await;
+    let id = w.start("trip", json!({"trip": 4})).await;
+    // The car agent never answers: after its timeout the saga compensates the car
+    // (outcome unknown), the hotel and the flight.
+    w.pump(
+        &[id],
+        |_, _, step| if step == 2 { None } else { Some(ok()) },
+        |_, _| ok(),
+    )
+    .await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    assert!(s.error.unwrap().contains("timed out"));
+    let mut undone: Vec<usize> = w.ledger.undone.iter().map(|(_, i)| *i).collect();
+    assert_eq!(undone.pop(), Some(0));
+    undone.sort();
+    assert_eq!(undone, vec![1, 2]);
+}
+both_backends!(timeout_tests, timeout_compensates_the_unknown_step_too);
+
+async fn stuck_compensation_and_operator_actions(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 5).await;
+    let id = w.start("trip", json!({"trip": 5})).await;
+    // The flight's cancellation always fails: stuck after 10 attempts.
+    let fail_flight = |_: &mut fastrand::Rng, e: &Envelope| {
+        if e.destination == "flight-agent" {
+            StepOutcome::Fatal("cancel API down".into())
+        } else {
+            ok()
+        }
+    };
+    w.pump(
+        &[id],
+        |_, _, step| {
+            Some(if step == 1 {
+                StepOutcome::Fatal("no rooms".into())
+            } else {
+                ok()
+            })
+        },
+        fail_flight,
+    )
+    .await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Stuck);
+    assert!(
+        s.error.as_deref().unwrap().contains("cancel API down"),
+        "{s:?}"
+    );
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(steps[0].compensation_state.as_deref(), Some("failed"));
+    assert_eq!(steps[0].compensation_attempts, 10);
+
+    // Abort refuses (a compensation failed) and changes nothing.
+    let mut tx = w.store.begin().await.unwrap();
+    assert!(matches!(
+        w.engine.abort(&mut tx, id).await,
+        Err(Error::WrongState { .. })
+    ));
+    tx.rollback().await.unwrap();
+    // Retry: it fails again 10 times, still stuck.
+    let mut tx = w.store.begin().await.unwrap();
+    assert_eq!(
+        w.engine.retry(&mut tx, id).await.unwrap(),
+        SagaState::Compensating
+    );
+    tx.commit().await.unwrap();
+    w.pump(&[id], |_, _, _| Some(ok()), fail_flight).await;
+    assert_eq!(
+        query::get(&w.store, id).await.unwrap().unwrap().state,
+        SagaState::Stuck
+    );
+    // Skip: recorded as skipped by hand, and the saga ends compensated.
+    let mut tx = w.store.begin().await.unwrap();
+    assert_eq!(
+        w.engine.skip(&mut tx, id).await.unwrap(),
+        SagaState::Compensated
+    );
+    tx.commit().await.unwrap();
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(steps[0].compensation_state.as_deref(), Some("skipped"));
+    assert!(
+        steps[0]
+            .compensation_error
+            .as_deref()
+            .unwrap()
+            .contains("skipped by an operator")
+    );
+    // A terminal saga refuses every action.
+    let mut tx = w.store.begin().await.unwrap();
+    for r in [
+        w.engine.abort(&mut tx, id).await,
+        w.engine.retry(&mut tx, id).await,
+        w.engine.skip(&mut tx, id).await,
+    ] {
+        assert!(
+            matches!(
+                r,
+                Err(Error::WrongState {
+                    state: SagaState::Compensated,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+    assert!(matches!(
+        w.engine.abort(&mut tx, SagaId::new()).await,
+        Err(Error::NotFound(_))
+    ));
+}
+both_backends!(stuck_tests, stuck_compensation_and_operator_actions);
+
+async fn abort_running_and_versions(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 6).await;
+    let id = w.start("trip", json!({"trip": 6})).await;
+    let mut tx = w.store.begin().await.unwrap();
+    assert_eq!(
+        w.engine.abort(&mut tx, id).await.unwrap(),
+        SagaState::Compensating
+    );
+    tx.commit().await.unwrap();
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    assert!(s.error.unwrap().contains("aborted by an operator"));
+
+    // Unknown saga name: a typed error, nothing written.
+    let mut tx = w.store.begin().await.unwrap();
+    assert!(matches!(
+        w.engine.start(&mut tx, "nope", &json!({})).await,
+        Err(Error::UnknownSaga(_))
+    ));
+    tx.rollback().await.unwrap();
+
+    // An instance of a version this engine lacks is not advanced.
+    let v2 = Saga::<D>::builder("trip", 2)
+        .step(Step::new("only", "only-agent").nothing_to_undo())
+        .build()
+        .unwrap();
+    let engine_v2 = Engine::new([v2]).unwrap();
+    let mut tx = w.store.begin().await.unwrap();
+    let old = w
+        .engine
+        .start(&mut tx, "trip", &json!({"trip": 7}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let dests = vec!["flight-agent".to_string()];
+    let cmd = w
+        .store
+        .claim(&Claim {
+            owner: "t",
+            destinations: &dests,
+            limit: 1,
+            lease: Duration::from_secs(5),
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    let mut tx = w.store.begin().await.unwrap();
+    let reply = outcome::reply(&cmd, &ok()).unwrap().unwrap();
+    assert_eq!(reply.destination(), "saga.trip.v1");
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    let orch = vec!["saga.trip.v1".to_string()];
+    let env = w
+        .store
+        .claim(&Claim {
+            owner: "t",
+            destinations: &orch,
+            limit: 1,
+            lease: Duration::from_secs(5),
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    let mut tx = w.store.begin().await.unwrap();
+    assert!(matches!(
+        engine_v2.handle(&mut tx, &env).await,
+        Err(Error::VersionNotRegistered { version: 1, .. })
+    ));
+    tx.rollback().await.unwrap();
+    // The version-1 engine takes it.
+    let mut tx = w.store.begin().await.unwrap();
+    assert!(matches!(
+        w.engine.handle(&mut tx, &env).await.unwrap(),
+        Handled::Advanced { .. }
+    ));
+    // A duplicate of it is recognised in the same transaction.
+    assert_eq!(
+        w.engine.handle(&mut tx, &env).await.unwrap(),
+        Handled::Duplicate
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        query::steps(&w.store, old).await.unwrap()[0].state,
+        "succeeded"
+    );
+}
+both_backends!(abort_version_tests, abort_running_and_versions);
+
+/// A random saga: 1–8 steps, maybe a pivot, maybe one parallel group; all steps time
+/// out quickly so that a crashed agent is noticed.
+fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<usize>, Vec<usize>) {
+    let n = rng.usize(1..=8);
+    let pivot = if rng.bool() {
+        Some(rng.usize(0..n))
+    } else {
+        None
+    };
+    let group = if n >= 3 && rng.bool() {
+        Some(rng.usize(0..n - 1))
+    } else {
+        None
+    };
+    let step = |i: usize| {
+        Step::<D>::new(format!("s{i}"), format!("a{i}"))
+            .retry(fast())
+            .timeout(Duration::from_millis(400))
+    };
+    let undo = |i: usize| step(i).compensate(format!("a{i}"), move |_: &D| json!({"undo": i}));
+    // stage_of[i]: the stage index of step i.
+    let mut stage_of = Vec::new();
+    let mut b = Saga::<D>::builder(name, 1);
+    let mut i = 0;
+    let mut stage = 0;
+    let before_pivot_end = pivot.unwrap_or(n);
+    while i < before_pivot_end {
+        if group == Some(i) && i + 1 < before_pivot_end {
+            b = b.parallel([undo(i), undo(i + 1)]);
+            stage_of.extend([stage, stage]);
+            i += 2;
+        } else if rng.u8(0..5) == 0 {
+            b = b.step(step(i).nothing_to_undo());
+            stage_of.push(stage);
+            i += 1;
+        } else {
+            b = b.step(undo(i));
+            stage_of.push(stage);
+            i += 1;
+        }
+        stage += 1;
+    }
+    let def = match pivot {
+        None => b.build().unwrap(),
+        Some(p) => {
+            let mut a = b.pivot(step(p));
+            stage_of.push(stage);
+            stage += 1;
+            for j in p + 1..n {
+                a = a.step(step(j));
+                stage_of.push(stage);
+                stage += 1;
+            }
+            a.build().unwrap()
+        }
+    };
+    (def, pivot, stage_of)
+}
+
+async fn property_random_sagas(backend: Backend) {
+    for seed in 0..2u64 {
+        let mut rng = fastrand::Rng::with_seed(seed * 7919 + 13);
+        let shapes: Vec<_> = (0..16)
+            .map(|i| random_saga(&mut rng, &format!("p{i}")))
+            .collect();
+        let defs: Vec<_> = shapes.iter().map(|(d, _, _)| d.clone()).collect();
+        let mut w = World::new(backend, defs, seed).await;
+        w.duplicate_rate = 0.2;
+        let mut ids = Vec::new();
+        for (d, _, _) in &shapes {
+            ids.push((w.start(d.name(), json!({})).await, d.clone()));
+        }
+        let pivots: HashMap<String, Option<usize>> = shapes
+            .iter()
+            .map(|(d, p, _)| (d.name().to_string(), *p))
+            .collect();
+        let saga_ids: Vec<SagaId> = ids.iter().map(|(i, _)| *i).collect();
+        let name_of: HashMap<SagaId, String> = ids
+            .iter()
+            .map(|(i, d)| (*i, d.name().to_string()))
+            .collect();
+        w.pump(
+            &saga_ids,
+            |rng, env, step| {
+                let saga: SagaId = env.header(header::SAGA_ID).unwrap().parse().unwrap();
+                let after_pivot = pivots[&name_of[&saga]].is_some_and(|p| step > p);
+                match rng.u8(0..100) {
+                    0..=69 => Some(ok()),
+                    70..=79 => Some(StepOutcome::Retryable("flaky".into())),
+                    80..=91 if !after_pivot => Some(StepOutcome::Fatal("no".into())),
+                    80..=91 => Some(ok()),
+                    _ => None, // crashed: no answer, the step times out
+                }
+            },
+            |rng, _| {
+                if rng.u8(0..100) < 25 {
+                    StepOutcome::Retryable("undo flaky".into())
+                } else {
+                    ok()
+                }
+            },
+        )
+        .await;
+
+        let mut ends = HashMap::new();
+        for (id, def) in &ids {
+            let s = query::get(&w.store, *id).await.unwrap().unwrap();
+            *ends.entry(s.state).or_insert(0) += 1;
+            let (_, pivot, stage_of) = shapes
+                .iter()
+                .find(|(d, _, _)| d.name() == def.name())
+                .unwrap();
+            assert!(
+                matches!(s.state, SagaState::Completed | SagaState::Compensated),
+                "saga {} ended {}: {:?}",
+                def.name(),
+                s.state,
+                s.error
+            );
+            let steps = query::steps(&w.store, *id).await.unwrap();
+            let undone: Vec<usize> = w
+                .ledger
+                .undone
+                .iter()
+                .filter(|(i, _)| i == id)
+                .map(|(_, s)| *s)
+                .collect();
+            match s.state {
+                SagaState::Completed => {
+                    assert!(undone.is_empty(), "nothing is compensated on success");
+                    assert_eq!(steps.len(), stage_of.len());
+                }
+                _ => {
+                    // Every dispatched step with a compensation command is undone
+                    // exactly once; none after the pivot; in reverse stage order.
+                    let expected: HashSet<usize> = steps
+                        .iter()
+                        .filter(|s| s.compensation_destination.is_some())
+                        .map(|s| s.idx as usize)
+                        .collect();
+                    let got: HashSet<usize> = undone.iter().copied().collect();
+                    assert_eq!(
+                        got.len(),
+                        undone.len(),
+                        "a step was undone twice: {undone:?}"
+                    );
+                    assert_eq!(got, expected, "{}: undone {undone:?}", def.name());
+                    if let Some(p) = pivot {
+                        assert!(
+                            undone.iter().all(|i| i < p),
+                            "undid a step at/after the pivot"
+                        );
+                    }
+                    let stages: Vec<usize> = undone.iter().map(|i| stage_of[*i]).collect();
+                    assert!(
+                        stages.windows(2).all(|w| w[0] >= w[1]),
+                        "not in reverse: {stages:?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            ends.get(&SagaState::Completed).is_some_and(|n| *n > 0),
+            "{ends:?}"
+        );
+        assert!(
+            ends.get(&SagaState::Compensated).is_some_and(|n| *n > 0),
+            "{ends:?}"
+        );
+        let stats = w.store.stats().await.unwrap();
+        assert_eq!(stats.in_flight, 0);
+    }
+}
+both_backends!(property_tests, property_random_sagas);
