@@ -1,1 +1,23 @@
-//! facade
+//! `agentsaga`: sagas run by actors, over a transactional outbox that lives in your
+//! own database (SQLite embedded, or PostgreSQL for many processes).
+//!
+//! This facade re-exports the crates and offers a [`prelude`]:
+//! - [`core`]: the outbox, the inbox and the store backends;
+//! - [`saga`]: saga definitions and the persisted state machine;
+//! - [`relay`]: the actor pool that delivers the outbox;
+//! - [`runtime`]: agents, orchestrators, supervision and the `Runtime` builder.
+//!
+//! Start with `examples/trip_booking.rs`, and `docs/ARCHITECTURE.md`.
+
+pub use agentsaga_core as core;
+pub use agentsaga_relay as relay;
+pub use agentsaga_runtime as runtime;
+pub use agentsaga_saga as saga;
+
+/// The names most programs need.
+pub mod prelude {
+    pub use agentsaga_core::{Conn, Message, MessageId, RetryPolicy, Store, StoreConfig, Tx};
+    pub use agentsaga_relay::RelayConfig;
+    pub use agentsaga_runtime::{Agent, AgentContext, ResultExt, Runtime, StepError};
+    pub use agentsaga_saga::{Saga, SagaId, SagaState, Step, StepOutcome};
+}

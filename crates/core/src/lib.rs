@@ -52,6 +52,7 @@
 mod error;
 mod id;
 mod message;
+pub mod propagation;
 mod retry;
 mod store;
 #[cfg(feature = "testing")]

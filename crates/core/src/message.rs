@@ -191,7 +191,10 @@ impl Message {
     }
 
     pub(crate) fn headers_json(&self) -> Result<String> {
-        Ok(serde_json::to_string(&self.headers)?)
+        match crate::propagation::outgoing(&self.headers) {
+            Some(with_context) => Ok(serde_json::to_string(&with_context)?),
+            None => Ok(serde_json::to_string(&self.headers)?),
+        }
     }
 
     pub(crate) fn delay_ms(&self) -> i64 {

@@ -10,6 +10,7 @@ mod wake;
 use std::time::Duration;
 
 use sqlx::{PgPool, SqlitePool};
+use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
 pub use conn::{Conn, Tx};
@@ -248,7 +249,24 @@ impl Store {
         if messages.is_empty() {
             return Ok(());
         }
-        let mut conn = self.check_backend(conn.into())?;
+        let span = tracing::info_span!(
+            "outbox.enqueue",
+            otel.kind = "producer",
+            message.destination = %messages[0].destination,
+            message.id = %messages[0].id,
+            messages = messages.len(),
+            saga.id = tracing::field::Empty,
+        );
+        if let Some(saga) = messages[0].headers.get(crate::header::SAGA_ID) {
+            span.record("saga.id", saga.as_str());
+        }
+        self.enqueue_checked(conn.into(), messages)
+            .instrument(span)
+            .await
+    }
+
+    async fn enqueue_checked(&self, conn: Conn<'_>, messages: &[Message]) -> Result<()> {
+        let mut conn = self.check_backend(conn)?;
         if let Some(limit) = self.config.max_pending {
             let pending = match &mut conn {
                 Conn::Sqlite(c) => sqlite::count_pending(c, limit).await?,

@@ -1,1 +1,58 @@
-//! placeholder
+//! `agentsaga-runtime`: what users run. Agent actors carry out saga steps
+//! effectively once; orchestrator actors drive the saga engine; a supervisor restarts
+//! crashed actors; the relay delivers every message through the outbox.
+//!
+//! # Quick start
+//!
+//! ```
+//! use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+//! use agentsaga_saga::{Saga, SagaState, Step};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Order { id: u32 }
+//!
+//! struct Stock;
+//! #[async_trait::async_trait]
+//! impl Agent for Stock {
+//!     type Command = serde_json::Value;
+//!     type Reply = String;
+//!     fn destination(&self) -> &str { "stock" }
+//!     async fn handle(&self, ctx: &mut AgentContext<'_>, _cmd: serde_json::Value) -> Result<String, StepError> {
+//!         // Effects go through ctx.conn(): the same transaction as the inbox record
+//!         // and the reply.
+//!         Ok(if ctx.is_compensation() { "released" } else { "reserved" }.into())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let order = Saga::<Order>::builder("order", 1)
+//!     .step(Step::new("reserve", "stock").compensate("stock", |o: &Order| o.id))
+//!     .build()?;
+//! let runtime = Runtime::builder()
+//!     .database("sqlite::memory:")
+//!     .agent(Stock)
+//!     .saga(order)
+//!     .start()
+//!     .await?;
+//! let id = runtime.start_saga("order", &Order { id: 1 }).await?;
+//! assert_eq!(runtime.wait(id).await?, SagaState::Completed);
+//! runtime.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod actors;
+mod agent;
+mod error;
+mod runtime;
+mod supervisor;
+pub mod telemetry;
+
+pub use agent::{Agent, AgentContext, ResultExt, StepError};
+pub use error::{Error, Result};
+pub use runtime::{Runtime, RuntimeBuilder};
+
+pub use agentsaga_core as core;
+pub use agentsaga_relay as relay;
+pub use agentsaga_saga as saga;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use agentsaga_core::{DeliveryFailed, Envelope, MessageId, Receipt, RetryPolicy, Tx, header};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use self::logic::{Ctx, Effects};
 use self::model::Instance;
@@ -141,17 +142,52 @@ impl Engine {
             steps: BTreeMap::new(),
             finished: false,
         };
-        let span = tracing::info_span!("saga.start", saga.id = %inst.id, saga.name = %name, otel.kind = "producer");
-        let _enter = span.enter();
+        let span = tracing::info_span!(
+            "saga.start",
+            saga.id = %inst.id,
+            saga.name = %name,
+            saga.version = version,
+            otel.kind = "producer",
+        );
         let mut ctx = self.ctx(&mut inst);
         ctx.start()?;
         let fx = std::mem::take(&mut ctx.fx);
-        drop(_enter);
-        self.write(tx, &inst, None, fx).await?;
+        self.write(tx, &inst, None, fx).instrument(span).await?;
         Ok(inst.id)
     }
 
     async fn write(
+        &self,
+        tx: &mut Tx,
+        inst: &Instance,
+        before: Option<&Instance>,
+        fx: Effects,
+    ) -> Result<()> {
+        let compensating = fx.send.iter().find_map(|m| {
+            let kind = m.header_map().get(header::KIND).map(String::as_str);
+            (kind == Some(outcome::KIND_COMPENSATE)).then(|| {
+                m.header_map()
+                    .get(outcome::STEP_NAME)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+        });
+        let span = match compensating {
+            Some(step) => tracing::info_span!(
+                "saga.compensate",
+                saga.id = %inst.id,
+                saga.name = %inst.name,
+                step.name = %step,
+                otel.kind = "producer",
+            ),
+            None => tracing::Span::none(),
+        };
+        self.write_effects(tx, inst, before, fx)
+            .instrument(span)
+            .await
+    }
+
+    async fn write_effects(
         &self,
         tx: &mut Tx,
         inst: &Instance,

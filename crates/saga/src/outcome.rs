@@ -55,13 +55,9 @@ pub fn reply(command: &Envelope, outcome: &StepOutcome) -> agentsaga_core::Resul
         .header(header::KIND, KIND_REPLY)
         .header(header::CAUSATION_ID, command.id.to_string())
         .json(outcome)?;
-    for name in [
-        header::SAGA_ID,
-        STEP,
-        STEP_NAME,
-        header::TRACEPARENT,
-        header::TRACESTATE,
-    ] {
+    // The trace context is not copied: the reply's own enqueue captures the agent's
+    // span, so the reply hangs under the handling that produced it.
+    for name in [header::SAGA_ID, STEP, STEP_NAME] {
         if let Some(v) = command.header(name) {
             msg = msg.header(name, v);
         }

@@ -19,7 +19,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Where a saga instance is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SagaState {
     /// Forward steps in progress.

@@ -311,13 +311,11 @@ impl Ctx<'_> {
         }
     }
 
-    /// Has the pivot been dispatched? Then the saga can only go forward.
+    /// Has the pivot been dispatched? Then the saga can only go forward. Read from the
+    /// ledger alone (the pivot and the steps after it are exactly the rows without a
+    /// compensation entry), so operators can act without the definition.
     fn past_pivot(&self) -> bool {
-        self.def.is_some_and(|def| {
-            def.steps()
-                .position(|(_, s)| s.pivot)
-                .is_some_and(|p| self.inst.steps.contains_key(&p))
-        })
+        self.inst.steps.values().any(|r| r.comp_state.is_none())
     }
 
     pub(crate) fn on_deadline(&mut self) -> Result<()> {
@@ -446,10 +444,6 @@ impl Ctx<'_> {
     pub(crate) fn abort(&mut self) -> Result<()> {
         let state = self.inst.state;
         match state {
-            SagaState::Running if self.def.is_none() => Err(self.wrong(
-                "abort",
-                ", and its definition is not registered here".into(),
-            )),
             SagaState::Running if self.past_pivot() => {
                 Err(self.wrong("abort", ", past its pivot: it can only go forward".into()))
             }

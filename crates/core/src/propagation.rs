@@ -1,0 +1,50 @@
+//! Trace-context propagation hooks. The core knows nothing of OpenTelemetry: the
+//! runtime's telemetry setup installs a [`Propagator`], and then every enqueue captures
+//! the current span's context into the message's headers (`traceparent`), and every
+//! consumer adopts it as the parent of its span. Without one installed, both are no-ops.
+
+use std::sync::OnceLock;
+
+use crate::Headers;
+use crate::message::header;
+
+/// Moves trace context between the current span and message headers.
+pub trait Propagator: Send + Sync + 'static {
+    /// Writes the current span's context into `headers`.
+    fn inject(&self, headers: &mut Headers);
+    /// Makes the context in `headers` the parent of `span` (before it is entered).
+    fn adopt(&self, span: &tracing::Span, headers: &Headers);
+}
+
+static PROPAGATOR: OnceLock<Box<dyn Propagator>> = OnceLock::new();
+
+/// Installs the process-wide propagator; `false` if one was installed already.
+pub fn set_propagator(p: impl Propagator) -> bool {
+    PROPAGATOR.set(Box::new(p)).is_ok()
+}
+
+/// Writes the current span's context into `headers` (overwriting any there).
+pub fn inject_current(headers: &mut Headers) {
+    if let Some(p) = PROPAGATOR.get() {
+        p.inject(headers);
+    }
+}
+
+/// Makes the context carried by `headers` the parent of `span`.
+pub fn adopt(span: &tracing::Span, headers: &Headers) {
+    if let Some(p) = PROPAGATOR.get() {
+        p.adopt(span, headers);
+    }
+}
+
+/// The headers to store for a message: its own, plus the current trace context unless
+/// the caller set one. Captured at enqueue time, inside the producer's span.
+pub(crate) fn outgoing(headers: &Headers) -> Option<Headers> {
+    let p = PROPAGATOR.get()?;
+    if headers.contains_key(header::TRACEPARENT) {
+        return None;
+    }
+    let mut h = headers.clone();
+    p.inject(&mut h);
+    Some(h)
+}

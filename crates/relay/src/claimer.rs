@@ -1,0 +1,393 @@
+//! The claimer: the one actor of a relay that talks to the outbox.
+//!
+//! It claims rows when workers are free (on a wakeup, a poll tick, or a worker
+//! finishing), dispatches them to the delivery pool, collects the outcomes the workers
+//! report and writes them back in batches, renews the leases of rows still being
+//! delivered, returns expired leases to the pool, and runs the graceful shutdown.
+//!
+//! Batching falls out of the mailbox: each outcome queues at most one `Flush` behind
+//! it, so every outcome that arrived before that `Flush` is processed goes into the same
+//! statements, and nothing waits on a timer. No database transaction is open while a
+//! transport delivers.
+
+mod shutdown;
+mod upkeep;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentsaga_core::{Claim, Envelope, Store};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::breaker::{Breakers, Change, Claimable};
+use crate::outcome::{ATTEMPTS_EXHAUSTED, Outcomes};
+use crate::pacer::{self, Signal, Signals};
+use crate::stats::StatsCell;
+use crate::worker::{PoolRef, RouteKey, spawn_pool};
+use crate::{Delivery, RelayConfig, Transport};
+
+/// What the claimer is told.
+pub(crate) enum ClaimerMsg {
+    /// New rows may be ready (wakeup or poll tick): claim for the free workers.
+    Tick,
+    /// A worker finished a delivery.
+    Done(Done),
+    /// Write the collected outcomes, then claim.
+    Flush,
+    /// Extend the leases of rows this relay still holds.
+    Renew,
+    /// Return rows with expired leases to the pool.
+    Reclaim,
+    /// Stop claiming, drain, release, stop; answer when done.
+    Shutdown(Option<RpcReplyPort<()>>),
+    /// The drain took too long: release what is left.
+    ShutdownDeadline,
+}
+
+/// A worker's report.
+pub(crate) struct Done {
+    pub(crate) seq: i64,
+    pub(crate) delivery: Delivery,
+    /// When the delivery finished, Unix milliseconds (for the latency).
+    pub(crate) finished_ms: i64,
+}
+
+/// The claimer's configuration (what changes lives in [`ClaimerState`]).
+pub(crate) struct Claimer {
+    pub(crate) store: Store,
+    pub(crate) destinations: Vec<String>,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) config: RelayConfig,
+    pub(crate) stats: Arc<StatsCell>,
+}
+
+#[derive(Debug)]
+enum Stop {
+    Running,
+    /// Shutting down, waiting for deliveries in flight; these callers want to know.
+    Draining(Vec<RpcReplyPort<()>>),
+    Stopped,
+}
+
+pub(crate) struct ClaimerState {
+    pool: PoolRef,
+    signals: Arc<Signals>,
+    pacer: Option<JoinHandle<()>>,
+    /// Rows handed to the pool and not yet reported back.
+    delivering: HashMap<i64, Arc<Envelope>>,
+    outcomes: Outcomes,
+    flush_queued: bool,
+    breakers: Breakers,
+    claim_backoff: Backoff,
+    flush_backoff: Backoff,
+    stop: Stop,
+}
+
+impl Actor for Claimer {
+    type Msg = ClaimerMsg;
+    type State = ClaimerState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        (): (),
+    ) -> Result<ClaimerState, ActorProcessingErr> {
+        let pool = spawn_pool(self.config.workers, Arc::clone(&self.transport), myself).await?;
+        Ok(ClaimerState {
+            pool,
+            signals: Arc::default(),
+            pacer: None,
+            delivering: HashMap::with_capacity(self.config.workers),
+            outcomes: Outcomes::default(),
+            flush_queued: false,
+            breakers: Breakers::new(self.config.breaker_threshold, self.config.breaker_cooldown),
+            claim_backoff: Backoff::default(),
+            flush_backoff: Backoff::default(),
+            stop: Stop::Running,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.pacer = Some(pacer::spawn(
+            myself,
+            Arc::clone(&state.signals),
+            self.store.wakeups().subscribe(),
+            self.config.poll_interval,
+            self.config.lease,
+        ));
+        tracing::info!(
+            owner = %self.config.owner,
+            destinations = ?self.destinations,
+            workers = self.config.workers,
+            "relay started"
+        );
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(pacer) = state.pacer.take() {
+            pacer.abort();
+        }
+        state.pool.kill();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        msg: ClaimerMsg,
+        state: &mut ClaimerState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Nothing in here returns an error: a failing database is logged and retried,
+        // never a reason for the relay to die.
+        match msg {
+            ClaimerMsg::Tick => {
+                state.signals.lower(Signal::Tick);
+                if matches!(state.stop, Stop::Running) {
+                    self.claim(&myself, state).await;
+                }
+            }
+            ClaimerMsg::Done(done) => self.on_done(&myself, state, done),
+            ClaimerMsg::Flush => {
+                state.flush_queued = false;
+                self.flush(&myself, state).await;
+                match state.stop {
+                    Stop::Running => self.claim(&myself, state).await,
+                    Stop::Draining(_) if state.delivering.is_empty() => {
+                        self.finish(&myself, state).await;
+                    }
+                    _ => {}
+                }
+            }
+            ClaimerMsg::Renew => {
+                state.signals.lower(Signal::Renew);
+                self.renew(state).await;
+            }
+            ClaimerMsg::Reclaim => {
+                state.signals.lower(Signal::Reclaim);
+                if matches!(state.stop, Stop::Running) {
+                    self.reclaim(&myself, state).await;
+                }
+            }
+            ClaimerMsg::Shutdown(reply) => self.begin_shutdown(&myself, state, reply).await,
+            ClaimerMsg::ShutdownDeadline => {
+                if matches!(state.stop, Stop::Draining(_)) {
+                    tracing::warn!(
+                        unfinished = state.delivering.len(),
+                        "relay shutdown timed out; releasing unfinished deliveries"
+                    );
+                    self.finish(&myself, state).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ClaimerMsg>,
+        event: SupervisionEvent,
+        state: &mut ClaimerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let died = match &event {
+            SupervisionEvent::ActorTerminated(who, ..) | SupervisionEvent::ActorFailed(who, _) => {
+                who.get_id() == state.pool.get_id()
+            }
+            _ => false,
+        };
+        if died && matches!(state.stop, Stop::Running) {
+            // Should not happen (the factory restarts its own workers). The deliveries
+            // it held are lost: release them to be delivered again.
+            tracing::error!(?event, "relay delivery pool died; restarting it");
+            for (seq, _) in state.delivering.drain() {
+                state.outcomes.release(seq);
+            }
+            self.stats.set_in_flight(0);
+            state.pool = spawn_pool(
+                self.config.workers,
+                Arc::clone(&self.transport),
+                myself.clone(),
+            )
+            .await?;
+            self.queue_flush(&myself, state);
+        }
+        Ok(())
+    }
+}
+
+impl Claimer {
+    /// Claims rows for the free workers and dispatches them.
+    async fn claim(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
+        let now = Instant::now();
+        if !state.claim_backoff.remaining(now).is_zero() {
+            return; // the failure that set the backoff scheduled a Tick
+        }
+        let free = self.config.workers.saturating_sub(state.delivering.len());
+        if free == 0 {
+            return;
+        }
+        let limit = u32::try_from(free)
+            .unwrap_or(u32::MAX)
+            .min(self.config.batch_size);
+        let Claimable { open, probe } = state.breakers.claimable(&self.destinations, now);
+        let mut claimed = Vec::new();
+        let mut error = None;
+        let mut full = false;
+        if !open.is_empty() {
+            match self.store.claim(&self.claim_of(&open, limit)).await {
+                Ok(rows) => {
+                    full = rows.len() == limit as usize;
+                    claimed.extend(rows.into_iter().map(|e| (e, false)));
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        // A half-open destination gets a single probe row.
+        for destination in &probe {
+            if error.is_some() || claimed.len() >= free {
+                break;
+            }
+            let one = std::slice::from_ref(destination);
+            match self.store.claim(&self.claim_of(one, 1)).await {
+                Ok(rows) => {
+                    if !rows.is_empty() {
+                        state.breakers.probing(destination, true);
+                    }
+                    claimed.extend(rows.into_iter().map(|e| (e, true)));
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        let count = claimed.len();
+        for (envelope, probe) in claimed {
+            self.dispatch(myself, state, envelope, probe);
+        }
+        self.stats.set_in_flight(state.delivering.len());
+        if let Some(e) = error {
+            let delay = self.db_failed("claiming rows", &e, &mut state.claim_backoff);
+            myself.send_after(delay, || ClaimerMsg::Tick);
+        } else {
+            state.claim_backoff.reset();
+            if full && count < free {
+                // A full batch and room for more: there may be more ready rows.
+                state.signals.post(myself, Signal::Tick);
+            }
+        }
+    }
+
+    fn claim_of<'a>(&'a self, destinations: &'a [String], limit: u32) -> Claim<'a> {
+        Claim {
+            owner: &self.config.owner,
+            destinations,
+            limit,
+            lease: self.config.lease,
+        }
+    }
+
+    fn dispatch(
+        &self,
+        myself: &ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+        envelope: Envelope,
+        probe: bool,
+    ) {
+        if envelope.attempts > self.config.retry.max_attempts {
+            // Claimed more often than the budget allows: relays died delivering it
+            // (e.g. it crashes whatever handles it). Do not try again.
+            if probe {
+                state.breakers.probing(&envelope.destination, false);
+            }
+            state
+                .outcomes
+                .give_up(&envelope, ATTEMPTS_EXHAUSTED.to_owned());
+            self.queue_flush(myself, state);
+            return;
+        }
+        let envelope = Arc::new(envelope);
+        let seq = envelope.seq;
+        match state
+            .pool
+            .dispatch(RouteKey::of(&envelope), Arc::clone(&envelope))
+        {
+            Ok(()) => {
+                state.delivering.insert(seq, envelope);
+            }
+            Err(e) => {
+                tracing::warn!(seq, error = %e, "relay delivery pool unavailable; releasing the row");
+                if probe {
+                    state.breakers.probing(&envelope.destination, false);
+                }
+                state.outcomes.release(seq);
+                self.queue_flush(myself, state);
+            }
+        }
+    }
+
+    fn on_done(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, done: Done) {
+        let Some(envelope) = state.delivering.remove(&done.seq) else {
+            return; // released meanwhile (pool restart or shutdown deadline)
+        };
+        let ok = !matches!(done.delivery, Delivery::Retry { .. });
+        match state
+            .breakers
+            .record(&envelope.destination, ok, Instant::now())
+        {
+            Some(Change::Opened) => {
+                self.stats.breaker_tripped();
+                tracing::warn!(
+                    destination = %envelope.destination,
+                    cooldown_ms = self.config.breaker_cooldown.as_millis() as u64,
+                    "circuit breaker opened: destination paused"
+                );
+            }
+            Some(Change::Closed) => {
+                tracing::info!(destination = %envelope.destination, "circuit breaker closed");
+            }
+            None => {}
+        }
+        state.outcomes.record(
+            &envelope,
+            done.delivery,
+            done.finished_ms,
+            &self.config.retry,
+        );
+        self.stats.set_in_flight(state.delivering.len());
+        self.queue_flush(myself, state);
+    }
+
+    fn queue_flush(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
+        if !state.flush_queued && myself.cast(ClaimerMsg::Flush).is_ok() {
+            state.flush_queued = true;
+        }
+    }
+
+    /// Logs a failed database call and returns how long to back off.
+    fn db_failed(
+        &self,
+        what: &str,
+        error: &agentsaga_core::Error,
+        backoff: &mut Backoff,
+    ) -> std::time::Duration {
+        self.stats.db_error();
+        let delay = backoff.fail(Instant::now());
+        tracing::warn!(
+            error = %error,
+            transient = error.is_transient(),
+            retry_in_ms = delay.as_millis() as u64,
+            "relay failed {what}; backing off"
+        );
+        delay
+    }
+}

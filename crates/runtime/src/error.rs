@@ -1,0 +1,29 @@
+//! The errors of `agentsaga-runtime`.
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong building, starting or using a runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder was not given what it needs.
+    #[error("runtime configuration: {0}")]
+    Config(String),
+
+    /// The store failed (open, migrate, a transaction).
+    #[error(transparent)]
+    Store(#[from] agentsaga_core::Error),
+
+    /// The saga engine refused (unknown saga name, bad data...).
+    #[error(transparent)]
+    Saga(#[from] agentsaga_saga::Error),
+
+    /// The relay could not start.
+    #[error(transparent)]
+    Relay(#[from] agentsaga_relay::RelayError),
+
+    /// An actor could not be spawned.
+    #[error("could not spawn an actor: {0}")]
+    Spawn(String),
+}

@@ -1,0 +1,306 @@
+//! The runtime: a store, the agents and sagas this process hosts, their actors, and a
+//! relay delivering their messages.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga_core::RetryPolicy;
+use agentsaga_core::{Store, StoreConfig, Tx};
+use agentsaga_relay::in_process::InProcessTransport;
+use agentsaga_relay::{Relay, RelayConfig, RelayHandle};
+use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState, query};
+use ractor::{Actor, ActorRef};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::actors::{Erased, Process, Settled};
+use crate::supervisor::{ChildSpec, Supervisor, SupervisorMsg};
+use crate::{Agent, Error, Result};
+
+/// Builds a [`Runtime`]. See [`Runtime::builder`].
+#[must_use]
+pub struct RuntimeBuilder {
+    url: Option<String>,
+    store: Option<Store>,
+    store_config: StoreConfig,
+    agents: Vec<Arc<dyn Process>>,
+    sagas: Vec<SagaDefinition>,
+    agent_concurrency: usize,
+    orchestrator_concurrency: usize,
+    relay: RelayConfig,
+    compensation_retry: Option<RetryPolicy>,
+    delivery_timeout: Duration,
+}
+
+impl RuntimeBuilder {
+    /// The database: `sqlite://file.db`, `sqlite::memory:`, or `postgres://…`.
+    pub fn database(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// An already-open store instead of a URL.
+    pub fn store(mut self, store: Store) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// How the store is opened (when given a URL).
+    pub fn store_config(mut self, config: StoreConfig) -> Self {
+        self.store_config = config;
+        self
+    }
+
+    /// Hosts an agent: this process consumes its destination.
+    pub fn agent<A: Agent>(mut self, agent: A) -> Self {
+        self.agents.push(Arc::new(Erased(agent)));
+        self
+    }
+
+    /// Registers a saga definition: this process starts its instances and consumes its
+    /// orchestrator destination. Register several versions of one saga side by side.
+    pub fn saga(mut self, definition: SagaDefinition) -> Self {
+        self.sagas.push(definition);
+        self
+    }
+
+    /// Actors per agent (deliveries handled concurrently). Default 4.
+    pub fn agent_concurrency(mut self, n: usize) -> Self {
+        self.agent_concurrency = n.max(1);
+        self
+    }
+
+    /// Orchestrator actors per saga version. Default 4.
+    pub fn orchestrator_concurrency(mut self, n: usize) -> Self {
+        self.orchestrator_concurrency = n.max(1);
+        self
+    }
+
+    /// The relay's configuration (batch size, workers, lease, retry policy...).
+    pub fn relay_config(mut self, config: RelayConfig) -> Self {
+        self.relay = config;
+        self
+    }
+
+    /// How failed compensations are retried before the saga is stuck.
+    pub fn compensation_retry(mut self, policy: RetryPolicy) -> Self {
+        self.compensation_retry = Some(policy);
+        self
+    }
+
+    /// How long an actor may take with one delivery before it counts as failed.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    /// Opens the store (migrating it), spawns the actors and starts the relay. Sagas
+    /// left unfinished by an earlier process resume by themselves: their next messages
+    /// are in the outbox.
+    ///
+    /// # Errors
+    /// [`Error::Config`] without a database or with nothing to host; store, engine and
+    /// relay errors.
+    pub async fn start(self) -> Result<Runtime> {
+        let store = match (self.store, &self.url) {
+            (Some(s), _) => s,
+            (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
+            (None, None) => return Err(Error::Config("no database: call .database(url)".into())),
+        };
+        let mut engine = Engine::new(self.sagas)?;
+        if let Some(p) = self.compensation_retry {
+            engine = engine.with_compensation_retry(p);
+        }
+        let mut destinations: Vec<String> = self
+            .agents
+            .iter()
+            .map(|a| a.destination().to_owned())
+            .collect();
+        {
+            let mut seen = std::collections::HashSet::new();
+            for d in &destinations {
+                if !seen.insert(d) {
+                    return Err(Error::Config(format!("two agents for destination `{d}`")));
+                }
+            }
+        }
+        destinations.extend(engine.orchestrator_destinations());
+        if destinations.is_empty() {
+            return Err(Error::Config(
+                "nothing to host: add an agent or a saga".into(),
+            ));
+        }
+        let (settled, _) = broadcast::channel(1024);
+        let mut specs = Vec::new();
+        for agent in &self.agents {
+            for _ in 0..self.agent_concurrency {
+                specs.push(ChildSpec::Agent {
+                    agent: Arc::clone(agent),
+                    store: store.clone(),
+                });
+            }
+        }
+        for destination in engine.orchestrator_destinations() {
+            for _ in 0..self.orchestrator_concurrency {
+                specs.push(ChildSpec::Orchestrator {
+                    destination: destination.clone(),
+                    engine: engine.clone(),
+                    store: store.clone(),
+                    settled: settled.clone(),
+                });
+            }
+        }
+        let transport = InProcessTransport::new().timeout(self.delivery_timeout);
+        let (supervisor, _) = Actor::spawn(
+            None,
+            Supervisor {
+                transport: transport.clone(),
+            },
+            specs,
+        )
+        .await
+        .map_err(|e| Error::Spawn(e.to_string()))?;
+        let relay = Relay::start(
+            store.clone(),
+            destinations.clone(),
+            Arc::new(transport),
+            self.relay,
+        )
+        .await?;
+        report_unregistered(&store, &engine).await;
+        tracing::info!(destinations = ?destinations, backend = store.backend(), "agentsaga runtime started");
+        Ok(Runtime {
+            store,
+            engine,
+            relay: Some(relay),
+            supervisor,
+            settled,
+        })
+    }
+}
+
+async fn report_unregistered(store: &Store, engine: &Engine) {
+    match query::unfinished(store).await {
+        Ok(list) => {
+            for s in list.iter().filter(|s| !engine.has(&s.name, s.version)) {
+                tracing::warn!(saga.id = %s.id, saga.name = %s.name, version = s.version,
+                    "unfinished saga of a version this process does not register: left for a process that has it");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not list unfinished sagas"),
+    }
+}
+
+/// A running agentsaga process: hosts agents and sagas, delivers their messages.
+pub struct Runtime {
+    store: Store,
+    engine: Engine,
+    relay: Option<RelayHandle>,
+    supervisor: ActorRef<SupervisorMsg>,
+    settled: broadcast::Sender<Settled>,
+}
+
+impl Runtime {
+    /// A builder with defaults: 4 actors per agent and per saga version, the default
+    /// relay configuration.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            url: None,
+            store: None,
+            store_config: StoreConfig::default(),
+            agents: Vec::new(),
+            sagas: Vec::new(),
+            agent_concurrency: 4,
+            orchestrator_concurrency: 4,
+            relay: RelayConfig::default(),
+            compensation_retry: None,
+            delivery_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The saga engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The relay's counters.
+    pub fn relay_stats(&self) -> Option<agentsaga_relay::RelayStats> {
+        self.relay.as_ref().map(RelayHandle::stats)
+    }
+
+    /// Starts saga `name` with `data` in a transaction of its own; returns its id.
+    ///
+    /// # Errors
+    /// [`agentsaga_saga::Error::UnknownSaga`] (as [`Error::Saga`]) for an unregistered
+    /// name; store errors.
+    pub async fn start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
+        let mut tx = self.store.begin().await?;
+        let id = self.engine.start(&mut tx, name, data).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Starts saga `name` inside the caller's transaction, beside its own changes: the
+    /// saga exists exactly when that transaction commits.
+    ///
+    /// # Errors
+    /// As [`start_saga`](Self::start_saga).
+    pub async fn start_saga_in<D: Serialize>(
+        &self,
+        tx: &mut Tx,
+        name: &str,
+        data: &D,
+    ) -> Result<SagaId> {
+        Ok(self.engine.start(tx, name, data).await?)
+    }
+
+    /// Waits until saga `id` is completed, compensated, aborted or stuck, and returns
+    /// that state. Works for sagas advanced by other processes too (it also polls).
+    ///
+    /// # Errors
+    /// [`agentsaga_saga::Error::NotFound`] for an unknown id; store errors.
+    pub async fn wait(&self, id: SagaId) -> Result<SagaState> {
+        let mut rx = self.settled.subscribe();
+        loop {
+            let s = query::get(&self.store, id)
+                .await?
+                .ok_or(agentsaga_saga::Error::NotFound(id))?;
+            if s.state.is_terminal() || s.state == SagaState::Stuck {
+                return Ok(s.state);
+            }
+            let deadline = tokio::time::sleep(Duration::from_millis(500));
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    () = &mut deadline => break,
+                    ev = rx.recv() => match ev {
+                        Ok(ev) if ev.saga == id => return Ok(ev.state),
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Stops gracefully: the relay stops claiming and finishes or releases what it has
+    /// in flight, then the actors stop. Nothing is lost: what was not delivered is
+    /// delivered by the next process.
+    pub async fn shutdown(mut self) {
+        if let Some(relay) = self.relay.take() {
+            relay.shutdown().await;
+        }
+        let _ = self.supervisor.cast(SupervisorMsg::Quiesce);
+        let cell = self.supervisor.get_cell();
+        cell.stop_children_and_wait(None, Some(Duration::from_secs(10)))
+            .await;
+        let _ = cell.stop_and_wait(None, Some(Duration::from_secs(5))).await;
+        self.store.close().await;
+    }
+}

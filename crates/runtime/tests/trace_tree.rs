@@ -1,0 +1,143 @@
+//! One saga, one trace: with an in-memory exporter, a saga whose second step fails
+//! fatally (so the first is compensated) yields exactly one trace, whose spans form a
+//! tree rooted at `saga.start` and cover every hop.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaState, Step};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use serde_json::{Value, json};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::{Layer, util::SubscriberInitExt};
+
+struct Echo(&'static str, bool);
+
+#[async_trait::async_trait]
+impl Agent for Echo {
+    type Command = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        self.0
+    }
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+        if self.1 && !ctx.is_compensation() {
+            return Err(StepError::fatal("no rooms left"));
+        }
+        Ok(cmd)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_saga_with_a_compensation_is_one_trace() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("test"))
+        .with_filter(agentsaga_runtime::telemetry::export_filter());
+    tracing_subscriber::registry().with(layer).init();
+    agentsaga_runtime::telemetry::install_propagator();
+
+    let saga = Saga::<Value>::builder("trip", 1)
+        .step(
+            Step::new("reserve_flight", "flights")
+                .compensate("flights", |_: &Value| json!("cancel")),
+        )
+        .step(
+            Step::new("reserve_hotel", "hotels").compensate("hotels", |_: &Value| json!("cancel")),
+        )
+        .build()
+        .unwrap();
+    let runtime = Runtime::builder()
+        .database(fresh_url(Backend::Sqlite).await)
+        .agent(Echo("flights", false))
+        .agent(Echo("hotels", true))
+        .saga(saga)
+        .start()
+        .await
+        .unwrap();
+    let id = runtime
+        .start_saga("trip", &json!({"who": "ada"}))
+        .await
+        .unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state, SagaState::Compensated);
+    runtime.shutdown().await;
+    provider.force_flush().unwrap();
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let ours: Vec<_> = spans
+        .iter()
+        .filter(|s| {
+            ["saga.", "relay.deliver", "agent.handle", "outbox.enqueue"]
+                .iter()
+                .any(|p| s.name.starts_with(p))
+        })
+        .collect();
+    let traces: HashSet<_> = ours.iter().map(|s| s.span_context.trace_id()).collect();
+    let names: Vec<&str> = ours.iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(
+        traces.len(),
+        1,
+        "one saga, one trace; got {} traces over {names:?}",
+        traces.len()
+    );
+
+    // A tree: one root (saga.start); every other span's parent is in the trace.
+    let ids: HashMap<_, _> = ours
+        .iter()
+        .map(|s| (s.span_context.span_id(), s.name.as_ref()))
+        .collect();
+    let roots: Vec<&str> = ours
+        .iter()
+        .filter(|s| !ids.contains_key(&s.parent_span_id))
+        .map(|s| s.name.as_ref())
+        .collect();
+    assert_eq!(roots, vec!["saga.start"], "{names:?}");
+    let parent_of = |name: &str| -> Vec<&str> {
+        ours.iter()
+            .filter(|s| s.name == name)
+            .map(|s| ids.get(&s.parent_span_id).copied().unwrap_or("?"))
+            .collect()
+    };
+    // Commands hang under the enqueue that wrote them; deliveries under the enqueue;
+    // handling under the delivery; the orchestrator's steps under their delivery.
+    assert!(
+        parent_of("relay.deliver")
+            .iter()
+            .all(|p| *p == "outbox.enqueue"),
+        "{:?}",
+        parent_of("relay.deliver")
+    );
+    assert!(
+        parent_of("agent.handle")
+            .iter()
+            .all(|p| *p == "relay.deliver")
+    );
+    assert!(parent_of("saga.step").iter().all(|p| *p == "relay.deliver"));
+    // Two compensations (the failed hotel step's outcome counts as unknown, then the
+    // flight), each enqueued under a saga.compensate span.
+    assert_eq!(parent_of("saga.compensate"), vec!["saga.step", "saga.step"]);
+    // Every hop is there: 2 commands + 2 compensations handled, 4 replies advanced.
+    let count = |n: &str| names.iter().filter(|x| **x == n).count();
+    assert_eq!(count("agent.handle"), 4, "{names:?}");
+    assert_eq!(count("saga.step"), 4, "{names:?}");
+    assert_eq!(count("relay.deliver"), 8, "{names:?}");
+    // saga.id on every span of the saga.
+    let saga_id = id.to_string();
+    for s in &ours {
+        let has = s
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "saga.id" && kv.value.as_str() == saga_id.as_str());
+        assert!(has, "{} lacks saga.id", s.name);
+    }
+}

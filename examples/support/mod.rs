@@ -1,0 +1,194 @@
+//! What the example orchestrators share: flags, SQL on either backend, deterministic
+//! failure injection, the progress bar and the closing summary.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use agentsaga::core::sqlx::{self, AssertSqlSafe};
+use agentsaga::core::{Conn, Store};
+use agentsaga::saga::{SagaState, query};
+
+/// The flags every example takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Sagas to start; 0 finishes what an earlier run left unfinished, then exits.
+    #[arg(long, default_value_t = 100)]
+    pub sagas: u64,
+    /// Probability that an agent call fails (retryable or fatal), 0.0–1.0.
+    #[arg(long, default_value_t = 0.1)]
+    pub fail_rate: f64,
+    /// Seed of the failure injection.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Database URL (default: a SQLite file in the working directory).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// No progress bar (logs only).
+    #[arg(long)]
+    pub quiet: bool,
+    /// Relay lease, in milliseconds: how soon a killed process's claims return.
+    #[arg(long, default_value_t = 5000)]
+    pub lease_ms: u64,
+}
+
+impl CommonArgs {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if !(0.0..=1.0).contains(&self.fail_rate) {
+            anyhow::bail!(
+                "--fail-rate must be between 0 and 1, got {}",
+                self.fail_rate
+            );
+        }
+        Ok(())
+    }
+
+    pub fn url(&self, default_file: &str) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{default_file}"))
+    }
+}
+
+/// Runs `sql` (with `$1`, `$2` placeholders, which both backends accept) with text
+/// parameters, on whichever backend the connection is.
+pub async fn exec(conn: Conn<'_>, sql: &str, params: &[&str]) -> Result<u64, sqlx::Error> {
+    match conn {
+        Conn::Sqlite(c) => {
+            let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
+            for p in params {
+                q = q.bind(*p);
+            }
+            Ok(q.execute(c).await?.rows_affected())
+        }
+        Conn::Postgres(c) => {
+            let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
+            for p in params {
+                q = q.bind(*p);
+            }
+            Ok(q.execute(c).await?.rows_affected())
+        }
+    }
+}
+
+/// Creates the example's tables if missing (portable DDL). Two processes starting
+/// together can race on PostgreSQL's catalog even with IF NOT EXISTS: try again.
+pub async fn create_tables(store: &Store, ddl: &[&str]) -> anyhow::Result<()> {
+    let mut attempt = 0;
+    loop {
+        let result: anyhow::Result<()> = async {
+            let mut tx = store.begin().await?;
+            for stmt in ddl {
+                exec(tx.conn(), stmt, &[]).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                tracing::debug!(error = %e, "creating tables raced; again");
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A failure decided by the seed, the message and the step: the same delivery fails
+/// the same way in every run, so a run is reproducible.
+pub fn roll(seed: u64, message_id: &str, salt: &str) -> f64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    (seed, message_id, salt).hash(&mut h);
+    fastrand::Rng::with_seed(h.finish()).f64()
+}
+
+/// Counts of sagas by state.
+pub async fn counts(store: &Store) -> anyhow::Result<std::collections::BTreeMap<SagaState, u64>> {
+    Ok(query::count_by_state(store).await?.into_iter().collect())
+}
+
+pub fn unfinished(c: &std::collections::BTreeMap<SagaState, u64>) -> u64 {
+    c.get(&SagaState::Running).copied().unwrap_or(0)
+        + c.get(&SagaState::Compensating).copied().unwrap_or(0)
+}
+
+/// Waits until no saga is running or compensating, with a progress bar.
+pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
+    let start_left = unfinished(&counts(store).await?);
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(start_left);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} sagas settled {msg}",
+            )
+            .expect("valid template"),
+        );
+        b
+    };
+    let mut last_log = Instant::now();
+    loop {
+        let c = counts(store).await?;
+        let left = unfinished(&c);
+        bar.set_position(start_left.saturating_sub(left));
+        bar.set_message(format!(
+            "(completed {}, compensated {}, stuck {})",
+            c.get(&SagaState::Completed).unwrap_or(&0),
+            c.get(&SagaState::Compensated).unwrap_or(&0),
+            c.get(&SagaState::Stuck).unwrap_or(&0)
+        ));
+        if quiet && last_log.elapsed() > Duration::from_secs(2) {
+            tracing::info!(left, "waiting for sagas to settle");
+            last_log = Instant::now();
+        }
+        if left == 0 {
+            // Late replies and moot messages still ready for delivery are consumed
+            // before exit, so the outbox is left drained (future timers aside).
+            let stats = store.stats().await?;
+            if stats.in_flight == 0 && stats.oldest_pending_age_ms.is_none() {
+                bar.finish();
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The closing summary, and how to look closer.
+pub async fn summary(
+    store: &Store,
+    started: u64,
+    elapsed: Duration,
+    url: &str,
+) -> anyhow::Result<()> {
+    let c = counts(store).await?;
+    let get = |s| c.get(&s).copied().unwrap_or(0);
+    println!();
+    println!("sagas started this run : {started}");
+    println!("completed              : {}", get(SagaState::Completed));
+    println!("compensated            : {}", get(SagaState::Compensated));
+    println!("stuck                  : {}", get(SagaState::Stuck));
+    println!("elapsed                : {:.2} s", elapsed.as_secs_f64());
+    if started > 0 {
+        println!(
+            "throughput             : {:.1} sagas/s",
+            started as f64 / elapsed.as_secs_f64().max(1e-9)
+        );
+    }
+    println!();
+    println!("inspect them with:");
+    println!("  cargo run -p agentsaga-cli -- --database-url '{url}' sagas list");
+    println!("  cargo run -p agentsaga-cli -- --database-url '{url}' status");
+    Ok(())
+}
+
+/// Console logs per RUST_LOG (default `warn`), and OTLP export when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Shut it down at exit to flush the spans.
+pub fn init_telemetry(service: &str) -> anyhow::Result<agentsaga::runtime::telemetry::Telemetry> {
+    agentsaga::runtime::telemetry::init(service).map_err(anyhow::Error::msg)
+}

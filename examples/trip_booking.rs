@@ -1,0 +1,298 @@
+//! Trip booking: the saga that reserves a flight, a hotel and a car, charges the card
+//! (the pivot) and sends a confirmation.
+//!
+//! ```sh
+//! cargo run --release --example trip_booking -- --sagas 200 --fail-rate 0.2 --seed 1
+//! cargo run --release --example trip_booking -- --sagas 0     # finish what a killed run left
+//! cargo run --release --example trip_booking -- --database-url postgres://user@127.0.0.1/trips
+//! ```
+//!
+//! What to look at: the summary (completed, compensated, stuck), then the tables
+//! `trip_flights`, `trip_hotels`, `trip_cars`, `trip_payments`, `trip_confirmations`
+//! (one row per saga at most, with a `status`), and `saga_steps` for the compensation
+//! ledger. Kill it with `kill -9` at any moment and run it again with `--sagas 0`:
+//! every saga still ends completed or compensated, and no effect exists twice.
+//!
+//! Steps: `reserve_flight`, then `reserve_hotel` and `reserve_car` in parallel (each
+//! with a cancel compensation), `charge_payment` (the pivot: a declined card is fatal
+//! and compensates the reservations), `send_confirmation` (after the pivot, retried
+//! until it succeeds).
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentsaga::prelude::*;
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Parser, Debug)]
+#[command(about = "Book trips with a saga: flight, hotel, car, payment, confirmation")]
+struct Args {
+    #[command(flatten)]
+    common: support::CommonArgs,
+}
+
+/// The saga's data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Trip {
+    customer: u64,
+    amount_cents: u64,
+    #[serde(default)]
+    bookings: Vec<String>,
+}
+
+/// Every booking agent's command: reserve, or (the compensation) cancel.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Booking {
+    Reserve { customer: u64 },
+    Cancel,
+}
+
+/// `trip_flights`, `trip_hotels`, `trip_cars`: one row per saga, booked or cancelled.
+struct BookingAgent {
+    destination: &'static str,
+    table: &'static str,
+    seed: u64,
+    fail_rate: f64,
+}
+
+#[async_trait::async_trait]
+impl Agent for BookingAgent {
+    type Command = Booking;
+    type Reply = String;
+
+    fn destination(&self) -> &str {
+        self.destination
+    }
+
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Booking) -> Result<String, StepError> {
+        let saga = ctx
+            .saga_id()
+            .map(|s| s.to_string())
+            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        match cmd {
+            Booking::Reserve { customer } => {
+                let r = support::roll(self.seed, &ctx.message_id().to_string(), self.table);
+                if r < self.fail_rate * 0.7 {
+                    return Err(StepError::retryable(format!(
+                        "{} service busy",
+                        self.destination
+                    )));
+                }
+                if r < self.fail_rate {
+                    return Err(StepError::fatal(format!(
+                        "no availability for customer {customer}"
+                    )));
+                }
+                // Idempotent on the saga: a command sent again after a timeout finds
+                // the row and books nothing twice.
+                let sql = format!(
+                    "INSERT INTO {} (saga_id, status) VALUES ($1, 'booked') ON CONFLICT (saga_id) DO NOTHING",
+                    self.table
+                );
+                support::exec(ctx.conn(), &sql, &[&saga]).await?;
+                Ok(format!("{}:{saga}", self.destination))
+            }
+            Booking::Cancel => {
+                // Nothing booked (the reservation failed or never arrived) is success.
+                let sql = format!(
+                    "UPDATE {} SET status = 'cancelled' WHERE saga_id = $1",
+                    self.table
+                );
+                support::exec(ctx.conn(), &sql, &[&saga]).await?;
+                Ok("cancelled".into())
+            }
+        }
+    }
+}
+
+/// `trip_payments`: the pivot. A declined card is fatal, before any charge.
+struct PaymentAgent {
+    seed: u64,
+    fail_rate: f64,
+}
+
+#[async_trait::async_trait]
+impl Agent for PaymentAgent {
+    type Command = Trip;
+    type Reply = Value;
+
+    fn destination(&self) -> &str {
+        "payments"
+    }
+
+    async fn handle(&self, ctx: &mut AgentContext<'_>, trip: Trip) -> Result<Value, StepError> {
+        let saga = ctx
+            .saga_id()
+            .map(|s| s.to_string())
+            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        if support::roll(self.seed, &saga, "payment") < self.fail_rate {
+            return Err(StepError::fatal(format!(
+                "card of customer {} declined",
+                trip.customer
+            )));
+        }
+        support::exec(
+            ctx.conn(),
+            "INSERT INTO trip_payments (saga_id, status, amount_cents) VALUES ($1, 'charged', $2)
+             ON CONFLICT (saga_id) DO NOTHING",
+            &[&saga, &trip.amount_cents.to_string()],
+        )
+        .await?;
+        Ok(json!({ "charged": trip.amount_cents }))
+    }
+}
+
+/// `trip_confirmations`: after the pivot; a flaky mail server, retried until it works.
+struct ConfirmationAgent {
+    seed: u64,
+    fail_rate: f64,
+}
+
+#[async_trait::async_trait]
+impl Agent for ConfirmationAgent {
+    type Command = Trip;
+    type Reply = String;
+
+    fn destination(&self) -> &str {
+        "confirmations"
+    }
+
+    async fn handle(&self, ctx: &mut AgentContext<'_>, trip: Trip) -> Result<String, StepError> {
+        let saga = ctx
+            .saga_id()
+            .map(|s| s.to_string())
+            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        if support::roll(self.seed, &ctx.message_id().to_string(), "mail") < self.fail_rate {
+            return Err(StepError::retryable("mail server unavailable"));
+        }
+        support::exec(
+            ctx.conn(),
+            "INSERT INTO trip_confirmations (saga_id, status) VALUES ($1, 'sent') ON CONFLICT (saga_id) DO NOTHING",
+            &[&saga],
+        )
+        .await?;
+        Ok(format!("confirmation sent to customer {}", trip.customer))
+    }
+}
+
+const DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS trip_flights (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_hotels (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_cars (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_payments (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'charged'), amount_cents TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS trip_confirmations (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'))",
+];
+
+fn definition() -> anyhow::Result<agentsaga::saga::SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), 5);
+    let booking = |name: &str, destination: &'static str| {
+        Step::<Trip>::new(name, destination)
+            .command(|t: &Trip| Booking::Reserve {
+                customer: t.customer,
+            })
+            .on_reply(|t: &mut Trip, booking: String| t.bookings.push(booking))
+            .compensate(destination, |_: &Trip| Booking::Cancel)
+            .retry(retry)
+            .timeout(Duration::from_secs(20))
+    };
+    Ok(Saga::<Trip>::builder("trip_booking", 1)
+        .step(booking("reserve_flight", "flights"))
+        .parallel([
+            booking("reserve_hotel", "hotels"),
+            booking("reserve_car", "cars"),
+        ])
+        .pivot(
+            Step::new("charge_payment", "payments")
+                .command(Trip::clone)
+                .retry(retry)
+                .timeout(Duration::from_secs(20)),
+        )
+        .step(
+            Step::new("send_confirmation", "confirmations")
+                .command(Trip::clone)
+                .retry(retry),
+        )
+        .build()?)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let telemetry = support::init_telemetry("trip_booking")?;
+    let common = &args.common;
+    common.validate()?;
+    let url = common.url("trip_booking.db");
+    let (seed, fail_rate) = (common.seed, common.fail_rate);
+    let runtime = Runtime::builder()
+        .database(&url)
+        .agent(BookingAgent {
+            destination: "flights",
+            table: "trip_flights",
+            seed,
+            fail_rate,
+        })
+        .agent(BookingAgent {
+            destination: "hotels",
+            table: "trip_hotels",
+            seed,
+            fail_rate,
+        })
+        .agent(BookingAgent {
+            destination: "cars",
+            table: "trip_cars",
+            seed,
+            fail_rate,
+        })
+        .agent(PaymentAgent { seed, fail_rate })
+        .agent(ConfirmationAgent { seed, fail_rate })
+        .saga(definition()?)
+        .compensation_retry(RetryPolicy::new(
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+            10,
+        ))
+        .relay_config(
+            RelayConfig::default()
+                .lease(Duration::from_millis(common.lease_ms))
+                .poll_interval(Duration::from_millis(100))
+                .retry(RetryPolicy::new(
+                    Duration::from_millis(100),
+                    Duration::from_secs(5),
+                    20,
+                )),
+        )
+        .start()
+        .await?;
+    support::create_tables(runtime.store(), DDL).await?;
+
+    let started = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut n = 0;
+    while n < common.sagas {
+        let batch = (common.sagas - n).min(50);
+        let mut tx = runtime.store().begin().await?;
+        for i in 0..batch {
+            let trip = Trip {
+                customer: n + i,
+                amount_cents: rng.u64(5_000..200_000),
+                bookings: vec![],
+            };
+            runtime
+                .start_saga_in(&mut tx, "trip_booking", &trip)
+                .await?;
+        }
+        tx.commit().await?;
+        n += batch;
+    }
+    support::wait_all(runtime.store(), common.quiet).await?;
+    let elapsed = started.elapsed();
+    support::summary(runtime.store(), common.sagas, elapsed, &url).await?;
+    runtime.shutdown().await;
+    telemetry.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The trip_booking example as users run it: a child process, on both backends,
+//! checked through its tables. Crash recovery kills it with SIGKILL.
+
+mod support;
+
+use std::time::Duration;
+
+use agentsaga::core::Store;
+use agentsaga::core::both_backends;
+use agentsaga::core::testing::{Backend, fresh_url, pg_server};
+
+const UNDOABLE: &[(&str, &str)] = &[
+    ("trip_flights", "booked"),
+    ("trip_hotels", "booked"),
+    ("trip_cars", "booked"),
+];
+const FORWARD: &[(&str, &str)] = &[("trip_payments", "charged"), ("trip_confirmations", "sent")];
+
+async fn happy_path(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let out = support::run(
+        "trip_booking",
+        &url,
+        &["--sagas", "40", "--fail-rate", "0", "--seed", "3"],
+    );
+    assert!(out.contains("completed              : 40"), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    assert_eq!((completed, compensated), (40, 0));
+}
+both_backends!(happy_path_tests, happy_path);
+
+async fn failures_compensate(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let out = support::run(
+        "trip_booking",
+        &url,
+        &["--sagas", "120", "--fail-rate", "0.3", "--seed", "9"],
+    );
+    assert!(out.contains("stuck                  : 0"), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    assert_eq!(completed + compensated, 120);
+    assert!(
+        completed > 0 && compensated > 0,
+        "both paths taken: {completed} / {compensated}"
+    );
+    // Declined cards (fatal at the pivot) compensated reservations that were made.
+    let cancelled = support::statuses(&store, "trip_flights")
+        .await
+        .values()
+        .filter(|s| *s == "cancelled")
+        .count();
+    assert!(cancelled > 0);
+}
+both_backends!(failure_tests, failures_compensate);
+
+async fn survives_kill_9(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let mut rng = fastrand::Rng::with_seed(42);
+    let store = Store::connect(&url).await.unwrap();
+    let mut interrupted = 0;
+    for round in 0..4 {
+        let sagas = if round == 0 { "300" } else { "0" };
+        let mut child = support::spawn(
+            "trip_booking",
+            &url,
+            &["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"],
+        );
+        std::thread::sleep(Duration::from_millis(rng.u64(400..1500)));
+        // Child::kill is SIGKILL on Unix: no destructor, no graceful anything.
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            interrupted += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(
+        interrupted >= 1,
+        "no run was killed mid-way: the test proved nothing"
+    );
+    let left = support::sagas(&store)
+        .await
+        .iter()
+        .filter(|(_, s)| !s.is_terminal())
+        .count();
+    let out = support::run(
+        "trip_booking",
+        &url,
+        &["--sagas", "0", "--fail-rate", "0.2", "--seed", "7"],
+    );
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    let total = completed + compensated;
+    // A kill during the start phase leaves only whole batches of 50 (one transaction
+    // each): a saga exists completely or not at all.
+    assert!(
+        total > 0 && total <= 300 && total % 50 == 0,
+        "{total} sagas: {out}"
+    );
+    eprintln!(
+        "kill -9 x{interrupted}: {left} sagas were unfinished before the last run; {completed} completed, {compensated} compensated"
+    );
+}
+both_backends!(kill_9_tests, survives_kill_9);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_one_postgres() {
+    let url = pg_server().fresh_database_url().await;
+    let a = support::spawn(
+        "trip_booking",
+        &url,
+        &["--sagas", "100", "--fail-rate", "0.2", "--seed", "1"],
+    );
+    let b = support::spawn(
+        "trip_booking",
+        &url,
+        &["--sagas", "100", "--fail-rate", "0.2", "--seed", "2"],
+    );
+    for (name, child) in [("a", a), ("b", b)] {
+        let out = support::wait_bounded(child, Duration::from_secs(240));
+        assert!(
+            out.status.success(),
+            "process {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    assert_eq!(completed + compensated, 200);
+}
