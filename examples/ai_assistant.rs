@@ -233,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_secs(2),
             10,
         ))
+        .maybe_metrics(common.metrics_addr())
         .relay_config(
             RelayConfig::default()
                 .lease(Duration::from_millis(common.lease_ms))
@@ -245,6 +246,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .start()
         .await?;
+    if let Some(addr) = runtime.metrics_addr() {
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     support::create_tables(runtime.store(), DDL).await?;
 
     let companies = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];

@@ -44,7 +44,9 @@ fn receiver() -> (String, Arc<Mutex<Vec<Received>>>) {
 }
 
 fn serve(stream: std::net::TcpStream, sink: &Mutex<Vec<Received>>) {
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     loop {
@@ -57,7 +59,10 @@ fn serve(stream: std::net::TcpStream, sink: &Mutex<Vec<Received>>) {
                 return;
             }
             if first {
-                assert!(line.starts_with("POST /v1/traces"), "unexpected request: {line}");
+                assert!(
+                    line.starts_with("POST /v1/traces"),
+                    "unexpected request: {line}"
+                );
                 first = false;
             }
             if line == "\r\n" {
@@ -69,7 +74,8 @@ fn serve(stream: std::net::TcpStream, sink: &Mutex<Vec<Received>>) {
         }
         let mut body = vec![0; len];
         reader.read_exact(&mut body).unwrap();
-        let req = ExportTraceServiceRequest::decode(body.as_slice()).expect("an OTLP protobuf trace export");
+        let req = ExportTraceServiceRequest::decode(body.as_slice())
+            .expect("an OTLP protobuf trace export");
         let mut got = Vec::new();
         for rs in req.resource_spans {
             let service = rs
@@ -85,31 +91,55 @@ fn serve(stream: std::net::TcpStream, sink: &Mutex<Vec<Received>>) {
                 .unwrap_or_default();
             for ss in rs.scope_spans {
                 for s in ss.spans {
-                    let saga = s.attributes.iter().find(|kv| kv.key == "saga.id").and_then(|kv| {
-                        match kv.value.as_ref()?.value.as_ref()? {
+                    let saga = s
+                        .attributes
+                        .iter()
+                        .find(|kv| kv.key == "saga.id")
+                        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
                             Value::StringValue(v) if !v.is_empty() => Some(v.clone()),
                             _ => None,
-                        }
+                        });
+                    got.push(Received {
+                        service: service.clone(),
+                        trace: s.trace_id,
+                        name: s.name,
+                        saga,
                     });
-                    got.push(Received { service: service.clone(), trace: s.trace_id, name: s.name, saga });
                 }
             }
         }
         sink.lock().unwrap().extend(got);
-        let _ = out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n");
+        let _ = out.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+        );
     }
 }
 
-fn run_exporting(url: &str, endpoint: &str, service: Option<&str>, seed: &str) -> std::process::Child {
+fn run_exporting(
+    url: &str,
+    endpoint: &str,
+    service: Option<&str>,
+    seed: &str,
+) -> std::process::Child {
     let mut cmd = Command::new(support::example("trip_booking"));
-    cmd.args(["--database-url", url, "--quiet", "--sagas", "20", "--fail-rate", "0.3", "--seed", seed])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "--database-url",
+        url,
+        "--quiet",
+        "--sagas",
+        "20",
+        "--fail-rate",
+        "0.3",
+        "--seed",
+        seed,
+    ])
+    .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    .env("RUST_LOG", "warn")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     match service {
         Some(s) => cmd.env("OTEL_SERVICE_NAME", s),
         None => cmd.env_remove("OTEL_SERVICE_NAME"),
@@ -118,7 +148,10 @@ fn run_exporting(url: &str, endpoint: &str, service: Option<&str>, seed: &str) -
 }
 
 /// Every saga of the database: its spans, all in one trace, and one trace per saga.
-async fn check_one_trace_per_saga(url: &str, spans: &[Received]) -> HashMap<String, HashSet<String>> {
+async fn check_one_trace_per_saga(
+    url: &str,
+    spans: &[Received],
+) -> HashMap<String, HashSet<String>> {
     let store = Store::connect(url).await.unwrap();
     let sagas = support::sagas(&store).await;
     assert!(!sagas.is_empty());
@@ -127,18 +160,36 @@ async fn check_one_trace_per_saga(url: &str, spans: &[Received]) -> HashMap<Stri
     for s in spans {
         if let Some(saga) = &s.saga {
             traces_by_saga.entry(saga).or_default().insert(&s.trace);
-            services_by_saga.entry(saga.clone()).or_default().insert(s.service.clone());
+            services_by_saga
+                .entry(saga.clone())
+                .or_default()
+                .insert(s.service.clone());
         }
     }
     let mut all_traces = HashSet::new();
     for (id, _) in &sagas {
-        let traces = traces_by_saga.get(id.as_str()).unwrap_or_else(|| panic!("no spans for saga {id}"));
+        let traces = traces_by_saga
+            .get(id.as_str())
+            .unwrap_or_else(|| panic!("no spans for saga {id}"));
         assert_eq!(traces.len(), 1, "saga {id} spans {} traces", traces.len());
         let trace = *traces.iter().next().unwrap();
         assert!(all_traces.insert(trace), "two sagas share a trace");
-        let names: HashSet<&str> = spans.iter().filter(|s| s.trace == trace).map(|s| s.name.as_str()).collect();
-        for hop in ["saga.start", "outbox.enqueue", "relay.deliver", "agent.handle", "saga.step"] {
-            assert!(names.contains(hop), "saga {id} has no {hop} span: {names:?}");
+        let names: HashSet<&str> = spans
+            .iter()
+            .filter(|s| s.trace == trace)
+            .map(|s| s.name.as_str())
+            .collect();
+        for hop in [
+            "saga.start",
+            "outbox.enqueue",
+            "relay.deliver",
+            "agent.handle",
+            "saga.step",
+        ] {
+            assert!(
+                names.contains(hop),
+                "saga {id} has no {hop} span: {names:?}"
+            );
         }
     }
     services_by_saga
@@ -148,11 +199,24 @@ async fn check_one_trace_per_saga(url: &str, spans: &[Received]) -> HashMap<Stri
 async fn example_exports_one_trace_per_saga() {
     let (endpoint, spans) = receiver();
     let url = fresh_url(Backend::Sqlite).await;
-    let out = support::wait_bounded(run_exporting(&url, &endpoint, None, "4"), Duration::from_secs(120));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = support::wait_bounded(
+        run_exporting(&url, &endpoint, None, "4"),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let spans = spans.lock().unwrap().clone();
-    assert!(spans.iter().all(|s| s.service == "trip_booking"), "service.name");
-    assert!(!spans.iter().any(|s| s.name == "Actor"), "ractor's actor-lifetime spans must stay out");
+    assert!(
+        spans.iter().all(|s| s.service == "trip_booking"),
+        "service.name"
+    );
+    assert!(
+        !spans.iter().any(|s| s.name == "Actor"),
+        "ractor's actor-lifetime spans must stay out"
+    );
     check_one_trace_per_saga(&url, &spans).await;
 }
 
@@ -164,11 +228,18 @@ async fn two_processes_on_postgres_share_each_sagas_trace() {
     let b = run_exporting(&url, &endpoint, Some("booking-b"), "6");
     for child in [a, b] {
         let out = support::wait_bounded(child, Duration::from_secs(120));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let spans = spans.lock().unwrap().clone();
     let services = check_one_trace_per_saga(&url, &spans).await;
     // Both processes claimed from one outbox: some saga has spans from both, in its
     // one trace.
-    assert!(services.values().any(|s| s.len() == 2), "no saga crossed processes: {services:?}");
+    assert!(
+        services.values().any(|s| s.len() == 2),
+        "no saga crossed processes: {services:?}"
+    );
 }

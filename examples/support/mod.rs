@@ -30,6 +30,12 @@ pub struct CommonArgs {
     /// Relay lease, in milliseconds: how soon a killed process's claims return.
     #[arg(long, default_value_t = 5000)]
     pub lease_ms: u64,
+    /// Serve Prometheus metrics at http://127.0.0.1:9464/metrics.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Serve Prometheus metrics on this address instead (implies --metrics).
+    #[arg(long, env = "AGENTSAGA_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl CommonArgs {
@@ -41,6 +47,17 @@ impl CommonArgs {
             );
         }
         Ok(())
+    }
+
+    /// Where to serve metrics, if anywhere.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr.or_else(|| {
+            self.metrics.then(|| {
+                agentsaga::runtime::metrics::DEFAULT_ADDR
+                    .parse()
+                    .expect("valid default")
+            })
+        })
     }
 
     pub fn url(&self, default_file: &str) -> String {

@@ -98,6 +98,13 @@ impl RelayHandle {
         self.stats.snapshot()
     }
 
+    /// A cloneable reader of the counters, for samplers that outlive a borrow of the
+    /// handle (metrics).
+    pub fn stats_reader(&self) -> impl Fn() -> RelayStats + Send + Sync + 'static {
+        let stats = Arc::clone(&self.stats);
+        move || stats.snapshot()
+    }
+
     /// The lease owner this relay writes on the rows it claims.
     pub fn owner(&self) -> &str {
         &self.owner

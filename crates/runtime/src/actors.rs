@@ -198,6 +198,7 @@ impl OrchestratorActor {
                     && (state.is_terminal() || state == SagaState::Stuck)
                 {
                     tracing::info!(%state, "saga settled");
+                    crate::metrics::saga_finished(&self.store, saga).await;
                     let _ = self.settled.send(Settled { saga, state });
                 }
                 Delivery::Delivered

@@ -45,6 +45,7 @@
 mod actors;
 mod agent;
 mod error;
+pub mod metrics;
 mod runtime;
 mod supervisor;
 pub mod telemetry;

@@ -30,9 +30,17 @@ pub struct RuntimeBuilder {
     relay: RelayConfig,
     compensation_retry: Option<RetryPolicy>,
     delivery_timeout: Duration,
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl RuntimeBuilder {
+    /// Serves Prometheus metrics at `http://<addr>/metrics` (see [`crate::metrics`]).
+    /// Use a loopback address unless the network is yours; port 0 picks a free one.
+    pub fn metrics(mut self, addr: std::net::SocketAddr) -> Self {
+        self.metrics = Some(addr);
+        self
+    }
+
     /// The database: `sqlite://file.db`, `sqlite::memory:`, or `postgres://…`.
     pub fn database(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
@@ -61,6 +69,12 @@ impl RuntimeBuilder {
     /// orchestrator destination. Register several versions of one saga side by side.
     pub fn saga(mut self, definition: SagaDefinition) -> Self {
         self.sagas.push(definition);
+        self
+    }
+
+    /// [`metrics`](Self::metrics) if `addr` is `Some`.
+    pub fn maybe_metrics(mut self, addr: Option<std::net::SocketAddr>) -> Self {
+        self.metrics = addr;
         self
     }
 
@@ -167,6 +181,23 @@ impl RuntimeBuilder {
             self.relay,
         )
         .await?;
+        let (metrics, sampler) = match self.metrics {
+            Some(addr) => {
+                let endpoint = crate::metrics::serve(addr)
+                    .await
+                    .map_err(|e| Error::Config(format!("metrics endpoint on {addr}: {e}")))?;
+                let sampler = crate::metrics::sampler(
+                    store.clone(),
+                    {
+                        let read = relay.stats_reader();
+                        move || Some(read())
+                    },
+                    Duration::from_secs(1),
+                );
+                (Some(endpoint), Some(sampler))
+            }
+            None => (None, None),
+        };
         report_unregistered(&store, &engine).await;
         tracing::info!(destinations = ?destinations, backend = store.backend(), "agentsaga runtime started");
         Ok(Runtime {
@@ -175,6 +206,8 @@ impl RuntimeBuilder {
             relay: Some(relay),
             supervisor,
             settled,
+            metrics,
+            sampler,
         })
     }
 }
@@ -198,6 +231,8 @@ pub struct Runtime {
     relay: Option<RelayHandle>,
     supervisor: ActorRef<SupervisorMsg>,
     settled: broadcast::Sender<Settled>,
+    metrics: Option<crate::metrics::MetricsEndpoint>,
+    sampler: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -215,6 +250,7 @@ impl Runtime {
             relay: RelayConfig::default(),
             compensation_retry: None,
             delivery_timeout: Duration::from_secs(30),
+            metrics: None,
         }
     }
 
@@ -226,6 +262,20 @@ impl Runtime {
     /// The saga engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Where metrics are served, if they are.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics
+            .as_ref()
+            .map(crate::metrics::MetricsEndpoint::addr)
+    }
+
+    /// Samples the database and the relay into the metrics now (the runtime also does
+    /// it every second).
+    pub async fn sample_metrics(&self) {
+        let relay = self.relay_stats();
+        crate::metrics::sample(&self.store, &|| relay.clone()).await;
     }
 
     /// The relay's counters.
@@ -293,6 +343,10 @@ impl Runtime {
     /// in flight, then the actors stop. Nothing is lost: what was not delivered is
     /// delivered by the next process.
     pub async fn shutdown(mut self) {
+        if let Some(sampler) = self.sampler.take() {
+            sampler.abort();
+        }
+        self.metrics.take();
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;
         }

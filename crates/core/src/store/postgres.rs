@@ -151,10 +151,12 @@ pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelo
          SELECT c.seq FROM outbox c
          WHERE c.state = 'pending' AND c.available_at <= now()
            AND c.destination = ANY($3)
-           AND (c.key IS NULL OR NOT EXISTS (
-               SELECT 1 FROM outbox p
-               WHERE p.key = c.key AND p.state IN ('pending', 'in_flight')
-                 AND (p.state = 'in_flight' OR p.seq < c.seq)))
+           AND (c.key IS NULL OR (
+                   NOT EXISTS (SELECT 1 FROM outbox p
+                       WHERE p.key = c.key AND p.seq < c.seq
+                         AND p.key IS NOT NULL AND p.state IN ('pending', 'in_flight'))
+                   AND NOT EXISTS (SELECT 1 FROM outbox f
+                       WHERE f.key = c.key AND f.key IS NOT NULL AND f.state = 'in_flight')))
          ORDER BY c.seq
          LIMIT $4
          FOR UPDATE SKIP LOCKED)

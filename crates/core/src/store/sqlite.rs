@@ -123,31 +123,33 @@ pub(super) async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> R
         .await?;
         return Ok(());
     }
-    let mut rows = Vec::with_capacity(messages.len());
-    for m in messages {
-        rows.push(serde_json::json!({
-            "id": m.id.to_string(),
-            "d": m.destination,
-            "k": m.key,
-            "p": m.payload,
-            "h": m.headers_json()?,
-            "t": now.saturating_add(m.delay_ms()),
-        }));
+    // Multi-row VALUES, at most 100 rows per statement (700 parameters, far below
+    // SQLite's limit): the text depends only on the chunk's size, so the statement
+    // cache holds at most 100 of them. Faster than unpacking a JSON array in SQL.
+    for chunk in messages.chunks(100) {
+        let mut sql = String::from(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str("(?, ?, ?, ?, ?, ?, ?)");
+        }
+        sql.push_str(" ON CONFLICT (id) DO NOTHING");
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for m in chunk {
+            q = q
+                .bind(m.id.to_string())
+                .bind(m.destination.clone())
+                .bind(m.key.clone())
+                .bind(m.payload.clone())
+                .bind(m.headers_json()?)
+                .bind(now.saturating_add(m.delay_ms()))
+                .bind(now);
+        }
+        q.execute(&mut *c).await?;
     }
-    // `WHERE true` settles the parser's INSERT…SELECT…ON CONFLICT ambiguity; ORDER BY
-    // the array index keeps seq in slice order.
-    sqlx::query(
-        "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
-         SELECT json_extract(value, '$.id'), json_extract(value, '$.d'),
-                json_extract(value, '$.k'), json_extract(value, '$.p'),
-                json_extract(value, '$.h'), json_extract(value, '$.t'), ?2
-         FROM json_each(?1) WHERE true ORDER BY key
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(serde_json::Value::Array(rows).to_string())
-    .bind(now)
-    .execute(c)
-    .await?;
     Ok(())
 }
 
@@ -199,10 +201,12 @@ pub(super) async fn claim(pool: &SqlitePool, claim: &Claim<'_>) -> Result<Vec<En
              SELECT o.seq FROM outbox o
              WHERE o.state = 'pending' AND o.available_at <= ?3
                AND o.destination IN (SELECT value FROM json_each(?4))
-               AND (o.key IS NULL OR NOT EXISTS (
-                   SELECT 1 FROM outbox p
-                   WHERE p.key = o.key AND p.state IN ('pending', 'in_flight')
-                     AND (p.state = 'in_flight' OR p.seq < o.seq)))
+               AND (o.key IS NULL OR (
+                   NOT EXISTS (SELECT 1 FROM outbox p
+                       WHERE p.key = o.key AND p.seq < o.seq
+                         AND p.key IS NOT NULL AND p.state IN ('pending', 'in_flight'))
+                   AND NOT EXISTS (SELECT 1 FROM outbox f
+                       WHERE f.key = o.key AND f.key IS NOT NULL AND f.state = 'in_flight')))
              ORDER BY o.seq
              LIMIT ?5)
          RETURNING seq, id, destination, key, payload, headers, attempts, created_at",

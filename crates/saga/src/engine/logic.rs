@@ -234,7 +234,12 @@ impl Ctx<'_> {
                     self.fail_step(idx, format!("{e} (gave up after {attempts} attempts)"))
                 }
             }
-            StepOutcome::Fatal(e) => self.fail_step(idx, e),
+            StepOutcome::Fatal(e) => {
+                if let Some(row) = self.inst.steps.get_mut(&idx) {
+                    row.replied_at = Some(now);
+                }
+                self.fail_step(idx, e)
+            }
         }
     }
 

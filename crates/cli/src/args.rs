@@ -1,0 +1,178 @@
+//! The command line, as clap sees it. Values are parsed here (ids, durations, states)
+//! so that a malformed one is refused before the database is touched.
+
+use std::time::Duration;
+
+use agentsaga_core::MessageId;
+use agentsaga_saga::{SagaId, SagaState};
+use clap::{Args, Parser, Subcommand};
+
+use crate::format;
+
+/// The agentsaga operator CLI: inspect and repair the outbox, dead letters and sagas.
+#[derive(Debug, Parser)]
+#[command(name = "agentsaga", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// The database: `sqlite://file.db`, a bare path `file.db`, or
+    /// `postgres://user@host:port/db`.
+    #[arg(
+        long,
+        global = true,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) database_url: Option<String>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The top-level commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Outbox counts by state, relay lag, dead letters and sagas by state.
+    Status(JsonFlag),
+    /// Inspect sagas, and abort, retry or skip a stuck one.
+    #[command(subcommand)]
+    Sagas(SagasCommand),
+    /// Inspect, re-drive or purge dead letters.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+    /// Delete delivered outbox rows and inbox records older than a duration.
+    Prune(OlderThan),
+    /// Create the database if missing and apply the schema migrations.
+    Migrate,
+}
+
+/// `--json`.
+#[derive(Debug, Args)]
+pub(crate) struct JsonFlag {
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `--older-than DUR`.
+#[derive(Debug, Args)]
+pub(crate) struct OlderThan {
+    /// Age: a number and a unit (ms, s, m, h, d), e.g. `7d`.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) older_than: Duration,
+}
+
+/// `agentsaga sagas ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SagasCommand {
+    /// Sagas, newest first.
+    List {
+        /// Only sagas in this state (running, compensating, completed, compensated,
+        /// stuck, aborted).
+        #[arg(long, value_name = "S", value_parser = parse_state)]
+        state: Option<SagaState>,
+        /// Only sagas of this name.
+        #[arg(long, value_name = "N")]
+        name: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// One saga and its steps as a timeline, with the compensation ledger.
+    Show {
+        /// The saga id (a UUID).
+        #[arg(value_parser = parse_saga_id)]
+        id: SagaId,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Abort a running saga (compensate what it did), or give up on one stuck after
+    /// its pivot.
+    Abort(SagaIdArg),
+    /// Retry a stuck saga: its failed compensation (or its failed step after the pivot,
+    /// which needs the saga's definition and so is refused here).
+    Retry(SagaIdArg),
+    /// Mark a stuck compensation as done by hand (recorded as `skipped`) and go on.
+    Skip(SagaIdArg),
+}
+
+/// A saga id argument.
+#[derive(Debug, Args)]
+pub(crate) struct SagaIdArg {
+    /// The saga id (a UUID).
+    #[arg(value_parser = parse_saga_id)]
+    pub(crate) id: SagaId,
+}
+
+/// `agentsaga dead ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// Dead letters, newest first.
+    List {
+        /// Only dead letters to this destination.
+        #[arg(long, value_name = "D")]
+        destination: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// One dead letter: payload, headers, last error, attempts.
+    Show {
+        /// The message id (a UUID).
+        #[arg(value_parser = parse_message_id)]
+        id: MessageId,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Make dead letters pending again, attempts reset: one by id, or `--all`.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["id", "all"]))]
+    Redrive {
+        /// The message id (a UUID).
+        #[arg(value_parser = parse_message_id)]
+        id: Option<MessageId>,
+        /// Every dead letter (or every one of `--destination`).
+        #[arg(long)]
+        all: bool,
+        /// With `--all`: only dead letters to this destination.
+        #[arg(long, value_name = "D", requires = "all")]
+        destination: Option<String>,
+    },
+    /// Delete dead letters created more than a duration ago.
+    Purge(OlderThan),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    format::parse_duration(s)
+}
+
+fn parse_state(s: &str) -> Result<SagaState, String> {
+    s.parse().map_err(|_| {
+        format!(
+            "unknown saga state `{s}`: expected one of running, compensating, completed, \
+             compensated, stuck, aborted"
+        )
+    })
+}
+
+fn parse_saga_id(s: &str) -> Result<SagaId, String> {
+    s.parse()
+        .map_err(|e| format!("malformed saga id `{s}`: not a UUID ({e})"))
+}
+
+fn parse_message_id(s: &str) -> Result<MessageId, String> {
+    s.parse()
+        .map_err(|e| format!("malformed message id `{s}`: not a UUID ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

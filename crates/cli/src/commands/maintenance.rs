@@ -1,0 +1,29 @@
+//! `agentsaga prune` and `agentsaga migrate`.
+
+use std::time::Duration;
+
+use agentsaga_core::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR, Store};
+
+use crate::format::compact_duration;
+
+pub(super) async fn prune(store: &Store, older_than: Duration) -> anyhow::Result<()> {
+    let delivered = store.prune_delivered(older_than).await?;
+    let inbox = store.prune_inbox(older_than).await?;
+    outln!(
+        "pruned {delivered} delivered outbox row(s) and {inbox} inbox record(s) older than {}",
+        compact_duration(older_than)
+    );
+    Ok(())
+}
+
+/// Opening the store applied the migrations already; report where the schema is.
+pub(super) fn migrate(store: &Store) -> anyhow::Result<()> {
+    let migrator = match store.backend() {
+        "postgres" => &POSTGRES_MIGRATOR,
+        _ => &SQLITE_MIGRATOR,
+    };
+    let version = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    outln!("backend: {}", store.backend());
+    outln!("schema up to date (version {version})");
+    Ok(())
+}

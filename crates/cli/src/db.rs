@@ -1,0 +1,212 @@
+//! Opening the database named on the command line, without ever creating a SQLite
+//! file by accident.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use agentsaga_core::sqlx::postgres::{PgConnectOptions, PgConnection};
+use agentsaga_core::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use agentsaga_core::sqlx::{self, Connection as _};
+use agentsaga_core::{Store, StoreConfig};
+use anyhow::{anyhow, bail};
+
+/// How long to wait for a database server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a missing SQLite file may be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// A missing file is an error (every command but `migrate`).
+    Refuse,
+    /// Create it (`migrate`).
+    Create,
+}
+
+/// The URL to hand to the store: a bare path `file.db` becomes `sqlite://file.db`;
+/// anything that starts with a scheme (`sqlite:`, `postgres://`, `mysql://`...) is kept
+/// as it is, for the store to accept or refuse.
+pub(crate) fn normalize(url: &str) -> String {
+    if has_scheme(url) {
+        url.to_owned()
+    } else {
+        format!("sqlite://{url}")
+    }
+}
+
+fn has_scheme(url: &str) -> bool {
+    let Some((scheme, _)) = url.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// The file a SQLite URL names, or `None` for an in-memory database, another
+/// backend, or a URL the store will refuse anyway.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let options = SqliteConnectOptions::from_str(url).ok()?;
+    Some(options.get_filename().to_path_buf())
+}
+
+/// Opens the store at `url`. Opening applies any missing schema migrations.
+///
+/// Unless `missing` is [`Missing::Create`], a database that agentsaga never migrated
+/// is refused instead: a SQLite file that does not exist (it would be created), or a
+/// database without the `outbox` table (the tables would be created in it).
+///
+/// # Errors
+/// No URL given; a database refused as above; the store's own errors (bad URL,
+/// unreachable server, schema too new).
+pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<Store> {
+    let Some(url) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+        bail!("no database given: pass --database-url URL or set DATABASE_URL");
+    };
+    let url = normalize(url);
+    let has_tables = if let Some(file) = sqlite_file(&url) {
+        if !file.exists() {
+            if missing == Missing::Refuse {
+                bail!(
+                    "database file `{}` does not exist (nothing was created; `agentsaga \
+                     migrate` creates a new database)",
+                    file.display()
+                );
+            }
+            None
+        } else {
+            Some(sqlite_has_outbox(&url, &file.display().to_string()).await?)
+        }
+    } else if url.starts_with("postgres") {
+        Some(postgres_has_outbox(&url).await?)
+    } else {
+        None
+    };
+    if missing == Missing::Refuse && has_tables == Some(false) {
+        bail!(
+            "{} holds no agentsaga tables: nothing to inspect, and nothing was changed \
+             (`agentsaga migrate` creates them)",
+            match sqlite_file(&url) {
+                Some(file) => format!("database file `{}`", file.display()),
+                None => format!("the database at {}", redact(&url)),
+            }
+        );
+    }
+    let mut config = StoreConfig::default().max_connections(2);
+    // An operator waiting on a dead server wants to know soon.
+    config.acquire_timeout = CONNECT_TIMEOUT;
+    Store::connect_with(&url, config).await.map_err(|e| {
+        // The store's messages quote the URL as given: never print a password.
+        anyhow!(e.to_string().replace(&url, &redact(&url)))
+    })
+}
+
+const HAS_OUTBOX_SQLITE: &str =
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox'";
+const HAS_OUTBOX_POSTGRES: &str = "SELECT to_regclass('outbox') IS NOT NULL";
+
+/// Does the (existing) SQLite file hold the `outbox` table? Looked at read-only.
+async fn sqlite_has_outbox(url: &str, file: &str) -> anyhow::Result<bool> {
+    let Ok(options) = SqliteConnectOptions::from_str(url) else {
+        return Ok(true); // the store reports the malformed URL
+    };
+    let options = options.read_only(true).create_if_missing(false);
+    let fail = |e: sqlx::Error| anyhow!("cannot read the database file `{file}`: {e}");
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(fail)?;
+    let n: i64 = sqlx::query_scalar(HAS_OUTBOX_SQLITE)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(fail)?;
+    let _ = conn.close().await;
+    Ok(n > 0)
+}
+
+/// Does the database hold the `outbox` table (in its search path)? One plain
+/// connection first also gives a clear error: the pool would only say "timed out"
+/// where the driver says "connection refused" or "password authentication failed".
+async fn postgres_has_outbox(url: &str) -> anyhow::Result<bool> {
+    let Ok(options) = PgConnectOptions::from_str(url) else {
+        return Ok(true); // the store reports the malformed URL
+    };
+    let fail = |why: String| {
+        anyhow!(
+            "cannot open the postgres database at {}: {}",
+            redact(url),
+            why.replace(url, &redact(url))
+        )
+    };
+    let mut conn =
+        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Err(_) => {
+                return Err(fail(format!(
+                    "no answer within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+        };
+    let found: bool = sqlx::query_scalar(HAS_OUTBOX_POSTGRES)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let _ = conn.close().await;
+    Ok(found)
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_paths_become_sqlite_urls() {
+        assert_eq!(normalize("file.db"), "sqlite://file.db");
+        assert_eq!(normalize("/tmp/x/file.db"), "sqlite:///tmp/x/file.db");
+        assert_eq!(normalize("./a:b.db"), "sqlite://./a:b.db");
+        assert_eq!(normalize("sqlite://f.db"), "sqlite://f.db");
+        assert_eq!(normalize("sqlite:f.db"), "sqlite:f.db");
+        assert_eq!(normalize("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(normalize("mysql://u@h/db"), "mysql://u@h/db");
+    }
+
+    #[test]
+    fn sqlite_files() {
+        assert_eq!(
+            sqlite_file("sqlite:///tmp/x.db?mode=rwc"),
+            Some(PathBuf::from("/tmp/x.db"))
+        );
+        assert_eq!(sqlite_file("sqlite:rel.db"), Some(PathBuf::from("rel.db")));
+        assert_eq!(sqlite_file("sqlite::memory:"), None);
+        assert_eq!(sqlite_file("postgres://h/db"), None);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite://f.db"), "sqlite://f.db");
+    }
+}

@@ -1,0 +1,408 @@
+//! The `agentsaga` binary against databases prepared by the saga engine, on SQLite and
+//! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
+
+mod common;
+
+use std::process::Command;
+
+use agentsaga_core::both_backends;
+use agentsaga_core::testing::{Backend, fresh_url};
+use serde_json::{Value, json};
+
+use common::{assert_keys, expect_failure, fails, json, ok, prepare, run, run_cmd, sqlite_path};
+
+const SAGA_KEYS: &[&str] = &[
+    "id",
+    "name",
+    "version",
+    "state",
+    "error",
+    "created_at",
+    "created_at_ms",
+    "updated_at",
+    "updated_at_ms",
+];
+const STEP_KEYS: &[&str] = &[
+    "idx",
+    "stage",
+    "name",
+    "destination",
+    "state",
+    "attempts",
+    "error",
+    "dispatched_at",
+    "dispatched_at_ms",
+    "replied_at",
+    "replied_at_ms",
+    "compensation_destination",
+    "compensation_payload",
+    "compensation_state",
+    "compensation_attempts",
+    "compensation_error",
+    "compensated_at",
+    "compensated_at_ms",
+];
+const DEAD_KEYS: &[&str] = &[
+    "id",
+    "seq",
+    "destination",
+    "key",
+    "attempts",
+    "created_at",
+    "created_at_ms",
+    "last_error",
+    "headers",
+    "payload",
+];
+
+fn status(url: &str) -> Value {
+    json(url, &["status", "--json"])
+}
+
+fn show(url: &str, id: &str) -> Value {
+    json(url, &["sagas", "show", id, "--json"])
+}
+
+/// `2024-05-01T12:34:56.789Z`.
+fn is_rfc3339(v: &Value) -> bool {
+    let s = v.as_str().unwrap_or_default();
+    s.len() == 24 && s.ends_with('Z') && s.as_bytes()[10] == b'T' && s.starts_with("20")
+}
+
+async fn read_commands(backend: Backend) {
+    let p = prepare(backend).await;
+    let url = p.url.as_str();
+
+    let s = status(url);
+    assert_keys(
+        &s,
+        &["backend", "outbox", "dead_letters", "sagas", "sagas_total"],
+    );
+    assert_keys(
+        &s["outbox"],
+        &[
+            "pending",
+            "in_flight",
+            "delivered",
+            "dead",
+            "oldest_pending_age_ms",
+        ],
+    );
+    let backend_name = if backend == Backend::Sqlite {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    assert_eq!(s["backend"], backend_name);
+    assert_eq!(s["outbox"]["pending"], 0, "{s}");
+    assert_eq!(s["outbox"]["in_flight"], 0);
+    assert_eq!(s["outbox"]["dead"], 2);
+    assert!(s["outbox"]["delivered"].as_u64().unwrap() > 10, "{s}");
+    assert_eq!(s["outbox"]["oldest_pending_age_ms"], Value::Null);
+    assert_eq!(s["dead_letters"], 2);
+    assert_eq!(
+        s["sagas"],
+        json!({"running": 0, "compensating": 0, "completed": 1, "compensated": 1,
+               "stuck": 3, "aborted": 0})
+    );
+    assert_eq!(s["sagas_total"], 5);
+    let human = ok(url, &["status"]);
+    assert!(human.contains("dead letters: 2"), "{human}");
+    assert!(
+        human
+            .lines()
+            .any(|l| l.split_whitespace().eq(["stuck", "3"])),
+        "{human}"
+    );
+
+    let list = json(url, &["sagas", "list", "--json"]);
+    assert_keys(&list, &["sagas"]);
+    let sagas = list["sagas"].as_array().unwrap();
+    assert_eq!(sagas.len(), 5);
+    for saga in sagas {
+        assert_keys(saga, SAGA_KEYS);
+        assert_eq!(saga["name"], "trip");
+        assert_eq!(saga["version"], 1);
+        assert!(is_rfc3339(&saga["created_at"]), "{saga}");
+    }
+    let stuck = json(url, &["sagas", "list", "--state", "stuck", "--json"]);
+    assert_eq!(stuck["sagas"].as_array().unwrap().len(), 3);
+    let none = json(url, &["sagas", "list", "--name", "other", "--json"]);
+    assert_eq!(none["sagas"], json!([]));
+    let one = json(url, &["sagas", "list", "--limit", "1", "--json"]);
+    assert_eq!(one["sagas"].as_array().unwrap().len(), 1);
+    let table = ok(url, &["sagas", "list", "--state", "completed"]);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(table.contains(&p.completed.to_string()), "{table}");
+
+    let id = p.stuck[0].to_string();
+    let doc = show(url, &id);
+    assert_keys(&doc, &["saga", "steps"]);
+    assert_keys(&doc["saga"], SAGA_KEYS);
+    assert_eq!(doc["saga"]["id"], id.as_str());
+    assert_eq!(doc["saga"]["state"], "stuck");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "the step after the pivot never ran: {doc}");
+    for step in steps {
+        assert_keys(step, STEP_KEYS);
+        assert!(is_rfc3339(&step["dispatched_at"]), "{step}");
+    }
+    assert!(is_rfc3339(&steps[0]["replied_at"]), "{doc}");
+    let reserve = &steps[0];
+    assert_eq!(reserve["name"], "reserve");
+    assert_eq!(reserve["state"], "succeeded");
+    assert_eq!(reserve["compensation_destination"], "reserve-agent");
+    assert_eq!(reserve["compensation_payload"], json!({"cancel": "stuck"}));
+    assert_eq!(reserve["compensation_state"], "failed");
+    assert_eq!(reserve["compensation_attempts"], 2);
+    assert!(
+        reserve["compensation_error"]
+            .as_str()
+            .unwrap()
+            .contains("cancel API down")
+    );
+    assert_eq!(steps[1]["state"], "failed");
+    assert!(
+        steps[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("card declined")
+    );
+    assert_eq!(steps[1]["compensation_state"], Value::Null);
+    let human = ok(url, &["sagas", "show", &id]);
+    for want in [
+        "TIMELINE",
+        "COMPENSATION LEDGER",
+        "cancel API down",
+        "sagas skip",
+    ] {
+        assert!(human.contains(want), "{want}: {human}");
+    }
+
+    let dead = json(url, &["dead", "list", "--json"]);
+    assert_keys(&dead, &["dead_letters"]);
+    assert_eq!(dead["dead_letters"].as_array().unwrap().len(), 2);
+    let mailer = json(url, &["dead", "list", "--destination", "mailer", "--json"]);
+    let rows = mailer["dead_letters"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_keys(row, DEAD_KEYS);
+    assert_eq!(row["id"], p.dead_mailer.to_string().as_str());
+    assert_eq!(row["key"], "ops");
+    assert_eq!(row["attempts"], 1);
+    assert_eq!(row["headers"], json!({"trace": "t-1"}));
+    assert_eq!(row["payload"]["subject"], "trip booked");
+    assert!(row["last_error"].as_str().unwrap().contains("550"));
+    assert!(is_rfc3339(&row["created_at"]));
+    let one = json(url, &["dead", "show", &p.dead_mailer.to_string(), "--json"]);
+    assert_eq!(&one, row);
+    let human = ok(url, &["dead", "show", &p.dead_sms.to_string()]);
+    assert!(human.contains("\"to\": \"+100\""), "{human}");
+    assert!(human.contains("sms: 550 mailbox unavailable"), "{human}");
+    let human = ok(url, &["dead", "list"]);
+    assert_eq!(human.lines().count(), 3, "{human}");
+}
+both_backends!(read_tests, read_commands);
+
+async fn actions(backend: Backend) {
+    let p = prepare(backend).await;
+    let url = p.url.as_str();
+
+    // Skip the stuck compensation: the saga ends compensated, recorded as skipped.
+    let id = p.stuck[0].to_string();
+    let out = ok(url, &["sagas", "skip", &id]);
+    assert!(out.contains("now compensated"), "{out}");
+    let doc = show(url, &id);
+    assert_eq!(doc["saga"]["state"], "compensated");
+    assert_eq!(doc["steps"][0]["compensation_state"], "skipped");
+    assert!(is_rfc3339(&doc["steps"][0]["compensated_at"]));
+    let s = status(url);
+    assert_eq!(s["sagas"]["stuck"], 2);
+    assert_eq!(s["sagas"]["compensated"], 2);
+
+    // An action the state refuses says why and changes nothing.
+    let completed = p.completed.to_string();
+    let before = show(url, &completed);
+    let e = fails(url, &["sagas", "abort", &completed]);
+    assert!(e.contains("completed"), "{e}");
+    assert_eq!(show(url, &completed), before);
+    let e = fails(url, &["sagas", "skip", &completed]);
+    assert!(e.contains("completed"), "{e}");
+    let e = fails(url, &["sagas", "retry", &id]);
+    assert!(e.contains("compensated") && e.contains("only stuck"), "{e}");
+    assert_eq!(show(url, &completed), before);
+
+    // Retry a stuck compensation: dispatched again, one message pending.
+    let other = p.stuck[1].to_string();
+    let out = ok(url, &["sagas", "retry", &other]);
+    assert!(out.contains("now compensating"), "{out}");
+    let doc = show(url, &other);
+    assert_eq!(doc["saga"]["state"], "compensating");
+    assert_eq!(doc["steps"][0]["compensation_state"], "dispatched");
+    assert_eq!(status(url)["outbox"]["pending"], 1);
+    let e = fails(url, &["sagas", "abort", &other]);
+    assert!(e.contains("compensating"), "{e}");
+
+    // Stuck after its pivot: retry needs the definition and says so; abort gives up.
+    let after = p.after_pivot.to_string();
+    let e = fails(url, &["sagas", "retry", &after]);
+    assert!(e.contains("definition"), "{e}");
+    assert_eq!(show(url, &after)["saga"]["state"], "stuck");
+    let out = ok(url, &["sagas", "abort", &after]);
+    assert!(out.contains("now aborted"), "{out}");
+    assert_eq!(status(url)["sagas"]["aborted"], 1);
+
+    // Dead letters: re-drive one, purge the other.
+    let mailer = p.dead_mailer.to_string();
+    let out = ok(url, &["dead", "redrive", &mailer]);
+    assert!(out.contains("pending again"), "{out}");
+    let s = status(url);
+    assert_eq!(s["outbox"]["dead"], 1);
+    assert_eq!(s["outbox"]["pending"], 2);
+    assert!(fails(url, &["dead", "show", &mailer]).contains("not found"));
+    assert!(fails(url, &["dead", "redrive", &mailer]).contains("not found"));
+    let out = ok(url, &["dead", "purge", "--older-than", "1h"]);
+    assert!(out.starts_with("purged 0 dead letter(s)"), "{out}");
+    let out = ok(url, &["dead", "purge", "--older-than", "0ms"]);
+    assert!(out.starts_with("purged 1 dead letter(s)"), "{out}");
+    assert_eq!(status(url)["dead_letters"], 0);
+    let out = ok(url, &["dead", "redrive", "--all", "--destination", "sms"]);
+    assert!(
+        out.starts_with("re-drove 0 dead letter(s) to `sms`"),
+        "{out}"
+    );
+
+    // Prune delivered rows and inbox records.
+    let delivered = status(url)["outbox"]["delivered"].as_u64().unwrap();
+    assert!(delivered > 0);
+    let out = ok(url, &["prune", "--older-than", "7d"]);
+    assert!(
+        out.starts_with("pruned 0 delivered outbox row(s) and 0 inbox record(s)"),
+        "{out}"
+    );
+    let out = ok(url, &["prune", "--older-than", "0s"]);
+    let want = format!("pruned {delivered} delivered outbox row(s) and ");
+    assert!(out.starts_with(&want), "{out}");
+    assert!(!out.contains(" and 0 inbox"), "{out}");
+    let s = status(url);
+    assert_eq!(s["outbox"]["delivered"], 0);
+    assert_eq!(s["outbox"]["pending"], 2, "prune leaves pending rows alone");
+
+    let out = ok(url, &["migrate"]);
+    assert!(out.contains("schema up to date"), "{out}");
+}
+both_backends!(action_tests, actions);
+
+async fn bad_ids_and_values(backend: Backend) {
+    let url = fresh_url(backend).await;
+    // A database agentsaga never migrated (an empty SQLite file, a fresh Postgres
+    // database) is refused by every command but `migrate`, and left as it was.
+    if backend == Backend::Sqlite {
+        std::fs::write(sqlite_path(&url), b"").unwrap();
+    }
+    for args in [&["status"][..], &["dead", "purge", "--older-than", "1d"]] {
+        let e = fails(&url, args);
+        assert!(e.contains("holds no agentsaga tables"), "{e}");
+    }
+    if backend == Backend::Sqlite {
+        assert_eq!(std::fs::metadata(sqlite_path(&url)).unwrap().len(), 0);
+    }
+    assert!(ok(&url, &["migrate"]).contains("schema up to date"));
+    let unknown = "0190a8f0-0000-7000-8000-000000000000";
+    for args in [
+        &["sagas", "show", unknown][..],
+        &["sagas", "abort", unknown],
+        &["sagas", "retry", unknown],
+        &["sagas", "skip", unknown],
+    ] {
+        let e = fails(&url, args);
+        assert!(e.contains(&format!("no saga with id {unknown}")), "{e}");
+    }
+    for args in [
+        &["dead", "show", unknown][..],
+        &["dead", "redrive", unknown],
+    ] {
+        let e = fails(&url, args);
+        assert!(e.contains("not found"), "{e}");
+    }
+    for (args, want) in [
+        (&["sagas", "show", "nope"][..], "not a UUID"),
+        (&["sagas", "abort", "1234"], "not a UUID"),
+        (&["dead", "show", "xyz"], "not a UUID"),
+        (&["dead", "redrive", "xyz"], "not a UUID"),
+        (&["prune", "--older-than", "7x"], "invalid duration \"7x\""),
+        (
+            &["dead", "purge", "--older-than", "soon"],
+            "expected a number and a unit",
+        ),
+        (
+            &["sagas", "list", "--state", "bogus"],
+            "unknown saga state `bogus`",
+        ),
+    ] {
+        let r = run(&url, args);
+        let e = expect_failure(&r, &args);
+        assert_eq!(r.code, Some(2), "a usage error: {r:?}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    let s = status(&url);
+    assert_eq!(s["sagas_total"], 0);
+    assert_eq!(s["outbox"]["pending"], 0);
+}
+both_backends!(bad_input_tests, bad_ids_and_values);
+
+#[tokio::test]
+async fn a_missing_sqlite_file_is_never_created() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let path = sqlite_path(&url).to_owned();
+    let dir = path.parent().unwrap().to_owned();
+    let unknown = "0190a8f0-0000-7000-8000-000000000000";
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["sagas", "list"],
+        &["sagas", "show", unknown],
+        &["sagas", "abort", unknown],
+        &["dead", "list", "--json"],
+        &["dead", "redrive", "--all"],
+        &["dead", "purge", "--older-than", "1d"],
+        &["prune", "--older-than", "1d"],
+    ] {
+        let e = fails(&url, args);
+        assert!(e.contains("does not exist"), "{args:?}: {e}");
+        // A bare path too, relative to the working directory.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+        cmd.current_dir(&dir)
+            .env("DATABASE_URL", "test.db")
+            .args(args);
+        let e = expect_failure(&run_cmd(cmd), &args);
+        assert!(e.contains("`test.db` does not exist"), "{args:?}: {e}");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} created {left:?}");
+    }
+    // `migrate` is the one command that creates it.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+    cmd.current_dir(&dir)
+        .env("DATABASE_URL", "test.db")
+        .arg("migrate");
+    let r = run_cmd(cmd);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.contains("backend: sqlite"), "{r:?}");
+    assert!(path.exists());
+    assert_eq!(status(&url)["sagas_total"], 0);
+}
+
+#[test]
+fn bad_urls_and_no_url() {
+    let e = fails("mysql://root@127.0.0.1/db", &["status"]);
+    assert!(e.contains("unsupported scheme `mysql`"), "{e}");
+    let e = fails("postgres://u:secret@127.0.0.1:1/db", &["status"]);
+    assert!(e.contains("cannot open the postgres database"), "{e}");
+    assert!(!e.contains("secret"), "the password is not printed: {e}");
+    let e = fails("sqlite://x.db?mode=bogus", &["migrate"]);
+    assert!(e.contains("invalid database url"), "{e}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+    cmd.env_remove("DATABASE_URL").arg("status");
+    let e = expect_failure(&run_cmd(cmd), &"no url");
+    assert!(e.contains("DATABASE_URL"), "{e}");
+}

@@ -1,0 +1,262 @@
+//! Shared helpers of the CLI tests: databases prepared by the saga engine, and the
+//! `agentsaga` binary run against them.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::{Claim, DeadLetter, Message, MessageId, Receipt, RetryPolicy, Store, header};
+use agentsaga_saga::outcome::{self, StepOutcome};
+use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step, query};
+use serde_json::{Value, json};
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `agentsaga --database-url <url> <args>` (no `DATABASE_URL` inherited).
+pub fn run(url: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+    cmd.env_remove("DATABASE_URL")
+        .arg("--database-url")
+        .arg(url)
+        .args(args);
+    run_cmd(cmd)
+}
+
+/// Runs `agentsaga <args>` with `cmd`'s settings.
+pub fn run_cmd(mut cmd: Command) -> Run {
+    let out = cmd.output().expect("run agentsaga");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The command succeeded; its stdout.
+pub fn ok(url: &str, args: &[&str]) -> String {
+    let r = run(url, args);
+    assert_eq!(r.code, Some(0), "agentsaga {args:?} failed: {r:?}");
+    r.stdout
+}
+
+/// The command succeeded and printed one JSON document.
+pub fn json(url: &str, args: &[&str]) -> Value {
+    let out = ok(url, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+/// The command failed with one line on stderr and nothing on stdout; that line.
+pub fn fails(url: &str, args: &[&str]) -> String {
+    expect_failure(&run(url, args), args)
+}
+
+/// `r` is a failure with one `error: ` line on stderr and nothing on stdout.
+pub fn expect_failure(r: &Run, what: &(impl std::fmt::Debug + ?Sized)) -> String {
+    assert!(
+        matches!(r.code, Some(c) if c != 0),
+        "{what:?} should fail: {r:?}"
+    );
+    assert!(r.stdout.is_empty(), "{what:?}: stdout on failure: {r:?}");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what:?}: want one line on stderr: {r:?}");
+    assert!(lines[0].starts_with("error: "), "{what:?}: {r:?}");
+    lines[0].to_owned()
+}
+
+/// The sorted keys of a JSON object.
+pub fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+/// Asserts `v` is an object with exactly these keys.
+pub fn assert_keys(v: &Value, expected: &[&str]) {
+    let mut want: Vec<String> = expected.iter().map(|s| (*s).to_owned()).collect();
+    want.sort();
+    assert_eq!(keys(v), want, "{v}");
+}
+
+/// A database prepared by the saga engine.
+pub struct Prepared {
+    pub url: String,
+    pub completed: SagaId,
+    pub compensated: SagaId,
+    /// Two sagas whose compensation always fails.
+    pub stuck: [SagaId; 2],
+    /// A saga stuck after its pivot (its last step failed fatally).
+    pub after_pivot: SagaId,
+    /// Dead letters to `mailer` and to `sms`.
+    pub dead_mailer: MessageId,
+    pub dead_sms: MessageId,
+}
+
+/// reserve (undoable) → charge (the pivot) → confirm. What the agents answer depends on
+/// the saga data's `case`: `ok`; `declined` (the charge fails: compensated); `stuck`
+/// (the charge fails and so does the reservation's cancel); `after_pivot` (confirm
+/// fails for good).
+fn trip() -> SagaDefinition {
+    Saga::<Value>::builder("trip", 1)
+        .step(
+            Step::new("reserve", "reserve-agent")
+                .command(|d: &Value| d.clone())
+                .compensate("reserve-agent", |d: &Value| json!({"cancel": d["case"]})),
+        )
+        .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
+        .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
+        .build()
+        .expect("definition")
+}
+
+fn agent(env: &agentsaga_core::Envelope) -> StepOutcome {
+    let payload: Value = serde_json::from_str(&env.payload).expect("payload");
+    if env.header(header::KIND) == Some(outcome::KIND_COMPENSATE) {
+        return if payload["cancel"] == "stuck" {
+            StepOutcome::Fatal("cancel API down".into())
+        } else {
+            StepOutcome::Ok(json!("cancelled"))
+        };
+    }
+    let case = payload["case"].as_str().unwrap_or_default();
+    match (env.destination.as_str(), case) {
+        ("charge-agent", "declined" | "stuck") => StepOutcome::Fatal("card declined".into()),
+        ("confirm-agent", "after_pivot") => StepOutcome::Fatal("confirmation service gone".into()),
+        _ => StepOutcome::Ok(json!("done")),
+    }
+}
+
+/// A fresh database of `backend` holding one saga of each kind and two dead letters.
+pub async fn prepare(backend: Backend) -> Prepared {
+    let url = fresh_url(backend).await;
+    let store = Store::connect(&url).await.expect("connect");
+    let engine = Engine::new([trip()])
+        .expect("engine")
+        .with_compensation_retry(RetryPolicy::new(
+            Duration::from_millis(1),
+            Duration::from_millis(4),
+            2,
+        ));
+    let mut ids = Vec::new();
+    for case in ["ok", "declined", "stuck", "stuck", "after_pivot"] {
+        let mut tx = store.begin().await.expect("begin");
+        ids.push(
+            engine
+                .start(&mut tx, "trip", &json!({"case": case}))
+                .await
+                .expect("start"),
+        );
+        tx.commit().await.expect("commit");
+    }
+    pump(&store, &engine, &ids).await;
+
+    let mut tx = store.begin().await.expect("begin");
+    let mailer = Message::to("mailer")
+        .key("ops")
+        .json(&json!({"to": "ops@example.com", "subject": "trip booked"}))
+        .expect("json")
+        .header("trace", "t-1");
+    let sms = Message::to("sms")
+        .json(&json!({"to": "+100"}))
+        .expect("json");
+    let (dead_mailer, dead_sms) = (mailer.message_id(), sms.message_id());
+    tx.enqueue_batch(&[mailer, sms]).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    let destinations = vec!["mailer".to_owned(), "sms".to_owned()];
+    let claimed = store
+        .claim(&Claim {
+            owner: "t",
+            destinations: &destinations,
+            limit: 10,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2);
+    let dead: Vec<DeadLetter> = claimed
+        .iter()
+        .map(|e| DeadLetter {
+            seq: e.seq,
+            reason: format!("{}: 550 mailbox unavailable", e.destination),
+            notice: None,
+        })
+        .collect();
+    assert_eq!(store.dead_letter("t", &dead).await.expect("dead letter"), 2);
+    store.close().await;
+    Prepared {
+        url,
+        completed: ids[0],
+        compensated: ids[1],
+        stuck: [ids[2], ids[3]],
+        after_pivot: ids[4],
+        dead_mailer,
+        dead_sms,
+    }
+}
+
+/// Delivers every ready message (agents answer per [`agent`]) until every saga in
+/// `ids` is terminal or stuck.
+async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
+    let mut destinations = engine.orchestrator_destinations();
+    for d in engine.definitions() {
+        destinations.extend(d.agent_destinations());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut settled = 0;
+        for id in ids {
+            let s = query::get(store, *id).await.expect("get").expect("saga");
+            if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
+                settled += 1;
+            }
+        }
+        if settled == ids.len() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the sagas did not settle");
+        let claim = Claim {
+            owner: "t",
+            destinations: &destinations,
+            limit: 64,
+            lease: Duration::from_secs(60),
+        };
+        let batch = store.claim(&claim).await.expect("claim");
+        if batch.is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        for env in &batch {
+            let mut tx = store.begin().await.expect("begin");
+            if env.destination.starts_with("saga.") {
+                engine.handle(&mut tx, env).await.expect("handle");
+            } else if tx.receive(&env.destination, env.id).await.expect("receive") == Receipt::First
+            {
+                let reply = outcome::reply(env, &agent(env))
+                    .expect("reply")
+                    .expect("reply_to");
+                tx.enqueue(&reply).await.expect("enqueue reply");
+            }
+            tx.commit().await.expect("commit");
+        }
+        let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
+        store.mark_delivered("t", &seqs).await.expect("delivered");
+    }
+}
+
+/// The file behind a `sqlite://` URL.
+pub fn sqlite_path(url: &str) -> &Path {
+    Path::new(url.strip_prefix("sqlite://").expect("a sqlite:// url"))
+}

@@ -1,0 +1,113 @@
+//! The metrics endpoint serves the documented series, with values that match the
+//! database.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaState, Step, query};
+use serde_json::{Value, json};
+
+struct Flaky;
+
+#[async_trait::async_trait]
+impl Agent for Flaky {
+    type Command = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        "flaky"
+    }
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+        if !ctx.is_compensation() && cmd["n"].as_u64().unwrap_or(0).is_multiple_of(3) {
+            return Err(StepError::fatal("every third one fails"));
+        }
+        Ok(cmd)
+    }
+}
+
+fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap();
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_match_the_database() {
+    let saga = Saga::<Value>::builder("m", 1)
+        .step(Step::new("a", "flaky").compensate("flaky", |_: &Value| json!("undo")))
+        .build()
+        .unwrap();
+    let runtime = Runtime::builder()
+        .database(fresh_url(Backend::Sqlite).await)
+        .agent(Flaky)
+        .saga(saga)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let addr = runtime.metrics_addr().unwrap();
+    assert!(addr.ip().is_loopback());
+    let mut ids = Vec::new();
+    for n in 0..9 {
+        ids.push(runtime.start_saga("m", &json!({ "n": n })).await.unwrap());
+    }
+    for id in ids {
+        tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    runtime.sample_metrics().await;
+    let m = tokio::task::spawn_blocking(move || scrape(addr))
+        .await
+        .unwrap();
+
+    let stats = runtime.store().stats().await.unwrap();
+    assert_eq!(m["agentsaga_outbox_pending"], stats.pending as f64);
+    assert_eq!(m["agentsaga_outbox_in_flight"], stats.in_flight as f64);
+    assert_eq!(m["agentsaga_outbox_dead"], stats.dead as f64);
+    assert!(m.contains_key("agentsaga_outbox_lag_seconds"));
+    let counts: HashMap<SagaState, u64> = query::count_by_state(runtime.store())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(counts[&SagaState::Completed], 6);
+    assert_eq!(counts[&SagaState::Compensated], 3);
+    for (state, n) in &counts {
+        assert_eq!(
+            m[&format!("agentsaga_sagas{{state=\"{state}\"}}")],
+            *n as f64,
+            "{state}"
+        );
+    }
+    assert_eq!(m["agentsaga_sagas{state=\"stuck\"}"], 0.0);
+    let relay = runtime.relay_stats().unwrap();
+    assert_eq!(m["agentsaga_deliveries_total"], relay.delivered as f64);
+    assert!(
+        relay.delivered >= 9 + 9 + 3 + 3,
+        "commands, replies, undos and their replies"
+    );
+    assert!(
+        m.contains_key("agentsaga_retries_total") && m.contains_key("agentsaga_dead_letters_total")
+    );
+    assert!(
+        m.contains_key("agentsaga_delivery_latency_seconds{quantile=\"0.99\"}"),
+        "{m:?}"
+    );
+    assert_eq!(m["agentsaga_saga_duration_seconds_count"], 9.0, "{m:?}");
+    runtime.shutdown().await;
+}
