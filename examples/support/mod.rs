@@ -149,8 +149,19 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
         b
     };
     let mut last_log = Instant::now();
+    let mut backoff = Duration::from_millis(100);
     loop {
-        let c = counts(store).await?;
+        // The database may go away for a while: say so, back off, and carry on.
+        let c = match counts(store).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "database unavailable; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
         let left = unfinished(&c);
         bar.set_position(start_left.saturating_sub(left));
         bar.set_message(format!(
@@ -166,7 +177,9 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
         if left == 0 {
             // Late replies and moot messages still ready for delivery are consumed
             // before exit, so the outbox is left drained (future timers aside).
-            let stats = store.stats().await?;
+            let Ok(stats) = store.stats().await else {
+                continue;
+            };
             if stats.in_flight == 0 && stats.oldest_pending_age_ms.is_none() {
                 bar.finish();
                 return Ok(());

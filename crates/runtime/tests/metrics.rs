@@ -70,12 +70,25 @@ async fn metrics_match_the_database() {
             .unwrap()
             .unwrap();
     }
+    // Sagas settle before their last messages are acknowledged: wait until nothing
+    // moves, so the database and the scrape describe the same moment.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let stats = loop {
+        let s = runtime.store().stats().await.unwrap();
+        if s.in_flight == 0 && s.oldest_pending_age_ms.is_none() {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "outbox never drained: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     runtime.sample_metrics().await;
     let m = tokio::task::spawn_blocking(move || scrape(addr))
         .await
         .unwrap();
 
-    let stats = runtime.store().stats().await.unwrap();
     assert_eq!(m["agentsaga_outbox_pending"], stats.pending as f64);
     assert_eq!(m["agentsaga_outbox_in_flight"], stats.in_flight as f64);
     assert_eq!(m["agentsaga_outbox_dead"], stats.dead as f64);

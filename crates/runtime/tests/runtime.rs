@@ -1,0 +1,216 @@
+//! The runtime's promises about bad input and crashed actors, on both backends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::{RetryPolicy, both_backends};
+use agentsaga_relay::RelayConfig;
+use agentsaga_runtime::{Agent, AgentContext, Error, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaState, Step, query};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Expects `{"amount": <u64>}`; counts what it handled; panics on demand.
+struct Billing {
+    handled: Arc<AtomicU32>,
+    panics_left: Arc<AtomicU32>,
+}
+
+#[derive(Deserialize)]
+struct Charge {
+    amount: u64,
+}
+
+#[async_trait::async_trait]
+impl Agent for Billing {
+    type Command = Charge;
+    type Reply = u64;
+    fn destination(&self) -> &str {
+        "billing"
+    }
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Charge) -> Result<u64, StepError> {
+        if ctx.is_compensation() {
+            return Ok(0); // a refund of nothing charged: nothing to undo is success
+        }
+        if self
+            .panics_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("billing crashed mid-message");
+        }
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        Ok(cmd.amount)
+    }
+}
+
+/// Reserves and releases; counts undos.
+struct Stock(Arc<AtomicU32>);
+
+#[async_trait::async_trait]
+impl Agent for Stock {
+    type Command = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        "stock"
+    }
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+        if ctx.is_compensation() {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(cmd)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Order {
+    amount: Value,
+}
+
+async fn runtime(backend: Backend, panics: u32) -> (Runtime, Arc<AtomicU32>, Arc<AtomicU32>) {
+    let saga = Saga::<Order>::builder("order", 1)
+        .step(Step::new("reserve", "stock").compensate("stock", |_: &Order| json!("release")))
+        .step(
+            Step::new("charge", "billing")
+                .command(|o: &Order| json!({ "amount": o.amount }))
+                .compensate("billing", |_: &Order| json!({ "amount": 0 })),
+        )
+        .build()
+        .unwrap();
+    let handled = Arc::new(AtomicU32::new(0));
+    let undone = Arc::new(AtomicU32::new(0));
+    let rt = Runtime::builder()
+        .database(fresh_url(backend).await)
+        .agent(Billing {
+            handled: handled.clone(),
+            panics_left: Arc::new(AtomicU32::new(panics)),
+        })
+        .agent(Stock(undone.clone()))
+        .saga(saga)
+        .relay_config(
+            RelayConfig::default()
+                .retry(RetryPolicy::new(
+                    Duration::from_millis(10),
+                    Duration::from_millis(50),
+                    5,
+                ))
+                .lease(Duration::from_secs(2)),
+        )
+        .start()
+        .await
+        .unwrap();
+    (rt, handled, undone)
+}
+
+async fn wait(rt: &Runtime, id: agentsaga_saga::SagaId) -> SagaState {
+    tokio::time::timeout(Duration::from_secs(60), rt.wait(id))
+        .await
+        .expect("saga settles")
+        .unwrap()
+}
+
+// A command whose payload does not decode into the agent's command type is
+// dead-lettered with the decode error, and its saga compensates.
+async fn undecodable_command_dead_letters_and_compensates(backend: Backend) {
+    let (rt, handled, undone) = runtime(backend, 0).await;
+    let id = rt
+        .start_saga(
+            "order",
+            &Order {
+                amount: json!("forty-two"),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(wait(&rt, id).await, SagaState::Compensated);
+    assert_eq!(handled.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        undone.load(Ordering::SeqCst),
+        1,
+        "the reservation was released"
+    );
+    let dead = rt.store().dead_letters(Some("billing"), 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let why = dead[0].last_error.as_deref().unwrap();
+    assert!(
+        why.contains("does not decode") && why.contains("forty-two"),
+        "{why}"
+    );
+    let saga = query::get(rt.store(), id).await.unwrap().unwrap();
+    assert!(saga.error.unwrap().contains("delivery to `billing` failed"));
+    // A well-formed order goes through.
+    let ok = rt
+        .start_saga("order", &Order { amount: json!(42) })
+        .await
+        .unwrap();
+    assert_eq!(wait(&rt, ok).await, SagaState::Completed);
+    rt.shutdown().await;
+}
+both_backends!(
+    undecodable_tests,
+    undecodable_command_dead_letters_and_compensates
+);
+
+// An agent actor that panics is restarted by the supervisor; the message it held is
+// delivered again and processed once.
+async fn crashed_agent_is_restarted(backend: Backend) {
+    let (rt, handled, _) = runtime(backend, 2).await;
+    let id = rt
+        .start_saga("order", &Order { amount: json!(7) })
+        .await
+        .unwrap();
+    assert_eq!(wait(&rt, id).await, SagaState::Completed);
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        1,
+        "processed exactly once after two crashes"
+    );
+    // The restarted actors keep serving.
+    let again = rt
+        .start_saga("order", &Order { amount: json!(8) })
+        .await
+        .unwrap();
+    assert_eq!(wait(&rt, again).await, SagaState::Completed);
+    assert_eq!(handled.load(Ordering::SeqCst), 2);
+    rt.shutdown().await;
+}
+both_backends!(crash_tests, crashed_agent_is_restarted);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_saga_name_is_a_typed_error() {
+    let (rt, _, _) = runtime(Backend::Sqlite, 0).await;
+    match rt.start_saga("no-such-saga", &json!({})).await {
+        Err(Error::Saga(agentsaga_saga::Error::UnknownSaga(name))) => {
+            assert_eq!(name, "no-such-saga")
+        }
+        other => panic!("expected UnknownSaga, got {other:?}"),
+    }
+    assert!(
+        query::list(rt.store(), &Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn builder_refuses_nonsense() {
+    assert!(matches!(
+        Runtime::builder().start().await,
+        Err(Error::Config(_))
+    ));
+    let r = Runtime::builder().database("sqlite::memory:").start().await;
+    assert!(matches!(r, Err(Error::Config(m)) if m.contains("nothing to host")));
+    let r = Runtime::builder()
+        .database("mysql://x")
+        .agent(Stock(Default::default()))
+        .start()
+        .await;
+    assert!(matches!(
+        r,
+        Err(Error::Store(agentsaga_core::Error::InvalidUrl { .. }))
+    ));
+}
