@@ -141,9 +141,9 @@ pub(super) async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> R
         for m in chunk {
             q = q
                 .bind(m.id.to_string())
-                .bind(m.destination.clone())
-                .bind(m.key.clone())
-                .bind(m.payload.clone())
+                .bind(&m.destination)
+                .bind(m.key.as_deref())
+                .bind(&m.payload)
                 .bind(m.headers_json()?)
                 .bind(now.saturating_add(m.delay_ms()))
                 .bind(now);
