@@ -86,14 +86,17 @@ impl HttpTransport {
     ///
     /// An empty token is sent as no `Authorization` header at all, which receivers
     /// answer with 401: every delivery is then rejected.
+    ///
+    /// # Panics
+    /// Only if `reqwest` cannot build a client, as [`reqwest::Client::new`] would:
+    /// possible only when another crate of the program enables a TLS backend in
+    /// `reqwest` and that backend cannot be initialised.
     pub fn new(token: impl Into<String>) -> Self {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .build()
-            // Without TLS, building fails only when the system cannot set up sockets at
-            // all; fall back to the plain client then rather than fail here.
-            .unwrap_or_else(|_| reqwest::Client::new());
+            .expect("a reqwest client without TLS options can always be built");
         Self {
             client,
             token: token.into(),
@@ -122,8 +125,8 @@ impl HttpTransport {
         self
     }
 
-    /// How long one delivery (connecting, sending, and reading the answer's headers)
-    /// may take before it counts as a retry (default 10 s).
+    /// How long one delivery (connecting, sending the envelope, reading the answer) may
+    /// take before it counts as a retry (default 10 s).
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
