@@ -64,7 +64,9 @@ pub enum Backend {
 pub async fn fresh_url(backend: Backend) -> String {
     match backend {
         Backend::Sqlite => {
-            let dir = unique_temp_dir("agentsaga-sqlite");
+            let dir = sqlite_root().join(Uuid::now_v7().simple().to_string());
+            fs::create_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("agentsaga testing: cannot create {}: {e}", dir.display()));
             format!("sqlite://{}", dir.join("test.db").display())
         }
         Backend::Postgres => pg_server().fresh_database_url().await,
@@ -380,6 +382,31 @@ fn free_port() -> u16 {
 }
 
 /// Create a new, unique directory `<temp>/<prefix>-<uuid v7>`.
+/// One directory per test process for its SQLite databases, removed by a watchdog
+/// when the process ends (however it ends).
+fn sqlite_root() -> &'static PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let dir = unique_temp_dir("agentsaga-sqlite");
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; rm -rf {dir}",
+            pid = std::process::id(),
+            dir = shell_quote(&dir),
+        );
+        #[allow(clippy::zombie_processes, reason = "the watchdog outlives this process on purpose")]
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        dir
+    })
+}
+
 fn unique_temp_dir(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", Uuid::now_v7().simple()));
     fs::create_dir_all(&dir)
