@@ -16,7 +16,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentsaga::prelude::*;
 use clap::Parser;
@@ -227,52 +227,15 @@ async fn main() -> anyhow::Result<()> {
             fail_rate,
         });
     }
-    let runtime = builder
-        .compensation_retry(RetryPolicy::new(
-            Duration::from_millis(50),
-            Duration::from_secs(2),
-            10,
-        ))
-        .maybe_metrics(common.metrics_addr())
-        .relay_config(
-            RelayConfig::default()
-                .lease(Duration::from_millis(common.lease_ms))
-                .poll_interval(Duration::from_millis(100))
-                .retry(RetryPolicy::new(
-                    Duration::from_millis(100),
-                    Duration::from_secs(5),
-                    20,
-                )),
-        )
-        .start()
-        .await?;
-    if let Some(addr) = runtime.metrics_addr() {
-        eprintln!("metrics at http://{addr}/metrics");
-    }
-    support::create_tables(runtime.store(), DDL).await?;
-
+    let runtime = support::configure(builder, common).start().await?;
     let companies = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
-    let started = Instant::now();
-    let mut n = 0;
-    while n < common.sagas {
-        let batch = (common.sagas - n).min(50);
-        let mut tx = runtime.store().begin().await?;
-        for i in 0..batch {
-            let company = format!("{} #{}", companies[((n + i) % 6) as usize], n + i);
-            let req = Request {
-                company,
-                findings: None,
-                slot: None,
-                draft: None,
-            };
-            runtime.start_saga_in(&mut tx, "ai_assistant", &req).await?;
-        }
-        tx.commit().await?;
-        n += batch;
-    }
-    support::wait_all(runtime.store(), common.quiet).await?;
-    support::summary(runtime.store(), common.sagas, started.elapsed(), &url).await?;
-    runtime.shutdown().await;
+    support::run(runtime, common, &url, DDL, "ai_assistant", |i| Request {
+        company: format!("{} #{i}", companies[(i % 6) as usize]),
+        findings: None,
+        slot: None,
+        draft: None,
+    })
+    .await?;
     telemetry.shutdown().await;
     Ok(())
 }

@@ -21,7 +21,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentsaga::prelude::*;
 use clap::Parser;
@@ -250,53 +250,15 @@ async fn main() -> anyhow::Result<()> {
         })
         .agent(PaymentAgent { seed, fail_rate })
         .agent(ConfirmationAgent { seed, fail_rate })
-        .saga(definition()?)
-        .compensation_retry(RetryPolicy::new(
-            Duration::from_millis(50),
-            Duration::from_secs(2),
-            10,
-        ))
-        .maybe_metrics(common.metrics_addr())
-        .relay_config(
-            RelayConfig::default()
-                .lease(Duration::from_millis(common.lease_ms))
-                .poll_interval(Duration::from_millis(100))
-                .retry(RetryPolicy::new(
-                    Duration::from_millis(100),
-                    Duration::from_secs(5),
-                    20,
-                )),
-        )
-        .start()
-        .await?;
-    if let Some(addr) = runtime.metrics_addr() {
-        eprintln!("metrics at http://{addr}/metrics");
-    }
-    support::create_tables(runtime.store(), DDL).await?;
-
-    let started = Instant::now();
+        .saga(definition()?);
+    let runtime = support::configure(runtime, common).start().await?;
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut n = 0;
-    while n < common.sagas {
-        let batch = (common.sagas - n).min(50);
-        let mut tx = runtime.store().begin().await?;
-        for i in 0..batch {
-            let trip = Trip {
-                customer: n + i,
-                amount_cents: rng.u64(5_000..200_000),
-                bookings: vec![],
-            };
-            runtime
-                .start_saga_in(&mut tx, "trip_booking", &trip)
-                .await?;
-        }
-        tx.commit().await?;
-        n += batch;
-    }
-    support::wait_all(runtime.store(), common.quiet).await?;
-    let elapsed = started.elapsed();
-    support::summary(runtime.store(), common.sagas, elapsed, &url).await?;
-    runtime.shutdown().await;
+    support::run(runtime, common, &url, DDL, "trip_booking", |i| Trip {
+        customer: i,
+        amount_cents: rng.u64(5_000..200_000),
+        bookings: vec![],
+    })
+    .await?;
     telemetry.shutdown().await;
     Ok(())
 }

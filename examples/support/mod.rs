@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::{Conn, Store};
+use agentsaga::core::{Conn, RetryPolicy, Store};
+use agentsaga::relay::RelayConfig;
+use agentsaga::runtime::{Runtime, RuntimeBuilder};
 use agentsaga::saga::{SagaState, query};
 
 /// The flags every example takes.
@@ -221,4 +223,58 @@ pub async fn summary(
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Shut it down at exit to flush the spans.
 pub fn init_telemetry(service: &str) -> anyhow::Result<agentsaga::runtime::telemetry::Telemetry> {
     agentsaga::runtime::telemetry::init(service).map_err(anyhow::Error::msg)
+}
+
+/// The examples' runtime settings: quick retries, the lease from the flags, metrics if
+/// asked for.
+pub fn configure(builder: RuntimeBuilder, common: &CommonArgs) -> RuntimeBuilder {
+    builder
+        .compensation_retry(RetryPolicy::new(
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+            10,
+        ))
+        .maybe_metrics(common.metrics_addr())
+        .relay_config(
+            RelayConfig::default()
+                .lease(Duration::from_millis(common.lease_ms))
+                .poll_interval(Duration::from_millis(100))
+                .retry(RetryPolicy::new(
+                    Duration::from_millis(100),
+                    Duration::from_secs(5),
+                    20,
+                )),
+        )
+}
+
+/// Creates the tables, starts `--sagas` sagas of `saga` (50 per transaction, so a
+/// kill leaves whole batches), waits for every unfinished saga, prints the summary and
+/// shuts down.
+pub async fn run<T: serde::Serialize>(
+    runtime: Runtime,
+    common: &CommonArgs,
+    url: &str,
+    ddl: &[&str],
+    saga: &str,
+    mut data: impl FnMut(u64) -> T,
+) -> anyhow::Result<()> {
+    if let Some(addr) = runtime.metrics_addr() {
+        eprintln!("metrics at http://{addr}/metrics");
+    }
+    create_tables(runtime.store(), ddl).await?;
+    let started = Instant::now();
+    let mut n = 0;
+    while n < common.sagas {
+        let batch = (common.sagas - n).min(50);
+        let mut tx = runtime.store().begin().await?;
+        for i in n..n + batch {
+            runtime.start_saga_in(&mut tx, saga, &data(i)).await?;
+        }
+        tx.commit().await?;
+        n += batch;
+    }
+    wait_all(runtime.store(), common.quiet).await?;
+    summary(runtime.store(), common.sagas, started.elapsed(), url).await?;
+    runtime.shutdown().await;
+    Ok(())
 }

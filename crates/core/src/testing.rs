@@ -65,8 +65,9 @@ pub async fn fresh_url(backend: Backend) -> String {
     match backend {
         Backend::Sqlite => {
             let dir = sqlite_root().join(Uuid::now_v7().simple().to_string());
-            fs::create_dir_all(&dir)
-                .unwrap_or_else(|e| panic!("agentsaga testing: cannot create {}: {e}", dir.display()));
+            fs::create_dir_all(&dir).unwrap_or_else(|e| {
+                panic!("agentsaga testing: cannot create {}: {e}", dir.display())
+            });
             format!("sqlite://{}", dir.join("test.db").display())
         }
         Backend::Postgres => pg_server().fresh_database_url().await,
@@ -393,7 +394,10 @@ fn sqlite_root() -> &'static PathBuf {
             pid = std::process::id(),
             dir = shell_quote(&dir),
         );
-        #[allow(clippy::zombie_processes, reason = "the watchdog outlives this process on purpose")]
+        #[allow(
+            clippy::zombie_processes,
+            reason = "the watchdog outlives this process on purpose"
+        )]
         let _ = Command::new("sh")
             .arg("-c")
             .arg(script)

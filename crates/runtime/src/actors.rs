@@ -127,14 +127,19 @@ impl<A: Agent> Erased<A> {
     }
 }
 
-/// Runs one agent's handler for each delivery, one at a time (run several for
-/// concurrency).
-pub(crate) struct AgentActor {
-    pub(crate) agent: Arc<dyn Process>,
-    pub(crate) store: Store,
+/// Something that turns one delivered envelope into an outcome: an agent with its
+/// store, or the orchestrator.
+#[async_trait::async_trait]
+pub(crate) trait Handle: Send + Sync + 'static {
+    async fn handle(&self, env: &Envelope) -> Delivery;
 }
 
-impl Actor for AgentActor {
+/// An actor that answers each [`Deliver`] with its handler's outcome, one at a time
+/// (spawn several for concurrency). A panic in the handler kills the actor; the
+/// supervisor replaces it and the relay delivers the message again.
+pub(crate) struct DeliveryActor<H>(pub(crate) H);
+
+impl<H: Handle> Actor for DeliveryActor<H> {
     type Msg = Deliver;
     type State = ();
     type Arguments = ();
@@ -149,9 +154,22 @@ impl Actor for AgentActor {
         msg: Deliver,
         (): &mut (),
     ) -> Result<(), ActorProcessingErr> {
-        let delivery = self.agent.process(&self.store, &msg.envelope).await;
+        let delivery = self.0.handle(&msg.envelope).await;
         let _ = msg.reply.send(delivery);
         Ok(())
+    }
+}
+
+/// An agent and the store its transactions run on.
+pub(crate) struct AgentHandler {
+    pub(crate) agent: Arc<dyn Process>,
+    pub(crate) store: Store,
+}
+
+#[async_trait::async_trait]
+impl Handle for AgentHandler {
+    async fn handle(&self, env: &Envelope) -> Delivery {
+        self.agent.process(&self.store, env).await
     }
 }
 
@@ -163,13 +181,13 @@ pub(crate) struct Settled {
 }
 
 /// Advances sagas with the engine, one message (one transaction) at a time.
-pub(crate) struct OrchestratorActor {
+pub(crate) struct Orchestrator {
     pub(crate) engine: Engine,
     pub(crate) store: Store,
     pub(crate) settled: broadcast::Sender<Settled>,
 }
 
-impl OrchestratorActor {
+impl Orchestrator {
     async fn process(&self, env: &Envelope) -> Delivery {
         let span = tracing::info_span!(
             "saga.step",
@@ -217,23 +235,9 @@ impl OrchestratorActor {
     }
 }
 
-impl Actor for OrchestratorActor {
-    type Msg = Deliver;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(&self, _: ActorRef<Deliver>, (): ()) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        _: ActorRef<Deliver>,
-        msg: Deliver,
-        (): &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        let delivery = self.process(&msg.envelope).await;
-        let _ = msg.reply.send(delivery);
-        Ok(())
+#[async_trait::async_trait]
+impl Handle for Orchestrator {
+    async fn handle(&self, env: &Envelope) -> Delivery {
+        self.process(env).await
     }
 }

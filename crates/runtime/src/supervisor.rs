@@ -12,7 +12,7 @@ use agentsaga_saga::Engine;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::broadcast;
 
-use crate::actors::{AgentActor, OrchestratorActor, Process, Settled};
+use crate::actors::{AgentHandler, DeliveryActor, Orchestrator, Process, Settled};
 
 /// What to spawn for one slot; cloned to respawn it.
 #[derive(Clone)]
@@ -44,7 +44,7 @@ impl ChildSpec {
         let cell = supervisor.get_cell();
         Ok(match self.clone() {
             ChildSpec::Agent { agent, store } => {
-                Actor::spawn_linked(None, AgentActor { agent, store }, (), cell)
+                Actor::spawn_linked(None, DeliveryActor(AgentHandler { agent, store }), (), cell)
                     .await?
                     .0
             }
@@ -56,11 +56,11 @@ impl ChildSpec {
             } => {
                 Actor::spawn_linked(
                     None,
-                    OrchestratorActor {
+                    DeliveryActor(Orchestrator {
                         engine,
                         store,
                         settled,
-                    },
+                    }),
                     (),
                     cell,
                 )
