@@ -645,3 +645,27 @@ async fn property_random_sagas(backend: Backend) {
     }
 }
 both_backends!(property_tests, property_random_sagas);
+
+async fn deadline_aborts_a_saga_that_hangs(backend: Backend) {
+    // No step timeout: only the saga's deadline can notice the silent agent.
+    let def = Saga::<D>::builder("slow", 1)
+        .step(Step::new("a", "a-agent").compensate("a-agent", |_: &D| json!("undo a")))
+        .step(Step::new("b", "b-agent").compensate("b-agent", |_: &D| json!("undo b")))
+        .deadline(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut w = World::new(backend, vec![def], 8).await;
+    let id = w.start("slow", json!({})).await;
+    w.pump(
+        &[id],
+        |_, _, step| if step == 1 { None } else { Some(ok()) },
+        |_, _| ok(),
+    )
+    .await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    assert!(s.error.unwrap().contains("deadline"));
+    let undone: Vec<usize> = w.ledger.undone.iter().map(|(_, i)| *i).collect();
+    assert_eq!(undone, vec![1, 0], "b (outcome unknown) then a");
+}
+both_backends!(deadline_tests, deadline_aborts_a_saga_that_hangs);
