@@ -225,7 +225,13 @@ fn failure(destination: &str, url: &Url, timeout: Duration, e: &reqwest::Error) 
 
 /// `Retry-After` in (non-negative, integer) seconds; an HTTP date is not understood.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let seconds: u64 = headers.get(RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
+    let seconds: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
@@ -238,7 +244,10 @@ async fn body_excerpt(mut response: reqwest::Response) -> String {
             Ok(None) | Err(_) => break,
         }
     }
-    truncate(String::from_utf8_lossy(&bytes).trim(), MAX_REASON_BODY_CHARS)
+    truncate(
+        String::from_utf8_lossy(&bytes).trim(),
+        MAX_REASON_BODY_CHARS,
+    )
 }
 
 /// `text` cut to `max` characters, with an ellipsis if it was cut.
@@ -304,7 +313,12 @@ mod tests {
             .route("c", "not a url");
         assert!(t.routes["a"].is_ok());
         assert!(t.routes["b"].as_ref().unwrap_err().contains("no TLS"));
-        assert!(t.routes["c"].as_ref().unwrap_err().contains("not a valid URL"));
+        assert!(
+            t.routes["c"]
+                .as_ref()
+                .unwrap_err()
+                .contains("not a valid URL")
+        );
         assert_eq!(t.destinations(), ["a", "b", "c"]);
         let debug = format!("{:?}", HttpTransport::new("s3cret"));
         assert!(!debug.contains("s3cret"), "{debug}");

@@ -104,7 +104,7 @@ impl ReceiverConfig {
 /// The receiving side of the HTTP transport: an axum router serving
 /// `POST `[`OUTBOX_PATH`] that stores each envelope in `store`'s outbox.
 ///
-/// A request is answered, in this order:
+/// A request is answered:
 ///
 /// | answer | when | written |
 /// | --- | --- | --- |
@@ -118,7 +118,8 @@ impl ReceiverConfig {
 /// Error answers carry a short plain-text reason. The envelope's `seq`, `attempts` and
 /// `created_at_ms` are the sender's bookkeeping and are not kept. A message whose id is
 /// already in the outbox is not stored again but still answered 204: a redelivery
-/// is acknowledged, and processed once. The commit wakes the relays of this process,
+/// is acknowledged, and processed once (while the row is kept: prune delivered rows,
+/// [`Store::prune_delivered`], only well after any redelivery can come). The commit wakes the relays of this process,
 /// which deliver the message to its local destination.
 ///
 /// Serve it with `axum::serve`, alone or merged into a larger router.
@@ -200,7 +201,10 @@ async fn receive(State(receiver): State<Arc<Receiver>>, request: Request) -> Res
     };
     let destination = envelope.destination.as_str();
     if destination.trim().is_empty() {
-        return reason(StatusCode::BAD_REQUEST, "the envelope's destination is empty");
+        return reason(
+            StatusCode::BAD_REQUEST,
+            "the envelope's destination is empty",
+        );
     }
     if !receiver.accepts(destination) {
         return reason(
