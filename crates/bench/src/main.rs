@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p agentsaga-bench -- outbox [--backend sqlite|postgres|both] [--quick]
+//! cargo run --release -p agentsaga-bench -- relay  [--backend …] [--quick] [--workers 8]
+//! cargo run --release -p agentsaga-bench -- saga   [--backend …] [--quick] [--workers 8]
 //! ```
 //!
 //! # Benches
@@ -12,6 +14,13 @@
 //!   `enqueue_batch100_rate` (100 messages per transaction) and `drain_rate` (claim 100,
 //!   mark delivered, over a keyed backlog), each on SQLite (a temp-file database, WAL,
 //!   `synchronous = NORMAL`, the store's default) and PostgreSQL.
+//! - `relay` ([`relay`]): `drain_rate` of a relay to a no-op transport against a
+//!   hand-written claim/ack loop; commit → delivery latency percentiles at 1,000 msgs/s,
+//!   in-process and, on PostgreSQL, across two processes (the hidden `relay-child`
+//!   subcommand is the second process).
+//! - `saga` ([`saga`]): 3-step no-op sagas per second through the runtime, happy and
+//!   20 % compensating, and their start → terminal latency, against the same
+//!   transactions written by hand.
 //!
 //! PostgreSQL is a throwaway server started by `agentsaga_core::testing` (it runs with
 //! `fsync = off`, `synchronous_commit = off` and `full_page_writes = off`: commits cost
@@ -27,13 +36,17 @@
 //! {"bench":"outbox","backend":"sqlite","metric":"drain_rate","value":51234.5,"unit":"msgs/s","floor":60321.0,"ratio":0.849}
 //! ```
 //!
-//! `floor` and `ratio` (= `value / floor`; higher is better for rates) are present
-//! only where a floor exists. Machine readers take the lines that start with `{`.
+//! `floor` and `ratio` (= `value / floor`; higher is better for rates, lower for
+//! latencies) are present only where a floor exists. Units are `msgs/s`, `sagas/s` or
+//! `ms`. The table's last column shows the issue's targets and whether they are met
+//! (targets are not in the JSON). Machine readers take the lines that start with `{`.
 //! Progress and per-round figures go to stderr.
 
 mod db;
 mod outbox;
+mod relay;
 mod report;
+mod saga;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -50,6 +63,15 @@ struct Cli {
 enum Bench {
     /// Outbox throughput: enqueue one, enqueue 100, drain a keyed backlog.
     Outbox(outbox::Args),
+    /// The relay: drain rate to a no-op transport; commit-to-delivery latency at
+    /// 1,000 msgs/s, in-process and (PostgreSQL) across two processes.
+    Relay(relay::Args),
+    /// Sagas: 3-step no-op sagas per second, happy and 20 % compensating, and their
+    /// latency.
+    Saga(saga::Args),
+    /// Internal: the relay process of the cross-process latency run.
+    #[command(hide = true)]
+    RelayChild(relay::ChildArgs),
 }
 
 /// Options every bench takes.
@@ -88,9 +110,15 @@ impl BackendChoice {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Bench::RelayChild(args) = &cli.bench {
+        return relay::child(args).await;
+    }
     let mut scratch = db::Scratch::new();
     let result = match &cli.bench {
         Bench::Outbox(args) => outbox::run(args, &mut scratch).await,
+        Bench::Relay(args) => relay::run(args, &mut scratch).await,
+        Bench::Saga(args) => saga::run(args, &mut scratch).await,
+        Bench::RelayChild(_) => unreachable!("handled above"),
     };
     scratch.cleanup().await;
     let report = result?;

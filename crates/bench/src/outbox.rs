@@ -29,15 +29,15 @@ use crate::report::{Figure, Report};
 
 const BENCH: &str = "outbox";
 /// Every message goes here.
-const DEST: &str = "bench";
+pub(crate) const DEST: &str = "bench";
 /// Distinct ordering keys, assigned round-robin.
-const KEYS: usize = 1000;
+pub(crate) const KEYS: usize = 1000;
 /// Messages per batch transaction, and rows per claim.
-const BATCH: usize = 100;
+pub(crate) const BATCH: usize = 100;
 /// The claimer's lease owner name.
-const OWNER: &str = "bench-relay";
+pub(crate) const OWNER: &str = "bench-relay";
 /// A lease long enough never to expire during a run.
-const LEASE: Duration = Duration::from_secs(600);
+pub(crate) const LEASE: Duration = Duration::from_secs(600);
 /// Messages per transaction when filling a backlog (untimed).
 const FILL_CHUNK: usize = 1000;
 
@@ -123,20 +123,20 @@ impl Side {
 
 /// A plain sqlx pool of either backend, for the floors.
 #[derive(Debug, Clone)]
-enum Plain {
+pub(crate) enum Plain {
     Sqlite(SqlitePool),
     Postgres(PgPool),
 }
 
 impl Plain {
-    async fn open(backend: Backend, url: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn open(backend: Backend, url: &str) -> anyhow::Result<Self> {
         Ok(match backend {
             Backend::Sqlite => Self::Sqlite(db::plain_sqlite(url).await?),
             Backend::Postgres => Self::Postgres(db::plain_postgres(url).await?),
         })
     }
 
-    async fn close(&self) {
+    pub(crate) async fn close(&self) {
         match self {
             Self::Sqlite(p) => p.close().await,
             Self::Postgres(p) => p.close().await,
@@ -279,7 +279,7 @@ async fn figure(
     Ok((median(rates.0), median(rates.1)))
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     match xs.len() {
         0 => 0.0,
@@ -288,7 +288,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-fn key(i: usize) -> String {
+pub(crate) fn key(i: usize) -> String {
     format!("key-{:04}", i % KEYS)
 }
 
@@ -301,7 +301,7 @@ fn message(i: usize) -> anyhow::Result<Message> {
 }
 
 /// Unix milliseconds, the SQLite schema's clock.
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -485,7 +485,7 @@ async fn floor_batch(plain: &Plain, batches: usize, tasks: usize) -> anyhow::Res
 
 /// Writes a backlog of `n` messages over [`KEYS`] keys round-robin, in transactions of
 /// [`FILL_CHUNK`], through the store (so both sides get the same rows).
-async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
+pub(crate) async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
     let store = Store::connect(url).await?;
     for first in (0..n).step_by(FILL_CHUNK) {
         let msgs = (first..(first + FILL_CHUNK).min(n))
@@ -503,7 +503,7 @@ async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
 /// PostgreSQL (instead of an autovacuum at a random moment during a drain), and no
 /// session left on the template (the store's LISTEN connection goes away within a
 /// second of the store); everything in the main file on SQLite.
-async fn settle(backend: Backend, url: &str) -> anyhow::Result<()> {
+pub(crate) async fn settle(backend: Backend, url: &str) -> anyhow::Result<()> {
     match backend {
         Backend::Sqlite => {
             let pool = db::plain_sqlite(url).await?;
@@ -611,6 +611,19 @@ type SqliteClaimed = (
 type PgClaimed = (i64, Uuid, String, Option<String>, String, String, i32, i64);
 
 async fn floor_drain(backend: Backend, url: &str, backlog: usize) -> anyhow::Result<f64> {
+    floor_drain_with(backend, url, backlog, SQLITE_CLAIM, PG_CLAIM).await
+}
+
+/// The floor's drain loop with the given claim statements (same parameters and
+/// columns as [`SQLITE_CLAIM`] and [`PG_CLAIM`]): claim [`BATCH`], mark them delivered,
+/// until nothing is left. Returns msgs/s.
+pub(crate) async fn floor_drain_with(
+    backend: Backend,
+    url: &str,
+    backlog: usize,
+    sqlite_claim: &'static str,
+    pg_claim: &'static str,
+) -> anyhow::Result<f64> {
     let plain = Plain::open(backend, url).await?;
     let lease_ms = LEASE.as_millis() as i64;
     let start = Instant::now();
@@ -619,7 +632,7 @@ async fn floor_drain(backend: Backend, url: &str, backlog: usize) -> anyhow::Res
         let mut seqs: Vec<i64> = match &plain {
             Plain::Sqlite(pool) => {
                 let now = now_ms();
-                let rows: Vec<SqliteClaimed> = sqlx::query_as(SQLITE_CLAIM)
+                let rows: Vec<SqliteClaimed> = sqlx::query_as(sqlite_claim)
                     .bind(OWNER)
                     .bind(now + lease_ms)
                     .bind(now)
@@ -630,7 +643,7 @@ async fn floor_drain(backend: Backend, url: &str, backlog: usize) -> anyhow::Res
                 rows.iter().map(|r| r.0).collect()
             }
             Plain::Postgres(pool) => {
-                let rows: Vec<PgClaimed> = sqlx::query_as(PG_CLAIM)
+                let rows: Vec<PgClaimed> = sqlx::query_as(pg_claim)
                     .bind(OWNER)
                     .bind(lease_ms)
                     .bind(DEST)

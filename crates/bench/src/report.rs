@@ -21,13 +21,48 @@ pub(crate) struct Figure {
     /// The same work written by hand, where there is such a thing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) floor: Option<f64>,
-    /// `value / floor`: higher is better for rates.
+    /// `value / floor`: higher is better for rates, lower for latencies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ratio: Option<f64>,
+    /// What the issue asks of this figure (shown in the table, not in the JSON).
+    #[serde(skip)]
+    pub(crate) targets: Vec<Target>,
+}
+
+/// A target from an issue, checked in the table's last column.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Target {
+    /// `ratio >= x`.
+    Ratio(f64),
+    /// `value >= x` (rates).
+    AtLeast(f64),
+    /// `value <= x` (latencies).
+    AtMost(f64),
+}
+
+impl Target {
+    /// Whether `figure` meets the target; `None` if it cannot tell (no ratio).
+    fn met(self, figure: &Figure) -> Option<bool> {
+        match self {
+            Self::Ratio(x) => figure.ratio.map(|r| r >= x),
+            Self::AtLeast(x) => Some(figure.value >= x),
+            Self::AtMost(x) => Some(figure.value <= x),
+        }
+    }
+
+    /// `ratio>=0.8`, `>=2,500`, `<=20`.
+    fn describe(self) -> String {
+        match self {
+            Self::Ratio(x) => format!("ratio>={x}"),
+            Self::AtLeast(x) => format!(">={}", short(x)),
+            Self::AtMost(x) => format!("<={}", short(x)),
+        }
+    }
 }
 
 impl Figure {
-    /// A rate with its floor; values are rounded to 0.1, the ratio to 0.001.
+    /// A rate in msgs/s with its floor and the outbox target ([`TARGET_RATIO`]);
+    /// values are rounded to 0.1, the ratio to 0.001.
     pub(crate) fn rate(
         bench: &'static str,
         backend: &'static str,
@@ -35,20 +70,70 @@ impl Figure {
         value: f64,
         floor: f64,
     ) -> Self {
-        let ratio = if floor > 0.0 {
-            Some(round(value / floor, 3))
-        } else {
-            None
-        };
+        Self::new(bench, backend, metric, value, "msgs/s")
+            .with_floor(floor)
+            .target(Target::Ratio(TARGET_RATIO))
+    }
+
+    /// A figure without floor or target: rates (≥ 100) rounded to 0.1, smaller values
+    /// (latencies in ms) to 0.01.
+    pub(crate) fn new(
+        bench: &'static str,
+        backend: &'static str,
+        metric: &'static str,
+        value: f64,
+        unit: &'static str,
+    ) -> Self {
         Self {
             bench,
             backend,
             metric,
-            value: round(value, 1),
-            unit: "msgs/s",
-            floor: Some(round(floor, 1)),
-            ratio,
+            value: round_value(value),
+            unit,
+            floor: None,
+            ratio: None,
+            targets: Vec::new(),
         }
+    }
+
+    /// Adds the floor, and the ratio `value / floor` (rounded to 0.001).
+    pub(crate) fn with_floor(mut self, floor: f64) -> Self {
+        self.ratio = (floor > 0.0).then(|| round(self.value / round_value(floor), 3));
+        self.floor = Some(round_value(floor));
+        self
+    }
+
+    /// Adds a target.
+    pub(crate) fn target(mut self, target: Target) -> Self {
+        self.targets.push(target);
+        self
+    }
+
+    /// The table's last column: the targets and whether they are met.
+    fn verdict(&self) -> String {
+        if self.targets.is_empty() {
+            return String::new();
+        }
+        let wanted: Vec<String> = self.targets.iter().map(|t| t.describe()).collect();
+        let missed = self.targets.iter().any(|t| t.met(self) == Some(false));
+        let unknown = self.targets.iter().any(|t| t.met(self).is_none());
+        let verdict = if missed {
+            "MISSED"
+        } else if unknown {
+            "?"
+        } else {
+            "ok"
+        };
+        format!("{} {verdict}", wanted.join(" "))
+    }
+}
+
+/// Rates rounded to 0.1, values below 100 (latencies) to 0.01.
+fn round_value(x: f64) -> f64 {
+    if x.abs() >= 100.0 {
+        round(x, 1)
+    } else {
+        round(x, 2)
     }
 }
 
@@ -84,20 +169,15 @@ impl Report {
         ];
         let mut rows: Vec<[String; 8]> = vec![header.map(str::to_owned)];
         for f in &self.figures {
-            let verdict = match f.ratio {
-                Some(r) if r >= TARGET_RATIO => "ok".to_owned(),
-                Some(_) => format!("BELOW {TARGET_RATIO}"),
-                None => String::new(),
-            };
             rows.push([
                 f.bench.to_owned(),
                 f.backend.to_owned(),
                 f.metric.to_owned(),
-                thousands(f.value),
-                f.floor.map(thousands).unwrap_or_default(),
+                number(f.value),
+                f.floor.map(number).unwrap_or_default(),
                 f.ratio.map(|r| format!("{r:.3}")).unwrap_or_default(),
                 f.unit.to_owned(),
-                verdict,
+                f.verdict(),
             ]);
         }
         let mut widths = [0usize; 8];
@@ -143,6 +223,24 @@ impl Report {
     }
 }
 
+/// Rates as [`thousands`], values below 100 (latencies in ms) with two decimals.
+fn number(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        thousands(x)
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// A target's number: `2,500`, `3`, `0.5`.
+fn short(x: f64) -> String {
+    if x.fract() == 0.0 {
+        thousands(x)
+    } else {
+        format!("{x}")
+    }
+}
+
 /// `1234567.8` as `1,234,568`.
 fn thousands(x: f64) -> String {
     let n = x.round() as i64;
@@ -184,12 +282,26 @@ mod tests {
 
     #[test]
     fn no_floor_no_ratio() {
-        let f = Figure {
-            floor: None,
-            ratio: None,
-            ..Figure::rate("outbox", "sqlite", "x", 1.0, 1.0)
-        };
+        let f = Figure::new("relay", "sqlite", "latency_p50_in_process", 1.234, "ms")
+            .target(Target::AtMost(3.0));
         let line = serde_json::to_string(&f).unwrap();
         assert!(!line.contains("floor") && !line.contains("ratio"), "{line}");
+        assert!(!line.contains("target"), "{line}");
+        assert_eq!(f.value, 1.23);
+        assert_eq!(f.verdict(), "<=3 ok");
+    }
+
+    #[test]
+    fn verdicts() {
+        let f = Figure::new("saga", "sqlite", "happy_rate", 2000.0, "sagas/s")
+            .with_floor(5000.0)
+            .target(Target::AtLeast(2500.0))
+            .target(Target::Ratio(0.5));
+        assert_eq!(f.ratio, Some(0.4));
+        assert_eq!(f.verdict(), ">=2,500 ratio>=0.5 MISSED");
+        let f = Figure::rate("outbox", "sqlite", "drain_rate", 900.0, 1000.0);
+        assert_eq!(f.verdict(), "ratio>=0.8 ok");
+        assert_eq!(number(12.345), "12.35");
+        assert_eq!(number(12_345.0), "12,345");
     }
 }

@@ -1,7 +1,7 @@
 //! The claimer: the one actor of a relay that talks to the outbox.
 //!
-//! It claims rows when workers are free (on a wakeup, a poll tick, or a worker
-//! finishing), dispatches them to the delivery pool, collects the outcomes the workers
+//! It claims rows while fewer than `workers + batch_size` are in flight (on a wakeup,
+//! a poll tick, or a worker finishing), dispatches them to the delivery pool, collects the outcomes the workers
 //! report and writes them back in batches, renews the leases of rows still being
 //! delivered, returns expired leases to the pool, and runs the graceful shutdown.
 //!
@@ -228,13 +228,19 @@ impl Actor for Claimer {
 }
 
 impl Claimer {
-    /// Claims rows for the free workers and dispatches them.
+    /// Claims rows up to the in-flight window and dispatches them.
     async fn claim(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
         let now = Instant::now();
         if !state.claim_backoff.remaining(now).is_zero() {
             return; // the failure that set the backoff scheduled a Tick
         }
-        let free = self.config.workers.saturating_sub(state.delivering.len());
+        // The window: every worker busy plus a full batch queued in the pool behind
+        // them. Claiming only for idle workers made each claim a handful of rows and
+        // each ack smaller still (one statement per few rows); queued rows are leased
+        // and renewed like the ones being delivered, and per-key order is the claim's
+        // business (one row per key in flight), not the pool's.
+        let window = self.config.workers + self.config.batch_size as usize;
+        let free = window.saturating_sub(state.delivering.len());
         if free == 0 {
             return;
         }
