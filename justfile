@@ -12,6 +12,8 @@ lint:
 
 bench:
     cargo run --release -p agentsaga-bench -- outbox
+    cargo run --release -p agentsaga-bench -- relay
+    cargo run --release -p agentsaga-bench -- saga
 
 ci:
     bash .ci/run
