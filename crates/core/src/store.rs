@@ -413,34 +413,15 @@ impl Store {
                 Conn::Postgres(c) => postgres::enqueue(c, &notices).await?,
             }
             tx.mark_enqueued();
-        } else if !notices.is_empty() {
+        } else if dead.len() > 1 && !notices.is_empty() {
             tx.rollback().await?;
-            // Fall back to one row at a time so each notice follows its own row.
+            // Some rows were lost: one row at a time, so each notice follows its own
+            // row (a single row that was lost is committed below, without its notice).
             let mut total = 0;
             for d in dead {
-                total += Box::pin(self.dead_letter_one(owner, d)).await?;
+                total += Box::pin(self.dead_letter(owner, std::slice::from_ref(d))).await?;
             }
             return Ok(total);
-        }
-        tx.commit().await?;
-        Ok(n)
-    }
-
-    async fn dead_letter_one(&self, owner: &str, d: &DeadLetter) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        let one = std::slice::from_ref(d);
-        let n = match tx.conn() {
-            Conn::Sqlite(c) => sqlite::dead_letter(c, owner, one).await?,
-            Conn::Postgres(c) => postgres::dead_letter(c, owner, one).await?,
-        };
-        if n == 1
-            && let Some(notice) = &d.notice
-        {
-            match tx.conn() {
-                Conn::Sqlite(c) => sqlite::enqueue(c, std::slice::from_ref(notice)).await?,
-                Conn::Postgres(c) => postgres::enqueue(c, std::slice::from_ref(notice)).await?,
-            }
-            tx.mark_enqueued();
         }
         tx.commit().await?;
         Ok(n)
