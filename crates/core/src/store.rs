@@ -360,6 +360,48 @@ impl Store {
         Ok(rows)
     }
 
+    /// Marks `delivered` rows delivered (as [`Store::mark_delivered`] does, for
+    /// `claim.owner`), then claims (as [`Store::claim`] does, seeing those rows
+    /// delivered): the relay's steady state in one round trip on PostgreSQL and one
+    /// write transaction on SQLite. Returns how many rows were marked delivered and the
+    /// claimed rows.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error; then neither happened.
+    pub async fn ack_and_claim(
+        &self,
+        delivered: &[i64],
+        claim: &Claim<'_>,
+    ) -> Result<(u64, Vec<Envelope>)> {
+        if delivered.is_empty() {
+            return Ok((0, self.claim(claim).await?));
+        }
+        if claim.destinations.is_empty() || claim.limit == 0 {
+            return Ok((
+                self.mark_delivered(claim.owner, delivered).await?,
+                Vec::new(),
+            ));
+        }
+        let (n, mut rows) = match &self.db {
+            Db::Sqlite { .. } => {
+                // One write transaction instead of two on the single writer.
+                let mut tx = self.begin().await?;
+                let done = match tx.conn() {
+                    Conn::Sqlite(c) => {
+                        let n = sqlite::mark_delivered(&mut *c, claim.owner, delivered).await?;
+                        (n, sqlite::claim(&mut *c, claim).await?)
+                    }
+                    Conn::Postgres(c) => postgres::ack_and_claim(c, delivered, claim).await?,
+                };
+                tx.commit().await?;
+                done
+            }
+            Db::Postgres(pool) => postgres::ack_and_claim(pool, delivered, claim).await?,
+        };
+        rows.sort_by_key(|e| e.seq);
+        Ok((n, rows))
+    }
+
     /// Marks rows delivered. Only rows still leased to `owner` change (a row whose
     /// lease expired and was taken by another relay is that relay's now). Returns how
     /// many changed.

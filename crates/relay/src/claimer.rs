@@ -7,7 +7,9 @@
 //!
 //! Batching falls out of the mailbox: each outcome queues at most one `Flush` behind
 //! it, so every outcome that arrived before that `Flush` is processed goes into the same
-//! statements, and nothing waits on a timer. No database transaction is open while a
+//! statements, and nothing waits on a timer. The acknowledgements of a `Flush` travel
+//! with the claim that follows it ([`Store::ack_and_claim`]): one round trip on
+//! PostgreSQL, one write transaction on SQLite. No database transaction is open while a
 //! transport delivers.
 
 mod shutdown;
@@ -23,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::breaker::{Breakers, Change, Claimable};
-use crate::outcome::{ATTEMPTS_EXHAUSTED, Outcomes};
+use crate::outcome::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::pacer::{self, Signal, Signals};
 use crate::stats::StatsCell;
 use crate::worker::{PoolRef, RouteKey, spawn_pool};
@@ -35,7 +37,8 @@ pub(crate) enum ClaimerMsg {
     Tick,
     /// A worker finished a delivery.
     Done(Done),
-    /// Write the collected outcomes, then claim.
+    /// Write the collected outcomes, then claim (acknowledgements and claim in one
+    /// call).
     Flush,
     /// Extend the leases of rows this relay still holds.
     Renew,
@@ -162,13 +165,21 @@ impl Actor for Claimer {
             ClaimerMsg::Done(done) => self.on_done(&myself, state, done),
             ClaimerMsg::Flush => {
                 state.flush_queued = false;
-                self.flush(&myself, state).await;
-                match state.stop {
-                    Stop::Running => self.claim(&myself, state).await,
-                    Stop::Draining(_) if state.delivering.is_empty() => {
+                if matches!(state.stop, Stop::Running) {
+                    // The acknowledgements ride on the next claim (one round trip,
+                    // and the claim sees their keys free); the other outcomes first.
+                    let acks = if state.flush_backoff.remaining(Instant::now()).is_zero() {
+                        state.outcomes.take_acks()
+                    } else {
+                        Vec::new()
+                    };
+                    self.flush(&myself, state).await;
+                    self.claim_acking(&myself, state, acks).await;
+                } else {
+                    self.flush(&myself, state).await;
+                    if matches!(state.stop, Stop::Draining(_)) && state.delivering.is_empty() {
                         self.finish(&myself, state).await;
                     }
-                    _ => {}
                 }
             }
             ClaimerMsg::Renew => {
@@ -230,9 +241,22 @@ impl Actor for Claimer {
 impl Claimer {
     /// Claims rows up to the in-flight window and dispatches them.
     async fn claim(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
+        self.claim_acking(myself, state, Vec::new()).await;
+    }
+
+    /// Writes `acks` and claims rows up to the in-flight window, in one call when it
+    /// can, and dispatches them.
+    async fn claim_acking(
+        &self,
+        myself: &ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+        acks: Vec<Ack>,
+    ) {
         let now = Instant::now();
         if !state.claim_backoff.remaining(now).is_zero() {
-            return; // the failure that set the backoff scheduled a Tick
+            // The failure that set the backoff scheduled a Tick; the acks go alone.
+            self.write_acks(myself, state, acks).await;
+            return;
         }
         // The window: every worker busy plus a full batch queued in the pool behind
         // them. Claiming only for idle workers made each claim a handful of rows and
@@ -242,6 +266,7 @@ impl Claimer {
         let window = self.config.workers + self.config.batch_size as usize;
         let free = window.saturating_sub(state.delivering.len());
         if free == 0 {
+            self.write_acks(myself, state, acks).await;
             return;
         }
         let limit = u32::try_from(free)
@@ -251,13 +276,25 @@ impl Claimer {
         let mut claimed = Vec::new();
         let mut error = None;
         let mut full = false;
-        if !open.is_empty() {
-            match self.store.claim(&self.claim_of(&open, limit)).await {
-                Ok(rows) => {
+        if open.is_empty() {
+            self.write_acks(myself, state, acks).await;
+        } else {
+            let seqs: Vec<i64> = acks.iter().map(|a| a.seq).collect();
+            match self
+                .store
+                .ack_and_claim(&seqs, &self.claim_of(&open, limit))
+                .await
+            {
+                Ok((acked, rows)) => {
+                    Outcomes::acked(&acks, acked, &self.stats);
                     full = rows.len() == limit as usize;
                     claimed.extend(rows.into_iter().map(|e| (e, false)));
                 }
-                Err(e) => error = Some(e),
+                Err(e) => {
+                    // Neither happened: the acks wait for the retry below.
+                    state.outcomes.restore_acks(acks);
+                    error = Some(e);
+                }
             }
         }
         // A half-open destination gets a single probe row.
@@ -284,12 +321,29 @@ impl Claimer {
         if let Some(e) = error {
             let delay = self.db_failed("claiming rows", &e, &mut state.claim_backoff);
             myself.send_after(delay, || ClaimerMsg::Tick);
+            if !state.outcomes.is_empty() && !state.flush_queued {
+                state.flush_queued = true;
+                myself.send_after(delay, || ClaimerMsg::Flush);
+            }
         } else {
             state.claim_backoff.reset();
             if full && count < free {
                 // A full batch and room for more: there may be more ready rows.
                 state.signals.post(myself, Signal::Tick);
             }
+        }
+    }
+
+    /// Writes acknowledgements on their own (no claim to carry them).
+    async fn write_acks(
+        &self,
+        myself: &ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+        acks: Vec<Ack>,
+    ) {
+        if !acks.is_empty() {
+            state.outcomes.restore_acks(acks);
+            self.flush(myself, state).await;
         }
     }
 

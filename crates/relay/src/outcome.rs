@@ -10,9 +10,10 @@ use crate::stats::StatsCell;
 /// dying while delivering it).
 pub(crate) const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
 
+/// A delivered row waiting to be marked delivered.
 #[derive(Debug)]
-struct Ack {
-    seq: i64,
+pub(crate) struct Ack {
+    pub(crate) seq: i64,
     latency_ms: u64,
 }
 
@@ -77,6 +78,31 @@ impl Outcomes {
         self.release.push(seq);
     }
 
+    /// Takes the acknowledgements out, to be written with the next claim.
+    pub(crate) fn take_acks(&mut self) -> Vec<Ack> {
+        std::mem::take(&mut self.acks)
+    }
+
+    /// Puts back acknowledgements that could not be written.
+    pub(crate) fn restore_acks(&mut self, mut acks: Vec<Ack>) {
+        acks.append(&mut self.acks);
+        self.acks = acks;
+    }
+
+    /// Counts acknowledgements written: `n` of them changed a row.
+    pub(crate) fn acked(acks: &[Ack], n: u64, stats: &StatsCell) {
+        if n < acks.len() as u64 {
+            tracing::debug!(
+                lost = acks.len() as u64 - n,
+                "rows delivered after their lease expired; another relay has them"
+            );
+        }
+        stats.delivered(n);
+        for a in acks {
+            stats.latency(a.latency_ms);
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.acks.is_empty()
             && self.retries.is_empty()
@@ -105,16 +131,8 @@ impl Outcomes {
         if !self.acks.is_empty() {
             let seqs: Vec<i64> = self.acks.iter().map(|a| a.seq).collect();
             let n = store.mark_delivered(owner, &seqs).await?;
-            if n < seqs.len() as u64 {
-                tracing::debug!(
-                    lost = seqs.len() as u64 - n,
-                    "rows delivered after their lease expired; another relay has them"
-                );
-            }
-            stats.delivered(n);
-            for a in self.acks.drain(..) {
-                stats.latency(a.latency_ms);
-            }
+            Self::acked(&self.acks, n, stats);
+            self.acks.clear();
         }
         if !self.retries.is_empty() {
             let n = store.retry_later(owner, &self.retries).await?;

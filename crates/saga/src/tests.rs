@@ -207,6 +207,65 @@ async fn happy_path(backend: Backend) {
 }
 both_backends!(happy_path_tests, happy_path);
 
+// The two replies of a parallel stage handled at the same time, in two transactions:
+// the second waits for the first (the instance lock on PostgreSQL, the single writer on
+// SQLite) and must then read the first's step update, or neither would see the stage
+// complete and the saga would never move on.
+async fn concurrent_replies_of_a_parallel_stage(backend: Backend) {
+    let mut w = World::new(backend, vec![trip()], 1).await;
+    let id = w.start("trip", json!({"trip": 1})).await;
+    let claim_all = |store: Store, destinations: Vec<String>| async move {
+        let claim = Claim {
+            owner: "t",
+            destinations: &destinations,
+            limit: 64,
+            lease: Duration::from_secs(60),
+        };
+        let batch = store.claim(&claim).await.unwrap();
+        let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
+        store.mark_delivered("t", &seqs).await.unwrap();
+        batch
+    };
+    let mut agent = |_: &mut fastrand::Rng, _: &Envelope, _: usize| Some(ok());
+    let mut comp = |_: &mut fastrand::Rng, _: &Envelope| ok();
+    // The flight's command, its reply, then the hotel's and the car's commands.
+    for expect in [1, 1, 2] {
+        let batch = claim_all(w.store.clone(), w.destinations.clone()).await;
+        assert_eq!(batch.len(), expect);
+        for env in &batch {
+            w.deliver(env, &mut agent, &mut comp).await;
+        }
+    }
+    let replies = claim_all(w.store.clone(), w.destinations.clone()).await;
+    assert_eq!(replies.len(), 2, "the hotel's and the car's replies");
+    assert!(replies.iter().all(|e| e.destination.starts_with("saga.")));
+
+    let mut first = w.store.begin().await.unwrap();
+    w.engine.handle(&mut first, &replies[0]).await.unwrap();
+    let (store, engine, second_reply) = (w.store.clone(), w.engine.clone(), replies[1].clone());
+    let second = tokio::spawn(async move {
+        let mut tx = store.begin().await.unwrap();
+        let handled = engine.handle(&mut tx, &second_reply).await.unwrap();
+        tx.commit().await.unwrap();
+        handled
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!second.is_finished(), "the second reply did not wait");
+    first.commit().await.unwrap();
+    second.await.unwrap();
+
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(steps.len(), 4, "the pivot was dispatched: {steps:?}");
+    assert!(steps[..3].iter().all(|s| s.state == "succeeded"));
+    let next = claim_all(w.store.clone(), w.destinations.clone()).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].destination, "charge-agent");
+}
+both_backends!(
+    concurrent_replies_tests,
+    concurrent_replies_of_a_parallel_stage
+);
+
 async fn fatal_failure_compensates_in_reverse(backend: Backend) {
     let mut w = World::new(backend, vec![trip()], 2).await;
     let id = w.start("trip", json!({"trip": 2})).await;

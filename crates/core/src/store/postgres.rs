@@ -141,29 +141,9 @@ fn envelope(row: &PgRow) -> Result<Envelope> {
 }
 
 pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
-    // SKIP LOCKED: concurrent claimers (other processes) pass over each other's rows
-    // instead of queueing behind them. A row they lock and mark in flight is rechecked
-    // against the WHERE clause, so it is never claimed twice.
-    const SQL: &str = "UPDATE outbox o
-     SET state = 'in_flight', lease_owner = $1,
-         lease_until = now() + $2 * interval '1 millisecond', attempts = o.attempts + 1
-     WHERE o.seq IN (
-         SELECT c.seq FROM outbox c
-         WHERE c.state = 'pending' AND c.available_at <= now()
-           AND c.destination = ANY($3)
-           AND (c.key IS NULL OR (
-                   NOT EXISTS (SELECT 1 FROM outbox p
-                       WHERE p.key = c.key AND p.seq < c.seq
-                         AND p.key IS NOT NULL AND p.state IN ('pending', 'in_flight'))
-                   AND NOT EXISTS (SELECT 1 FROM outbox f
-                       WHERE f.key = c.key AND f.key IS NOT NULL AND f.state = 'in_flight')))
-         ORDER BY c.seq
-         LIMIT $4
-         FOR UPDATE SKIP LOCKED)
-     RETURNING o.seq, o.id, o.destination, o.key, o.payload::text AS payload,
-         o.headers::text AS headers, o.attempts,
-         (extract(epoch FROM o.created_at) * 1000)::bigint AS created_at";
-    let rows = sqlx::query(SQL)
+    // The statement lives in `agentsaga_claim` (migration 0004), which plans it as an
+    // ordered walk of `outbox_pending`; see there for why.
+    let rows = sqlx::query("SELECT * FROM agentsaga_claim($1, $2, $3, $4)")
         .bind(claim.owner)
         .bind(millis(claim.lease))
         .bind(claim.destinations)
@@ -173,11 +153,43 @@ pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelo
     rows.iter().map(envelope).collect()
 }
 
+pub(super) async fn ack_and_claim(
+    pool: impl sqlx::PgExecutor<'_>,
+    delivered: &[i64],
+    claim: &Claim<'_>,
+) -> Result<(u64, Vec<Envelope>)> {
+    // `agentsaga_ack_and_claim` (migration 0004): its first row carries the count of
+    // rows marked delivered, the claimed rows follow.
+    let rows = sqlx::query("SELECT * FROM agentsaga_ack_and_claim($1, $2, $3, $4, $5)")
+        .bind(claim.owner)
+        .bind(delivered)
+        .bind(millis(claim.lease))
+        .bind(claim.destinations)
+        .bind(i64::from(claim.limit))
+        .fetch_all(pool)
+        .await?;
+    let mut acked = 0;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if row.try_get::<Option<i64>, _>("seq")?.is_some() {
+            claimed.push(envelope(row)?);
+        } else {
+            acked = u64::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0);
+        }
+    }
+    Ok((acked, claimed))
+}
+
+// The acknowledgements below match `lease_owner` and not `state = 'in_flight'`: a row
+// has a lease owner exactly when it is in flight (a CHECK constraint, migration 0004),
+// and without the state in the WHERE clause the planner goes by primary key rather than
+// bitmap-scanning `outbox_lease` and its dead entries.
+
 pub(super) async fn mark_delivered(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<u64> {
     let r = sqlx::query(
         "UPDATE outbox
          SET state = 'delivered', delivered_at = now(), lease_owner = NULL, lease_until = NULL
-         WHERE seq = ANY($1) AND state = 'in_flight' AND lease_owner = $2",
+         WHERE seq = ANY($1) AND lease_owner = $2",
     )
     .bind(seqs)
     .bind(owner)
@@ -195,7 +207,7 @@ pub(super) async fn retry_later(pool: &PgPool, owner: &str, retries: &[Retry]) -
          SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
              last_error = u.e, lease_owner = NULL, lease_until = NULL
          FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(s, t, e)
-         WHERE o.seq = u.s AND o.state = 'in_flight' AND o.lease_owner = $4",
+         WHERE o.seq = u.s AND o.lease_owner = $4",
     )
     .bind(seqs)
     .bind(delays)
@@ -217,7 +229,7 @@ pub(super) async fn dead_letter(
         "UPDATE outbox o
          SET state = 'dead', last_error = u.e, lease_owner = NULL, lease_until = NULL
          FROM unnest($1::bigint[], $2::text[]) AS u(s, e)
-         WHERE o.seq = u.s AND o.state = 'in_flight' AND o.lease_owner = $3",
+         WHERE o.seq = u.s AND o.lease_owner = $3",
     )
     .bind(seqs)
     .bind(reasons)
@@ -232,7 +244,7 @@ pub(super) async fn release(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<
         "UPDATE outbox
          SET state = 'pending', attempts = greatest(attempts - 1, 0),
              lease_owner = NULL, lease_until = NULL
-         WHERE seq = ANY($1) AND state = 'in_flight' AND lease_owner = $2",
+         WHERE seq = ANY($1) AND lease_owner = $2",
     )
     .bind(seqs)
     .bind(owner)
@@ -249,7 +261,7 @@ pub(super) async fn renew(
 ) -> Result<u64> {
     let r = sqlx::query(
         "UPDATE outbox SET lease_until = now() + $1 * interval '1 millisecond'
-         WHERE seq = ANY($2) AND state = 'in_flight' AND lease_owner = $3",
+         WHERE seq = ANY($2) AND lease_owner = $3",
     )
     .bind(millis(lease))
     .bind(seqs)

@@ -191,7 +191,10 @@ fn envelope(row: &SqliteRow) -> Result<Envelope> {
     })
 }
 
-pub(super) async fn claim(pool: &SqlitePool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
+pub(super) async fn claim(
+    pool: impl sqlx::SqliteExecutor<'_>,
+    claim: &Claim<'_>,
+) -> Result<Vec<Envelope>> {
     let now = now_ms();
     let destinations = serde_json::to_string(claim.destinations)?;
     let rows = sqlx::query(
@@ -221,7 +224,11 @@ pub(super) async fn claim(pool: &SqlitePool, claim: &Claim<'_>) -> Result<Vec<En
     rows.iter().map(envelope).collect()
 }
 
-pub(super) async fn mark_delivered(pool: &SqlitePool, owner: &str, seqs: &[i64]) -> Result<u64> {
+pub(super) async fn mark_delivered(
+    pool: impl sqlx::SqliteExecutor<'_>,
+    owner: &str,
+    seqs: &[i64],
+) -> Result<u64> {
     let r = sqlx::query(
         "UPDATE outbox
          SET state = 'delivered', delivered_at = ?1, lease_owner = NULL, lease_until = NULL

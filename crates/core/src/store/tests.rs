@@ -198,6 +198,46 @@ both_backends!(
     concurrent_claimers_never_share_a_row
 );
 
+// Acknowledging and claiming in one call: the claim sees the acknowledged rows as
+// delivered (the key's next row comes out), rows not leased to the owner are not
+// counted, and an empty acknowledgement is a plain claim.
+async fn ack_and_claim(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let d = dests(&["a"]);
+    let msgs: Vec<_> = (0..3)
+        .map(|i| Message::to("a").key("k").json(&i).unwrap())
+        .collect();
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue_batch(&msgs).await.unwrap();
+    tx.commit().await.unwrap();
+    let claim = |owner| Claim {
+        owner,
+        destinations: &d,
+        limit: 10,
+        lease: Duration::from_secs(30),
+    };
+    let (n, first) = store.ack_and_claim(&[], &claim("r")).await.unwrap();
+    assert_eq!((n, first.len()), (0, 1));
+    assert_eq!(first[0].decode::<i32>().unwrap(), 0);
+    // Another owner's acknowledgement changes nothing, and the key stays blocked.
+    let (n, none) = store
+        .ack_and_claim(&[first[0].seq], &claim("other"))
+        .await
+        .unwrap();
+    assert_eq!((n, none.len()), (0, 0));
+    let (n, second) = store
+        .ack_and_claim(&[first[0].seq], &claim("r"))
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(second.len(), 1, "the key's next row is claimable at once");
+    assert_eq!(second[0].decode::<i32>().unwrap(), 1);
+    assert_eq!(second[0].attempts, 1);
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.in_flight, stats.pending), (1, 1, 1));
+}
+both_backends!(ack_and_claim_tests, ack_and_claim);
+
 // Per-key order while many tasks enqueue concurrently and claimers race; at most one
 // message of a key in flight. Randomised over seeds (keys, counts, batch sizes).
 async fn per_key_order_under_races(backend: Backend) {
@@ -256,12 +296,29 @@ async fn per_key_order_under_races(backend: Backend) {
                 delivered.clone(),
             );
             let limit = 1 + (seed as u32 + c) % 5;
+            // Half the claimers acknowledge with their next claim, as the relay does.
+            let combined = c % 2 == 1;
             tasks.push(tokio::spawn(async move {
                 let owner = format!("c{c}");
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                let mut acks: Vec<i64> = Vec::new();
                 while delivered.load(std::sync::atomic::Ordering::SeqCst) < total + 20 {
                     assert!(tokio::time::Instant::now() < deadline, "did not drain");
-                    let got = claim_n(&s, &owner, &d, limit).await;
+                    let got = if combined {
+                        let claim = Claim {
+                            owner: &owner,
+                            destinations: &d,
+                            limit,
+                            lease: Duration::from_secs(30),
+                        };
+                        let (n, got) = s.ack_and_claim(&acks, &claim).await.unwrap();
+                        assert_eq!(n as usize, acks.len());
+                        delivered.fetch_add(acks.len(), std::sync::atomic::Ordering::SeqCst);
+                        acks.clear();
+                        got
+                    } else {
+                        claim_n(&s, &owner, &d, limit).await
+                    };
                     for e in &got {
                         if let Some(k) = &e.key {
                             assert!(
@@ -288,8 +345,12 @@ async fn per_key_order_under_races(backend: Backend) {
                     let seqs: Vec<_> = got.iter().map(|e| e.seq).collect();
                     // Release the keys before acking: another claimer may then see the
                     // row still in flight, never the next one early.
-                    s.mark_delivered(&owner, &seqs).await.unwrap();
-                    delivered.fetch_add(seqs.len(), std::sync::atomic::Ordering::SeqCst);
+                    if combined {
+                        acks = seqs;
+                    } else {
+                        s.mark_delivered(&owner, &seqs).await.unwrap();
+                        delivered.fetch_add(seqs.len(), std::sync::atomic::Ordering::SeqCst);
+                    }
                 }
             }));
         }

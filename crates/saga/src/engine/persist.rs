@@ -197,6 +197,10 @@ async fn save_sqlite(
     Ok(())
 }
 
+// Two statements, on purpose: the first locks the instance (waiting for a transaction
+// that holds it), the second reads the steps with a snapshot taken after that wait. One
+// statement joining both would read the steps as of its start, so a reply handled while
+// another reply of the same saga was being committed would miss that one's step update.
 async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instance>> {
     let Some(row) = sqlx::query(
         "SELECT name, version, state, data::text AS data, error, stage
@@ -278,35 +282,80 @@ async fn save_postgres(
     changed: &[&StepRow],
     _now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    // One statement: the instance upsert in a CTE, the changed steps as one multi-row
+    // upsert (their foreign key is checked at the end of the statement, when the
+    // instance row is there).
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(if changed.is_empty() {
+        ""
+    } else {
+        "WITH saga AS ("
+    });
+    q.push(
         "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
-         VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, CASE WHEN $8 THEN now() END)
-         ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
+         VALUES (",
+    );
+    q.separated(", ")
+        .push_bind(inst.id.as_uuid())
+        .push_bind(&inst.name)
+        .push_bind(inst.version)
+        .push_bind(inst.state.as_str())
+        .push_bind(inst.data.to_string())
+        .push_unseparated("::jsonb")
+        .push_bind(inst.error.as_deref())
+        .push_bind(inst.stage as i32)
+        .push("CASE WHEN ")
+        .push_bind_unseparated(inst.finished)
+        .push_unseparated(" THEN now() END");
+    q.push(
+        ") ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
              error = excluded.error, stage = excluded.stage, updated_at = now(),
              finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
-    )
-    .bind(inst.id.as_uuid())
-    .bind(&inst.name)
-    .bind(inst.version)
-    .bind(inst.state.as_str())
-    .bind(inst.data.to_string())
-    .bind(inst.error.as_deref())
-    .bind(inst.stage as i32)
-    .bind(inst.finished)
-    .execute(&mut *c)
-    .await?;
-    for s in changed {
-        sqlx::query(
-            "INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
+    );
+    if !changed.is_empty() {
+        q.push(
+            ") INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
                 command_id, timer_id, input, output, error, compensation_destination,
                 compensation_payload, compensation_state, compensation_attempts,
                 compensation_message_id, compensation_error, deadline, dispatched_at,
-                replied_at, compensated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13,
-                $14::jsonb, $15, $16, $17, $18,
-                to_timestamp($19 / 1000.0), to_timestamp($20 / 1000.0),
-                to_timestamp($21 / 1000.0), to_timestamp($22 / 1000.0))
-             ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+                replied_at, compensated_at) ",
+        );
+        q.push_values(changed, |mut b, s| {
+            b.push_bind(inst.id.as_uuid())
+                .push_bind(s.idx as i32)
+                .push_bind(s.stage as i32)
+                .push_bind(&s.name)
+                .push_bind(&s.destination)
+                .push_bind(s.state.as_str())
+                .push_bind(s.attempts as i32)
+                .push_bind(s.command_id.map(|i| *i.as_uuid()))
+                .push_bind(s.timer_id.map(|i| *i.as_uuid()))
+                .push_bind(s.input.as_ref().map(Value::to_string))
+                .push_unseparated("::jsonb")
+                .push_bind(s.output.as_ref().map(Value::to_string))
+                .push_unseparated("::jsonb")
+                .push_bind(s.error.as_deref())
+                .push_bind(s.comp_destination.as_deref())
+                .push_bind(s.comp_payload.as_ref().map(Value::to_string))
+                .push_unseparated("::jsonb")
+                .push_bind(s.comp_state.map(|c| c.as_str()))
+                .push_bind(s.comp_attempts as i32)
+                .push_bind(s.comp_message_id.map(|i| *i.as_uuid()))
+                .push_bind(s.comp_error.as_deref())
+                .push("to_timestamp(")
+                .push_bind_unseparated(s.deadline_ms)
+                .push_unseparated(" / 1000.0)")
+                .push("to_timestamp(")
+                .push_bind_unseparated(s.dispatched_at)
+                .push_unseparated(" / 1000.0)")
+                .push("to_timestamp(")
+                .push_bind_unseparated(s.replied_at)
+                .push_unseparated(" / 1000.0)")
+                .push("to_timestamp(")
+                .push_bind_unseparated(s.compensated_at)
+                .push_unseparated(" / 1000.0)");
+        });
+        q.push(
+            " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
                 attempts = excluded.attempts, command_id = excluded.command_id,
                 timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
                 error = excluded.error, compensation_state = excluded.compensation_state,
@@ -315,31 +364,8 @@ async fn save_postgres(
                 compensation_error = excluded.compensation_error, deadline = excluded.deadline,
                 dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
                 compensated_at = excluded.compensated_at",
-        )
-        .bind(inst.id.as_uuid())
-        .bind(s.idx as i32)
-        .bind(s.stage as i32)
-        .bind(&s.name)
-        .bind(&s.destination)
-        .bind(s.state.as_str())
-        .bind(s.attempts as i32)
-        .bind(s.command_id.map(|i| *i.as_uuid()))
-        .bind(s.timer_id.map(|i| *i.as_uuid()))
-        .bind(s.input.as_ref().map(Value::to_string))
-        .bind(s.output.as_ref().map(Value::to_string))
-        .bind(s.error.as_deref())
-        .bind(s.comp_destination.as_deref())
-        .bind(s.comp_payload.as_ref().map(Value::to_string))
-        .bind(s.comp_state.map(|c| c.as_str()))
-        .bind(s.comp_attempts as i32)
-        .bind(s.comp_message_id.map(|i| *i.as_uuid()))
-        .bind(s.comp_error.as_deref())
-        .bind(s.deadline_ms)
-        .bind(s.dispatched_at)
-        .bind(s.replied_at)
-        .bind(s.compensated_at)
-        .execute(&mut *c)
-        .await?;
+        );
     }
+    q.build().execute(&mut *c).await?;
     Ok(())
 }
