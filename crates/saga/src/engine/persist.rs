@@ -64,39 +64,43 @@ pub(crate) async fn save(
 }
 
 async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
-    let Some(row) = sqlx::query(
-        "SELECT name, version, state, data, error, stage FROM saga_instances WHERE id = ?1",
-    )
-    .bind(id.to_string())
-    .fetch_optional(&mut *c)
-    .await?
-    else {
-        return Ok(None);
-    };
-    let mut inst = Instance {
-        id,
-        name: row.try_get("name")?,
-        version: row.try_get::<i64, _>("version")? as i32,
-        state: parse(&row.try_get::<String, _>("state")?, "saga state")?,
-        data: serde_json::from_str(&row.try_get::<String, _>("data")?)?,
-        error: row.try_get("error")?,
-        stage: row.try_get::<i64, _>("stage")? as usize,
-        steps: BTreeMap::new(),
-        finished: false,
-    };
+    // One statement: the instance joined with its steps (one row per step, or one row
+    // with a NULL step). Safe on SQLite, where the caller's transaction began with
+    // `BEGIN IMMEDIATE`: no other writer can change the saga while it reads.
     let rows = sqlx::query(
-        "SELECT idx, stage, name, destination, state, attempts, command_id,
-            timer_id, input, output, error, compensation_destination, compensation_payload,
-            compensation_state, compensation_attempts, compensation_message_id, compensation_error,
-            deadline, dispatched_at, replied_at, compensated_at
-         FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
+        "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
+            i.error AS saga_error, i.stage AS saga_stage,
+            s.idx, s.stage, s.name, s.destination, s.state, s.attempts, s.command_id,
+            s.timer_id, s.input, s.output, s.error, s.compensation_destination,
+            s.compensation_payload, s.compensation_state, s.compensation_attempts,
+            s.compensation_message_id, s.compensation_error,
+            s.deadline, s.dispatched_at, s.replied_at, s.compensated_at
+         FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id
+         WHERE i.id = ?1 ORDER BY s.idx",
     )
     .bind(id.to_string())
     .fetch_all(&mut *c)
     .await?;
-    for r in rows {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let mut inst = Instance {
+        id,
+        name: first.try_get("saga_name")?,
+        version: first.try_get::<i64, _>("version")? as i32,
+        state: parse(&first.try_get::<String, _>("saga_state")?, "saga state")?,
+        data: serde_json::from_str(&first.try_get::<String, _>("data")?)?,
+        error: first.try_get("saga_error")?,
+        stage: first.try_get::<i64, _>("saga_stage")? as usize,
+        steps: BTreeMap::new(),
+        finished: false,
+    };
+    for r in &rows {
+        let Some(idx) = r.try_get::<Option<i64>, _>("idx")? else {
+            continue; // no steps yet
+        };
         let step = StepRow {
-            idx: r.try_get::<i64, _>("idx")? as usize,
+            idx: idx as usize,
             stage: r.try_get::<i64, _>("stage")? as usize,
             name: r.try_get("name")?,
             destination: r.try_get("destination")?,
