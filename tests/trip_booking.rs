@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentsaga::core::Store;
 use agentsaga::core::both_backends;
-use agentsaga::core::testing::{Backend, fresh_url, pg_server};
+use agentsaga::core::testing::{Backend, fresh_url};
 
 const UNDOABLE: &[(&str, &str)] = &[
     ("trip_flights", "booked"),
@@ -103,9 +103,11 @@ async fn survives_kill_9(backend: Backend) {
 }
 both_backends!(kill_9_tests, survives_kill_9);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_share_one_postgres() {
-    let url = pg_server().fresh_database_url().await;
+// Two processes on one database: on Postgres they share the work through SKIP LOCKED
+// claims and NOTIFY wakeups; on SQLite they share one file (WAL, `BEGIN IMMEDIATE`
+// with a busy timeout), each woken by its own commits and by polling for the other's.
+async fn two_processes_share_one_database(backend: Backend) {
+    let url = fresh_url(backend).await;
     let a = support::spawn(
         "trip_booking",
         &url,
@@ -128,3 +130,4 @@ async fn two_processes_share_one_postgres() {
     let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
     assert_eq!(completed + compensated, 200);
 }
+both_backends!(two_process_tests, two_processes_share_one_database);

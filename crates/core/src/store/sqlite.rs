@@ -15,7 +15,42 @@ use super::{
 };
 use crate::{Envelope, Error, Message, MessageId, Result};
 
+/// Opens (creating and migrating if need be) the database.
+///
+/// Processes that open one new file at the same moment race to create it, switch it to
+/// WAL and migrate it, and SQLite answers the loser with `SQLITE_BUSY` at once (its busy
+/// handler would deadlock there), so opening tries again, within the busy timeout.
 pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Db> {
+    let deadline = tokio::time::Instant::now() + config.busy_timeout;
+    let mut delay = std::time::Duration::from_millis(10);
+    loop {
+        match open_once(url, config).await {
+            Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "sqlite database busy while opening; trying again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_millis(200));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Is this SQLITE_BUSY or SQLITE_LOCKED (any extended code), however wrapped?
+fn is_busy(e: &Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(sqlx::Error::Database(db)) = err.downcast_ref::<sqlx::Error>() {
+            let code: i64 = db.code().and_then(|c| c.parse().ok()).unwrap_or(0);
+            if matches!(code & 0xff, 5 | 6) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+async fn open_once(url: &str, config: &StoreConfig) -> Result<Db> {
     let invalid = |e: sqlx::Error| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),
@@ -51,7 +86,7 @@ pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Db> {
         .await
         .map_err(connect)?;
     check_schema(&writer).await?;
-    super::SQLITE_MIGRATOR.run(&writer).await?;
+    migrate(&writer).await?;
     let reader = if memory {
         // Each connection to `:memory:` is a database of its own: share the writer.
         writer.clone()
@@ -64,6 +99,40 @@ pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Db> {
             .map_err(connect)?
     };
     Ok(Db::Sqlite { writer, reader })
+}
+
+/// Applies the embedded migrations. SQLite has no lock for this (sqlx's is a no-op
+/// there), so two processes opening one new file may both try a migration; the loser's
+/// fails ("table already exists") and is rolled back. When the applied migrations
+/// changed during a failed run, another process is migrating: run again, and skip what
+/// it applied.
+async fn migrate(writer: &SqlitePool) -> Result<()> {
+    for _ in 0..=super::SQLITE_MIGRATOR.iter().count() {
+        let before = applied(writer).await?;
+        match super::SQLITE_MIGRATOR.run(writer).await {
+            Ok(()) => return Ok(()),
+            Err(e) if applied(writer).await? == before => return Err(e.into()),
+            Err(e) => tracing::debug!(error = %e, "another process is migrating; running again"),
+        }
+    }
+    Ok(super::SQLITE_MIGRATOR.run(writer).await?)
+}
+
+/// The versions of the migrations applied, in order (none before the first).
+async fn applied(pool: &SqlitePool) -> Result<Vec<i64>> {
+    let exists: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(pool)
+    .await?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    Ok(
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 async fn check_schema(pool: &SqlitePool) -> Result<()> {
