@@ -75,7 +75,7 @@ pub(crate) struct Args {
     #[command(flatten)]
     common: Common,
     /// The runtime relay's delivery workers (its default: 8), and the floor's tasks. A
-    /// relay claims rows only for free workers, so this also caps its claim batch.
+    /// relay keeps up to workers + batch size rows in flight.
     #[arg(long, default_value_t = 8)]
     workers: usize,
 }
@@ -219,10 +219,10 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         ),
         format!(
             "runtime: Runtime::builder() defaults (4 actors per agent and per saga version; \
-             relay batch 100, poll 250 ms) with {} relay workers, so at most {} rows per \
-             claim; one process, the store's own pool",
+             relay batch 100, poll 250 ms) with {} relay workers, up to {} rows in flight, \
+             acknowledged with the next claim; one process, the store's own pool",
             args.workers,
-            args.workers.min(100)
+            args.workers + 100
         ),
         format!(
             "floor: the same row writes in the same transactions in plain sqlx (start: \
