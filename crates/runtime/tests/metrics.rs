@@ -70,12 +70,15 @@ async fn metrics_match_the_database() {
             .unwrap()
             .unwrap();
     }
-    // Sagas settle before their last messages are acknowledged: wait until nothing
-    // moves, so the database and the scrape describe the same moment.
+    // Sagas settle before their last messages are acknowledged, and the relay counts an
+    // acknowledgement just after the database has it: wait until nothing moves (the
+    // outbox drained and every delivered row counted), so the database and the scrape
+    // describe the same moment.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let stats = loop {
         let s = runtime.store().stats().await.unwrap();
-        if s.in_flight == 0 && s.oldest_pending_age_ms.is_none() {
+        let counted = runtime.relay_stats().unwrap().delivered;
+        if s.in_flight == 0 && s.oldest_pending_age_ms.is_none() && counted == s.delivered {
             break s;
         }
         assert!(
