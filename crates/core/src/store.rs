@@ -362,8 +362,8 @@ impl Store {
 
     /// Marks `delivered` rows delivered (as [`Store::mark_delivered`] does, for
     /// `claim.owner`), then claims (as [`Store::claim`] does, seeing those rows
-    /// delivered): the relay's steady state in one round trip on PostgreSQL and one
-    /// write transaction on SQLite. Returns how many rows were marked delivered and the
+    /// delivered): the relay's steady state, in one round trip on PostgreSQL and two
+    /// statements back to back on SQLite. Returns how many rows were marked delivered and the
     /// claimed rows.
     ///
     /// # Errors

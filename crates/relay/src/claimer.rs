@@ -9,7 +9,7 @@
 //! it, so every outcome that arrived before that `Flush` is processed goes into the same
 //! statements, and nothing waits on a timer. The acknowledgements of a `Flush` travel
 //! with the claim that follows it ([`Store::ack_and_claim`]): one round trip on
-//! PostgreSQL, one write transaction on SQLite. No database transaction is open while a
+//! PostgreSQL. No database transaction is open while a
 //! transport delivers.
 
 mod shutdown;

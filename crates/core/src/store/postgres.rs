@@ -154,7 +154,7 @@ pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelo
 }
 
 pub(super) async fn ack_and_claim(
-    pool: impl sqlx::PgExecutor<'_>,
+    pool: &PgPool,
     delivered: &[i64],
     claim: &Claim<'_>,
 ) -> Result<(u64, Vec<Envelope>)> {

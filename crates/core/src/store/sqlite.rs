@@ -136,18 +136,9 @@ async fn applied(pool: &SqlitePool) -> Result<Vec<i64>> {
 }
 
 async fn check_schema(pool: &SqlitePool) -> Result<()> {
-    let exists: Option<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-    )
-    .fetch_optional(pool)
-    .await?;
-    if exists.is_none() {
+    let Some(&found) = applied(pool).await?.last() else {
         return Ok(());
-    }
-    let found: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
-            .fetch_one(pool)
-            .await?;
+    };
     let known = super::SQLITE_MIGRATOR
         .iter()
         .map(|m| m.version)
@@ -260,10 +251,7 @@ fn envelope(row: &SqliteRow) -> Result<Envelope> {
     })
 }
 
-pub(super) async fn claim(
-    pool: impl sqlx::SqliteExecutor<'_>,
-    claim: &Claim<'_>,
-) -> Result<Vec<Envelope>> {
+pub(super) async fn claim(pool: &SqlitePool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
     let now = now_ms();
     let destinations = serde_json::to_string(claim.destinations)?;
     let rows = sqlx::query(
@@ -293,11 +281,7 @@ pub(super) async fn claim(
     rows.iter().map(envelope).collect()
 }
 
-pub(super) async fn mark_delivered(
-    pool: impl sqlx::SqliteExecutor<'_>,
-    owner: &str,
-    seqs: &[i64],
-) -> Result<u64> {
+pub(super) async fn mark_delivered(pool: &SqlitePool, owner: &str, seqs: &[i64]) -> Result<u64> {
     let r = sqlx::query(
         "UPDATE outbox
          SET state = 'delivered', delivered_at = ?1, lease_owner = NULL, lease_until = NULL
