@@ -18,6 +18,8 @@ pub use agentsaga_saga as saga;
 pub mod prelude {
     pub use agentsaga_core::{Conn, Message, MessageId, RetryPolicy, Store, StoreConfig, Tx};
     pub use agentsaga_relay::RelayConfig;
-    pub use agentsaga_runtime::{Agent, AgentContext, ResultExt, Runtime, StepError};
+    pub use agentsaga_runtime::{
+        Agent, AgentContext, CallContext, CallingAgent, ResultExt, Runtime, StepError,
+    };
     pub use agentsaga_saga::{Saga, SagaId, SagaState, Step, StepOutcome};
 }

@@ -27,6 +27,15 @@ pub mod header {
     pub const CAUSATION_ID: &str = "causation_id";
     /// The `kind` header's value on a [`DeliveryFailed`](super::DeliveryFailed) notice.
     pub const KIND_DELIVERY_FAILED: &str = "delivery_failed";
+    /// The key a consumer passes to the outside APIs it calls for this message (an
+    /// `Idempotency-Key` header): equal for every delivery and re-send of one unit of
+    /// work, different between units. Saga commands carry
+    /// `agentsaga:<saga id>:<step>:command` (or `:compensate`); a message without
+    /// it uses its own id.
+    pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
+    /// How long, in milliseconds, the consumer may work on this message once it has
+    /// started (a saga step's `timeout`); past it the work is cancelled.
+    pub const TIMEOUT_MS: &str = "timeout_ms";
 }
 
 /// The notice the relay enqueues to a dead-lettered message's `reply_to`, in the same

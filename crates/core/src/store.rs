@@ -304,6 +304,20 @@ impl Store {
         })
     }
 
+    /// Has `consumer` already received `message_id` (committed)? A read outside any
+    /// transaction: a consumer about to do slow work for a message asks first, and
+    /// skips a duplicate without redoing it. [`receive`](Self::receive), in the
+    /// transaction of the effects, stays the check that counts.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn seen(&self, consumer: &str, message_id: MessageId) -> Result<bool> {
+        match &self.db {
+            Db::Sqlite { reader, .. } => sqlite::seen(reader, consumer, message_id).await,
+            Db::Postgres(pool) => postgres::seen(pool, consumer, message_id).await,
+        }
+    }
+
     /// Deletes messages that are still pending, through the caller's transaction: a
     /// timer made moot by the change being committed, a retry no longer wanted. Rows
     /// already claimed or delivered are left alone. Returns how many were deleted.

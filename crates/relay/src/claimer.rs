@@ -80,7 +80,7 @@ pub(crate) struct ClaimerState {
     signals: Arc<Signals>,
     pacer: Option<JoinHandle<()>>,
     /// Rows handed to the pool and not yet reported back.
-    delivering: HashMap<i64, Arc<Envelope>>,
+    delivering: Delivering,
     outcomes: Outcomes,
     flush_queued: bool,
     breakers: Breakers,
@@ -104,7 +104,7 @@ impl Actor for Claimer {
             pool,
             signals: Arc::default(),
             pacer: None,
-            delivering: HashMap::with_capacity(self.config.workers),
+            delivering: Delivering::default(),
             outcomes: Outcomes::default(),
             flush_queued: false,
             breakers: Breakers::new(self.config.breaker_threshold, self.config.breaker_cooldown),
@@ -222,7 +222,7 @@ impl Actor for Claimer {
             // Should not happen (the factory restarts its own workers). The deliveries
             // it held are lost: release them to be delivered again.
             tracing::error!(?event, "relay delivery pool died; restarting it");
-            for (seq, _) in state.delivering.drain() {
+            for seq in state.delivering.drain() {
                 state.outcomes.release(seq);
             }
             self.stats.set_in_flight(0);
@@ -235,6 +235,64 @@ impl Actor for Claimer {
             self.queue_flush(&myself, state);
         }
         Ok(())
+    }
+}
+
+/// Rows handed to the pool and not yet reported back, counted per destination (for
+/// [`RelayConfig::destination_limits`]).
+#[derive(Default)]
+pub(crate) struct Delivering {
+    rows: HashMap<i64, Arc<Envelope>>,
+    per_destination: HashMap<String, usize>,
+}
+
+impl Delivering {
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Rows of `destination` in flight.
+    pub(crate) fn count(&self, destination: &str) -> usize {
+        self.per_destination.get(destination).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn seqs(&self) -> impl Iterator<Item = i64> + '_ {
+        self.rows.keys().copied()
+    }
+
+    fn insert(&mut self, envelope: Arc<Envelope>) {
+        *self
+            .per_destination
+            .entry(envelope.destination.clone())
+            .or_default() += 1;
+        if let Some(old) = self.rows.insert(envelope.seq, envelope) {
+            self.forget(&old.destination);
+        }
+    }
+
+    fn remove(&mut self, seq: i64) -> Option<Arc<Envelope>> {
+        let envelope = self.rows.remove(&seq)?;
+        self.forget(&envelope.destination);
+        Some(envelope)
+    }
+
+    fn forget(&mut self, destination: &str) {
+        if let Some(n) = self.per_destination.get_mut(destination) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_destination.remove(destination);
+            }
+        }
+    }
+
+    /// Empties it, returning the rows' seqs.
+    pub(crate) fn drain(&mut self) -> Vec<i64> {
+        self.per_destination.clear();
+        self.rows.drain().map(|(seq, _)| seq).collect()
     }
 }
 
@@ -272,7 +330,14 @@ impl Claimer {
         let limit = u32::try_from(free)
             .unwrap_or(u32::MAX)
             .min(self.config.batch_size);
-        let Claimable { open, probe } = state.breakers.claimable(&self.destinations, now);
+        let Claimable { mut open, probe } = state.breakers.claimable(&self.destinations, now);
+        // A destination at its in-flight cap sits this claim out.
+        open.retain(|d| {
+            self.config
+                .destination_limits
+                .get(d)
+                .is_none_or(|&cap| state.delivering.count(d) < cap)
+        });
         let mut claimed = Vec::new();
         let mut error = None;
         let mut full = false;
@@ -382,7 +447,7 @@ impl Claimer {
             .dispatch(RouteKey::of(&envelope), Arc::clone(&envelope))
         {
             Ok(()) => {
-                state.delivering.insert(seq, envelope);
+                state.delivering.insert(envelope);
             }
             Err(e) => {
                 tracing::warn!(seq, error = %e, "relay delivery pool unavailable; releasing the row");
@@ -396,7 +461,7 @@ impl Claimer {
     }
 
     fn on_done(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, done: Done) {
-        let Some(envelope) = state.delivering.remove(&done.seq) else {
+        let Some(envelope) = state.delivering.remove(done.seq) else {
             return; // released meanwhile (pool restart or shutdown deadline)
         };
         let ok = !matches!(done.delivery, Delivery::Retry { .. });

@@ -1,5 +1,6 @@
 //! The relay's configuration.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use agentsaga_core::RetryPolicy;
@@ -26,9 +27,16 @@ use crate::{RelayError, Result};
 pub struct RelayConfig {
     /// At most this many rows per claim (default 100).
     pub batch_size: u32,
-    /// Delivery workers, i.e. deliveries in flight at once (default 8). Rows are claimed
-    /// only for free workers, so a busy relay leaves the backlog to other relays.
+    /// Delivery workers, i.e. deliveries in flight at once (default 8). The relay holds
+    /// at most `workers + batch_size` claimed rows (the busy workers' and a batch queued
+    /// behind them); the rest of the backlog stays in the outbox for other relays.
     pub workers: usize,
+    /// Per-destination caps on rows in flight (claimed and not yet answered), for
+    /// destinations that can only take so many at once (an agent with a bounded
+    /// concurrency). A destination at its cap is left out of claims until one of its
+    /// rows is answered; one claim may overshoot a cap by at most `batch_size`.
+    /// Destinations not named here are bounded by `workers` alone.
+    pub destination_limits: HashMap<String, usize>,
     /// How long a claim holds a row (default 30 s). Leases of rows still being delivered
     /// are renewed every `lease / 3`; a relay that dies loses its rows after `lease`, and
     /// live relays return them to the pool (checked every `lease / 2`).
@@ -55,6 +63,7 @@ impl Default for RelayConfig {
         Self {
             batch_size: 100,
             workers: 8,
+            destination_limits: HashMap::new(),
             lease: Duration::from_secs(30),
             poll_interval: Duration::from_millis(250),
             retry: RetryPolicy::default(),
@@ -78,6 +87,14 @@ impl RelayConfig {
     #[must_use]
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
+        self
+    }
+
+    /// Caps `destination`'s rows in flight at `limit` (see
+    /// [`destination_limits`](Self::destination_limits)).
+    #[must_use]
+    pub fn destination_limit(mut self, destination: impl Into<String>, limit: usize) -> Self {
+        self.destination_limits.insert(destination.into(), limit);
         self
     }
 
@@ -136,6 +153,8 @@ impl RelayConfig {
             "batch_size must be at least 1"
         } else if self.workers == 0 {
             "workers must be at least 1"
+        } else if self.destination_limits.values().any(|&n| n == 0) {
+            "a destination limit must be at least 1"
         } else if self.lease < Duration::from_millis(3) {
             "lease must be at least 3 ms"
         } else if self.poll_interval.is_zero() {
@@ -176,6 +195,7 @@ mod tests {
         for bad in [
             RelayConfig::default().workers(0),
             RelayConfig::default().batch_size(0),
+            RelayConfig::default().destination_limit("d", 0),
             RelayConfig::default().lease(Duration::ZERO),
             RelayConfig::default().poll_interval(Duration::ZERO),
             RelayConfig::default().owner(" "),

@@ -68,7 +68,7 @@ pub struct Deliver {
 pub struct InProcessTransport {
     routes: Arc<RwLock<HashMap<String, Vec<ActorRef<Deliver>>>>>,
     next: Arc<AtomicUsize>,
-    timeout: Duration,
+    timeout: Option<Duration>,
 }
 
 impl Default for InProcessTransport {
@@ -78,19 +78,22 @@ impl Default for InProcessTransport {
 }
 
 impl InProcessTransport {
-    /// An empty registry, with a 30 s answer timeout.
+    /// An empty registry. An actor may take as long as it needs to answer: the relay
+    /// renews the row's lease meanwhile, and a handler's own bound (a saga step's
+    /// timeout) is the actor's business.
     pub fn new() -> Self {
         Self {
             routes: Arc::default(),
             next: Arc::default(),
-            timeout: Duration::from_secs(30),
+            timeout: None,
         }
     }
 
-    /// How long an actor may take to answer before the delivery counts as a retry.
+    /// How long an actor may take to answer before the delivery counts as a retry
+    /// (default: no limit).
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.timeout = Some(timeout);
         self
     }
 
@@ -159,13 +162,13 @@ impl Transport for InProcessTransport {
         };
         let envelope = envelope.clone();
         match actor
-            .call(|reply| Deliver { envelope, reply }, Some(self.timeout))
+            .call(|reply| Deliver { envelope, reply }, self.timeout)
             .await
         {
             Ok(CallResult::Success(delivery)) => delivery,
             Ok(CallResult::Timeout) => Delivery::retry(format!(
                 "the actor for destination {destination} did not answer within {:?}",
-                self.timeout
+                self.timeout.unwrap_or_default()
             )),
             Ok(CallResult::SenderError) => Delivery::retry(format!(
                 "the actor for destination {destination} dropped the reply (it stopped or failed)"

@@ -2,128 +2,265 @@
 //! saga engine. Both take [`Deliver`] messages from the relay's in-process transport
 //! and answer only once their transaction has committed.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentsaga_core::{Envelope, Receipt, Store};
+use agentsaga_core::{Envelope, Receipt, Store, Tx, header};
 use agentsaga_relay::Delivery;
 use agentsaga_relay::in_process::Deliver;
 use agentsaga_saga::{Engine, Handled, SagaState, StepOutcome, outcome};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::broadcast;
+use serde::Serialize;
+use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::agent::{Agent, AgentContext, StepError};
+use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, StepError};
 
 /// An agent with its types erased, as its actors run it.
 #[async_trait::async_trait]
 pub(crate) trait Process: Send + Sync + 'static {
     fn destination(&self) -> &str;
+    /// Does its work wait on the outside world (sized for waiting, not for CPU)?
+    fn calls_out(&self) -> bool;
     async fn process(&self, store: &Store, env: &Envelope) -> Delivery;
 }
 
-pub(crate) struct Erased<A>(pub(crate) A);
+/// An [`Agent`] (database only), erased.
+pub(crate) struct Local<A>(pub(crate) A);
+
+/// A [`CallingAgent`], erased.
+pub(crate) struct Calling<A>(pub(crate) A);
 
 fn infra(e: impl std::fmt::Display) -> Delivery {
     Delivery::retry(format!("database: {e}"))
 }
 
+fn agent_span(env: &Envelope) -> tracing::Span {
+    let span = tracing::info_span!(
+        "agent.handle",
+        otel.kind = "consumer",
+        agent = %env.destination,
+        message.id = %env.id,
+        saga.id = env.header(header::SAGA_ID).unwrap_or_default(),
+        step.name = env.header(outcome::STEP_NAME).unwrap_or_default(),
+        compensation = env.header(header::KIND) == Some(outcome::KIND_COMPENSATE),
+        timed_out = tracing::field::Empty,
+    );
+    agentsaga_core::propagation::adopt(&span, &env.headers);
+    span
+}
+
+fn decode<C: serde::de::DeserializeOwned>(env: &Envelope) -> Result<C, Delivery> {
+    env.decode().map_err(|e| {
+        Delivery::reject(format!(
+            "payload does not decode into {}: {e}",
+            std::any::type_name::<C>()
+        ))
+    })
+}
+
+/// When the work on `env` must be done by: its `timeout_ms` from now, if it has one.
+fn deadline_of(env: &Envelope) -> Option<Instant> {
+    CallContext::new(env).timeout().map(|t| Instant::now() + t)
+}
+
+/// Runs `work` until `deadline`; `None` if the deadline passed first (the work is
+/// dropped, i.e. cancelled).
+async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Output> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, work).await.ok(),
+        None => Some(work.await),
+    }
+}
+
+/// Begins the transaction of a message's outcome and records the message in the
+/// inbox: `Err` with the delivery to answer if that fails or it is a duplicate.
+async fn begin_received(store: &Store, env: &Envelope) -> Result<Tx, Delivery> {
+    let mut tx = store.begin().await.map_err(infra)?;
+    match tx.receive(&env.destination, env.id).await {
+        Ok(Receipt::First) => Ok(tx),
+        Ok(Receipt::Duplicate) => {
+            tracing::debug!("duplicate delivery skipped");
+            Err(Delivery::Delivered)
+        }
+        Err(e) => Err(infra(e)),
+    }
+}
+
+/// Enqueues `reply` (if any) in `tx` and commits.
+async fn commit_with(
+    mut tx: Tx,
+    reply: agentsaga_core::Result<Option<agentsaga_core::Message>>,
+) -> Delivery {
+    match reply {
+        Ok(Some(reply)) => {
+            if let Err(e) = tx.enqueue(&reply).await {
+                return infra(e);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => return Delivery::reject(e.to_string()),
+    }
+    match tx.commit().await {
+        Ok(()) => Delivery::Delivered,
+        Err(e) => infra(e),
+    }
+}
+
+/// The work ran past its timeout and was cancelled: records the message as received
+/// and tells the orchestrator, whose step-timeout rules take it from there.
+async fn finish_timed_out(store: &Store, env: &Envelope) -> Delivery {
+    tracing::Span::current().record("timed_out", true);
+    tracing::info!(
+        timeout_ms = env.header(header::TIMEOUT_MS).unwrap_or_default(),
+        "work cancelled past the step's timeout"
+    );
+    match begin_received(store, env).await {
+        Ok(tx) => commit_with(tx, Ok(outcome::timed_out(env))).await,
+        Err(d) => d,
+    }
+}
+
+/// Records a failure (the handler's effects, if any, already rolled back): the inbox
+/// entry and the failure reply.
+async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Delivery {
+    let out = match error {
+        StepError::Infrastructure(e) => return Delivery::retry(e),
+        StepError::Retryable(e) => StepOutcome::Retryable(e),
+        StepError::Fatal(e) => StepOutcome::Fatal(e),
+    };
+    if let Some(e) = out.error() {
+        tracing::info!(error = %e, "step failed");
+    }
+    match begin_received(store, env).await {
+        Ok(tx) => commit_with(tx, outcome::reply(env, &out)).await,
+        Err(d) => d,
+    }
+}
+
+/// Ends a message whose handler ran in `tx` (received already): commits its effects
+/// and its reply, or rolls them back and records the failure, or the timeout.
+async fn finish<R: Serialize>(
+    store: &Store,
+    env: &Envelope,
+    tx: Tx,
+    result: Option<Result<R, StepError>>,
+) -> Delivery {
+    let out = match result {
+        None => {
+            drop(tx); // rolls back
+            return finish_timed_out(store, env).await;
+        }
+        Some(Ok(reply)) => match serde_json::to_value(reply) {
+            Ok(v) => StepOutcome::Ok(v),
+            Err(e) => {
+                drop(tx);
+                return finish_failed(
+                    store,
+                    env,
+                    StepError::Fatal(format!("the reply does not serialize: {e}")),
+                )
+                .await;
+            }
+        },
+        Some(Err(e)) => {
+            if let Err(db) = tx.rollback().await {
+                return infra(db);
+            }
+            return finish_failed(store, env, e).await;
+        }
+    };
+    commit_with(tx, outcome::reply(env, &out)).await
+}
+
 #[async_trait::async_trait]
-impl<A: Agent> Process for Erased<A> {
+impl<A: Agent> Process for Local<A> {
     fn destination(&self) -> &str {
         self.0.destination()
     }
 
+    fn calls_out(&self) -> bool {
+        false
+    }
+
     async fn process(&self, store: &Store, env: &Envelope) -> Delivery {
-        let span = tracing::info_span!(
-            "agent.handle",
-            otel.kind = "consumer",
-            agent = %env.destination,
-            message.id = %env.id,
-            saga.id = env.header(agentsaga_core::header::SAGA_ID).unwrap_or_default(),
-            step.name = env.header(outcome::STEP_NAME).unwrap_or_default(),
-            compensation = env.header(agentsaga_core::header::KIND) == Some(outcome::KIND_COMPENSATE),
-        );
-        agentsaga_core::propagation::adopt(&span, &env.headers);
-        self.process_in_span(store, env).instrument(span).await
+        let work = async {
+            let command: A::Command = match decode(env) {
+                Ok(c) => c,
+                Err(d) => return d,
+            };
+            let deadline = deadline_of(env);
+            let mut tx = match begin_received(store, env).await {
+                Ok(tx) => tx,
+                Err(d) => return d,
+            };
+            let result = {
+                let mut ctx = AgentContext {
+                    tx: &mut tx,
+                    call: CallContext::new(env),
+                };
+                bounded(deadline, self.0.handle(&mut ctx, command)).await
+            };
+            finish(store, env, tx, result).await
+        };
+        work.instrument(agent_span(env)).await
     }
 }
 
-impl<A: Agent> Erased<A> {
-    async fn process_in_span(&self, store: &Store, env: &Envelope) -> Delivery {
-        let command: A::Command = match env.decode() {
-            Ok(c) => c,
-            Err(e) => {
-                return Delivery::reject(format!(
-                    "payload does not decode into {}: {e}",
-                    std::any::type_name::<A::Command>()
-                ));
-            }
-        };
-        let mut tx = match store.begin().await {
-            Ok(tx) => tx,
-            Err(e) => return infra(e),
-        };
-        match tx.receive(&env.destination, env.id).await {
-            Ok(Receipt::First) => {}
-            Ok(Receipt::Duplicate) => {
-                tracing::debug!("duplicate delivery skipped");
-                return Delivery::Delivered;
-            }
-            Err(e) => return infra(e),
-        }
-        let result = {
-            let mut ctx = AgentContext {
-                tx: &mut tx,
-                envelope: env,
+#[async_trait::async_trait]
+impl<A: CallingAgent> Process for Calling<A> {
+    fn destination(&self) -> &str {
+        self.0.destination()
+    }
+
+    fn calls_out(&self) -> bool {
+        true
+    }
+
+    async fn process(&self, store: &Store, env: &Envelope) -> Delivery {
+        let work = async {
+            let command: A::Command = match decode(env) {
+                Ok(c) => c,
+                Err(d) => return d,
             };
-            self.0.handle(&mut ctx, command).await
-        };
-        let out = match result {
-            Ok(reply) => match serde_json::to_value(reply) {
-                Ok(v) => StepOutcome::Ok(v),
-                Err(e) => StepOutcome::Fatal(format!("the reply does not serialize: {e}")),
-            },
-            Err(StepError::Infrastructure(e)) => return Delivery::retry(e),
-            Err(e) => {
-                // The handler's effects roll back; only the inbox record and the
-                // failure reply are written.
-                if let Err(e) = tx.rollback().await {
-                    return infra(e);
+            // A message already processed is not worth another outside call.
+            match store.seen(&env.destination, env.id).await {
+                Ok(true) => {
+                    tracing::debug!("duplicate delivery skipped before the outside call");
+                    return Delivery::Delivered;
                 }
-                tx = match store.begin().await {
-                    Ok(tx) => tx,
-                    Err(e) => return infra(e),
+                Ok(false) => {}
+                Err(e) => return infra(e),
+            }
+            let deadline = deadline_of(env);
+            let ctx = CallContext::new(env);
+            let call_span = tracing::info_span!(
+                "agent.call",
+                idempotency_key = %ctx.idempotency_key(),
+                attempt = env.attempts,
+            );
+            let output =
+                match bounded(deadline, self.0.call(&ctx, &command).instrument(call_span)).await {
+                    None => return finish_timed_out(store, env).await,
+                    Some(Err(e)) => return finish_failed(store, env, e).await,
+                    Some(Ok(output)) => output,
                 };
-                match tx.receive(&env.destination, env.id).await {
-                    Ok(Receipt::First) => {}
-                    Ok(Receipt::Duplicate) => return Delivery::Delivered,
-                    Err(e) => return infra(e),
-                }
-                match e {
-                    StepError::Retryable(e) => StepOutcome::Retryable(e),
-                    other => StepOutcome::Fatal(
-                        other.to_string().trim_start_matches("fatal: ").to_owned(),
-                    ),
-                }
-            }
+            let mut tx = match begin_received(store, env).await {
+                Ok(tx) => tx,
+                Err(d) => return d,
+            };
+            let result = {
+                let mut ctx = AgentContext {
+                    tx: &mut tx,
+                    call: CallContext::new(env),
+                };
+                bounded(deadline, self.0.record(&mut ctx, command, output)).await
+            };
+            finish(store, env, tx, result).await
         };
-        if let Some(e) = out.error() {
-            tracing::info!(error = %e, "step failed");
-        }
-        match outcome::reply(env, &out) {
-            Ok(Some(reply)) => {
-                if let Err(e) = tx.enqueue(&reply).await {
-                    return infra(e);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => return Delivery::reject(e.to_string()),
-        }
-        match tx.commit().await {
-            Ok(()) => Delivery::Delivered,
-            Err(e) => infra(e),
-        }
+        work.instrument(agent_span(env)).await
     }
 }
 
@@ -134,28 +271,66 @@ pub(crate) trait Handle: Send + Sync + 'static {
     async fn handle(&self, env: &Envelope) -> Delivery;
 }
 
-/// An actor that answers each [`Deliver`] with its handler's outcome, one at a time
-/// (spawn several for concurrency). A panic in the handler kills the actor; the
-/// supervisor replaces it and the relay delivers the message again.
-pub(crate) struct DeliveryActor<H>(pub(crate) H);
+/// The actor of one destination: answers each [`Deliver`] with its handler's outcome.
+/// Each delivery runs in a task of its own, at most `concurrency` at once; while all
+/// are taken, the actor waits for one to finish before it reads its next message (the
+/// relay, whose deliveries wait for their answers, feels that as backpressure). A
+/// panic in a handler drops its answer, which the relay counts as a retry.
+pub(crate) struct DeliveryActor<H> {
+    pub(crate) handler: Arc<H>,
+    pub(crate) concurrency: usize,
+}
+
+pub(crate) struct DeliveryState {
+    permits: Arc<Semaphore>,
+    /// Set on stop: tasks still running drop their work (the relay has released, or
+    /// will redeliver, their messages).
+    stop: watch::Sender<bool>,
+}
 
 impl<H: Handle> Actor for DeliveryActor<H> {
     type Msg = Deliver;
-    type State = ();
+    type State = DeliveryState;
     type Arguments = ();
 
-    async fn pre_start(&self, _: ActorRef<Deliver>, (): ()) -> Result<(), ActorProcessingErr> {
-        Ok(())
+    async fn pre_start(
+        &self,
+        _: ActorRef<Deliver>,
+        (): (),
+    ) -> Result<DeliveryState, ActorProcessingErr> {
+        Ok(DeliveryState {
+            permits: Arc::new(Semaphore::new(self.concurrency.max(1))),
+            stop: watch::Sender::new(false),
+        })
     }
 
     async fn handle(
         &self,
         _: ActorRef<Deliver>,
         msg: Deliver,
-        (): &mut (),
+        state: &mut DeliveryState,
     ) -> Result<(), ActorProcessingErr> {
-        let delivery = self.0.handle(&msg.envelope).await;
-        let _ = msg.reply.send(delivery);
+        let permit = Arc::clone(&state.permits).acquire_owned().await?;
+        let handler = Arc::clone(&self.handler);
+        let mut stop = state.stop.subscribe();
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                delivery = handler.handle(&msg.envelope) => {
+                    let _ = msg.reply.send(delivery);
+                }
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+        });
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<Deliver>,
+        state: &mut DeliveryState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.stop.send_replace(true);
         Ok(())
     }
 }
@@ -239,5 +414,91 @@ impl Orchestrator {
 impl Handle for Orchestrator {
     async fn handle(&self, env: &Envelope) -> Delivery {
         self.process(env).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use agentsaga_core::{Claim, Message};
+
+    use super::*;
+
+    struct Counting(Arc<AtomicU32>);
+
+    #[async_trait::async_trait]
+    impl CallingAgent for Counting {
+        type Command = serde_json::Value;
+        type Output = ();
+        type Reply = u32;
+        fn destination(&self) -> &str {
+            "outside"
+        }
+        async fn call(&self, _: &CallContext<'_>, _: &serde_json::Value) -> Result<(), StepError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn record(
+            &self,
+            _: &mut AgentContext<'_>,
+            _: serde_json::Value,
+            (): (),
+        ) -> Result<u32, StepError> {
+            Ok(1)
+        }
+    }
+
+    async fn claimed(store: &Store, msg: Message) -> Envelope {
+        let mut tx = store.begin().await.unwrap();
+        tx.enqueue(&msg).await.unwrap();
+        tx.commit().await.unwrap();
+        let destinations = vec!["outside".to_owned()];
+        let claim = Claim {
+            owner: "t",
+            destinations: &destinations,
+            limit: 1,
+            lease: Duration::from_secs(30),
+        };
+        store.claim(&claim).await.unwrap().remove(0)
+    }
+
+    // A redelivered message that was already processed is skipped before the outside
+    // call: the world is not asked twice for what the inbox already has.
+    #[tokio::test]
+    async fn a_processed_message_is_not_called_again() {
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        let calls = Arc::new(AtomicU32::new(0));
+        let agent = Calling(Counting(Arc::clone(&calls)));
+        let env = claimed(
+            &store,
+            Message::to("outside")
+                .header(header::REPLY_TO, "orchestrator")
+                .json(&1)
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(agent.process(&store, &env).await, Delivery::Delivered);
+        assert_eq!(agent.process(&store, &env).await, Delivery::Delivered);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // One reply, not two.
+        assert_eq!(store.stats().await.unwrap().pending, 1);
+    }
+
+    // A message with no idempotency key header uses its own id as the key.
+    #[tokio::test]
+    async fn the_key_defaults_to_the_message_id() {
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        let env = claimed(&store, Message::to("outside").json(&1).unwrap()).await;
+        assert_eq!(CallContext::new(&env).idempotency_key(), env.id.to_string());
+        let env = claimed(
+            &store,
+            Message::to("outside")
+                .header(header::IDEMPOTENCY_KEY, "k-1")
+                .json(&1)
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(CallContext::new(&env).idempotency_key(), "k-1");
     }
 }

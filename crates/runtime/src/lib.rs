@@ -50,9 +50,11 @@ mod runtime;
 mod supervisor;
 pub mod telemetry;
 
-pub use agent::{Agent, AgentContext, ResultExt, StepError};
+pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 pub use error::{Error, Result};
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{
+    DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, Runtime, RuntimeBuilder,
+};
 
 pub use agentsaga_core as core;
 pub use agentsaga_relay as relay;

@@ -13,9 +13,15 @@ use ractor::{Actor, ActorRef};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::actors::{Erased, Process, Settled};
+use crate::actors::{Calling, Local, Process, Settled};
 use crate::supervisor::{ChildSpec, Supervisor, SupervisorMsg};
-use crate::{Agent, Error, Result};
+use crate::{Agent, CallingAgent, Error, Result};
+
+/// Deliveries a database-only [`Agent`] handles at once unless told otherwise.
+pub const DEFAULT_AGENT_CONCURRENCY: usize = 4;
+/// Deliveries a [`CallingAgent`] works on at once unless told otherwise: sized for
+/// waiting on the outside world, not for CPU.
+pub const DEFAULT_CALLING_CONCURRENCY: usize = 512;
 
 /// Builds a [`Runtime`]. See [`Runtime::builder`].
 #[must_use]
@@ -26,10 +32,12 @@ pub struct RuntimeBuilder {
     agents: Vec<Arc<dyn Process>>,
     sagas: Vec<SagaDefinition>,
     agent_concurrency: usize,
+    calling_concurrency: usize,
+    concurrency: std::collections::HashMap<String, usize>,
     orchestrator_concurrency: usize,
     relay: RelayConfig,
     compensation_retry: Option<RetryPolicy>,
-    delivery_timeout: Duration,
+    delivery_timeout: Option<Duration>,
     metrics: Option<std::net::SocketAddr>,
 }
 
@@ -59,9 +67,18 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Hosts an agent: this process consumes its destination.
+    /// Hosts an agent that only writes to the database: this process consumes its
+    /// destination, [`agent_concurrency`](Self::agent_concurrency) deliveries at once.
     pub fn agent<A: Agent>(mut self, agent: A) -> Self {
-        self.agents.push(Arc::new(Erased(agent)));
+        self.agents.push(Arc::new(Local(agent)));
+        self
+    }
+
+    /// Hosts an agent that waits on the outside world: this process consumes its
+    /// destination, [`calling_concurrency`](Self::calling_concurrency) deliveries at
+    /// once, with no transaction held while they wait.
+    pub fn calling_agent<A: CallingAgent>(mut self, agent: A) -> Self {
+        self.agents.push(Arc::new(Calling(agent)));
         self
     }
 
@@ -78,13 +95,32 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Actors per agent (deliveries handled concurrently). Default 4.
+    /// Deliveries each database-only [`Agent`] handles at once (default
+    /// [`DEFAULT_AGENT_CONCURRENCY`]): its handlers hold the database while they run,
+    /// so a few is right on SQLite.
     pub fn agent_concurrency(mut self, n: usize) -> Self {
         self.agent_concurrency = n.max(1);
         self
     }
 
-    /// Orchestrator actors per saga version. Default 4.
+    /// Deliveries each [`CallingAgent`] works on at once (default
+    /// [`DEFAULT_CALLING_CONCURRENCY`]): waiting holds no database, so hundreds are
+    /// fine. Memory is bounded by it: the relay claims no more for the agent than it
+    /// can take (plus at most one claim batch).
+    pub fn calling_concurrency(mut self, n: usize) -> Self {
+        self.calling_concurrency = n.max(1);
+        self
+    }
+
+    /// Deliveries the agent of `destination` handles at once, overriding
+    /// [`agent_concurrency`](Self::agent_concurrency) or
+    /// [`calling_concurrency`](Self::calling_concurrency) for it alone.
+    pub fn concurrency(mut self, destination: impl Into<String>, n: usize) -> Self {
+        self.concurrency.insert(destination.into(), n.max(1));
+        self
+    }
+
+    /// Deliveries each saga version's orchestrator handles at once. Default 4.
     pub fn orchestrator_concurrency(mut self, n: usize) -> Self {
         self.orchestrator_concurrency = n.max(1);
         self
@@ -102,9 +138,12 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How long an actor may take with one delivery before it counts as failed.
+    /// An upper bound on any one delivery to an actor of this process, past which it
+    /// counts as failed and is retried. None by default: a handler runs as long as it
+    /// needs (the relay renews its message's lease), bounded by its saga step's
+    /// `timeout`, which cancels it.
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
-        self.delivery_timeout = timeout;
+        self.delivery_timeout = Some(timeout);
         self
     }
 
@@ -144,27 +183,60 @@ impl RuntimeBuilder {
                 "nothing to host: add an agent or a saga".into(),
             ));
         }
+        if let Some(unknown) = self
+            .concurrency
+            .keys()
+            .find(|d| !self.agents.iter().any(|a| a.destination() == d.as_str()))
+        {
+            return Err(Error::Config(format!(
+                "concurrency set for `{unknown}`, which no agent here consumes"
+            )));
+        }
         let (settled, _) = broadcast::channel(1024);
         let mut specs = Vec::new();
+        let mut relay = self.relay;
+        let mut total = 0;
         for agent in &self.agents {
-            for _ in 0..self.agent_concurrency {
-                specs.push(ChildSpec::Agent {
-                    agent: Arc::clone(agent),
-                    store: store.clone(),
-                });
-            }
+            let destination = agent.destination();
+            let concurrency =
+                self.concurrency
+                    .get(destination)
+                    .copied()
+                    .unwrap_or(if agent.calls_out() {
+                        self.calling_concurrency
+                    } else {
+                        self.agent_concurrency
+                    });
+            // The relay claims no more for an agent than it can take at once, so a
+            // backlog stays in the outbox, not in memory.
+            relay
+                .destination_limits
+                .entry(destination.to_owned())
+                .or_insert(concurrency);
+            total += concurrency;
+            specs.push(ChildSpec::Agent {
+                agent: Arc::clone(agent),
+                store: store.clone(),
+                concurrency,
+            });
         }
         for destination in engine.orchestrator_destinations() {
-            for _ in 0..self.orchestrator_concurrency {
-                specs.push(ChildSpec::Orchestrator {
-                    destination: destination.clone(),
-                    engine: engine.clone(),
-                    store: store.clone(),
-                    settled: settled.clone(),
-                });
-            }
+            total += self.orchestrator_concurrency;
+            specs.push(ChildSpec::Orchestrator {
+                destination: destination.clone(),
+                concurrency: self.orchestrator_concurrency,
+                engine: engine.clone(),
+                store: store.clone(),
+                settled: settled.clone(),
+            });
         }
-        let transport = InProcessTransport::new().timeout(self.delivery_timeout);
+        // A relay delivery waits for its answer: enough workers to keep every actor
+        // of this process busy at once.
+        relay.workers = relay.workers.max(total);
+        let transport = match self.delivery_timeout {
+            Some(t) => InProcessTransport::new().timeout(t),
+            None => InProcessTransport::new(),
+        };
         let (supervisor, _) = Actor::spawn(
             None,
             Supervisor {
@@ -178,7 +250,7 @@ impl RuntimeBuilder {
             store.clone(),
             destinations.clone(),
             Arc::new(transport),
-            self.relay,
+            relay,
         )
         .await?;
         let (metrics, sampler) = match self.metrics {
@@ -236,8 +308,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A builder with defaults: 4 actors per agent and per saga version, the default
-    /// relay configuration.
+    /// A builder with defaults: 4 deliveries at once per database-only agent and per
+    /// saga version, 512 per calling agent, the default relay configuration (with
+    /// workers enough for all of them).
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             url: None,
@@ -245,11 +318,13 @@ impl Runtime {
             store_config: StoreConfig::default(),
             agents: Vec::new(),
             sagas: Vec::new(),
-            agent_concurrency: 4,
+            agent_concurrency: DEFAULT_AGENT_CONCURRENCY,
+            calling_concurrency: DEFAULT_CALLING_CONCURRENCY,
+            concurrency: std::collections::HashMap::new(),
             orchestrator_concurrency: 4,
             relay: RelayConfig::default(),
             compensation_retry: None,
-            delivery_timeout: Duration::from_secs(30),
+            delivery_timeout: None,
             metrics: None,
         }
     }

@@ -1,7 +1,9 @@
-//! The supervisor: spawns the agent and orchestrator actors linked to itself and, when
-//! one dies (a panic in a handler), spawns a replacement and registers it with the
-//! transport. The message the dead actor held was never acknowledged: the relay
-//! delivers it again (after a retry, or its lease), and the inbox deduplicates it.
+//! The supervisor: spawns the agent and orchestrator actors (one per destination)
+//! linked to itself and, when one dies, spawns a replacement and registers it with the
+//! transport. A panic in a handler does not kill its actor (each delivery runs in a
+//! task of its own, and a panicking one drops its answer: a retry). The messages a
+//! dead actor held were never acknowledged: the relay delivers them again, and the
+//! inbox deduplicates them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,9 +22,11 @@ pub(crate) enum ChildSpec {
     Agent {
         agent: Arc<dyn Process>,
         store: Store,
+        concurrency: usize,
     },
     Orchestrator {
         destination: String,
+        concurrency: usize,
         engine: Engine,
         store: Store,
         settled: broadcast::Sender<Settled>,
@@ -43,29 +47,33 @@ impl ChildSpec {
     ) -> Result<ActorRef<Deliver>, ActorProcessingErr> {
         let cell = supervisor.get_cell();
         Ok(match self.clone() {
-            ChildSpec::Agent { agent, store } => {
-                Actor::spawn_linked(None, DeliveryActor(AgentHandler { agent, store }), (), cell)
-                    .await?
-                    .0
+            ChildSpec::Agent {
+                agent,
+                store,
+                concurrency,
+            } => {
+                let actor = DeliveryActor {
+                    handler: Arc::new(AgentHandler { agent, store }),
+                    concurrency,
+                };
+                Actor::spawn_linked(None, actor, (), cell).await?.0
             }
             ChildSpec::Orchestrator {
                 engine,
                 store,
                 settled,
+                concurrency,
                 ..
             } => {
-                Actor::spawn_linked(
-                    None,
-                    DeliveryActor(Orchestrator {
+                let actor = DeliveryActor {
+                    handler: Arc::new(Orchestrator {
                         engine,
                         store,
                         settled,
                     }),
-                    (),
-                    cell,
-                )
-                .await?
-                .0
+                    concurrency,
+                };
+                Actor::spawn_linked(None, actor, (), cell).await?.0
             }
         })
     }

@@ -42,6 +42,22 @@ impl StepOutcome {
     }
 }
 
+/// The notice that the consumer of `command` gave up on it past its `timeout_ms`:
+/// a `timeout` message to its `reply_to`, handled by the orchestrator exactly like the
+/// step's own timeout timer (the outcome is unknown). `None` without a `reply_to`.
+pub fn timed_out(command: &Envelope) -> Option<Message> {
+    let to = command.header(header::REPLY_TO)?;
+    let mut msg = Message::to(to)
+        .header(header::KIND, KIND_TIMEOUT)
+        .header(header::CAUSATION_ID, command.id.to_string());
+    for name in [header::SAGA_ID, STEP, STEP_NAME] {
+        if let Some(v) = command.header(name) {
+            msg = msg.header(name, v);
+        }
+    }
+    Some(msg)
+}
+
 /// The reply to `command`, addressed to its `reply_to`, carrying its saga headers.
 /// `None` if the command has no `reply_to` (it was not sent by a saga).
 ///

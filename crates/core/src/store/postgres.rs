@@ -112,6 +112,15 @@ pub(super) async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Resul
     Ok(())
 }
 
+pub(super) async fn seen(pool: &PgPool, consumer: &str, id: MessageId) -> Result<bool> {
+    let row = sqlx::query("SELECT 1 FROM inbox WHERE consumer = $1 AND message_id = $2")
+        .bind(consumer)
+        .bind(id.as_uuid())
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.is_some())
+}
+
 pub(super) async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
     let r = sqlx::query(
         "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",

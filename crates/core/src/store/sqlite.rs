@@ -230,6 +230,15 @@ pub(super) async fn receive(
     Ok(r.rows_affected() == 1)
 }
 
+pub(super) async fn seen(pool: &SqlitePool, consumer: &str, id: MessageId) -> Result<bool> {
+    let row = sqlx::query("SELECT 1 FROM inbox WHERE consumer = ?1 AND message_id = ?2")
+        .bind(consumer)
+        .bind(id.to_string())
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.is_some())
+}
+
 fn envelope(row: &SqliteRow) -> Result<Envelope> {
     let id: String = row.try_get("id")?;
     let headers: String = row.try_get("headers")?;

@@ -54,7 +54,7 @@ impl Claimer {
         // Released rows go back to pending with their attempt uncounted; a delivery that
         // is still running may yet reach its destination, which the consumer's inbox
         // absorbs when the row is delivered again.
-        let unfinished: Vec<i64> = state.delivering.drain().map(|(seq, _)| seq).collect();
+        let unfinished: Vec<i64> = state.delivering.drain();
         for seq in unfinished {
             state.outcomes.release(seq);
         }

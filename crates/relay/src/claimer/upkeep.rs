@@ -36,8 +36,7 @@ impl Claimer {
     pub(super) async fn renew(&self, state: &mut ClaimerState) {
         let seqs: Vec<i64> = state
             .delivering
-            .keys()
-            .copied()
+            .seqs()
             .chain(state.outcomes.seqs())
             .collect();
         if seqs.is_empty() {

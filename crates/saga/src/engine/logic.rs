@@ -34,6 +34,12 @@ pub(crate) fn step_key(inst: &Instance, idx: usize) -> String {
     format!("{}:{idx}", inst.id)
 }
 
+/// The idempotency key of step `idx`'s command (`kind` = `command`) or compensation
+/// (`compensate`): the same for every delivery, retry and re-send of it.
+pub(crate) fn idempotency_key(inst: &Instance, idx: usize, kind: &str) -> String {
+    format!("agentsaga:{}:{idx}:{kind}", inst.id)
+}
+
 impl Ctx<'_> {
     fn def(&self) -> Result<&SagaDefinition> {
         self.def.ok_or_else(|| Error::VersionNotRegistered {
@@ -71,10 +77,19 @@ impl Ctx<'_> {
             .get(&idx)
             .map(|r| r.name.clone())
             .unwrap_or_default();
-        msg.header(header::SAGA_ID, self.inst.id.to_string())
+        let msg = msg
+            .header(header::SAGA_ID, self.inst.id.to_string())
             .header(outcome::STEP, idx.to_string())
             .header(outcome::STEP_NAME, name)
-            .header(header::KIND, kind)
+            .header(header::KIND, kind);
+        if kind == outcome::KIND_COMMAND || kind == outcome::KIND_COMPENSATE {
+            msg.header(
+                header::IDEMPOTENCY_KEY,
+                idempotency_key(self.inst, idx, kind),
+            )
+        } else {
+            msg
+        }
     }
 
     // ----- forward -------------------------------------------------------------------
@@ -148,7 +163,7 @@ impl Ctx<'_> {
         }
         let orchestrator = self.orchestrator();
         let key = step_key(self.inst, idx);
-        let msg = self.saga_headers(
+        let mut msg = self.saga_headers(
             Message::to(&sd.destination)
                 .key(key)
                 .header(header::REPLY_TO, &orchestrator)
@@ -157,6 +172,9 @@ impl Ctx<'_> {
             idx,
             outcome::KIND_COMMAND,
         );
+        if let Some(t) = sd.timeout {
+            msg = msg.header(header::TIMEOUT_MS, t.as_millis().to_string());
+        }
         let timer = sd.timeout.map(|t| {
             self.saga_headers(Message::to(&orchestrator), idx, outcome::KIND_TIMEOUT)
                 .header(header::CAUSATION_ID, msg.message_id().to_string())
