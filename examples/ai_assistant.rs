@@ -1,9 +1,11 @@
 //! AI assistant: "research company X, draft an email, schedule a meeting" as a saga of
-//! specialised agents.
+//! specialised agents, two of which ask an LLM.
 //!
 //! ```sh
 //! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1
 //! cargo run --release --example ai_assistant -- --sagas 0      # finish a killed run
+//! OPENAI_API_KEY=sk-… cargo run --release --example ai_assistant -- \
+//!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
 //! ```
 //!
 //! Steps: `research` (read-only: nothing to undo), `reserve_calendar_slot`
@@ -12,10 +14,35 @@
 //! pivot, retried until it succeeds). Effects live in `assistant_research`,
 //! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
 //! `assistant_crm_records`, one row per saga at most.
+//!
+//! `research` and `draft_email` are [`CallingAgent`]s: each asks an OpenAI-compatible
+//! chat-completions endpoint (`POST {base}/chat/completions`, `Authorization: Bearer
+//! {key}`, the step's idempotency key as `Idempotency-Key`, the answer read from
+//! `choices[0].message.content`) with no database transaction held, then records the
+//! answer (the research notes, the email draft) in its table and in the saga data in
+//! one short transaction. The endpoint is `--llm-url` or `OPENAI_BASE_URL` (e.g.
+//! `https://api.openai.com/v1`), the key `OPENAI_API_KEY`, the model `--llm-model` or
+//! `OPENAI_MODEL`. A connection error, a timeout (each request is given 3/4 of the
+//! step's 20 s timeout), HTTP 5xx, 429, 408 or 409 is retryable: the step is tried
+//! again with the same idempotency key, and the saga compensates once its retries run
+//! out. Any other 4xx, a refusal, or a reply that is not a chat completion is fatal,
+//! with the reason in the saga's error. The calendar, email and CRM agents only write
+//! to the database (their undo included).
+//!
+//! Without an endpoint, the example starts a local stub on 127.0.0.1
+//! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms,
+//! rate-limits (429) or refuses with probability `--fail-rate`, seeded by `--seed`, and
+//! records every request it receives in `assistant_llm_calls (idempotency_key,
+//! saga_id, step, answer, at)`. The database agents fail with probability
+//! `--fail-rate` too (rate limits, no free slot), whichever endpoint is used.
 
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "support/llm_stub.rs"]
+mod llm_stub;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga::prelude::*;
@@ -27,6 +54,25 @@ use serde::{Deserialize, Serialize};
 struct Args {
     #[command(flatten)]
     common: support::CommonArgs,
+    /// Base URL of an OpenAI-compatible API (requests go to {URL}/chat/completions),
+    /// with its key in OPENAI_API_KEY. Without one, a local stub on 127.0.0.1 answers.
+    #[arg(long, env = "OPENAI_BASE_URL")]
+    llm_url: Option<String>,
+    /// The model to ask.
+    #[arg(long, env = "OPENAI_MODEL", default_value = "gpt-4o-mini")]
+    llm_model: String,
+    /// The API key (prefer the environment variable: a flag shows in `ps`).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, hide = true)]
+    llm_api_key: Option<String>,
+    /// Tests: how the local stub answers (normal, fail, hang, bad-shape, bad-request).
+    #[arg(long, value_enum, default_value_t = llm_stub::Mode::Normal, hide = true)]
+    llm_stub_mode: llm_stub::Mode,
+    /// Tests: apply --llm-stub-mode to this step's requests only.
+    #[arg(long, hide = true)]
+    llm_stub_step: Option<String>,
+    /// Tests: each step's timeout, in milliseconds (an LLM request gets 3/4 of it).
+    #[arg(long, default_value_t = 20_000, hide = true)]
+    step_timeout_ms: u64,
 }
 
 /// The saga's data: the request, and what the agents produced.
@@ -49,12 +95,284 @@ enum Command {
     Undo,
 }
 
-/// What each specialised agent does, and where it records it.
+fn saga_of(ctx: &CallContext<'_>) -> Result<String, StepError> {
+    ctx.saga_id()
+        .map(|s| s.to_string())
+        .ok_or_else(|| StepError::fatal("no saga id"))
+}
+
+// ---------------------------------------------------------------------------------
+// The LLM client.
+
+/// An OpenAI-compatible chat-completions client.
+struct Llm {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<String>,
+    model: String,
+    timeout: Duration,
+}
+
+#[derive(Deserialize)]
+struct Completion {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: AssistantMessage,
+}
+
+#[derive(Deserialize)]
+struct AssistantMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+/// At most `n` characters of `s`, for error messages.
+fn clip(s: &str, n: usize) -> String {
+    let mut out: String = s.chars().take(n).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// An error with its sources: reqwest's own message says little ("error sending
+/// request"), the cause is further down.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+impl Llm {
+    fn new(
+        base: &str,
+        api_key: Option<String>,
+        model: String,
+        timeout: Duration,
+        local: bool,
+    ) -> anyhow::Result<Self> {
+        let mut http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)));
+        if local {
+            http = http.no_proxy();
+        }
+        Ok(Self {
+            http: http.build()?,
+            endpoint: format!("{}/chat/completions", base.trim_end_matches('/')),
+            api_key,
+            model,
+            timeout,
+        })
+    }
+
+    /// Asks the model; the answer's text, or what the failure means for the step.
+    async fn chat(
+        &self,
+        ctx: &CallContext<'_>,
+        system: &str,
+        user: &str,
+    ) -> Result<String, StepError> {
+        let body = serde_json::json!({
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+        });
+        let mut request = self
+            .http
+            .post(&self.endpoint)
+            .header("Idempotency-Key", ctx.idempotency_key())
+            .header(llm_stub::SAGA_HEADER, saga_of(ctx)?)
+            .header(llm_stub::STEP_HEADER, ctx.step_name().unwrap_or_default())
+            .json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| {
+            StepError::retryable(if e.is_timeout() {
+                format!(
+                    "LLM request to {} timed out after {:?}",
+                    self.endpoint, self.timeout
+                )
+            } else {
+                format!("LLM endpoint {} unreachable: {}", self.endpoint, chain(&e))
+            })
+        })?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| {
+            StepError::retryable(format!(
+                "LLM reply from {} cut short ({status}): {}",
+                self.endpoint,
+                chain(&e)
+            ))
+        })?;
+        read_reply(&self.endpoint, status.as_u16(), &text)
+    }
+}
+
+/// What an endpoint's answer means: the model's text, or the step's error.
+fn read_reply(endpoint: &str, status: u16, body: &str) -> Result<String, StepError> {
+    if !(200..300).contains(&status) {
+        // The API's error object, or whatever the body says.
+        let detail = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| clip(body.trim(), 200));
+        let reason = format!("LLM endpoint {endpoint} answered HTTP {status}: {detail}");
+        // Overloaded, rate-limited, timed out, or a request with this idempotency key
+        // still in progress: worth another try. Anything else the caller got wrong.
+        return Err(match status {
+            408 | 409 | 429 | 500..=599 => StepError::retryable(reason),
+            _ => StepError::fatal(reason),
+        });
+    }
+    let completion: Completion = serde_json::from_str(body).map_err(|e| {
+        StepError::fatal(format!(
+            "LLM reply from {endpoint} is not a chat completion ({e}): {}",
+            clip(body.trim(), 200)
+        ))
+    })?;
+    let Some(choice) = completion.choices.into_iter().next() else {
+        return Err(StepError::fatal(format!(
+            "LLM reply from {endpoint} has no choices"
+        )));
+    };
+    if let Some(refusal) = choice.message.refusal {
+        return Err(StepError::fatal(format!("the model refused: {refusal}")));
+    }
+    match choice.message.content {
+        Some(text) if !text.trim().is_empty() => Ok(text),
+        _ => Err(StepError::fatal(format!(
+            "LLM reply from {endpoint} has no content in choices[0].message"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The agents that ask the LLM.
+
+#[derive(Clone, Copy)]
+enum Writing {
+    Research,
+    Draft,
+}
+
+impl Writing {
+    fn destination(self) -> &'static str {
+        match self {
+            Writing::Research => "research",
+            Writing::Draft => "drafts",
+        }
+    }
+
+    /// (system prompt, user prompt)
+    fn prompt(self, req: &Request) -> (&'static str, String) {
+        match self {
+            Writing::Research => (
+                "You are the research agent of an executive assistant. Answer in at most \
+                 three sentences of plain text.",
+                format!(
+                    "Research the company \"{}\": what does it do, and what recent fact is \
+                     worth mentioning when writing to them?",
+                    req.company
+                ),
+            ),
+            Writing::Draft => (
+                "You are the email-writing agent of an executive assistant. Write the body \
+                 of a short, friendly email in plain text, without a subject line.",
+                format!(
+                    "Write to {} proposing a meeting on {}. What we know about them: {}",
+                    req.company,
+                    req.slot.as_deref().unwrap_or("a day that suits them"),
+                    req.findings.as_deref().unwrap_or("nothing yet")
+                ),
+            ),
+        }
+    }
+
+    /// (insert of the effect, its undo)
+    fn sql(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Writing::Research => (
+                "INSERT INTO assistant_research (saga_id, status, summary) VALUES ($1, 'done', $2) ON CONFLICT (saga_id) DO NOTHING",
+                None,
+            ),
+            Writing::Draft => (
+                "INSERT INTO assistant_drafts (saga_id, status, body) VALUES ($1, 'drafted', $2) ON CONFLICT (saga_id) DO NOTHING",
+                Some("UPDATE assistant_drafts SET status = 'discarded' WHERE saga_id = $1"),
+            ),
+        }
+    }
+}
+
+struct LlmAgent {
+    writing: Writing,
+    llm: Arc<Llm>,
+}
+
+#[async_trait::async_trait]
+impl CallingAgent for LlmAgent {
+    type Command = Command;
+    /// The model's text; none for an undo, which asks no one.
+    type Output = Option<String>;
+    type Reply = String;
+
+    fn destination(&self) -> &str {
+        self.writing.destination()
+    }
+
+    async fn call(&self, ctx: &CallContext<'_>, cmd: &Command) -> Result<Self::Output, StepError> {
+        match cmd {
+            Command::Undo => Ok(None),
+            Command::Do(req) => {
+                let (system, user) = self.writing.prompt(req);
+                self.llm.chat(ctx, system, &user).await.map(Some)
+            }
+        }
+    }
+
+    async fn record(
+        &self,
+        ctx: &mut AgentContext<'_>,
+        cmd: Command,
+        output: Option<String>,
+    ) -> Result<String, StepError> {
+        let saga = saga_of(ctx)?;
+        let (insert, undo) = self.writing.sql();
+        match (cmd, output) {
+            (Command::Undo, _) => {
+                if let Some(undo) = undo {
+                    support::exec(ctx.conn(), undo, &[&saga]).await?;
+                }
+                Ok("undone".into())
+            }
+            (Command::Do(_), Some(text)) => {
+                support::exec(ctx.conn(), insert, &[&saga, &text]).await?;
+                Ok(text)
+            }
+            (Command::Do(_), None) => Err(StepError::fatal("the LLM call brought nothing back")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The agents that only write to the database.
+
 #[derive(Clone, Copy)]
 enum Skill {
-    Research,
     Calendar,
-    Drafts,
     Email,
     Crm,
 }
@@ -62,9 +380,7 @@ enum Skill {
 impl Skill {
     fn destination(self) -> &'static str {
         match self {
-            Skill::Research => "research",
             Skill::Calendar => "calendar",
-            Skill::Drafts => "drafts",
             Skill::Email => "email",
             Skill::Crm => "crm",
         }
@@ -73,17 +389,9 @@ impl Skill {
     /// (insert of the effect, its undo)
     fn sql(self) -> (&'static str, Option<&'static str>) {
         match self {
-            Skill::Research => (
-                "INSERT INTO assistant_research (saga_id, status, summary) VALUES ($1, 'done', $2) ON CONFLICT (saga_id) DO NOTHING",
-                None,
-            ),
             Skill::Calendar => (
                 "INSERT INTO assistant_calendar_slots (saga_id, status, slot) VALUES ($1, 'reserved', $2) ON CONFLICT (saga_id) DO NOTHING",
                 Some("UPDATE assistant_calendar_slots SET status = 'cancelled' WHERE saga_id = $1"),
-            ),
-            Skill::Drafts => (
-                "INSERT INTO assistant_drafts (saga_id, status, body) VALUES ($1, 'drafted', $2) ON CONFLICT (saga_id) DO NOTHING",
-                Some("UPDATE assistant_drafts SET status = 'discarded' WHERE saga_id = $1"),
             ),
             Skill::Email => (
                 "INSERT INTO assistant_emails (saga_id, status, body) VALUES ($1, 'sent', $2) ON CONFLICT (saga_id) DO NOTHING",
@@ -113,10 +421,7 @@ impl Agent for SkillAgent {
     }
 
     async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Command) -> Result<String, StepError> {
-        let saga = ctx
-            .saga_id()
-            .map(|s| s.to_string())
-            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        let saga = saga_of(ctx)?;
         let (insert, undo) = self.skill.sql();
         let req = match cmd {
             Command::Undo => {
@@ -133,9 +438,12 @@ impl Agent for SkillAgent {
             self.skill.destination(),
         );
         match self.skill {
-            // The model provider rate-limits now and then.
+            // The service rate-limits now and then.
             _ if r < self.fail_rate * 0.6 => {
-                return Err(StepError::retryable("model provider rate-limited"));
+                return Err(StepError::retryable(format!(
+                    "{} service rate-limited",
+                    self.skill.destination()
+                )));
             }
             // No free slot in the calendar: nothing to schedule, undo the rest.
             Skill::Calendar if r < self.fail_rate => {
@@ -144,22 +452,10 @@ impl Agent for SkillAgent {
                     req.company
                 )));
             }
-            Skill::Drafts if r < self.fail_rate => {
-                return Err(StepError::fatal(
-                    "the draft was flagged by the content policy",
-                ));
-            }
             _ => {}
         }
         let produced = match self.skill {
-            Skill::Research => format!("{} builds saga runtimes", req.company),
             Skill::Calendar => format!("{} Tue 10:00", req.company),
-            Skill::Drafts => format!(
-                "Dear {}, {} — shall we meet {}?",
-                req.company,
-                req.findings.as_deref().unwrap_or("we read about you"),
-                req.slot.as_deref().unwrap_or("soon")
-            ),
             Skill::Email => req.draft.clone().unwrap_or_default(),
             Skill::Crm => format!("contacted {}", req.company),
         };
@@ -174,34 +470,35 @@ const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_emails (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'), body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
+    llm_stub::CALLS_DDL,
 ];
 
-fn definition() -> anyhow::Result<agentsaga::saga::SagaDefinition> {
+fn definition(timeout: Duration) -> anyhow::Result<agentsaga::saga::SagaDefinition> {
     let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), 5);
-    let step = |name: &str, skill: Skill| {
-        Step::<Request>::new(name, skill.destination())
+    let step = |name: &str, destination: &str| {
+        Step::<Request>::new(name, destination)
             .command(|r: &Request| Command::Do(r.clone()))
             .retry(retry)
-            .timeout(Duration::from_secs(20))
+            .timeout(timeout)
     };
     Ok(Saga::<Request>::builder("ai_assistant", 1)
         .step(
-            step("research", Skill::Research)
+            step("research", Writing::Research.destination())
                 .on_reply(|r: &mut Request, findings: String| r.findings = Some(findings))
                 .nothing_to_undo(),
         )
         .step(
-            step("reserve_calendar_slot", Skill::Calendar)
+            step("reserve_calendar_slot", Skill::Calendar.destination())
                 .on_reply(|r: &mut Request, slot: String| r.slot = Some(slot))
-                .compensate("calendar", |_: &Request| Command::Undo),
+                .compensate(Skill::Calendar.destination(), |_: &Request| Command::Undo),
         )
         .step(
-            step("draft_email", Skill::Drafts)
+            step("draft_email", Writing::Draft.destination())
                 .on_reply(|r: &mut Request, draft: String| r.draft = Some(draft))
-                .compensate("drafts", |_: &Request| Command::Undo),
+                .compensate(Writing::Draft.destination(), |_: &Request| Command::Undo),
         )
-        .pivot(step("send_email", Skill::Email))
-        .step(step("create_crm_record", Skill::Crm))
+        .pivot(step("send_email", Skill::Email.destination()))
+        .step(step("create_crm_record", Skill::Crm.destination()))
         .build()?)
 }
 
@@ -211,16 +508,56 @@ async fn main() -> anyhow::Result<()> {
     let telemetry = support::init_telemetry("ai_assistant")?;
     let common = &args.common;
     common.validate()?;
+    if args.step_timeout_ms < 100 {
+        anyhow::bail!("--step-timeout-ms must be at least 100");
+    }
+    let step_timeout = Duration::from_millis(args.step_timeout_ms);
     let url = common.url("ai_assistant.db");
     let (seed, fail_rate) = (common.seed, common.fail_rate);
-    let mut builder = Runtime::builder().database(&url).saga(definition()?);
-    for skill in [
-        Skill::Research,
-        Skill::Calendar,
-        Skill::Drafts,
-        Skill::Email,
-        Skill::Crm,
-    ] {
+
+    // The tables exist before anything runs: sagas left by a killed run resume (and
+    // call the LLM) as soon as the runtime starts.
+    let store = Store::connect(&url).await?;
+    support::create_tables(&store, DDL).await?;
+
+    let endpoint = args.llm_url.clone().filter(|u| !u.trim().is_empty());
+    let (stub, base, api_key) = match endpoint {
+        Some(base) => (None, base, args.llm_api_key.clone()),
+        None => {
+            let stub = llm_stub::start(llm_stub::Config {
+                seed,
+                fail_rate,
+                mode: args.llm_stub_mode,
+                only_step: args.llm_stub_step.clone(),
+                store: Some(store.clone()),
+            })
+            .await?;
+            let base = stub.base_url.clone();
+            (Some(stub), base, Some(llm_stub::API_KEY.to_owned()))
+        }
+    };
+    if !common.quiet {
+        let whose = if stub.is_some() { " (local stub)" } else { "" };
+        eprintln!("LLM: {} at {base}{whose}", args.llm_model);
+    }
+    let llm = Arc::new(Llm::new(
+        &base,
+        api_key,
+        args.llm_model.clone(),
+        step_timeout * 3 / 4,
+        stub.is_some(),
+    )?);
+
+    let mut builder = Runtime::builder()
+        .store(store)
+        .saga(definition(step_timeout)?);
+    for writing in [Writing::Research, Writing::Draft] {
+        builder = builder.calling_agent(LlmAgent {
+            writing,
+            llm: Arc::clone(&llm),
+        });
+    }
+    for skill in [Skill::Calendar, Skill::Email, Skill::Crm] {
         builder = builder.agent(SkillAgent {
             skill,
             seed,
@@ -236,6 +573,7 @@ async fn main() -> anyhow::Result<()> {
         draft: None,
     })
     .await?;
+    drop(stub);
     telemetry.shutdown().await;
     Ok(())
 }

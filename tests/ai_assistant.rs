@@ -1,10 +1,19 @@
-//! The ai_assistant example as a child process, on both backends.
+//! The ai_assistant example as a child process, on both backends, against its local
+//! LLM stub (`examples/support/llm_stub.rs`): normal answers with seeded rate limits
+//! and refusals, and the test modes (503, no answer, a reply of the wrong shape, 400).
+//! Every request the stub receives is in `assistant_llm_calls`, which tells which
+//! idempotency keys were used for which saga step.
 
 mod support;
 
-use agentsaga::core::Store;
-use agentsaga::core::both_backends;
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::time::Duration;
+
+use agentsaga::core::sqlx::{self, AssertSqlSafe};
 use agentsaga::core::testing::{Backend, fresh_url};
+use agentsaga::core::{Db, Store, both_backends};
+use agentsaga::saga::{SagaState, query};
 
 const UNDOABLE: &[(&str, &str)] = &[
     ("assistant_calendar_slots", "reserved"),
@@ -15,13 +24,103 @@ const FORWARD: &[(&str, &str)] = &[
     ("assistant_crm_records", "created"),
 ];
 
+/// The child talks to its own stub whatever the developer's environment says.
+fn no_openai(cmd: &mut Command) {
+    for var in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"] {
+        cmd.env_remove(var);
+    }
+}
+
+fn assistant(url: &str, args: &[&str]) -> String {
+    support::run_with("ai_assistant", url, args, no_openai)
+}
+
+/// A request the stub received.
+#[derive(Debug)]
+struct Call {
+    key: String,
+    saga: String,
+    step: String,
+    answer: String,
+}
+
+async fn llm_calls(store: &Store) -> Vec<Call> {
+    let sql = "SELECT idempotency_key, saga_id, step, answer FROM assistant_llm_calls";
+    let rows: Vec<(String, String, String, String)> = match store.db() {
+        Db::Sqlite { reader, .. } => sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(reader)
+            .await
+            .unwrap(),
+        Db::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    };
+    rows.into_iter()
+        .map(|(key, saga, step, answer)| Call {
+            key,
+            saga,
+            step,
+            answer,
+        })
+        .collect()
+}
+
+/// Each idempotency key the stub saw belongs to exactly one (saga, step) pair, and
+/// each pair used one key. Returns the number of requests per key.
+fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
+    let mut owner: HashMap<&str, (&str, &str)> = HashMap::new();
+    let mut key_of: HashMap<(&str, &str), &str> = HashMap::new();
+    let mut requests: HashMap<&str, usize> = HashMap::new();
+    for c in calls {
+        assert!(
+            !c.key.is_empty() && !c.saga.is_empty() && !c.step.is_empty(),
+            "{c:?}"
+        );
+        let pair = (c.saga.as_str(), c.step.as_str());
+        let first = *owner.entry(&c.key).or_insert(pair);
+        assert_eq!(first, pair, "key {} used by two saga steps", c.key);
+        let key = *key_of.entry(pair).or_insert(&c.key);
+        assert_eq!(key, c.key, "saga step {pair:?} used two keys");
+        *requests.entry(&c.key).or_default() += 1;
+    }
+    requests
+}
+
+/// Every saga with its state and error.
+async fn outcomes(store: &Store) -> Vec<(String, SagaState, String)> {
+    let list = query::list(
+        store,
+        &query::ListFilter {
+            limit: u32::MAX,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    list.into_iter()
+        .map(|s| (s.id.to_string(), s.state, s.error.unwrap_or_default()))
+        .collect()
+}
+
+/// Every saga compensated, each error containing all of `needles`.
+async fn all_compensated(store: &Store, n: usize, needles: &[&str]) {
+    let outcomes = outcomes(store).await;
+    assert_eq!(outcomes.len(), n);
+    for (id, state, error) in &outcomes {
+        assert_eq!(*state, SagaState::Compensated, "saga {id}: {error}");
+        for needle in needles {
+            assert!(
+                error.contains(needle),
+                "saga {id}: `{needle}` not in {error}"
+            );
+        }
+    }
+}
+
 async fn happy_path(backend: Backend) {
     let url = fresh_url(backend).await;
-    support::run(
-        "ai_assistant",
-        &url,
-        &["--sagas", "30", "--fail-rate", "0", "--seed", "1"],
-    );
+    assistant(&url, &["--sagas", "30", "--fail-rate", "0", "--seed", "1"]);
     let store = Store::connect(&url).await.unwrap();
     assert_eq!(
         support::check_invariants(&store, UNDOABLE, FORWARD).await,
@@ -31,13 +130,19 @@ async fn happy_path(backend: Backend) {
         support::statuses(&store, "assistant_research").await.len(),
         30
     );
+    // Two LLM steps per saga, one key each.
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(requests.len(), 60, "{calls:?}");
+    let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
+    assert_eq!(steps, HashSet::from(["research", "draft_email"]));
+    assert!(calls.iter().all(|c| c.answer == "200"), "{calls:?}");
 }
 both_backends!(happy_path_tests, happy_path);
 
 async fn failures_compensate(backend: Backend) {
     let url = fresh_url(backend).await;
-    support::run(
-        "ai_assistant",
+    assistant(
         &url,
         &["--sagas", "80", "--fail-rate", "0.4", "--seed", "5"],
     );
@@ -52,5 +157,207 @@ async fn failures_compensate(backend: Backend) {
     // is left as it was.
     let slots = support::statuses(&store, "assistant_calendar_slots").await;
     assert!(slots.values().any(|s| s == "cancelled"));
+    // A rate-limited request was tried again with the same key; a refusal is fatal.
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert!(calls.iter().any(|c| c.answer == "429"));
+    assert!(requests.values().any(|n| *n > 1), "no key was retried");
+    let outcomes = outcomes(&store).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|(_, s, e)| *s == SagaState::Compensated && e.contains("the model refused")),
+        "{outcomes:?}"
+    );
 }
 both_backends!(failure_tests, failures_compensate);
+
+/// The endpoint answers 503 to every draft: the step is retried with the same key,
+/// then the saga compensates: the slot is cancelled, no draft exists.
+async fn failing_llm_compensates(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "8",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "2",
+            "--llm-stub-mode",
+            "fail",
+            "--llm-stub-step",
+            "draft_email",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(
+        support::check_invariants(&store, UNDOABLE, FORWARD).await,
+        (0, 8)
+    );
+    all_compensated(
+        &store,
+        8,
+        &["draft_email", "LLM endpoint", "HTTP 503", "gave up"],
+    )
+    .await;
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert_eq!(slots.len(), 8);
+    assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
+    assert!(
+        support::statuses(&store, "assistant_drafts")
+            .await
+            .is_empty()
+    );
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    let drafts: Vec<&Call> = calls.iter().filter(|c| c.step == "draft_email").collect();
+    assert!(drafts.iter().all(|c| c.answer == "503"), "{drafts:?}");
+    for c in &drafts {
+        assert!(requests[c.key.as_str()] > 1, "{} was not retried", c.key);
+    }
+}
+both_backends!(failing_llm_tests, failing_llm_compensates);
+
+/// The endpoint never answers: each request times out (3/4 of the 1.2 s step timeout),
+/// the step is retried, and the saga compensates; none is left running.
+async fn hanging_llm_compensates(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let started = std::time::Instant::now();
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "8",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "3",
+            "--llm-stub-mode",
+            "hang",
+            "--step-timeout-ms",
+            "1200",
+        ],
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(
+        support::check_invariants(&store, UNDOABLE, FORWARD).await,
+        (0, 8)
+    );
+    all_compensated(&store, 8, &["research", "timed out"]).await;
+    assert!(
+        support::statuses(&store, "assistant_research")
+            .await
+            .is_empty()
+    );
+    let calls = llm_calls(&store).await;
+    check_keys(&calls);
+    assert!(calls.iter().all(|c| c.answer == "hang"), "{calls:?}");
+}
+both_backends!(hanging_llm_tests, hanging_llm_compensates);
+
+/// A 200 whose body is not a chat completion is fatal at once, with the reason.
+async fn wrong_shape_is_fatal(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "6",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "4",
+            "--llm-stub-mode",
+            "bad-shape",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(
+        support::check_invariants(&store, UNDOABLE, FORWARD).await,
+        (0, 6)
+    );
+    all_compensated(
+        &store,
+        6,
+        &["research", "is not a chat completion", "`choices`"],
+    )
+    .await;
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(requests.len(), 6);
+    assert!(
+        requests.values().all(|n| *n == 1),
+        "a fatal reply was retried"
+    );
+}
+both_backends!(wrong_shape_tests, wrong_shape_is_fatal);
+
+/// A 4xx other than 429 is fatal at once: the draft step's 400 undoes the slot.
+async fn client_error_is_fatal(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "6",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "6",
+            "--llm-stub-mode",
+            "bad-request",
+            "--llm-stub-step",
+            "draft_email",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(
+        support::check_invariants(&store, UNDOABLE, FORWARD).await,
+        (0, 6)
+    );
+    all_compensated(&store, 6, &["draft_email", "HTTP 400", "context length"]).await;
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(requests.len(), 12);
+    assert!(
+        requests.values().all(|n| *n == 1),
+        "a fatal answer was retried"
+    );
+}
+both_backends!(client_error_tests, client_error_is_fatal);
+
+/// Killed (SIGKILL) while its LLM calls are in flight, then finished by `--sagas 0`:
+/// every saga ends completed or compensated, and a call made again after the restart
+/// carries the same key.
+async fn survives_kill_9(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let mut interrupted = 0;
+    for (round, wait_ms) in [(0, 1500), (1, 700)] {
+        let sagas = if round == 0 { "100" } else { "0" };
+        let mut child = support::spawn_with(
+            "ai_assistant",
+            &url,
+            &["--sagas", sagas, "--fail-rate", "0.2", "--seed", "8"],
+            no_openai,
+        );
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            interrupted += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(interrupted >= 1, "no run was killed mid-way");
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0.2", "--seed", "8"]);
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    let total = completed + compensated;
+    assert!(total > 0 && total % 50 == 0, "{total} sagas");
+    check_keys(&llm_calls(&store).await);
+}
+both_backends!(kill_9_tests, survives_kill_9);

@@ -166,3 +166,35 @@ pub async fn check_invariants(
     assert_eq!(stats.dead, 0, "dead letters: {stats:?}");
     (completed, compensated)
 }
+
+/// Like [`spawn`], with the command adjusted first (its environment, say).
+pub fn spawn_with(
+    name: &str,
+    url: &str,
+    args: &[&str],
+    adjust: impl FnOnce(&mut Command),
+) -> Child {
+    let mut cmd = Command::new(example(name));
+    cmd.args(["--database-url", url, "--quiet", "--lease-ms", "1000"])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    adjust(&mut cmd);
+    cmd.spawn().expect("spawn example")
+}
+
+/// Like [`run`], with the command adjusted first (its environment, say).
+pub fn run_with(name: &str, url: &str, args: &[&str], adjust: impl FnOnce(&mut Command)) -> String {
+    let child = spawn_with(name, url, args, adjust);
+    let out = wait_bounded(child, Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -191,11 +191,13 @@ impl<A: Agent> Process for Local<A> {
                 Ok(c) => c,
                 Err(d) => return d,
             };
-            let deadline = deadline_of(env);
             let mut tx = match begin_received(store, env).await {
                 Ok(tx) => tx,
                 Err(d) => return d,
             };
+            // The clock starts once the handler has its transaction: waiting for the
+            // database (SQLite's single writer under load) is queueing, not work.
+            let deadline = deadline_of(env);
             let result = {
                 let mut ctx = AgentContext {
                     tx: &mut tx,
@@ -251,6 +253,8 @@ impl<A: CallingAgent> Process for Calling<A> {
                 Ok(tx) => tx,
                 Err(d) => return d,
             };
+            // `record` gets a timeout of its own, from when it has its transaction.
+            let deadline = deadline_of(env);
             let result = {
                 let mut ctx = AgentContext {
                     tx: &mut tx,

@@ -395,3 +395,51 @@ async fn one_key_across_redelivery_and_resend(backend: Backend) {
     rt.shutdown().await;
 }
 both_backends!(key_tests, one_key_across_redelivery_and_resend);
+
+// Overload costs time, not work: a burst whose backlog lasts far longer than the
+// steps' timeout completes, nothing timed out, because a step's timeout counts from
+// when its agent starts on it, not from dispatch.
+async fn a_backlog_longer_than_the_timeout_completes(backend: Backend) {
+    let step = |name: &'static str| {
+        Step::<Job>::new(name, name)
+            .timeout(Duration::from_millis(200))
+            .retry(quick_retry())
+            .compensate(name, |_: &Job| json!("undo"))
+    };
+    let saga = Saga::<Job>::builder("burst", 1)
+        .step(step("a"))
+        .step(step("b"))
+        .step(step("c"))
+        .build()
+        .unwrap();
+    let rt = builder(backend)
+        .await
+        .agent(Fast("a"))
+        .agent(Fast("b"))
+        .agent(Fast("c"))
+        .saga(saga)
+        .start()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut tx = rt.store().begin().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..400 {
+        ids.push(
+            rt.start_saga_in(&mut tx, "burst", &Job { n })
+                .await
+                .unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    rt.store().wake();
+    let mut states = HashMap::new();
+    for id in ids {
+        *states.entry(settle(&rt, id).await).or_insert(0) += 1;
+    }
+    let took = started.elapsed();
+    eprintln!("400 sagas with 200 ms step timeouts: {took:?}, {states:?}");
+    assert_eq!(states, HashMap::from([(SagaState::Completed, 400)]));
+    rt.shutdown().await;
+}
+both_backends!(backlog_tests, a_backlog_longer_than_the_timeout_completes);

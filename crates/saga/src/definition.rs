@@ -71,6 +71,7 @@ pub struct StepDef {
     pub(crate) undo: Undo,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) start_timeout: Option<Duration>,
     pub(crate) pivot: bool,
 }
 
@@ -122,6 +123,7 @@ where
                 undo: Undo::Never,
                 retry: RetryPolicy::default(),
                 timeout: None,
+                start_timeout: None,
                 pivot: false,
             },
             _marker: PhantomData,
@@ -193,10 +195,26 @@ where
         self
     }
 
-    /// Each attempt's deadline: past it the outcome is unknown; before the pivot the
-    /// step is compensated, at or after it the command is sent again.
+    /// How long the agent may work on one attempt, counted from the moment it starts
+    /// handling the command (not from dispatch: time spent waiting in a backlog does
+    /// not count, so overload costs time, never a timed-out step). Past it the agent's
+    /// work is cancelled and the outcome is unknown: before the pivot the step is
+    /// compensated, at or after it the command is sent again.
+    ///
+    /// The agent enforces it (the command carries it in its `timeout_ms` header): a
+    /// consumer of your own that is not an agentsaga agent must do the same.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.def.timeout = Some(timeout);
+        self
+    }
+
+    /// A bound on how long the command may wait to be picked up (schedule-to-start),
+    /// off by default. If no agent has taken the command when it passes, the command is
+    /// withdrawn and the step is treated like a timed-out one. Use it when "no agent
+    /// took it within a minute" means something is wrong; the saga's
+    /// [`deadline`](crate::SagaBuilder::deadline) bounds the whole saga.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.def.start_timeout = Some(timeout);
         self
     }
 }

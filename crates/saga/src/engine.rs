@@ -260,6 +260,23 @@ impl Engine {
                     "timed out: the outcome is unknown".into(),
                 )?;
             }
+            outcome::KIND_START_TIMEOUT => {
+                // Withdrawn only if no agent has taken it: a command claimed (or
+                // answered) in time is left to finish, and a committed reply wins.
+                let command = causation()?;
+                let step = step()?;
+                drop(ctx);
+                if tx.cancel_pending(&[command]).await? == 1 {
+                    let mut ctx = self.ctx(&mut inst);
+                    ctx.on_lost(step, command, "not started within its start timeout".into())?;
+                    let fx = std::mem::take(&mut ctx.fx);
+                    return self.finish_handle(tx, saga, inst, before, fx).await;
+                }
+                let mut ctx = self.ctx(&mut inst);
+                ctx.fx.ignored = Some(format!("step {step} started in time"));
+                let fx = std::mem::take(&mut ctx.fx);
+                return self.finish_handle(tx, saga, inst, before, fx).await;
+            }
             header::KIND_DELIVERY_FAILED => {
                 let notice: DeliveryFailed =
                     env.decode().map_err(|e| Error::Malformed(e.to_string()))?;
@@ -275,8 +292,19 @@ impl Engine {
             }
         }
         let fx = std::mem::take(&mut ctx.fx);
+        self.finish_handle(tx, saga, inst, before, fx).await
+    }
+
+    async fn finish_handle(
+        &self,
+        tx: &mut Tx,
+        saga: SagaId,
+        inst: Instance,
+        before: Instance,
+        fx: Effects,
+    ) -> Result<Handled> {
         if let Some(why) = &fx.ignored {
-            tracing::info!(saga.id = %saga, message.id = %env.id, %why, "saga message ignored");
+            tracing::info!(saga.id = %saga, %why, "saga message ignored");
         }
         let ignored = fx.ignored.clone();
         self.write(tx, &inst, Some(&before), fx).await?;

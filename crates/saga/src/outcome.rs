@@ -17,6 +17,8 @@ pub const KIND_COMPENSATE: &str = "compensate";
 pub const KIND_REPLY: &str = "reply";
 /// `kind` of a step's timeout timer.
 pub const KIND_TIMEOUT: &str = "timeout";
+/// `kind` of a step's schedule-to-start timer.
+pub const KIND_START_TIMEOUT: &str = "start_timeout";
 /// `kind` of the saga's deadline timer.
 pub const KIND_DEADLINE: &str = "deadline";
 
@@ -43,8 +45,9 @@ impl StepOutcome {
 }
 
 /// The notice that the consumer of `command` gave up on it past its `timeout_ms`:
-/// a `timeout` message to its `reply_to`, handled by the orchestrator exactly like the
-/// step's own timeout timer (the outcome is unknown). `None` without a `reply_to`.
+/// a `timeout` message to its `reply_to`, telling the orchestrator that the step's
+/// outcome is unknown (it applies the step's timeout rules). `None` without a
+/// `reply_to`.
 pub fn timed_out(command: &Envelope) -> Option<Message> {
     let to = command.header(header::REPLY_TO)?;
     let mut msg = Message::to(to)

@@ -145,6 +145,14 @@ impl World {
             }
             out
         };
+        if out.is_none()
+            && env.header(header::TIMEOUT_MS).is_some()
+            && let Some(notice) = outcome::timed_out(env)
+        {
+            // What the runtime's agents do with work that runs past the step's
+            // timeout: cancel it and report the outcome unknown.
+            tx.enqueue(&notice).await.unwrap();
+        }
         if let Some(out) = out {
             let reply = outcome::reply(env, &out).unwrap().unwrap();
             tx.enqueue(&reply).await.unwrap();
@@ -728,3 +736,92 @@ async fn deadline_aborts_a_saga_that_hangs(backend: Backend) {
     assert_eq!(undone, vec![1, 0], "b (outcome unknown) then a");
 }
 both_backends!(deadline_tests, deadline_aborts_a_saga_that_hangs);
+
+/// Claims the ready rows of `destination` (leased to "t").
+async fn claim_of(store: &Store, destination: &str) -> Vec<Envelope> {
+    let destinations = vec![destination.to_owned()];
+    let claim = Claim {
+        owner: "t",
+        destinations: &destinations,
+        limit: 10,
+        lease: Duration::from_secs(60),
+    };
+    store.claim(&claim).await.unwrap()
+}
+
+/// The saga of `start_timeout_tests`: one undoable step with a 50 ms start timeout and
+/// a 10 ms work timeout (which, measured from the agent's start, never fires here).
+fn start_bounded() -> SagaDefinition {
+    Saga::<D>::builder("bounded", 1)
+        .step(
+            Step::new("a", "a-agent")
+                .timeout(Duration::from_millis(10))
+                .start_timeout(Duration::from_millis(50))
+                .compensate("a-agent", |_: &D| json!("undo a")),
+        )
+        .build()
+        .unwrap()
+}
+
+async fn handle_orchestrator(engine: &Engine, store: &Store) -> Vec<Handled> {
+    let mut out = Vec::new();
+    for env in claim_of(store, "saga.bounded.v1").await {
+        let mut tx = store.begin().await.unwrap();
+        out.push(engine.handle(&mut tx, &env).await.unwrap());
+        tx.commit().await.unwrap();
+    }
+    out
+}
+
+// The step's `timeout` is not a timer from dispatch: a command that waits in a
+// backlog far longer than its timeout is still carried out (the agent's clock starts
+// when it takes the command). A command no agent took within its optional start
+// timeout is withdrawn and the step counts as timed out.
+async fn start_timeout_withdraws_only_untaken_commands(backend: Backend) {
+    let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+    let engine = Engine::new(vec![start_bounded()]).unwrap();
+
+    // 1. Taken in time, answered after the start timeout passed: the reply wins,
+    //    whichever of the two the orchestrator sees first.
+    let mut tx = store.begin().await.unwrap();
+    let taken = engine.start(&mut tx, "bounded", &json!({})).await.unwrap();
+    tx.commit().await.unwrap();
+    let command = claim_of(&store, "a-agent").await.remove(0);
+    assert_eq!(command.header(header::TIMEOUT_MS), Some("10"));
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let mut tx = store.begin().await.unwrap();
+    let reply = outcome::reply(&command, &ok()).unwrap().unwrap();
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    store.mark_delivered("t", &[command.seq]).await.unwrap();
+    // The timer (enqueued at start) is older than the reply: it comes first.
+    let handled = handle_orchestrator(&engine, &store).await;
+    assert_eq!(handled.len(), 2, "{handled:?}");
+    assert!(matches!(handled[0], Handled::Ignored(_)), "{handled:?}");
+    let s = query::get(&store, taken).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed);
+
+    // 2. Never taken: withdrawn once the start timeout passes, and compensated.
+    let mut tx = store.begin().await.unwrap();
+    let untaken = engine.start(&mut tx, "bounded", &json!({})).await.unwrap();
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let handled = handle_orchestrator(&engine, &store).await;
+    assert_eq!(
+        handled,
+        vec![Handled::Advanced {
+            saga: untaken,
+            state: SagaState::Compensating
+        }]
+    );
+    let s = query::get(&store, untaken).await.unwrap().unwrap();
+    assert!(s.error.unwrap().contains("not started"));
+    // The withdrawn command is gone: only its compensation is left for the agent.
+    let left = claim_of(&store, "a-agent").await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].header(header::KIND), Some(outcome::KIND_COMPENSATE));
+}
+both_backends!(
+    start_timeout_tests,
+    start_timeout_withdraws_only_untaken_commands
+);

@@ -175,8 +175,10 @@ impl Ctx<'_> {
         if let Some(t) = sd.timeout {
             msg = msg.header(header::TIMEOUT_MS, t.as_millis().to_string());
         }
-        let timer = sd.timeout.map(|t| {
-            self.saga_headers(Message::to(&orchestrator), idx, outcome::KIND_TIMEOUT)
+        // The step's `timeout` is the agent's to enforce, from when it starts; the
+        // orchestrator keeps a timer only for the optional schedule-to-start bound.
+        let timer = sd.start_timeout.map(|t| {
+            self.saga_headers(Message::to(&orchestrator), idx, outcome::KIND_START_TIMEOUT)
                 .header(header::CAUSATION_ID, msg.message_id().to_string())
                 .delay(delay + t)
         });
@@ -187,7 +189,9 @@ impl Ctx<'_> {
         row.input = Some(command);
         row.command_id = Some(msg.message_id());
         row.dispatched_at = Some(now);
-        row.deadline_ms = sd.timeout.map(|t| now + agentsaga_core_millis(delay + t));
+        row.deadline_ms = sd
+            .start_timeout
+            .map(|t| now + agentsaga_core_millis(delay + t));
         if let Some(old) = row.timer_id.take() {
             self.fx.cancel.push(old);
         }

@@ -1,0 +1,380 @@
+//! A local stand-in for an OpenAI-compatible chat-completions endpoint, for the
+//! ai_assistant example (when it is given no `--llm-url`) and its tests.
+//!
+//! It serves `POST {base}/chat/completions` on 127.0.0.1 (a free port), with `base`
+//! ending in `/v1` like the real API's, and answers like the real API: a
+//! `chat.completion` object whose `choices[0].message.content` is the answer, after a
+//! delay of 200–2,000 ms; errors are `{"error": {"message", "type", "code"}}` with
+//! the real API's status codes. It checks `Authorization: Bearer {API_KEY}`, and
+//! requires an `Idempotency-Key` header and a JSON body with `model` and `messages`.
+//!
+//! Everything it decides is a hash of the seed, the request's idempotency key and how
+//! many requests with that key it has seen: a run is reproducible.
+//! - In [`Mode::Normal`], a request is rate-limited (429) with probability
+//!   `0.6 × fail_rate`, and refused by the model (a 200 whose message carries a
+//!   `refusal` and no content) with probability `0.4 × fail_rate`.
+//! - The other modes are for tests (hidden flag `--llm-stub-mode`), applied to every
+//!   request or, given [`Config::only_step`] (`--llm-stub-step`), to those of one saga
+//!   step: [`Mode::Fail`] answers 503 at once, [`Mode::Hang`] never answers,
+//!   [`Mode::BadShape`] answers 200 with JSON that is not a chat completion,
+//!   [`Mode::BadRequest`] answers 400.
+//!
+//! Each request is recorded, before it is answered, as a row of
+//! `assistant_llm_calls (idempotency_key, saga_id, step, answer, at)` ([`CALLS_DDL`]):
+//! the saga and step come from the [`SAGA_HEADER`] and [`STEP_HEADER`] request
+//! headers, which the example's client sends beside the key so that tests can check
+//! that a key belongs to one saga step; `answer` is the status it answered (`200`,
+//! `200 refusal`, `200 bad-shape`, `429`, `503`, `400`, `hang`).
+
+#![allow(unreachable_pub)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentsaga::core::sqlx;
+use agentsaga::core::{Conn, Store};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// The bearer token the stub accepts.
+pub const API_KEY: &str = "agentsaga-local-stub";
+/// The header naming the saga a request works for (sent by the example's client).
+pub const SAGA_HEADER: &str = "x-agentsaga-saga-id";
+/// The header naming the saga step a request works for (sent by the example's client).
+pub const STEP_HEADER: &str = "x-agentsaga-step";
+/// The table of the requests the stub received (portable DDL).
+pub const CALLS_DDL: &str = "CREATE TABLE IF NOT EXISTS assistant_llm_calls (idempotency_key TEXT NOT NULL, saga_id TEXT NOT NULL, step TEXT NOT NULL, answer TEXT NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)";
+const CALLS_INSERT: &str = "INSERT INTO assistant_llm_calls (idempotency_key, saga_id, step, answer) VALUES ($1, $2, $3, $4)";
+
+/// How the stub answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// Like the real API, with the seeded rate limits and refusals of `fail_rate`.
+    #[default]
+    Normal,
+    /// 503 Service Unavailable, at once.
+    Fail,
+    /// Never answers.
+    Hang,
+    /// 200 with a JSON body that is not a chat completion.
+    BadShape,
+    /// 400 Bad Request.
+    BadRequest,
+}
+
+/// What the stub is started with.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Seed of every decision (delays, injected failures).
+    pub seed: u64,
+    /// Probability that a request fails in [`Mode::Normal`] (429 or a refusal).
+    pub fail_rate: f64,
+    /// How it answers.
+    pub mode: Mode,
+    /// Applies `mode` only to the requests of this saga step (by [`STEP_HEADER`]);
+    /// the others are answered as in [`Mode::Normal`].
+    pub only_step: Option<String>,
+    /// Where to record each request (`assistant_llm_calls`, created if missing).
+    pub store: Option<Store>,
+}
+
+/// A running stub; stops when dropped.
+pub struct Stub {
+    /// The API's base URL, e.g. `http://127.0.0.1:40123/v1`.
+    pub base_url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Shared {
+    config: Config,
+    /// Requests seen per idempotency key.
+    seen: Mutex<HashMap<String, u64>>,
+}
+
+/// Starts the stub on 127.0.0.1, on a free port.
+///
+/// # Errors
+/// Creating the calls table, or binding the port.
+pub async fn start(config: Config) -> anyhow::Result<Stub> {
+    if let Some(store) = &config.store {
+        exec(store, CALLS_DDL, &[]).await?;
+    }
+    let shared = Arc::new(Shared {
+        config,
+        seen: Mutex::new(HashMap::new()),
+    });
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .with_state(shared);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the LLM stub stopped");
+        }
+    });
+    Ok(Stub {
+        base_url: format!("http://{addr}/v1"),
+        task,
+    })
+}
+
+/// A number in [0, 1) decided by the seed, the request and `salt`.
+fn unit(seed: u64, key: &str, nth: u64, salt: &str) -> f64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    (seed, key, nth, salt).hash(&mut h);
+    fastrand::Rng::with_seed(h.finish()).f64()
+}
+
+fn error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({
+            "error": {"message": message, "type": kind, "param": null, "code": code}
+        })),
+    )
+        .into_response()
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// What the stub decided to answer.
+enum Answer {
+    Completion { refusal: bool, delay: Duration },
+    RateLimited,
+    Unavailable,
+    Hang,
+    BadShape,
+    BadRequest,
+}
+
+impl Answer {
+    fn label(&self) -> &'static str {
+        match self {
+            Answer::Completion { refusal: false, .. } => "200",
+            Answer::BadShape => "200 bad-shape",
+            Answer::Completion { refusal: true, .. } => "200 refusal",
+            Answer::RateLimited => "429",
+            Answer::Unavailable => "503",
+            Answer::Hang => "hang",
+            Answer::BadRequest => "400",
+        }
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let config = &shared.config;
+    let bearer = header_str(&headers, header::AUTHORIZATION.as_str())
+        .and_then(|h| h.strip_prefix("Bearer "));
+    if bearer != Some(API_KEY) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "invalid_api_key",
+            "Incorrect API key provided.",
+        );
+    }
+    let Some(key) = header_str(&headers, "idempotency-key").map(str::to_owned) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "missing_idempotency_key",
+            "This endpoint requires an Idempotency-Key header.",
+        );
+    };
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_json",
+                &format!("We could not parse the JSON body of your request: {e}"),
+            );
+        }
+    };
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let Some(messages) = request["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            "'messages' must be a non-empty array.",
+        );
+    };
+    if model.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            "you must provide a model parameter.",
+        );
+    }
+    let prompt = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
+    let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
+
+    let nth = {
+        let mut seen = shared.seen.lock().expect("not poisoned");
+        let n = seen.entry(key.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    let targeted = config.only_step.as_deref().is_none_or(|s| s == step);
+    let mode = if targeted { config.mode } else { Mode::Normal };
+    let answer = match mode {
+        Mode::Fail => Answer::Unavailable,
+        Mode::Hang => Answer::Hang,
+        Mode::BadShape => Answer::BadShape,
+        Mode::BadRequest => Answer::BadRequest,
+        Mode::Normal => {
+            let r = unit(config.seed, &key, nth, "fail");
+            if r < config.fail_rate * 0.6 {
+                Answer::RateLimited
+            } else {
+                Answer::Completion {
+                    refusal: r < config.fail_rate,
+                    delay: Duration::from_millis(
+                        200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64,
+                    ),
+                }
+            }
+        }
+    };
+    if let Some(store) = &config.store
+        && let Err(e) = exec(store, CALLS_INSERT, &[&key, saga, step, answer.label()]).await
+    {
+        tracing::warn!(error = %e, "the LLM stub could not record a call");
+    }
+
+    match answer {
+        Answer::Hang => std::future::pending::<Response>().await,
+        Answer::Unavailable => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "service_unavailable",
+            "The server is overloaded or not ready yet.",
+        ),
+        Answer::RateLimited => {
+            let mut r = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "requests",
+                "rate_limit_exceeded",
+                "Rate limit reached for requests. Please try again in 1s.",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            r
+        }
+        Answer::BadRequest => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "context_length_exceeded",
+            "This model's maximum context length was exceeded.",
+        ),
+        Answer::BadShape => axum::Json(json!({
+            "object": "list",
+            "data": [{"id": model, "object": "model"}]
+        }))
+        .into_response(),
+        Answer::Completion { refusal, delay } => {
+            tokio::time::sleep(delay).await;
+            let message = if refusal {
+                json!({"role": "assistant", "content": null,
+                       "refusal": "I'm sorry, I can't help with that request."})
+            } else {
+                json!({"role": "assistant", "content": compose(config.seed, &key, &prompt),
+                       "refusal": null})
+            };
+            let created = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let prompt_tokens = prompt.split_whitespace().count();
+            let completion_tokens = message["content"]
+                .as_str()
+                .map_or(0, |c| c.split_whitespace().count());
+            axum::Json(json!({
+                "id": format!("chatcmpl-{:016x}", (unit(config.seed, &key, nth, "id") * 1e16) as u64),
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [{
+                    "index": 0,
+                    "message": message,
+                    "logprobs": null,
+                    "finish_reason": "stop"
+                }],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens
+                }
+            }))
+            .into_response()
+        }
+    }
+}
+
+/// The stub's "answer": plain, deterministic, and honest about where it comes from.
+fn compose(seed: u64, key: &str, prompt: &str) -> String {
+    const OPENINGS: [&str; 4] = [
+        "Here is what I found.",
+        "In short:",
+        "A brief answer follows.",
+        "Certainly.",
+    ];
+    let pick = (unit(seed, key, 0, "text") * OPENINGS.len() as f64) as usize;
+    let asked: String = prompt.chars().take(160).collect();
+    format!(
+        "{} (A local stub answered this; the request read: \"{asked}\")",
+        OPENINGS[pick.min(OPENINGS.len() - 1)]
+    )
+}
+
+/// Runs `sql` with text parameters in a transaction of its own.
+async fn exec(store: &Store, sql: &'static str, params: &[&str]) -> anyhow::Result<()> {
+    let mut tx = store.begin().await?;
+    match tx.conn() {
+        Conn::Sqlite(c) => {
+            let mut q = sqlx::query(sql);
+            for p in params {
+                q = q.bind(*p);
+            }
+            q.execute(c).await?;
+        }
+        Conn::Postgres(c) => {
+            let mut q = sqlx::query(sql);
+            for p in params {
+                q = q.bind(*p);
+            }
+            q.execute(c).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
