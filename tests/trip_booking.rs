@@ -56,38 +56,83 @@ async fn failures_compensate(backend: Backend) {
 both_backends!(failure_tests, failures_compensate);
 
 async fn survives_kill_9(backend: Backend) {
+    kill_9_rounds(backend, &[]).await;
+}
+both_backends!(kill_9_tests, survives_kill_9);
+
+// The same with a small admission bound: most starts wait in `saga_starts` when the
+// process is killed, and none is lost.
+async fn survives_kill_9_while_starts_wait(backend: Backend) {
+    kill_9_rounds(backend, &["--max-in-flight", "15"]).await;
+}
+both_backends!(kill_9_admission_tests, survives_kill_9_while_starts_wait);
+
+async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let url = fresh_url(backend).await;
     let mut rng = fastrand::Rng::with_seed(42);
     let store = Store::connect(&url).await.unwrap();
     let mut interrupted = 0;
+    let mut killed_while_waiting = 0;
     for round in 0..4 {
         let sagas = if round == 0 { "300" } else { "0" };
-        let mut child = support::spawn(
-            "trip_booking",
-            &url,
-            &["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"],
-        );
+        let mut args = vec!["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"];
+        args.extend_from_slice(extra);
+        let mut child = support::spawn("trip_booking", &url, &args);
         std::thread::sleep(Duration::from_millis(rng.u64(400..1500)));
         // Child::kill is SIGKILL on Unix: no destructor, no graceful anything.
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            interrupted += 1;
+        match child.try_wait().unwrap() {
+            None => {
+                child.kill().unwrap();
+                interrupted += 1;
+                child.wait().unwrap();
+                let waiting: u64 = agentsaga::saga::Engine::waiting_starts(&store)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum();
+                killed_while_waiting = killed_while_waiting.max(waiting);
+            }
+            Some(status) => {
+                let out = child.wait_with_output().unwrap();
+                assert!(
+                    status.success(),
+                    "round {round} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
-        child.wait().unwrap();
     }
     assert!(
         interrupted >= 1,
         "no run was killed mid-way: the test proved nothing"
     );
+    if !extra.is_empty() {
+        assert!(
+            killed_while_waiting > 0,
+            "no run was killed while starts waited: the test proved nothing"
+        );
+    }
     let left = support::sagas(&store)
         .await
         .iter()
         .filter(|(_, s)| !s.is_terminal())
         .count();
-    let out = support::run(
-        "trip_booking",
-        &url,
-        &["--sagas", "0", "--fail-rate", "0.2", "--seed", "7"],
+    let waiting: u64 = agentsaga::saga::Engine::waiting_starts(&store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    let mut args = vec!["--sagas", "0", "--fail-rate", "0.2", "--seed", "7"];
+    args.extend_from_slice(extra);
+    let out = support::run("trip_booking", &url, &args);
+    assert_eq!(
+        agentsaga::saga::Engine::waiting_starts(&store)
+            .await
+            .unwrap(),
+        vec![],
+        "every waiting start was started"
     );
     let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
     let total = completed + compensated;
@@ -98,10 +143,9 @@ async fn survives_kill_9(backend: Backend) {
         "{total} sagas: {out}"
     );
     eprintln!(
-        "kill -9 x{interrupted}: {left} sagas were unfinished before the last run; {completed} completed, {compensated} compensated"
+        "kill -9 x{interrupted}: {left} sagas were unfinished and {waiting} starts waited before the last run; {completed} completed, {compensated} compensated"
     );
 }
-both_backends!(kill_9_tests, survives_kill_9);
 
 // Two processes on one database: on Postgres they share the work through SKIP LOCKED
 // claims and NOTIFY wakeups; on SQLite they share one file (WAL, `BEGIN IMMEDIATE`

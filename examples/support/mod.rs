@@ -35,6 +35,9 @@ pub struct CommonArgs {
     /// Serve Prometheus metrics at http://127.0.0.1:9464/metrics.
     #[arg(long)]
     pub metrics: bool,
+    /// Admission bound: sagas in flight at once (default: the runtime's, 1000).
+    #[arg(long, hide = true)]
+    pub max_in_flight: Option<usize>,
     /// Serve Prometheus metrics on this address instead (implies --metrics).
     #[arg(long, env = "AGENTSAGA_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -130,14 +133,24 @@ pub async fn counts(store: &Store) -> anyhow::Result<std::collections::BTreeMap<
     Ok(query::count_by_state(store).await?.into_iter().collect())
 }
 
+/// Starts still waiting for room under the admission bound.
+pub async fn waiting(store: &Store) -> anyhow::Result<u64> {
+    Ok(agentsaga::saga::Engine::waiting_starts(store)
+        .await?
+        .iter()
+        .map(|(_, n)| n)
+        .sum())
+}
+
 pub fn unfinished(c: &std::collections::BTreeMap<SagaState, u64>) -> u64 {
     c.get(&SagaState::Running).copied().unwrap_or(0)
         + c.get(&SagaState::Compensating).copied().unwrap_or(0)
 }
 
-/// Waits until no saga is running or compensating, with a progress bar.
+/// Waits until no saga is running or compensating and no start waits, with a
+/// progress bar.
 pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
-    let start_left = unfinished(&counts(store).await?);
+    let start_left = unfinished(&counts(store).await?) + waiting(store).await?;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -154,7 +167,11 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
     let mut backoff = Duration::from_millis(100);
     loop {
         // The database may go away for a while: say so, back off, and carry on.
-        let c = match counts(store).await {
+        let counted = match counts(store).await {
+            Ok(c) => waiting(store).await.map(|w| (c, w)),
+            Err(e) => Err(e),
+        };
+        let (c, waiting_starts) = match counted {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "database unavailable; retrying");
@@ -164,7 +181,7 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
             }
         };
         backoff = Duration::from_millis(100);
-        let left = unfinished(&c);
+        let left = unfinished(&c) + waiting_starts;
         bar.set_position(start_left.saturating_sub(left));
         bar.set_message(format!(
             "(completed {}, compensated {}, stuck {})",
@@ -228,6 +245,10 @@ pub fn init_telemetry(service: &str) -> anyhow::Result<agentsaga::runtime::telem
 /// The examples' runtime settings: quick retries, the lease from the flags, metrics if
 /// asked for.
 pub fn configure(builder: RuntimeBuilder, common: &CommonArgs) -> RuntimeBuilder {
+    let builder = match common.max_in_flight {
+        Some(n) => builder.max_sagas_in_flight(Some(n)),
+        None => builder,
+    };
     builder
         .compensation_retry(RetryPolicy::new(
             Duration::from_millis(50),

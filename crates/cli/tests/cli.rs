@@ -76,7 +76,14 @@ async fn read_commands(backend: Backend) {
     let s = status(url);
     assert_keys(
         &s,
-        &["backend", "outbox", "dead_letters", "sagas", "sagas_total"],
+        &[
+            "backend",
+            "outbox",
+            "dead_letters",
+            "sagas",
+            "sagas_total",
+            "starts_waiting",
+        ],
     );
     assert_keys(
         &s["outbox"],

@@ -27,3 +27,11 @@ pub enum Error {
     #[error("could not spawn an actor: {0}")]
     Spawn(String),
 }
+
+impl Error {
+    /// Is this [`Runtime::try_start_saga`](crate::Runtime::try_start_saga)'s "busy: the
+    /// saga name is at its admission bound"?
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Saga(agentsaga_saga::Error::Busy { .. }))
+    }
+}

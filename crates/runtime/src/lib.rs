@@ -43,6 +43,7 @@
 //! ```
 
 mod actors;
+mod admission;
 mod agent;
 mod error;
 pub mod metrics;

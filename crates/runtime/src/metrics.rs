@@ -3,7 +3,8 @@
 //!
 //! Series (all prefixed `agentsaga_`): `outbox_pending`, `outbox_in_flight`,
 //! `outbox_dead` (dead letters), `outbox_lag_seconds` (age of the oldest ready pending
-//! row), `sagas{state}` (sagas by state) — sampled from the database — and, from this
+//! row), `sagas{state}` (sagas by state), `saga_starts_waiting` (starts beyond the
+//! admission bound, not yet started) — sampled from the database — and, from this
 //! process's relay, `deliveries_total`, `retries_total`, `dead_letters_total`,
 //! `delivery_latency_seconds{quantile="0.5"|"0.99"}` (enqueue commit → delivered), and
 //! `saga_duration_seconds` (a summary of finished sagas' start → end).
@@ -146,6 +147,13 @@ pub(crate) async fn sample(
             }
         }
         Err(e) => tracing::debug!(error = %e, "metrics: saga counts unavailable"),
+    }
+    match agentsaga_saga::Engine::waiting_starts(store).await {
+        Ok(waiting) => {
+            metrics::gauge!("agentsaga_saga_starts_waiting")
+                .set(waiting.iter().map(|(_, n)| *n as f64).sum::<f64>());
+        }
+        Err(e) => tracing::debug!(error = %e, "metrics: waiting starts unavailable"),
     }
     if let Some(r) = relay() {
         metrics::counter!("agentsaga_deliveries_total").absolute(r.delivered);

@@ -8,7 +8,7 @@ use agentsaga_core::RetryPolicy;
 use agentsaga_core::{Store, StoreConfig, Tx};
 use agentsaga_relay::in_process::InProcessTransport;
 use agentsaga_relay::{Relay, RelayConfig, RelayHandle};
-use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState, query};
+use agentsaga_saga::{Accepted, Engine, SagaDefinition, SagaId, SagaState, query};
 use ractor::{Actor, ActorRef};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -39,6 +39,8 @@ pub struct RuntimeBuilder {
     compensation_retry: Option<RetryPolicy>,
     delivery_timeout: Option<Duration>,
     metrics: Option<std::net::SocketAddr>,
+    max_in_flight: Option<usize>,
+    max_in_flight_for: Vec<(String, Option<usize>)>,
 }
 
 impl RuntimeBuilder {
@@ -132,6 +134,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Admission control: at most `bound` sagas of each name in flight (running or
+    /// compensating) at once, by default [`agentsaga_saga::DEFAULT_MAX_IN_FLIGHT`].
+    /// Starts beyond it wait, durably and in order (`saga_starts`), and start as
+    /// sagas finish: [`Runtime::start_saga`] waits for its turn, `try_start_saga`
+    /// answers busy, [`Runtime::start_saga_in`] is accepted in the caller's
+    /// transaction. `None` admits everything at once.
+    pub fn max_sagas_in_flight(mut self, bound: Option<usize>) -> Self {
+        self.max_in_flight = bound;
+        self
+    }
+
+    /// [`max_sagas_in_flight`](Self::max_sagas_in_flight) for saga `name` alone.
+    pub fn max_in_flight_for(mut self, name: impl Into<String>, bound: Option<usize>) -> Self {
+        self.max_in_flight_for.push((name.into(), bound));
+        self
+    }
+
     /// How failed compensations are retried before the saga is stuck.
     pub fn compensation_retry(mut self, policy: RetryPolicy) -> Self {
         self.compensation_retry = Some(policy);
@@ -160,7 +179,15 @@ impl RuntimeBuilder {
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
             (None, None) => return Err(Error::Config("no database: call .database(url)".into())),
         };
-        let mut engine = Engine::new(self.sagas)?;
+        let mut engine = Engine::new(self.sagas)?.with_max_in_flight(self.max_in_flight);
+        for (name, bound) in self.max_in_flight_for {
+            if !engine.definitions().any(|d| d.name() == name) {
+                return Err(Error::Config(format!(
+                    "max_in_flight_for `{name}`, which is not a registered saga"
+                )));
+            }
+            engine = engine.with_max_in_flight_for(name, bound);
+        }
         if let Some(p) = self.compensation_retry {
             engine = engine.with_compensation_retry(p);
         }
@@ -270,6 +297,8 @@ impl RuntimeBuilder {
             }
             None => (None, None),
         };
+        let admission =
+            crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;
         tracing::info!(destinations = ?destinations, backend = store.backend(), "agentsaga runtime started");
         Ok(Runtime {
@@ -280,6 +309,7 @@ impl RuntimeBuilder {
             settled,
             metrics,
             sampler,
+            admission,
         })
     }
 }
@@ -305,6 +335,7 @@ pub struct Runtime {
     settled: broadcast::Sender<Settled>,
     metrics: Option<crate::metrics::MetricsEndpoint>,
     sampler: Option<tokio::task::JoinHandle<()>>,
+    admission: crate::admission::Admission,
 }
 
 impl Runtime {
@@ -326,6 +357,8 @@ impl Runtime {
             compensation_retry: None,
             delivery_timeout: None,
             metrics: None,
+            max_in_flight: Some(agentsaga_saga::DEFAULT_MAX_IN_FLIGHT),
+            max_in_flight_for: Vec::new(),
         }
     }
 
@@ -358,20 +391,49 @@ impl Runtime {
         self.relay.as_ref().map(RelayHandle::stats)
     }
 
-    /// Starts saga `name` with `data` in a transaction of its own; returns its id.
+    /// Starts saga `name` with `data` in a transaction of its own; returns its id once
+    /// the saga has started. While its saga name is at its admission bound
+    /// ([`RuntimeBuilder::max_sagas_in_flight`]) the start is stored and this waits
+    /// for its turn: the caller feels backpressure, and a crash meanwhile loses nothing
+    /// (the stored start is started by the next process).
     ///
     /// # Errors
     /// [`agentsaga_saga::Error::UnknownSaga`] (as [`Error::Saga`]) for an unregistered
     /// name; store errors.
     pub async fn start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
+        let data = serde_json::to_value(data).map_err(agentsaga_saga::Error::from)?;
         let mut tx = self.store.begin().await?;
-        let id = self.engine.start(&mut tx, name, data).await?;
+        let accepted = self.engine.accept(&mut tx, name, data).await?;
+        tx.commit().await?;
+        match accepted {
+            Accepted::Started(id) => Ok(id),
+            Accepted::Waiting(id) => {
+                self.admission.poke();
+                self.admission.started(&self.store, id).await?;
+                Ok(id)
+            }
+        }
+    }
+
+    /// Starts saga `name` now if its admission bound has room; otherwise writes
+    /// nothing and answers [`agentsaga_saga::Error::Busy`] (as [`Error::Saga`]; see
+    /// [`Error::is_busy`]).
+    ///
+    /// # Errors
+    /// Busy; as [`start_saga`](Self::start_saga).
+    pub async fn try_start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
+        let data = serde_json::to_value(data).map_err(agentsaga_saga::Error::from)?;
+        let mut tx = self.store.begin().await?;
+        let id = self.engine.try_start_json(&mut tx, name, data).await?;
         tx.commit().await?;
         Ok(id)
     }
 
     /// Starts saga `name` inside the caller's transaction, beside its own changes: the
-    /// saga exists exactly when that transaction commits.
+    /// saga exists exactly when that transaction commits. Beyond the admission bound
+    /// the start is stored in that transaction and started, in order, when there is
+    /// room: it is never refused or dropped. [`wait`](Self::wait) works on its id
+    /// either way.
     ///
     /// # Errors
     /// As [`start_saga`](Self::start_saga).
@@ -381,7 +443,12 @@ impl Runtime {
         name: &str,
         data: &D,
     ) -> Result<SagaId> {
-        Ok(self.engine.start(tx, name, data).await?)
+        let data = serde_json::to_value(data).map_err(agentsaga_saga::Error::from)?;
+        let accepted = self.engine.accept(tx, name, data).await?;
+        if let Accepted::Waiting(_) = accepted {
+            self.admission.poke();
+        }
+        Ok(accepted.id())
     }
 
     /// Waits until saga `id` is completed, compensated, aborted or stuck, and returns
@@ -392,11 +459,16 @@ impl Runtime {
     pub async fn wait(&self, id: SagaId) -> Result<SagaState> {
         let mut rx = self.settled.subscribe();
         loop {
-            let s = query::get(&self.store, id)
-                .await?
-                .ok_or(agentsaga_saga::Error::NotFound(id))?;
-            if s.state.is_terminal() || s.state == SagaState::Stuck {
-                return Ok(s.state);
+            match query::get(&self.store, id).await? {
+                Some(s) if s.state.is_terminal() || s.state == SagaState::Stuck => {
+                    return Ok(s.state);
+                }
+                Some(_) => {}
+                // Admission moves a start to `saga_instances` in one transaction: ask
+                // the queue first, then the instances again, so the move is not missed.
+                None if Engine::is_waiting(&self.store, id).await? => {}
+                None if query::get(&self.store, id).await?.is_some() => continue,
+                None => return Err(agentsaga_saga::Error::NotFound(id).into()),
             }
             let deadline = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(deadline);
@@ -421,6 +493,7 @@ impl Runtime {
         if let Some(sampler) = self.sampler.take() {
             sampler.abort();
         }
+        self.admission.stop();
         self.metrics.take();
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;

@@ -1,6 +1,7 @@
 //! The saga engine: starts sagas and advances them, one transaction per event, on the
 //! store's tables. It decides; the runtime's actors drive it.
 
+mod admission;
 mod logic;
 mod model;
 mod persist;
@@ -8,7 +9,9 @@ mod persist;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentsaga_core::{DeliveryFailed, Envelope, MessageId, Receipt, RetryPolicy, Tx, header};
+use agentsaga_core::{
+    DeliveryFailed, Envelope, Headers, MessageId, Receipt, RetryPolicy, Store, Tx, header,
+};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -34,12 +37,37 @@ pub enum Handled {
     },
 }
 
+/// What became of a start: started now, or accepted to start when there is room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Started: its first commands are written.
+    Started(SagaId),
+    /// Its saga name had as many sagas in flight as its bound: the start is stored
+    /// (in `saga_starts`) and will be started, in order, as sagas finish. The id is the
+    /// saga's own.
+    Waiting(SagaId),
+}
+
+impl Accepted {
+    /// The saga's id, either way.
+    pub fn id(self) -> SagaId {
+        match self {
+            Accepted::Started(id) | Accepted::Waiting(id) => id,
+        }
+    }
+}
+
+/// Sagas in flight per saga name unless configured otherwise (admission control).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1000;
+
 /// Holds the registered saga definitions and advances their instances.
 #[derive(Clone, Debug)]
 pub struct Engine {
     defs: Arc<HashMap<(String, i32), Arc<SagaDefinition>>>,
     latest: Arc<HashMap<String, i32>>,
     compensation_retry: RetryPolicy,
+    max_in_flight: Option<usize>,
+    max_in_flight_for: Arc<HashMap<String, Option<usize>>>,
 }
 
 impl Engine {
@@ -65,7 +93,49 @@ impl Engine {
             defs: Arc::new(defs),
             latest: Arc::new(latest),
             compensation_retry: RetryPolicy::default(),
+            max_in_flight: None,
+            max_in_flight_for: Arc::default(),
         })
+    }
+
+    /// Admission control: at most `bound` sagas of each name in flight (running or
+    /// compensating); starts beyond it wait in `saga_starts` and start in order as
+    /// sagas finish. `None` (the engine's default; the runtime's is
+    /// [`DEFAULT_MAX_IN_FLIGHT`]) admits everything at once.
+    ///
+    /// The bound is exact for one process; several processes starting the same saga
+    /// at the same moment on PostgreSQL may pass it by one start each.
+    #[must_use]
+    pub fn with_max_in_flight(mut self, bound: Option<usize>) -> Self {
+        self.max_in_flight = bound.map(|b| b.max(1));
+        self
+    }
+
+    /// [`with_max_in_flight`](Self::with_max_in_flight) for saga `name` alone.
+    #[must_use]
+    pub fn with_max_in_flight_for(mut self, name: impl Into<String>, bound: Option<usize>) -> Self {
+        Arc::make_mut(&mut self.max_in_flight_for).insert(name.into(), bound.map(|b| b.max(1)));
+        self
+    }
+
+    /// The admission bound of saga `name`, if it has one.
+    pub fn max_in_flight(&self, name: &str) -> Option<usize> {
+        self.max_in_flight_for
+            .get(name)
+            .copied()
+            .unwrap_or(self.max_in_flight)
+    }
+
+    /// The registered saga names that have an admission bound.
+    pub fn bounded_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .latest
+            .keys()
+            .filter(|n| self.max_in_flight(n).is_some())
+            .cloned()
+            .collect();
+        names.sort();
+        names
     }
 
     /// How failed compensations are retried before the saga is declared stuck
@@ -127,12 +197,119 @@ impl Engine {
     /// # Errors
     /// As [`start`](Self::start).
     pub async fn start_json(&self, tx: &mut Tx, name: &str, data: Value) -> Result<SagaId> {
-        let version = *self
-            .latest
+        Ok(self.accept(tx, name, data).await?.id())
+    }
+
+    /// Starts saga `name` now if its admission bound leaves room and no earlier start
+    /// waits; otherwise stores the start to be started, in order, when there is room.
+    /// Either way the saga exists exactly when `tx` commits, and never is dropped.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn accept(&self, tx: &mut Tx, name: &str, data: Value) -> Result<Accepted> {
+        let version = self.version_of(name)?;
+        if let Some(bound) = self.max_in_flight(name)
+            && (admission::any_waiting(tx.conn(), name).await?
+                || admission::in_flight(tx.conn(), name).await? >= bound as u64)
+        {
+            let id = SagaId::new();
+            let mut headers = Headers::new();
+            agentsaga_core::propagation::inject_current(&mut headers);
+            admission::push(tx.conn(), id, name, &data, &headers, now_ms()).await?;
+            tracing::debug!(saga.id = %id, saga.name = %name, "saga start waits for room");
+            return Ok(Accepted::Waiting(id));
+        }
+        let id = SagaId::new();
+        self.start_now(tx, id, name, version, data, 0, None).await?;
+        Ok(Accepted::Started(id))
+    }
+
+    /// Starts saga `name` now if its admission bound leaves room and no earlier start
+    /// waits; otherwise writes nothing and answers [`Error::Busy`].
+    ///
+    /// # Errors
+    /// [`Error::Busy`]; as [`start`](Self::start).
+    pub async fn try_start_json(&self, tx: &mut Tx, name: &str, data: Value) -> Result<SagaId> {
+        let version = self.version_of(name)?;
+        if let Some(bound) = self.max_in_flight(name) {
+            let in_flight = admission::in_flight(tx.conn(), name).await?;
+            if in_flight >= bound as u64 || admission::any_waiting(tx.conn(), name).await? {
+                return Err(Error::Busy {
+                    name: name.to_owned(),
+                    in_flight,
+                    bound,
+                });
+            }
+        }
+        let id = SagaId::new();
+        self.start_now(tx, id, name, version, data, 0, None).await?;
+        Ok(id)
+    }
+
+    /// Starts, in `tx`, as many waiting starts of saga `name` as its bound has room
+    /// for, oldest first; returns their ids. The runtime calls it as sagas finish.
+    ///
+    /// # Errors
+    /// Store errors; [`Error::Data`] for a stored start whose data no longer fits.
+    pub async fn admit(&self, tx: &mut Tx, name: &str) -> Result<Vec<SagaId>> {
+        let Some(bound) = self.max_in_flight(name) else {
+            return Ok(Vec::new());
+        };
+        let version = self.version_of(name)?;
+        let (_, waiting) = admission::pop(tx.conn(), name, bound as u64, now_ms()).await?;
+        let mut ids = Vec::with_capacity(waiting.len());
+        for w in waiting {
+            self.start_now(
+                tx,
+                w.id,
+                name,
+                version,
+                w.data,
+                w.waited_ms,
+                Some(&w.headers),
+            )
+            .await?;
+            ids.push(w.id);
+        }
+        Ok(ids)
+    }
+
+    /// Starts waiting per saga name (a read).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn waiting_starts(store: &Store) -> Result<Vec<(String, u64)>> {
+        admission::waiting(store).await
+    }
+
+    /// Is `id` a start still waiting for room (a read)?
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
+        admission::is_waiting(store, id).await
+    }
+
+    fn version_of(&self, name: &str) -> Result<i32> {
+        self.latest
             .get(name)
-            .ok_or_else(|| Error::UnknownSaga(name.to_owned()))?;
+            .copied()
+            .ok_or_else(|| Error::UnknownSaga(name.to_owned()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_now(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        version: i32,
+        data: Value,
+        waited_ms: i64,
+        parent: Option<&Headers>,
+    ) -> Result<()> {
         let mut inst = Instance {
-            id: SagaId::new(),
+            id,
             name: name.to_owned(),
             version,
             state: SagaState::Running,
@@ -147,13 +324,16 @@ impl Engine {
             saga.id = %inst.id,
             saga.name = %name,
             saga.version = version,
+            waited_ms,
             otel.kind = "producer",
         );
+        if let Some(headers) = parent {
+            agentsaga_core::propagation::adopt(&span, headers);
+        }
         let mut ctx = self.ctx(&mut inst);
-        ctx.start()?;
+        ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
         let fx = std::mem::take(&mut ctx.fx);
-        self.write(tx, &inst, None, fx).instrument(span).await?;
-        Ok(inst.id)
+        self.write(tx, &inst, None, fx).instrument(span).await
     }
 
     async fn write(

@@ -44,6 +44,19 @@ pub enum Error {
         why: String,
     },
 
+    /// `try_start`: the saga name has as many sagas in flight as its admission bound
+    /// (or earlier starts wait). Nothing was written; try again later, or use a start
+    /// that waits.
+    #[error("saga `{name}` is busy: {in_flight} in flight, its bound is {bound}")]
+    Busy {
+        /// Saga name.
+        name: String,
+        /// Sagas of that name in flight.
+        in_flight: u64,
+        /// Its admission bound.
+        bound: usize,
+    },
+
     /// A message for the orchestrator lacks what it needs (headers, payload).
     #[error("malformed saga message: {0}")]
     Malformed(String),

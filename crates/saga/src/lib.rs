@@ -48,7 +48,7 @@ pub use definition::{
     AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
     orchestrator_destination,
 };
-pub use engine::{Engine, Handled, decode_outcome};
+pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, decode_outcome};
 pub use error::{Error, Result};
 pub use id::SagaId;
 pub use outcome::StepOutcome;

@@ -27,6 +27,9 @@ struct StatusDoc {
     dead_letters: u64,
     sagas: BTreeMap<&'static str, u64>,
     sagas_total: u64,
+    /// Starts accepted beyond their saga name's admission bound, not yet started
+    /// (`saga_starts`), per saga name.
+    starts_waiting: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,6 +44,10 @@ struct OutboxDoc {
 pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
     let stats = store.stats().await?;
     let counts = query::count_by_state(store).await?;
+    let starts_waiting: BTreeMap<String, u64> = agentsaga_saga::Engine::waiting_starts(store)
+        .await?
+        .into_iter()
+        .collect();
     let mut sagas: BTreeMap<&'static str, u64> =
         SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
     for (state, n) in &counts {
@@ -51,6 +58,7 @@ pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
         dead_letters: stats.dead,
         sagas_total: sagas.values().sum(),
         sagas,
+        starts_waiting,
         outbox: OutboxDoc {
             pending: stats.pending,
             in_flight: stats.in_flight,
@@ -93,6 +101,21 @@ pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
     }
     table.row(vec!["total".into(), doc.sagas_total.to_string()]);
     out!("{}", table.render());
+    let waiting: u64 = doc.starts_waiting.values().sum();
+    if waiting > 0 {
+        outln!();
+        let per_name: Vec<String> = doc
+            .starts_waiting
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        outln!(
+            "starts waiting for room (admission bound): {waiting} ({})",
+            per_name.join(", ")
+        );
+    } else {
+        outln!("starts waiting for room (admission bound): 0");
+    }
     if doc.sagas.get("stuck").copied().unwrap_or_default() > 0 {
         outln!();
         outln!("stuck sagas need an operator: `agentsaga sagas list --state stuck`");

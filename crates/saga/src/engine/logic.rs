@@ -94,13 +94,15 @@ impl Ctx<'_> {
 
     // ----- forward -------------------------------------------------------------------
 
-    pub(crate) fn start(&mut self) -> Result<()> {
+    /// Starts the saga, which `waited` for admission: its deadline counts from when
+    /// it was accepted.
+    pub(crate) fn start(&mut self, waited: std::time::Duration) -> Result<()> {
         let deadline = self.def()?.deadline;
         if let Some(deadline) = deadline {
             let timer = Message::to(self.orchestrator())
                 .header(header::SAGA_ID, self.inst.id.to_string())
                 .header(header::KIND, outcome::KIND_DEADLINE)
-                .delay(deadline);
+                .delay(deadline.saturating_sub(waited));
             self.fx.send.push(timer);
         }
         self.dispatch_stage(0)

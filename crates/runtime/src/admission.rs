@@ -1,0 +1,122 @@
+//! Admission control's mover: a task that starts waiting starts (`saga_starts`) as
+//! sagas finish, in order, up to each saga name's bound.
+//!
+//! It looks when a saga of this process settles, when a start was queued here, at
+//! start-up (starts left by a killed process) and every [`POLL`] (sagas finished by
+//! other processes). A look that finds no waiting start is one read; the admitting
+//! itself is one short transaction per saga name.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga_core::Store;
+use agentsaga_saga::{Engine, SagaId, query};
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::actors::Settled;
+
+/// How often admission looks without being told.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The running admission task.
+pub(crate) struct Admission {
+    poke: Arc<Notify>,
+    /// Bumped after every commit that started waiting starts.
+    admitted: watch::Receiver<u64>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Admission {
+    pub(crate) fn spawn(
+        store: Store,
+        engine: Engine,
+        settled: broadcast::Receiver<Settled>,
+    ) -> Self {
+        let poke = Arc::new(Notify::new());
+        let (tx, admitted) = watch::channel(0);
+        let task = (!engine.bounded_names().is_empty())
+            .then(|| tokio::spawn(run(store, engine, settled, Arc::clone(&poke), tx)));
+        Self {
+            poke,
+            admitted,
+            task,
+        }
+    }
+
+    /// A start was queued: look soon.
+    pub(crate) fn poke(&self) {
+        self.poke.notify_one();
+    }
+
+    /// Waits until the queued start `id` has started (bounded by nothing: this is the
+    /// backpressure a caller of `start_saga` feels).
+    pub(crate) async fn started(&self, store: &Store, id: SagaId) -> crate::Result<()> {
+        let mut admitted = self.admitted.clone();
+        loop {
+            if query::get(store, id).await?.is_some() {
+                return Ok(());
+            }
+            let _ = tokio::time::timeout(POLL, admitted.changed()).await;
+        }
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn run(
+    store: Store,
+    engine: Engine,
+    mut settled: broadcast::Receiver<Settled>,
+    poke: Arc<Notify>,
+    admitted: watch::Sender<u64>,
+) {
+    let names = engine.bounded_names();
+    loop {
+        match Engine::waiting_starts(&store).await {
+            Ok(waiting) => {
+                for (name, _) in waiting.iter().filter(|(n, c)| *c > 0 && names.contains(n)) {
+                    match admit(&store, &engine, name).await {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::debug!(saga.name = %name, started = n, "waiting starts admitted");
+                            admitted.send_modify(|g| *g += 1);
+                        }
+                        Err(e) => {
+                            tracing::warn!(saga.name = %name, error = %e, "admitting waiting starts failed; trying again")
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading waiting starts failed; trying again"),
+        }
+        tokio::select! {
+            ev = settled.recv() => {
+                if let Err(broadcast::error::RecvError::Closed) = ev {
+                    return;
+                }
+                // Everything that settled meanwhile is one look.
+                while settled.try_recv().is_ok() {}
+            }
+            () = poke.notified() => {}
+            () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+async fn admit(store: &Store, engine: &Engine, name: &str) -> crate::Result<usize> {
+    let mut tx = store.begin().await?;
+    let ids = engine.admit(&mut tx, name).await?;
+    tx.commit().await?;
+    Ok(ids.len())
+}

@@ -1,0 +1,154 @@
+//! Admission control, on both backends: a burst beyond a saga name's bound waits in
+//! order and loses nothing; `try_start_saga` answers busy; `start_saga` waits its turn.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentsaga_core::both_backends;
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
+use agentsaga_saga::{Engine, Saga, SagaState, Step};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+#[derive(Serialize, Deserialize)]
+struct Job {
+    n: u32,
+}
+
+/// Waits at a gate; records the order of the jobs it was given and its peak
+/// concurrency (one step per saga: the sagas in flight).
+struct Gated {
+    gate: watch::Receiver<bool>,
+    in_flight: Arc<AtomicU32>,
+    peak: Arc<AtomicU32>,
+    order: Arc<Mutex<Vec<u32>>>,
+}
+
+#[async_trait::async_trait]
+impl CallingAgent for Gated {
+    type Command = Job;
+    type Output = u32;
+    type Reply = u32;
+    fn destination(&self) -> &str {
+        "gated"
+    }
+    async fn call(&self, _: &CallContext<'_>, job: &Job) -> Result<u32, StepError> {
+        self.order.lock().unwrap().push(job.n);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let mut gate = self.gate.clone();
+        let _ = gate.wait_for(|open| *open).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(job.n)
+    }
+    async fn record(&self, _: &mut AgentContext<'_>, _: Job, n: u32) -> Result<u32, StepError> {
+        Ok(n)
+    }
+}
+
+async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    for _ in 0..3000 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+async fn waiting(rt: &Runtime) -> u64 {
+    Engine::waiting_starts(rt.store())
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum()
+}
+
+async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
+    let (open, gate) = watch::channel(false);
+    let in_flight = Arc::new(AtomicU32::new(0));
+    let peak = Arc::new(AtomicU32::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let saga = Saga::<Job>::builder("job", 1)
+        .step(
+            Step::new("work", "gated")
+                .command(|j: &Job| Job { n: j.n })
+                .nothing_to_undo(),
+        )
+        .build()
+        .unwrap();
+    let rt = Runtime::builder()
+        .database(fresh_url(backend).await)
+        .calling_agent(Gated {
+            gate,
+            in_flight: Arc::clone(&in_flight),
+            peak: Arc::clone(&peak),
+            order: Arc::clone(&order),
+        })
+        .saga(saga)
+        .max_sagas_in_flight(Some(10))
+        .start()
+        .await
+        .unwrap();
+    // 50 starts in the caller's transaction: all accepted, 10 started, 40 waiting.
+    let mut tx = rt.store().begin().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..50 {
+        ids.push(rt.start_saga_in(&mut tx, "job", &Job { n }).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(waiting(&rt).await, 40);
+    until("10 calls wait", async || {
+        in_flight.load(Ordering::SeqCst) == 10
+    })
+    .await;
+    // No room: a try is refused with a typed error and writes nothing; a plain start
+    // waits its turn behind the 40.
+    let busy = rt.try_start_saga("job", &Job { n: 99 }).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert_eq!(waiting(&rt).await, 40);
+    let rt = Arc::new(rt);
+    let late = tokio::spawn({
+        let rt = Arc::clone(&rt);
+        async move { rt.start_saga("job", &Job { n: 50 }).await.unwrap() }
+    });
+    until("the late start is stored", async || {
+        waiting(&rt).await == 41
+    })
+    .await;
+    assert!(!late.is_finished(), "start_saga returned while it waits");
+    // Still ten: the bound held while the rest waited.
+    assert_eq!(in_flight.load(Ordering::SeqCst), 10);
+    open.send_replace(true);
+    for id in &ids {
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(60), rt.wait(*id))
+                .await
+                .unwrap()
+                .unwrap(),
+            SagaState::Completed
+        );
+    }
+    let late = tokio::time::timeout(Duration::from_secs(60), late)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rt.wait(late).await.unwrap(), SagaState::Completed);
+    assert_eq!(peak.load(Ordering::SeqCst), 10, "never more than the bound");
+    assert_eq!(waiting(&rt).await, 0);
+    // The first ten started first. The late start was admitted after all 40 that
+    // waited before it; only sagas in flight beside it (at most 9) may have reached
+    // the agent after it.
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), 51);
+    let mut first: Vec<u32> = order[..10].to_vec();
+    first.sort_unstable();
+    assert_eq!(first, (0..10).collect::<Vec<_>>());
+    let late_at = order.iter().position(|&n| n == 50).unwrap();
+    assert!(late_at >= 41, "the late start ran {late_at}th: {order:?}");
+    Arc::into_inner(rt).unwrap().shutdown().await;
+}
+both_backends!(burst_tests, a_burst_beyond_the_bound_waits_its_turn);
