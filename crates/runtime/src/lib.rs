@@ -54,7 +54,8 @@ pub mod telemetry;
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 pub use error::{Error, Result};
 pub use runtime::{
-    DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, Runtime, RuntimeBuilder,
+    DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE, Runtime,
+    RuntimeBuilder,
 };
 
 pub use agentsaga_core as core;

@@ -17,6 +17,10 @@ use crate::actors::{Calling, Local, Process, Settled};
 use crate::supervisor::{ChildSpec, Supervisor, SupervisorMsg};
 use crate::{Agent, CallingAgent, Error, Result};
 
+/// The database a runtime opens when given none: a SQLite file in the working
+/// directory, created if missing.
+pub const DEFAULT_DATABASE: &str = "sqlite://agentsaga.db";
+
 /// Deliveries a database-only [`Agent`] handles at once unless told otherwise.
 pub const DEFAULT_AGENT_CONCURRENCY: usize = 4;
 /// Deliveries a [`CallingAgent`] works on at once unless told otherwise: sized for
@@ -51,7 +55,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The database: `sqlite://file.db`, `sqlite::memory:`, or `postgres://…`.
+    /// The database: `sqlite://file.db`, `sqlite::memory:`, or `postgres://…`
+    /// (default [`DEFAULT_DATABASE`], a SQLite file in the working directory).
     pub fn database(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -171,13 +176,12 @@ impl RuntimeBuilder {
     /// are in the outbox.
     ///
     /// # Errors
-    /// [`Error::Config`] without a database or with nothing to host; store, engine and
-    /// relay errors.
+    /// [`Error::Config`] with nothing to host; store, engine and relay errors.
     pub async fn start(self) -> Result<Runtime> {
         let store = match (self.store, &self.url) {
             (Some(s), _) => s,
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
-            (None, None) => return Err(Error::Config("no database: call .database(url)".into())),
+            (None, None) => Store::connect_with(DEFAULT_DATABASE, self.store_config).await?,
         };
         let mut engine = Engine::new(self.sagas)?.with_max_in_flight(self.max_in_flight);
         for (name, bound) in self.max_in_flight_for {
