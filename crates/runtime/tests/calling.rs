@@ -443,3 +443,110 @@ async fn a_backlog_longer_than_the_timeout_completes(backend: Backend) {
     rt.shutdown().await;
 }
 both_backends!(backlog_tests, a_backlog_longer_than_the_timeout_completes);
+
+/// Inserts one row per handling into `effects` (through the handler's transaction);
+/// the first handling then outlives the step's timeout.
+struct SlowOnce {
+    handled: Arc<AtomicU32>,
+}
+
+#[async_trait::async_trait]
+impl Agent for SlowOnce {
+    type Command = Value;
+    type Reply = u32;
+    fn destination(&self) -> &str {
+        "ledger"
+    }
+    async fn handle(&self, ctx: &mut AgentContext<'_>, _: Value) -> Result<u32, StepError> {
+        let saga = ctx.saga_id().unwrap().to_string();
+        match ctx.conn() {
+            agentsaga_core::Conn::Sqlite(c) => {
+                agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES (?1)")
+                    .bind(&saga)
+                    .execute(c)
+                    .await?;
+            }
+            agentsaga_core::Conn::Postgres(c) => {
+                agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES ($1)")
+                    .bind(&saga)
+                    .execute(c)
+                    .await?;
+            }
+        }
+        if self.handled.fetch_add(1, Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        Ok(1)
+    }
+}
+
+// A forward-only step that was slow, not lost, is sent again after its timeout; its
+// database effects still happen once: the slow handling is cancelled at the timeout,
+// before it commits, so only the re-sent command's effects are kept.
+async fn a_slow_step_sent_again_applies_its_effects_once(backend: Backend) {
+    let handled = Arc::new(AtomicU32::new(0));
+    let saga = Saga::<Job>::builder("pay", 1)
+        .pivot(
+            Step::new("pay", "ledger")
+                .timeout(Duration::from_millis(300))
+                .retry(quick_retry()),
+        )
+        .build()
+        .unwrap();
+    let rt = builder(backend)
+        .await
+        .agent(SlowOnce {
+            handled: Arc::clone(&handled),
+        })
+        .saga(saga)
+        .start()
+        .await
+        .unwrap();
+    let mut tx = rt.store().begin().await.unwrap();
+    match tx.conn() {
+        agentsaga_core::Conn::Sqlite(c) => {
+            agentsaga_core::sqlx::query("CREATE TABLE effects (saga TEXT NOT NULL)")
+                .execute(c)
+                .await
+                .unwrap();
+        }
+        agentsaga_core::Conn::Postgres(c) => {
+            agentsaga_core::sqlx::query("CREATE TABLE effects (saga TEXT NOT NULL)")
+                .execute(c)
+                .await
+                .unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    let id = rt.start_saga("pay", &Job { n: 1 }).await.unwrap();
+    assert_eq!(settle(&rt, id).await, SagaState::Completed);
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        2,
+        "handled twice: slow, then again"
+    );
+    let steps = query::steps(rt.store(), id).await.unwrap();
+    assert_eq!(steps[0].attempts, 2, "{steps:?}");
+    let mut tx = rt.store().begin().await.unwrap();
+    let rows: i64 = match tx.conn() {
+        agentsaga_core::Conn::Sqlite(c) => {
+            agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
+                .fetch_one(c)
+                .await
+                .unwrap()
+        }
+        agentsaga_core::Conn::Postgres(c) => {
+            agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
+                .fetch_one(c)
+                .await
+                .unwrap()
+        }
+    };
+    tx.rollback().await.unwrap();
+    assert_eq!(rows, 1, "the effects happened once");
+    rt.shutdown().await;
+}
+both_backends!(
+    slow_step_tests,
+    a_slow_step_sent_again_applies_its_effects_once
+);
