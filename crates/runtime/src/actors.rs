@@ -391,13 +391,7 @@ impl Orchestrator {
                 if let Err(e) = tx.commit().await {
                     return infra(e);
                 }
-                if let Handled::Advanced { saga, state } = handled
-                    && (state.is_terminal() || state == SagaState::Stuck)
-                {
-                    tracing::info!(%state, "saga settled");
-                    crate::metrics::saga_finished(&self.store, saga).await;
-                    let _ = self.settled.send(Settled { saga, state });
-                }
+                self.settle(handled).await;
                 Delivery::Delivered
             }
             Err(agentsaga_saga::Error::VersionNotRegistered { name, version }) => {
@@ -408,8 +402,42 @@ impl Orchestrator {
                     Duration::from_secs(30),
                 )
             }
-            Err(agentsaga_saga::Error::Store(e)) => infra(e),
-            Err(e) => Delivery::reject(e.to_string()),
+            Err(agentsaga_saga::Error::Store(e)) if e.is_transient() => infra(e),
+            Err(e) => {
+                // Trying again will not help (the saga's data outgrew the message
+                // limit, a malformed message...): tell the saga, so that it does not
+                // wait forever, and dead-letter the message if even that fails.
+                drop(tx);
+                let reason = e.to_string();
+                tracing::warn!(error = %reason, "cannot process a saga message; failing the saga");
+                let mut tx = match self.store.begin().await {
+                    Ok(tx) => tx,
+                    Err(e) => return infra(e),
+                };
+                match self.engine.fail(&mut tx, env, &reason).await {
+                    Ok(handled) => {
+                        if let Err(e) = tx.commit().await {
+                            return infra(e);
+                        }
+                        self.settle(handled).await;
+                        Delivery::Delivered
+                    }
+                    Err(agentsaga_saga::Error::Store(e)) if e.is_transient() => infra(e),
+                    Err(e2) => {
+                        Delivery::reject(format!("{reason} (and failing its saga failed: {e2})"))
+                    }
+                }
+            }
+        }
+    }
+
+    async fn settle(&self, handled: Handled) {
+        if let Handled::Advanced { saga, state } = handled
+            && (state.is_terminal() || state == SagaState::Stuck)
+        {
+            tracing::info!(%state, "saga settled");
+            crate::metrics::saga_finished(&self.store, saga).await;
+            let _ = self.settled.send(Settled { saga, state });
         }
     }
 }

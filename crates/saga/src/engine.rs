@@ -497,6 +497,41 @@ impl Engine {
         })
     }
 
+    /// The orchestrator could not process `env` (its effects were rolled back): tells
+    /// the saga, in `tx`, instead of leaving it waiting for an answer that will not
+    /// come. The message is recorded in the inbox; the step it concerns fails with
+    /// `reason` (before the pivot the saga compensates, after it the saga is stuck);
+    /// a saga that was compensating is stuck.
+    ///
+    /// # Errors
+    /// [`Error::Malformed`] without a saga id; [`Error::VersionNotRegistered`]; store
+    /// errors.
+    pub async fn fail(&self, tx: &mut Tx, env: &Envelope, reason: &str) -> Result<Handled> {
+        if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
+            return Ok(Handled::Duplicate);
+        }
+        let saga: SagaId = env
+            .header(header::SAGA_ID)
+            .ok_or_else(|| Error::Malformed(format!("message {} has no saga_id header", env.id)))?
+            .parse()
+            .map_err(|e| Error::Malformed(format!("saga_id: {e}")))?;
+        let Some(mut inst) = persist::load(tx.conn(), saga).await? else {
+            return Ok(Handled::Ignored(format!("unknown saga {saga}")));
+        };
+        if !self.has(&inst.name, inst.version) {
+            return Err(Error::VersionNotRegistered {
+                name: inst.name,
+                version: inst.version,
+            });
+        }
+        let step = env.header(outcome::STEP).and_then(|s| s.parse().ok());
+        let before = inst.clone();
+        let mut ctx = self.ctx(&mut inst);
+        ctx.fail_processing(step, format!("the orchestrator could not go on: {reason}"))?;
+        let fx = std::mem::take(&mut ctx.fx);
+        self.finish_handle(tx, saga, inst, before, fx).await
+    }
+
     /// Operator: abort a running saga (compensate what it did), or give up on one
     /// stuck after its pivot (`aborted`).
     ///

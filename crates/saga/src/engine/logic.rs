@@ -305,6 +305,49 @@ impl Ctx<'_> {
         self.fail_step(idx, why)
     }
 
+    /// A message about step `idx` (if known) could not be processed: the step fails
+    /// with `why`, or, when no step is at fault, the saga does.
+    pub(crate) fn fail_processing(&mut self, idx: Option<usize>, why: String) -> Result<()> {
+        match self.inst.state {
+            SagaState::Running => {
+                let dispatched = idx.filter(|i| {
+                    self.inst.steps.get(i).map(|r| r.state) == Some(StepState::Dispatched)
+                });
+                if let Some(idx) = dispatched {
+                    let def = self.def()?;
+                    let forward_only =
+                        def.after_pivot(idx) || def.step(idx).is_some_and(|s| s.pivot);
+                    let row = self.inst.steps.get_mut(&idx).expect("dispatched");
+                    let timer = row.timer_id.take();
+                    self.fx.cancel.extend(timer);
+                    if !forward_only {
+                        return self.fail_step(idx, why);
+                    }
+                    // The pivot (or a step after it) may well have succeeded: the saga
+                    // cannot be undone, only an operator can take it on.
+                    row.state = StepState::Failed;
+                    row.error = Some(why.clone());
+                    self.inst.error = Some(format!("step `{}`: {why}", row.name));
+                    self.transition(Lifecycle::StepFailedAfterPivot);
+                    return Ok(());
+                }
+                if self.past_pivot() {
+                    self.inst.error = Some(why);
+                    self.transition(Lifecycle::StepFailedAfterPivot);
+                    Ok(())
+                } else {
+                    self.begin_compensation(Lifecycle::StepFailed, why)
+                }
+            }
+            SagaState::Compensating => {
+                self.inst.error = Some(why);
+                self.transition(Lifecycle::CompensationExhausted);
+                Ok(())
+            }
+            state => self.ignore(format!("cannot process a message while {state}: {why}")),
+        }
+    }
+
     fn fail_step(&mut self, idx: usize, error: String) -> Result<()> {
         let after_pivot = self.def()?.after_pivot(idx);
         let row = self.inst.steps.get_mut(&idx).expect("dispatched");
