@@ -139,6 +139,10 @@ pub(crate) enum DeadCommand {
         /// With `--all`: only dead letters to this destination.
         #[arg(long, value_name = "D", requires = "all")]
         destination: Option<String>,
+        /// Purge moot dead letters (whose saga has moved past them) instead of
+        /// refusing them.
+        #[arg(long)]
+        force: bool,
     },
     /// Delete dead letters created more than a duration ago.
     Purge(OlderThan),

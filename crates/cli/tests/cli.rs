@@ -53,6 +53,7 @@ const DEAD_KEYS: &[&str] = &[
     "last_error",
     "headers",
     "payload",
+    "moot",
 ];
 
 fn status(url: &str) -> Value {
@@ -413,3 +414,63 @@ fn bad_urls_and_no_url() {
     let e = expect_failure(&run_cmd(cmd), &"no url");
     assert!(e.contains("DATABASE_URL"), "{e}");
 }
+
+// A dead-lettered saga command whose saga has since compensated is moot: re-driving it
+// would let the do land after its undo. `dead list` says so, `redrive` refuses it (one
+// or `--all`), and `--force` purges it instead.
+async fn moot_dead_letters_are_not_redriven(backend: Backend) {
+    use agentsaga_core::{Claim, DeadLetter, DeliveryFailed, Store};
+    use agentsaga_saga::Engine;
+    let url = fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    let engine = Engine::new([common::trip()]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "trip", &json!({"case": "ok"}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let destinations = vec!["reserve-agent".to_owned()];
+    let claim = Claim {
+        owner: "t",
+        destinations: &destinations,
+        limit: 1,
+        lease: std::time::Duration::from_secs(60),
+    };
+    let command = store.claim(&claim).await.unwrap().remove(0);
+    let reason = "reserve-agent: attempts exhausted";
+    let notice = DeliveryFailed::notice_for(&command, reason).unwrap();
+    store
+        .dead_letter(
+            "t",
+            &[DeadLetter {
+                seq: command.seq,
+                reason: reason.into(),
+                notice,
+            }],
+        )
+        .await
+        .unwrap();
+    // The notice reaches the saga, which compensates (the undo is delivered).
+    common::pump(&store, &engine, &[id]).await;
+    let saga = json(&url, &["sagas", "show", &id.to_string(), "--json"]);
+    assert_eq!(saga["saga"]["state"], "compensated");
+    let dead = command.id.to_string();
+
+    let list = json(&url, &["dead", "list", "--json"]);
+    let moot = list["dead_letters"][0]["moot"].as_str().unwrap_or_default();
+    assert!(moot.contains("compensated"), "{list}");
+    let e = fails(&url, &["dead", "redrive", &dead]);
+    assert!(e.contains("refused") && e.contains("--force"), "{e}");
+    let out = ok(&url, &["dead", "redrive", "--all"]);
+    assert!(
+        out.contains("re-drove 0") && out.contains("refused"),
+        "{out}"
+    );
+    assert_eq!(status(&url)["outbox"]["dead"], 1, "still dead, not pending");
+    let out = ok(&url, &["dead", "redrive", &dead, "--force"]);
+    assert!(out.contains("purged"), "{out}");
+    assert_eq!(status(&url)["outbox"]["dead"], 0);
+    assert!(fails(&url, &["dead", "show", &dead]).contains("not found"));
+}
+both_backends!(moot_tests, moot_dead_letters_are_not_redriven);

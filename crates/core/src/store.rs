@@ -560,6 +560,36 @@ impl Store {
         }
     }
 
+    /// Deletes one dead letter (say, one whose saga has moved past it).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no dead letter has this id; [`Error::Database`].
+    pub async fn purge_dead_letter(&self, id: MessageId) -> Result<()> {
+        let n = match &self.db {
+            Db::Sqlite { writer, .. } => {
+                sqlx::query("DELETE FROM outbox WHERE state = 'dead' AND id = ?1")
+                    .bind(id.to_string())
+                    .execute(writer)
+                    .await?
+                    .rows_affected()
+            }
+            Db::Postgres(pool) => {
+                sqlx::query("DELETE FROM outbox WHERE state = 'dead' AND id = $1")
+                    .bind(id.as_uuid())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        if n == 0 {
+            return Err(Error::NotFound {
+                what: "dead letter",
+                id: id.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Deletes dead letters created more than `older_than` ago.
     ///
     /// # Errors

@@ -290,6 +290,78 @@ impl Engine {
         admission::is_waiting(store, id).await
     }
 
+    /// Why re-driving the dead letter `env` would be wrong, if it would: a saga
+    /// command or compensation whose saga has moved past it (finished, compensating or
+    /// compensated that step, or sent a later attempt), or a message of a saga that no
+    /// longer exists. `None`: not a saga message, or still wanted. An undo must never
+    /// be overtaken by its do.
+    ///
+    /// # Errors
+    /// Store errors; [`Error::Corrupt`] for a saga row this binary cannot read.
+    pub async fn moot(store: &Store, env: &Envelope) -> Result<Option<String>> {
+        let Some(saga) = env
+            .header(header::SAGA_ID)
+            .and_then(|s| s.parse::<SagaId>().ok())
+        else {
+            return Ok(None);
+        };
+        let inst = match store.db() {
+            agentsaga_core::Db::Sqlite { reader, .. } => {
+                let mut c = reader
+                    .acquire()
+                    .await
+                    .map_err(agentsaga_core::Error::from)?;
+                persist::load(agentsaga_core::Conn::Sqlite(&mut c), saga).await?
+            }
+            agentsaga_core::Db::Postgres(pool) => {
+                let mut c = pool.acquire().await.map_err(agentsaga_core::Error::from)?;
+                persist::load(agentsaga_core::Conn::Postgres(&mut c), saga).await?
+            }
+        };
+        let Some(inst) = inst else {
+            return Ok(Some(format!("its saga {saga} no longer exists")));
+        };
+        let kind = env.header(header::KIND).unwrap_or_default();
+        let row = env
+            .header(outcome::STEP)
+            .and_then(|s| s.parse::<usize>().ok())
+            .and_then(|i| inst.steps.get(&i));
+        Ok(match (kind, row) {
+            (outcome::KIND_COMMAND, Some(row)) => {
+                if row.command_id != Some(env.id) {
+                    Some(format!(
+                        "step `{}` was sent again since (a later attempt supersedes it)",
+                        row.name
+                    ))
+                } else if inst.state != SagaState::Running {
+                    Some(format!(
+                        "its saga is {}: the step may not run now",
+                        inst.state
+                    ))
+                } else {
+                    None
+                }
+            }
+            (outcome::KIND_COMPENSATE, Some(row)) => {
+                if row.comp_message_id != Some(env.id) {
+                    Some(format!(
+                        "the compensation of step `{}` was sent again since",
+                        row.name
+                    ))
+                } else if matches!(
+                    row.comp_state,
+                    Some(crate::CompState::Done | crate::CompState::Skipped)
+                ) {
+                    Some(format!("step `{}` is compensated already", row.name))
+                } else {
+                    None
+                }
+            }
+            _ if inst.state.is_terminal() => Some(format!("its saga is {}", inst.state)),
+            _ => None,
+        })
+    }
+
     fn version_of(&self, name: &str) -> Result<i32> {
         self.latest
             .get(name)

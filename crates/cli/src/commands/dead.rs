@@ -22,12 +22,23 @@ struct DeadDoc {
     last_error: Option<String>,
     headers: BTreeMap<String, String>,
     payload: serde_json::Value,
+    /// Why re-driving it would be wrong (its saga has moved past it), if it would.
+    moot: Option<String>,
+}
+
+impl DeadDoc {
+    async fn of(store: &Store, d: &DeadRow) -> anyhow::Result<Self> {
+        let mut doc = Self::from(d);
+        doc.moot = agentsaga_saga::Engine::moot(store, &d.envelope).await?;
+        Ok(doc)
+    }
 }
 
 impl From<&DeadRow> for DeadDoc {
     fn from(d: &DeadRow) -> Self {
         let e = &d.envelope;
         Self {
+            moot: None,
             id: e.id.to_string(),
             seq: e.seq,
             destination: e.destination.clone(),
@@ -54,10 +65,12 @@ pub(super) async fn list(
     json: bool,
 ) -> anyhow::Result<()> {
     let rows = store.dead_letters(destination, limit).await?;
+    let mut docs = Vec::with_capacity(rows.len());
+    for d in &rows {
+        docs.push(DeadDoc::of(store, d).await?);
+    }
     if json {
-        return print_json(&ListDoc {
-            dead_letters: rows.iter().map(DeadDoc::from).collect(),
-        });
+        return print_json(&ListDoc { dead_letters: docs });
     }
     if rows.is_empty() {
         outln!("no dead letters");
@@ -70,9 +83,10 @@ pub(super) async fn list(
         "ATTEMPTS",
         "CREATED",
         "LAST ERROR",
+        "MOOT",
     ])
     .right(&[3]);
-    for d in &rows {
+    for (d, doc) in rows.iter().zip(&docs) {
         let e = &d.envelope;
         table.row(vec![
             e.id.to_string(),
@@ -80,7 +94,8 @@ pub(super) async fn list(
             or_dash(e.key.as_deref()),
             e.attempts.to_string(),
             rfc3339(e.created_at_ms),
-            truncate(&or_dash(d.last_error.as_deref()), 70),
+            truncate(&or_dash(d.last_error.as_deref()), 60),
+            truncate(&or_dash(doc.moot.as_deref()), 50),
         ]);
     }
     out!("{}", table.render());
@@ -92,7 +107,7 @@ pub(super) async fn show(store: &Store, id: MessageId, json: bool) -> anyhow::Re
     let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
         anyhow::bail!("dead letter `{id}` not found");
     };
-    let doc = DeadDoc::from(row);
+    let doc = DeadDoc::of(store, row).await?;
     if json {
         return print_json(&doc);
     }
@@ -103,6 +118,10 @@ pub(super) async fn show(store: &Store, id: MessageId, json: bool) -> anyhow::Re
     outln!("attempts     {}", doc.attempts);
     outln!("created      {}", doc.created_at);
     outln!("last error   {}", or_dash(doc.last_error.as_deref()));
+    outln!(
+        "moot         {}",
+        doc.moot.as_deref().unwrap_or("no (re-driving it is safe)")
+    );
     outln!();
     if doc.headers.is_empty() {
         outln!("(no headers)");
@@ -123,16 +142,59 @@ pub(super) async fn redrive(
     store: &Store,
     id: Option<MessageId>,
     destination: Option<&str>,
+    force: bool,
 ) -> anyhow::Result<()> {
     match id {
         Some(id) => {
-            store.redrive(id).await?;
-            outln!("re-drove dead letter {id}: pending again, attempts reset");
+            let rows = store.dead_letters(None, u32::MAX).await?;
+            let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
+                anyhow::bail!("dead letter `{id}` not found");
+            };
+            match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
+                Some(why) if force => {
+                    store.purge_dead_letter(id).await?;
+                    outln!("purged dead letter {id} as moot: {why}");
+                }
+                Some(why) => anyhow::bail!(
+                    "refused to re-drive dead letter {id}: {why}. Re-driving it could undo what its saga decided; `--force` purges it instead"
+                ),
+                None => {
+                    store.redrive(id).await?;
+                    outln!("re-drove dead letter {id}: pending again, attempts reset");
+                }
+            }
         }
         None => {
-            let n = store.redrive_all(destination).await?;
+            let rows = store.dead_letters(destination, u32::MAX).await?;
+            let (mut redriven, mut purged, mut refused) = (0, 0, Vec::new());
+            for row in &rows {
+                let id = row.envelope.id;
+                match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
+                    Some(_) if force => {
+                        store.purge_dead_letter(id).await?;
+                        purged += 1;
+                    }
+                    Some(why) => refused.push((id, why)),
+                    None => {
+                        store.redrive(id).await?;
+                        redriven += 1;
+                    }
+                }
+            }
             let scope = destination.map_or_else(String::new, |d| format!(" to `{d}`"));
-            outln!("re-drove {n} dead letter(s){scope}: pending again, attempts reset");
+            outln!("re-drove {redriven} dead letter(s){scope}: pending again, attempts reset");
+            if purged > 0 {
+                outln!("purged {purged} moot dead letter(s)");
+            }
+            for (id, why) in &refused {
+                outln!("refused {id}: {why}");
+            }
+            if !refused.is_empty() {
+                outln!(
+                    "{} moot dead letter(s) left as they are (`--force` purges them)",
+                    refused.len()
+                );
+            }
         }
     }
     Ok(())

@@ -109,7 +109,7 @@ pub struct Prepared {
 /// the saga data's `case`: `ok`; `declined` (the charge fails: compensated); `stuck`
 /// (the charge fails and so does the reservation's cancel); `after_pivot` (confirm
 /// fails for good).
-fn trip() -> SagaDefinition {
+pub fn trip() -> SagaDefinition {
     Saga::<Value>::builder("trip", 1)
         .step(
             Step::new("reserve", "reserve-agent")
@@ -209,7 +209,7 @@ pub async fn prepare(backend: Backend) -> Prepared {
 
 /// Delivers every ready message (agents answer per [`agent`]) until every saga in
 /// `ids` is terminal or stuck.
-async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
+pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
     let mut destinations = engine.orchestrator_destinations();
     for d in engine.definitions() {
         destinations.extend(d.agent_destinations());
