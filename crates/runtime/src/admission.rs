@@ -3,8 +3,9 @@
 //!
 //! It looks when a saga of this process settles, when a start was queued here, at
 //! start-up (starts left by a killed process) and every [`POLL`] (sagas finished by
-//! other processes). A look that finds no waiting start is one read; the admitting
-//! itself is one short transaction per saga name.
+//! other processes). A look is one or two reads; it admits (one short transaction per
+//! saga name) only once the room under the bound is a whole batch (a tenth of the
+//! bound, up to 100), so a busy saga name pays one admission per batch of sagas.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,22 +84,23 @@ async fn run(
 ) {
     let names = engine.bounded_names();
     loop {
-        match Engine::waiting_starts(&store).await {
-            Ok(waiting) => {
-                for (name, _) in waiting.iter().filter(|(n, c)| *c > 0 && names.contains(n)) {
-                    match admit(&store, &engine, name).await {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            tracing::debug!(saga.name = %name, started = n, "waiting starts admitted");
-                            admitted.send_modify(|g| *g += 1);
-                        }
-                        Err(e) => {
-                            tracing::warn!(saga.name = %name, error = %e, "admitting waiting starts failed; trying again")
-                        }
+        for name in &names {
+            match engine.admission_due(&store, name).await {
+                Ok(false) => {}
+                Ok(true) => match admit(&store, &engine, name).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::debug!(saga.name = %name, started = n, "waiting starts admitted");
+                        admitted.send_modify(|g| *g += 1);
                     }
+                    Err(e) => {
+                        tracing::warn!(saga.name = %name, error = %e, "admitting waiting starts failed; trying again")
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(saga.name = %name, error = %e, "reading waiting starts failed; trying again")
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "reading waiting starts failed; trying again"),
         }
         tokio::select! {
             ev = settled.recv() => {

@@ -274,6 +274,23 @@ impl Engine {
         Ok(ids)
     }
 
+    /// Would [`admit`](Self::admit) start anything for saga `name` now? Two reads,
+    /// outside any transaction: starts wait, and the room under the bound is at least
+    /// one admission batch.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn admission_due(&self, store: &Store, name: &str) -> Result<bool> {
+        let Some(bound) = self.max_in_flight(name) else {
+            return Ok(false);
+        };
+        if !admission::any_waiting_now(store, name).await? {
+            return Ok(false);
+        }
+        let in_flight = admission::in_flight_now(store, name).await?;
+        Ok(in_flight + admission::min_batch(bound as u64) <= bound as u64)
+    }
+
     /// Starts waiting per saga name (a read).
     ///
     /// # Errors

@@ -101,8 +101,16 @@ pub(crate) async fn push(
     Ok(())
 }
 
+/// The least room worth an admission: starts are admitted in batches of at least a
+/// tenth of the bound (up to 100), so that a busy saga name costs one admission
+/// transaction per batch, not one per finished saga.
+pub(crate) fn min_batch(bound: u64) -> u64 {
+    (bound / 10).clamp(1, 100)
+}
+
 /// Takes as many of the oldest waiting starts of `name` off the queue as there is room
-/// for under `bound` (returned with the count in flight before them), oldest first. On
+/// for under `bound`, if that is at least [`min_batch`] (returned with the count in
+/// flight before them), oldest first. On
 /// PostgreSQL the caller's transaction first takes `name`'s admission lock, so that two
 /// processes admitting at once do not both fill the same room.
 pub(crate) async fn pop(
@@ -111,7 +119,12 @@ pub(crate) async fn pop(
     bound: u64,
     now_ms: i64,
 ) -> Result<(u64, Vec<Waiting>)> {
+    let batch = i64::try_from(min_batch(bound)).unwrap_or(1);
     let bound = i64::try_from(bound).unwrap_or(i64::MAX);
+    let room = |n: u64| {
+        let room = bound.saturating_sub(n as i64).max(0);
+        if room >= batch { room } else { 0 }
+    };
     let mut out = Vec::new();
     let in_flight = match conn {
         Conn::Sqlite(c) => {
@@ -122,7 +135,7 @@ pub(crate) async fn pop(
                  RETURNING seq, id, data, headers, created_at",
             )
             .bind(name)
-            .bind(bound.saturating_sub(n as i64).max(0))
+            .bind(room(n))
             .fetch_all(&mut *c)
             .await?;
             for r in rows {
@@ -155,7 +168,7 @@ pub(crate) async fn pop(
                    (extract(epoch FROM now() - created_at) * 1000)::bigint AS waited",
             )
             .bind(name)
-            .bind(bound.saturating_sub(n as i64).max(0))
+            .bind(room(n))
             .fetch_all(&mut *c)
             .await?;
             for r in rows {
@@ -208,6 +221,51 @@ pub(crate) async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
         Db::Postgres(pool) => {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE id = $1)")
                 .bind(id.as_uuid())
+                .fetch_one(pool)
+                .await?
+        }
+    })
+}
+
+/// Sagas of `name` in flight (a read, outside any transaction).
+pub(crate) async fn in_flight_now(store: &Store, name: &str) -> Result<u64> {
+    use agentsaga_core::Db;
+    let n: i64 = match store.db() {
+        Db::Sqlite { reader, .. } => {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM saga_instances
+                 WHERE state IN ('running', 'compensating') AND name = ?1",
+            )
+            .bind(name)
+            .fetch_one(reader)
+            .await?
+        }
+        Db::Postgres(pool) => {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM saga_instances
+                 WHERE state IN ('running', 'compensating') AND name = $1",
+            )
+            .bind(name)
+            .fetch_one(pool)
+            .await?
+        }
+    };
+    Ok(n as u64)
+}
+
+/// Are starts of `name` waiting (a read, outside any transaction)?
+pub(crate) async fn any_waiting_now(store: &Store, name: &str) -> Result<bool> {
+    use agentsaga_core::Db;
+    Ok(match store.db() {
+        Db::Sqlite { reader, .. } => {
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = ?1)")
+                .bind(name)
+                .fetch_one(reader)
+                .await?
+        }
+        Db::Postgres(pool) => {
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = $1)")
+                .bind(name)
                 .fetch_one(pool)
                 .await?
         }
