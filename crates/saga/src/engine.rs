@@ -68,7 +68,13 @@ pub struct Engine {
     compensation_retry: RetryPolicy,
     max_in_flight: Option<usize>,
     max_in_flight_for: Arc<HashMap<String, Option<usize>>>,
+    /// Per saga name: when its in-flight count was last read, and that count plus
+    /// the starts admitted here since (never less than the truth in this process).
+    in_flight_seen: Arc<std::sync::Mutex<HashMap<String, (std::time::Instant, u64)>>>,
 }
+
+/// How long a start may trust the in-flight count an earlier start read.
+const IN_FLIGHT_FRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Engine {
     /// An engine running `definitions`. Several versions of one saga may be registered:
@@ -95,6 +101,7 @@ impl Engine {
             compensation_retry: RetryPolicy::default(),
             max_in_flight: None,
             max_in_flight_for: Arc::default(),
+            in_flight_seen: Arc::default(),
         })
     }
 
@@ -103,8 +110,10 @@ impl Engine {
     /// sagas finish. `None` (the engine's default; the runtime's is
     /// [`DEFAULT_MAX_IN_FLIGHT`]) admits everything at once.
     ///
-    /// The bound is exact for one process; several processes starting the same saga
-    /// at the same moment on PostgreSQL may pass it by one start each.
+    /// The bound is approximate: a start trusts an in-flight count up to 100 ms old
+    /// (plus the starts this engine made since), so sagas that finished in those
+    /// 100 ms are not yet room, and several processes starting the same saga at once
+    /// may together pass the bound by the starts of those 100 ms.
     #[must_use]
     pub fn with_max_in_flight(mut self, bound: Option<usize>) -> Self {
         self.max_in_flight = bound.map(|b| b.max(1));
@@ -210,7 +219,7 @@ impl Engine {
         let version = self.version_of(name)?;
         if let Some(bound) = self.max_in_flight(name)
             && (admission::any_waiting(tx.conn(), name).await?
-                || admission::in_flight(tx.conn(), name).await? >= bound as u64)
+                || self.in_flight_estimate(tx, name).await? >= bound as u64)
         {
             let id = SagaId::new();
             let mut headers = Headers::new();
@@ -221,7 +230,40 @@ impl Engine {
         }
         let id = SagaId::new();
         self.start_now(tx, id, name, version, data, 0, None).await?;
+        if let Some(seen) = self
+            .in_flight_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(name)
+        {
+            seen.1 += 1;
+        }
         Ok(Accepted::Started(id))
+    }
+
+    /// Sagas of `name` in flight, as a start decides on it: counted in `tx` at most
+    /// every [`IN_FLIGHT_FRESH`], and in between the last count plus the starts made
+    /// here since (sagas finished meanwhile are noticed at the next count). Counting
+    /// on every start cost PostgreSQL a scan of up to `bound` index entries per start.
+    async fn in_flight_estimate(&self, tx: &mut Tx, name: &str) -> Result<u64> {
+        let now = std::time::Instant::now();
+        let cached = self
+            .in_flight_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .copied();
+        if let Some((at, n)) = cached
+            && now.duration_since(at) < IN_FLIGHT_FRESH
+        {
+            return Ok(n);
+        }
+        let n = admission::in_flight(tx.conn(), name).await?;
+        self.in_flight_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), (now, n));
+        Ok(n)
     }
 
     /// Starts saga `name` now if its admission bound leaves room and no earlier start
