@@ -39,8 +39,9 @@ pub(crate) enum Command {
     /// Inspect, re-drive or purge dead letters.
     #[command(subcommand)]
     Dead(DeadCommand),
-    /// Delete delivered outbox rows and inbox records older than a duration.
-    Prune(OlderThan),
+    /// Delete delivered outbox rows and inbox records older than a duration (and, with
+    /// `--sagas-older-than`, finished sagas with their steps and dead letters).
+    Prune(PruneArgs),
     /// Create the database if missing and apply the schema migrations.
     Migrate,
 }
@@ -59,6 +60,20 @@ pub(crate) struct OlderThan {
     /// Age: a number and a unit (ms, s, m, h, d), e.g. `7d`.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub(crate) older_than: Duration,
+}
+
+/// `agentsaga prune`.
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    /// Delivered outbox rows and inbox records older than this (a number and a unit:
+    /// ms, s, m, h, d). Keep inbox records longer than any redelivery can take.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) older_than: Duration,
+    /// Also delete sagas that finished (completed, compensated, aborted) longer ago
+    /// than this, with their steps and their dead letters. Running and stuck sagas
+    /// are never touched.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) sagas_older_than: Option<Duration>,
 }
 
 /// `agentsaga sagas ...`.

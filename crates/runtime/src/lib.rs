@@ -47,12 +47,14 @@ mod admission;
 mod agent;
 mod error;
 pub mod metrics;
+mod retention;
 mod runtime;
 mod supervisor;
 pub mod telemetry;
 
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 pub use error::{Error, Result};
+pub use retention::Retention;
 pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE, Runtime,
     RuntimeBuilder,

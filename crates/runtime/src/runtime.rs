@@ -45,6 +45,7 @@ pub struct RuntimeBuilder {
     metrics: Option<std::net::SocketAddr>,
     max_in_flight: Option<usize>,
     max_in_flight_for: Vec<(String, Option<usize>)>,
+    retention: crate::Retention,
 }
 
 impl RuntimeBuilder {
@@ -156,6 +157,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What the runtime prunes, how old, how often (default [`crate::Retention`]:
+    /// delivered outbox rows after an hour, inbox records after 7 days, finished sagas
+    /// kept; [`crate::Retention::off`] keeps everything).
+    pub fn retention(mut self, retention: crate::Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
     /// How failed compensations are retried before the saga is stuck.
     pub fn compensation_retry(mut self, policy: RetryPolicy) -> Self {
         self.compensation_retry = Some(policy);
@@ -178,6 +187,16 @@ impl RuntimeBuilder {
     /// # Errors
     /// [`Error::Config`] with nothing to host; store, engine and relay errors.
     pub async fn start(self) -> Result<Runtime> {
+        if let Some(inbox) = self.retention.inbox {
+            let window = crate::retention::redelivery_window(&self.relay);
+            if inbox < window {
+                return Err(Error::Config(format!(
+                    "inbox retention {inbox:?} is shorter than the redelivery window {window:?} \
+                     (a lease per attempt plus the retry backoff): a late duplicate would be \
+                     processed again"
+                )));
+            }
+        }
         let store = match (self.store, &self.url) {
             (Some(s), _) => s,
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
@@ -301,6 +320,7 @@ impl RuntimeBuilder {
             }
             None => (None, None),
         };
+        let pruner = crate::retention::spawn(store.clone(), self.retention);
         let admission =
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;
@@ -314,6 +334,7 @@ impl RuntimeBuilder {
             metrics,
             sampler,
             admission,
+            pruner,
         })
     }
 }
@@ -340,6 +361,7 @@ pub struct Runtime {
     metrics: Option<crate::metrics::MetricsEndpoint>,
     sampler: Option<tokio::task::JoinHandle<()>>,
     admission: crate::admission::Admission,
+    pruner: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -363,6 +385,7 @@ impl Runtime {
             metrics: None,
             max_in_flight: Some(agentsaga_saga::DEFAULT_MAX_IN_FLIGHT),
             max_in_flight_for: Vec::new(),
+            retention: crate::Retention::default(),
         }
     }
 
@@ -498,6 +521,9 @@ impl Runtime {
             sampler.abort();
         }
         self.admission.stop();
+        if let Some(pruner) = self.pruner.take() {
+            pruner.abort();
+        }
         self.metrics.take();
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;

@@ -278,3 +278,84 @@ pub async fn unfinished(store: &Store) -> Result<Vec<SagaSummary>> {
     }
     Ok(out)
 }
+
+/// What [`prune_finished`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Finished sagas (with their steps).
+    pub sagas: u64,
+    /// Dead letters of those sagas.
+    pub dead_letters: u64,
+}
+
+/// Sagas deleted per batch by [`prune_finished`]: each batch is two short statements.
+const PRUNE_BATCH: i64 = 500;
+
+/// Deletes the sagas that finished (completed, compensated or aborted) more than
+/// `older_than` ago, with their steps and their dead letters, in batches of 500 (each
+/// batch a short write: SQLite's write lock is never held long). Running and stuck
+/// sagas are never touched.
+///
+/// # Errors
+/// Store errors.
+pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> Result<Pruned> {
+    let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+    let mut pruned = Pruned::default();
+    loop {
+        let (dead, sagas) = match store.db() {
+            Db::Sqlite { writer, .. } => {
+                let cutoff = crate::engine::now_ms().saturating_sub(older_ms);
+                let pick = "SELECT id FROM saga_instances
+                     WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < ?1
+                     ORDER BY finished_at, id LIMIT ?2";
+                let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM outbox WHERE state = 'dead'
+                       AND json_extract(headers, '$.saga_id') IN ({pick})"
+                )))
+                .bind(cutoff)
+                .bind(PRUNE_BATCH)
+                .execute(writer)
+                .await?
+                .rows_affected();
+                let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM saga_instances WHERE id IN ({pick})"
+                )))
+                .bind(cutoff)
+                .bind(PRUNE_BATCH)
+                .execute(writer)
+                .await?
+                .rows_affected();
+                (dead, sagas)
+            }
+            Db::Postgres(pool) => {
+                let pick = "SELECT id FROM saga_instances
+                     WHERE state IN ('completed', 'compensated', 'aborted')
+                       AND finished_at < now() - $1 * interval '1 millisecond'
+                     ORDER BY finished_at, id LIMIT $2";
+                let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM outbox WHERE state = 'dead'
+                       AND headers->>'saga_id' IN (SELECT id::text FROM ({pick}) AS p)"
+                )))
+                .bind(older_ms)
+                .bind(PRUNE_BATCH)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM saga_instances WHERE id IN ({pick})"
+                )))
+                .bind(older_ms)
+                .bind(PRUNE_BATCH)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                (dead, sagas)
+            }
+        };
+        pruned.sagas += sagas;
+        pruned.dead_letters += dead;
+        if sagas < PRUNE_BATCH as u64 {
+            return Ok(pruned);
+        }
+    }
+}

@@ -50,7 +50,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             force,
         }) => dead::redrive(&store, id, destination.as_deref(), force).await,
         Command::Dead(DeadCommand::Purge(o)) => dead::purge(&store, o.older_than).await,
-        Command::Prune(o) => maintenance::prune(&store, o.older_than).await,
+        Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store),
     };
     store.close().await;

@@ -314,20 +314,32 @@ pub(super) async fn prune(
 ) -> Result<u64> {
     let sql = match what {
         "delivered" => {
-            "DELETE FROM outbox WHERE state = 'delivered'
-             AND delivered_at < now() - $1 * interval '1 millisecond'"
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'delivered'
+               AND delivered_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
         }
         "dead" => {
-            "DELETE FROM outbox WHERE state = 'dead'
-             AND created_at < now() - $1 * interval '1 millisecond'"
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'dead'
+               AND created_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
         }
-        _ => "DELETE FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond'",
+        _ => {
+            "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
+               FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
+        }
     };
-    let r = sqlx::query(sql)
-        .bind(millis(older_than))
-        .execute(pool)
-        .await?;
-    Ok(r.rows_affected())
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(sql)
+            .bind(millis(older_than))
+            .bind(super::sqlite::PRUNE_BATCH)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < super::sqlite::PRUNE_BATCH as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 pub(super) async fn stats(pool: &PgPool) -> Result<Stats> {

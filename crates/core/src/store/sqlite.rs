@@ -412,6 +412,10 @@ pub(super) async fn redrive(
     Ok(r.rows_affected())
 }
 
+/// Rows deleted per statement by [`prune`]: each batch is its own short write, so
+/// pruning a large backlog never holds SQLite's write lock for long.
+pub(super) const PRUNE_BATCH: i64 = 1000;
+
 pub(super) async fn prune(
     pool: &SqlitePool,
     what: &'static str,
@@ -419,12 +423,33 @@ pub(super) async fn prune(
 ) -> Result<u64> {
     let cutoff = now_ms().saturating_sub(millis(older_than));
     let sql = match what {
-        "delivered" => "DELETE FROM outbox WHERE state = 'delivered' AND delivered_at < ?1",
-        "dead" => "DELETE FROM outbox WHERE state = 'dead' AND created_at < ?1",
-        _ => "DELETE FROM inbox WHERE received_at < ?1",
+        "delivered" => {
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox
+               WHERE state = 'delivered' AND delivered_at < ?1 LIMIT ?2)"
+        }
+        "dead" => {
+            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox
+               WHERE state = 'dead' AND created_at < ?1 LIMIT ?2)"
+        }
+        _ => {
+            "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
+               FROM inbox WHERE received_at < ?1 LIMIT ?2)"
+        }
     };
-    let r = sqlx::query(sql).bind(cutoff).execute(pool).await?;
-    Ok(r.rows_affected())
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(sql)
+            .bind(cutoff)
+            .bind(PRUNE_BATCH)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < PRUNE_BATCH as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 pub(super) async fn stats(pool: &SqlitePool) -> Result<Stats> {
