@@ -21,6 +21,10 @@ pub struct StoreConfig {
     pub max_message_bytes: usize,
     /// Backpressure: past this many pending rows, `enqueue` fails with `QueueFull`.
     /// Default: no limit. Counting costs up to this many index entries per enqueue.
+    /// The limit holds under concurrency: on SQLite writers already take turns; on
+    /// PostgreSQL each enqueuing transaction takes an advisory lock before it counts,
+    /// held until it ends, so enqueuing transactions take turns too (a cost in
+    /// throughput that only a configured limit pays).
     pub max_pending: Option<u64>,
     /// SQLite durability. Default [`Synchronous::Normal`].
     pub synchronous: Synchronous,

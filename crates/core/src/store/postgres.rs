@@ -52,7 +52,14 @@ async fn check_schema(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
+/// Counts pending rows (up to `limit`) for the `max_pending` check. It first takes a
+/// transaction-level advisory lock, held until the caller's transaction ends, so that
+/// concurrent producers count one after another and each sees the rows the one before
+/// it committed: the limit holds under concurrency. Only with `max_pending` set.
 pub(super) async fn count_pending(c: &mut PgConnection, limit: u64) -> Result<u64> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agentsaga.max_pending'))")
+        .execute(&mut *c)
+        .await?;
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' LIMIT $1) t",
     )

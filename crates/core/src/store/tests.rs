@@ -569,6 +569,51 @@ async fn backpressure(backend: Backend) {
 }
 both_backends!(backpressure_tests, backpressure);
 
+// The limit holds under concurrency: producers whose transactions overlap (each counts,
+// then inserts, then commits later) do not all see room and overshoot it together.
+async fn backpressure_under_concurrency(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let store = Store::connect_with(&url, StoreConfig::default().max_pending(Some(10)))
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tx = store.begin().await.unwrap();
+            let batch = [
+                Message::to("a").json(&i).unwrap(),
+                Message::to("a").json(&i).unwrap(),
+            ];
+            match tx.enqueue_batch(&batch).await {
+                Ok(()) => {
+                    // Hold the transaction open while the others count.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tx.commit().await.unwrap();
+                    true
+                }
+                Err(Error::QueueFull { .. }) => {
+                    tx.rollback().await.unwrap();
+                    false
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        accepted += u64::from(t.await.unwrap());
+    }
+    let pending = store.stats().await.unwrap().pending;
+    assert_eq!(pending, accepted * 2);
+    assert!(pending <= 10, "{pending} pending over a limit of 10");
+    assert_eq!(accepted, 5, "room for five batches of two");
+}
+both_backends!(
+    backpressure_concurrency_tests,
+    backpressure_under_concurrency
+);
+
 // Prune delivered rows by age; stats count states and report the lag.
 async fn prune_and_stats(backend: Backend) {
     let (store, _) = open(backend).await;
