@@ -6,6 +6,8 @@
 //! cargo run --release -p agentsaga-bench -- outbox [--backend sqlite|postgres|both] [--quick]
 //! cargo run --release -p agentsaga-bench -- relay  [--backend …] [--quick] [--workers 8]
 //! cargo run --release -p agentsaga-bench -- saga   [--backend …] [--quick] [--workers 8]
+//! cargo run --release -p agentsaga-bench -- agents [--backend …] [--quick] [--sagas 500] [--call-ms 500]
+//! cargo run --release -p agentsaga-bench -- scale  [--backend …] [--quick] [--sizes 1000,4000]
 //! ```
 //!
 //! # Benches
@@ -21,6 +23,15 @@
 //! - `saga` ([`saga`]): 3-step no-op sagas per second through the runtime, happy and
 //!   20 % compensating, and their start → terminal latency, against the same
 //!   transactions written by hand.
+//! - `agents` ([`agents`]): 500 sagas of 3 steps, each step a `CallingAgent` whose call
+//!   sleeps 500 ms, all started at once on the runtime's defaults: the `makespan` (first
+//!   start → last saga completed) against the critical path (3 × 500 ms), the sagas
+//!   `completed` (all, or the bench fails), and their latency.
+//! - `scale` ([`scale`]): one burst of N trip-shaped sagas (N = 1,000 … 64,000) on the
+//!   runtime's defaults, each N in a fresh process (the hidden `scale-child`) on a fresh
+//!   database: rate, completed share, p99 latency, peak RSS and database size per N, and
+//!   how rate and RSS change from the smallest N to the largest (units `share`, `MiB`,
+//!   `ratio` besides the others).
 //!
 //! PostgreSQL is a throwaway server started by `agentsaga_core::testing` (it runs with
 //! `fsync = off`, `synchronous_commit = off` and `full_page_writes = off`: commits cost
@@ -37,16 +48,21 @@
 //! ```
 //!
 //! `floor` and `ratio` (= `value / floor`; higher is better for rates, lower for
-//! latencies) are present only where a floor exists. Units are `msgs/s`, `sagas/s` or
-//! `ms`. The table's last column shows the issue's targets and whether they are met
-//! (targets are not in the JSON). Machine readers take the lines that start with `{`.
+//! latencies) are present only where a floor exists; one exception, the `agents`
+//! bench's `makespan`, whose floor is the critical path and whose ratio is
+//! `floor / value` (the issue's "ideal / makespan": higher is better, 1 is perfect).
+//! Units are `msgs/s`, `sagas/s`, `ms` or `sagas` (a count). The table's last column
+//! shows the issue's targets and whether they are met (targets are not in the JSON).
+//! Machine readers take the lines that start with `{`.
 //! Progress and per-round figures go to stderr.
 
+mod agents;
 mod db;
 mod outbox;
 mod relay;
 mod report;
 mod saga;
+mod scale;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -69,9 +85,18 @@ enum Bench {
     /// Sagas: 3-step no-op sagas per second, happy and 20 % compensating, and their
     /// latency.
     Saga(saga::Args),
+    /// Calling agents: 500 sagas of 3 steps that each wait 500 ms on the outside world,
+    /// all at once, on the default settings: makespan against the critical path.
+    Agents(agents::Args),
+    /// Scale: one burst of N trip-shaped sagas (1,000 to 64,000) on the defaults, each
+    /// N in a fresh process and database: rate, p99 latency, peak RSS, database size.
+    Scale(scale::Args),
     /// Internal: the relay process of the cross-process latency run.
     #[command(hide = true)]
     RelayChild(relay::ChildArgs),
+    /// Internal: one burst of the scale bench, in its own process.
+    #[command(hide = true)]
+    ScaleChild(scale::ChildArgs),
 }
 
 /// Options every bench takes.
@@ -113,12 +138,17 @@ async fn main() -> anyhow::Result<()> {
     if let Bench::RelayChild(args) = &cli.bench {
         return relay::child(args).await;
     }
+    if let Bench::ScaleChild(args) = &cli.bench {
+        return scale::child(args).await;
+    }
     let mut scratch = db::Scratch::new();
     let result = match &cli.bench {
         Bench::Outbox(args) => outbox::run(args, &mut scratch).await,
         Bench::Relay(args) => relay::run(args, &mut scratch).await,
         Bench::Saga(args) => saga::run(args, &mut scratch).await,
-        Bench::RelayChild(_) => unreachable!("handled above"),
+        Bench::Agents(args) => agents::run(args, &mut scratch).await,
+        Bench::Scale(args) => scale::run(args, &mut scratch).await,
+        Bench::RelayChild(_) | Bench::ScaleChild(_) => unreachable!("handled above"),
     };
     scratch.cleanup().await;
     let report = result?;
