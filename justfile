@@ -14,6 +14,7 @@ bench:
     cargo run --release -p agentsaga-bench -- outbox
     cargo run --release -p agentsaga-bench -- relay
     cargo run --release -p agentsaga-bench -- saga
+    cargo run --release -p agentsaga-bench -- scale
     cargo run --release -p agentsaga-bench -- agents
 
 ci:

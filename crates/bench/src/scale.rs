@@ -17,9 +17,11 @@
 //! flight and queues the rest in `saga_starts`), which starts all N sagas as one burst
 //! (`Runtime::start_saga_in`, [`START_CHUNK`] per transaction, one transaction after
 //! the other, as fast as they commit), then waits for every saga to be terminal
-//! (counting by state every [`POLL`], and no start left waiting). The child prints one
-//! JSON line of results; progress (per interval: sagas finished, rate, waiting starts,
-//! RSS, the relay's delivery latency) goes to stderr.
+//! (counting by state every [`POLL`], and no start left waiting; it fails past
+//! [`patience`]). The child prints one JSON line of results; progress goes to stderr
+//! every [`PROGRESS`]: sagas finished, in flight and waiting, the interval's rate, the
+//! process's CPU and the machine's, RSS, the relay's deliveries and their latency, and
+//! how long an empty transaction took (on SQLite: the wait for the one writer).
 //!
 //! Per N: `rate_n{N}` (N / first start → last `finished_at`), `completed_share_n{N}`,
 //! `p99_latency_n{N}` (`finished_at - created_at` of `saga_instances`: from the saga's
@@ -29,7 +31,6 @@
 //! `pg_database_size`), measured when the last saga is done. Then
 //! `rate_ratio_largest_smallest` and `rss_ratio_largest_smallest`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -58,8 +59,10 @@ const START_CHUNK: usize = 500;
 const POLL: Duration = Duration::from_millis(200);
 /// How often the child reports progress on stderr.
 const PROGRESS: Duration = Duration::from_secs(2);
-/// How long one N may take after its burst before the run fails.
+/// How long one N may take after its burst before the run fails: this, or
+/// [`PATIENCE_PER_SAGA`] per saga if longer (25 sagas/s at 64,000).
 const PATIENCE: Duration = Duration::from_secs(600);
+const PATIENCE_PER_SAGA: Duration = Duration::from_millis(40);
 /// The step timeout, as in the example.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Targets from the issue.
@@ -296,6 +299,11 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
     Ok(report)
 }
 
+/// How long the sagas of a burst of `n` may take to finish.
+fn patience(n: usize) -> Duration {
+    PATIENCE.max(PATIENCE_PER_SAGA * u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// `name_n{n}`, leaked: a handful per run.
 fn metric(name: &str, n: usize) -> &'static str {
     Box::leak(format!("{name}_n{n}").into_boxed_str())
@@ -321,7 +329,7 @@ async fn child_run(backend: Backend, url: &str, n: usize) -> anyhow::Result<Outc
     let stdout = child.stdout.take().context("no stdout from scale-child")?;
     let mut lines = BufReader::new(stdout).lines();
     // The child bounds its own wait; this is only against a hung child.
-    let patience = PATIENCE * 2;
+    let patience = patience(n) + PATIENCE;
     let read = async {
         let mut last = None;
         while let Some(line) = lines.next_line().await? {
@@ -410,13 +418,6 @@ pub(crate) async fn child(args: &ChildArgs) -> anyhow::Result<()> {
     for destination in AGENTS {
         builder = builder.agent(FastAgent { destination });
     }
-    // SCRATCH (investigation, to be removed): the admission bound.
-    if let Some(bound) = std::env::var("SCRATCH_MAX_IN_FLIGHT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        builder = builder.max_sagas_in_flight(Some(bound));
-    }
     let runtime = builder.start().await?;
     let result = burst(&runtime, backend, &args.url, args.sagas).await;
     runtime.shutdown().await;
@@ -438,9 +439,12 @@ async fn burst(
     let tag = format!("{:<8} N {n:>6}", backend.name());
     let begin_ms = outbox::now_ms();
     let begin = Instant::now();
-    // Saga id → wall-clock ms when its start transaction committed.
-    let mut committed: HashMap<SagaId, i64> = HashMap::with_capacity(n);
-    let mut ids = Vec::with_capacity(START_CHUNK);
+    // Per start transaction: its last saga id and when it committed (wall-clock ms).
+    // Saga ids are UUIDv7, ordered by creation within a process, so a saga's
+    // transaction is the first whose last id is not below its own: no per-saga map
+    // (which would weigh in the peak RSS at 64,000 sagas).
+    let mut committed: Vec<(SagaId, i64)> = Vec::with_capacity(n.div_ceil(START_CHUNK));
+    let mut previous: Option<SagaId> = None;
     for first in (0..n).step_by(START_CHUNK) {
         let mut tx = store.begin().await?;
         for i in first..(first + START_CHUNK).min(n) {
@@ -448,11 +452,17 @@ async fn burst(
                 customer: i as u64,
                 amount_cents: 10_000 + i as u64 % 90_000,
             };
-            ids.push(runtime.start_saga_in(&mut tx, SAGA, &trip).await?);
+            let id = runtime.start_saga_in(&mut tx, SAGA, &trip).await?;
+            ensure!(
+                previous.is_none_or(|p| p < id),
+                "saga ids out of creation order: {id} after {previous:?}"
+            );
+            previous = Some(id);
         }
         tx.commit().await?;
-        let now = outbox::now_ms();
-        committed.extend(ids.drain(..).map(|id| (id, now)));
+        if let Some(last) = previous {
+            committed.push((last, outbox::now_ms()));
+        }
     }
     let burst = begin.elapsed();
     eprintln!(
@@ -461,7 +471,8 @@ async fn burst(
     );
 
     // Wait for every saga to be terminal (or stuck) and no start to be waiting.
-    let deadline = Instant::now() + PATIENCE;
+    let patience = patience(n);
+    let deadline = Instant::now() + patience;
     let mut last_report = (
         Instant::now(),
         0usize,
@@ -486,17 +497,23 @@ async fn burst(
         let finished = waiting == 0 && open == 0 && done >= n;
         if finished || now.duration_since(last_report.0) >= PROGRESS {
             let stats = runtime.relay_stats().unwrap_or_default();
+            // How long a transaction waits for a connection (SQLite: the one writer).
+            let probe = Instant::now();
+            store.begin().await?.commit().await?;
+            let probe_ms = probe.elapsed().as_secs_f64() * 1000.0;
             let dt = now.duration_since(last_report.0).as_secs_f64();
             eprintln!(
                 "{tag}  t {:>6.1} s  finished {done:>6}  in flight {open:>5}  waiting \
                  {waiting:>6}  last interval {:>7.1} sagas/s, CPU {:>3.0} % (machine {:>3.0} %)  RSS {:>6.1} MiB  \
-                 relay delivered {:>7} (p50 <= {} ms, p99 <= {} ms)",
+                 relay delivered {:>7} retried {} (p50 <= {} ms, p99 <= {} ms)  empty \
+                 transaction {probe_ms:.1} ms",
                 begin.elapsed().as_secs_f64(),
                 (done - last_report.1.min(done)) as f64 / dt.max(1e-9),
                 (cpu_seconds() - last_report.2) * 100.0 / dt.max(1e-9),
                 (machine_busy_seconds() - last_report.3) * 100.0 / dt.max(1e-9),
                 proc_status_mib("VmRSS:").unwrap_or(f64::NAN),
                 stats.delivered,
+                stats.retried,
                 stats.latency_p50_ms.unwrap_or(0),
                 stats.latency_p99_ms.unwrap_or(0),
             );
@@ -509,7 +526,7 @@ async fn burst(
             bail!(
                 "{open} sagas in flight, {waiting} starts waiting and {done} of {n} finished \
                  {:.0} s after the burst",
-                PATIENCE.as_secs()
+                patience.as_secs_f64()
             );
         }
         tokio::time::sleep(POLL).await;
@@ -558,7 +575,7 @@ async fn burst(
         let Some(finished) = *finished else { continue };
         last_finished = last_finished.max(finished);
         latencies.push((finished - created) as f64);
-        if let Some(start) = committed.get(id) {
+        if let Some((_, start)) = committed.get(committed.partition_point(|(last, _)| last < id)) {
             end_to_end.push((finished - start).max(0) as f64);
         }
     }
@@ -675,6 +692,12 @@ mod tests {
         let hwm = proc_status_mib("VmHWM:").unwrap();
         let rss = proc_status_mib("VmRSS:").unwrap();
         assert!(hwm > 0.0 && rss > 0.0 && hwm >= rss * 0.99, "{hwm} {rss}");
+    }
+
+    #[test]
+    fn patience_grows_with_n() {
+        assert_eq!(patience(1_000), PATIENCE);
+        assert_eq!(patience(64_000), Duration::from_secs(2_560));
     }
 
     #[test]
