@@ -25,8 +25,9 @@
 //!
 //! Per N: `rate_n{N}` (N / first start → last `finished_at`), `completed_share_n{N}`,
 //! `p99_latency_n{N}` (`finished_at - created_at` of `saga_instances`: from the saga's
-//! admission, so without its wait in `saga_starts`), `p99_latency_end_to_end_n{N}` (from
-//! the commit of its start transaction, so with that wait), `peak_rss_n{N}` (the child's
+//! admission, so without its wait in `saga_starts`; on PostgreSQL both are transaction
+//! start times), `p99_latency_end_to_end_n{N}` (from the commit of its start
+//! transaction, so with that wait), `peak_rss_n{N}` (the child's
 //! `VmHWM`, MiB) and `db_size_n{N}` (MiB: SQLite file + WAL; PostgreSQL
 //! `pg_database_size`), measured when the last saga is done. Then
 //! `rate_ratio_largest_smallest` and `rss_ratio_largest_smallest`.
@@ -278,7 +279,8 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         format!(
             "rate = N / (first start -> the last saga's finished_at); the end is detected \
              by counting sagas by state every {} ms (and no start waiting); p99_latency = \
-             finished_at - created_at (from admission); end_to_end from the commit of the \
+             finished_at - created_at (from admission; on postgres both are transaction \
+             start times); end_to_end from the commit of the \
              start transaction (with the wait in saga_starts, so it grows with N by design); \
              peak_rss = the child's VmHWM when the last saga is done; db_size = SQLite file \
              + WAL, or pg_database_size, then",
@@ -466,8 +468,9 @@ async fn burst(
     }
     let burst = begin.elapsed();
     eprintln!(
-        "{tag}  burst of {n} starts committed in {:.0} ms",
-        burst.as_secs_f64() * 1000.0
+        "{tag}  burst of {n} starts committed in {:.0} ms  {}",
+        burst.as_secs_f64() * 1000.0,
+        memory()
     );
 
     // Wait for every saga to be terminal (or stuck) and no start to be waiting.
@@ -504,14 +507,14 @@ async fn burst(
             let dt = now.duration_since(last_report.0).as_secs_f64();
             eprintln!(
                 "{tag}  t {:>6.1} s  finished {done:>6}  in flight {open:>5}  waiting \
-                 {waiting:>6}  last interval {:>7.1} sagas/s, CPU {:>3.0} % (machine {:>3.0} %)  RSS {:>6.1} MiB  \
+                 {waiting:>6}  last interval {:>7.1} sagas/s, CPU {:>3.0} % (machine {:>3.0} %)  {}  \
                  relay delivered {:>7} retried {} (p50 <= {} ms, p99 <= {} ms)  empty \
                  transaction {probe_ms:.1} ms",
                 begin.elapsed().as_secs_f64(),
                 (done - last_report.1.min(done)) as f64 / dt.max(1e-9),
                 (cpu_seconds() - last_report.2) * 100.0 / dt.max(1e-9),
                 (machine_busy_seconds() - last_report.3) * 100.0 / dt.max(1e-9),
-                proc_status_mib("VmRSS:").unwrap_or(f64::NAN),
+                memory(),
                 stats.delivered,
                 stats.retried,
                 stats.latency_p50_ms.unwrap_or(0),
@@ -661,6 +664,18 @@ fn machine_busy_seconds() -> f64 {
         .map(|(_, t)| t)
         .sum();
     busy / 100.0
+}
+
+/// `RSS 18.1 MiB (anon 12.0, file 5.1, shmem 1.0)`.
+fn memory() -> String {
+    let mib = |f| proc_status_mib(f).unwrap_or(f64::NAN);
+    format!(
+        "RSS {:>5.1} MiB (anon {:.1}, file {:.1}, shmem {:.1})",
+        mib("VmRSS:"),
+        mib("RssAnon:"),
+        mib("RssFile:"),
+        mib("RssShmem:")
+    )
 }
 
 /// A `kB` line of `/proc/self/status` (`VmHWM:`, `VmRSS:`), in MiB.
