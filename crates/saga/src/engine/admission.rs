@@ -227,47 +227,29 @@ pub(crate) async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
     })
 }
 
-/// Sagas of `name` in flight (a read, outside any transaction).
-pub(crate) async fn in_flight_now(store: &Store, name: &str) -> Result<u64> {
+/// Runs `read` on a pooled read connection (SQLite's reader pool, or the Postgres
+/// pool), outside any transaction: the `_now` reads below share their SQL with the
+/// in-transaction ones.
+async fn on_reader<T>(store: &Store, read: impl AsyncFnOnce(Conn<'_>) -> Result<T>) -> Result<T> {
     use agentsaga_core::Db;
-    let n: i64 = match store.db() {
+    match store.db() {
         Db::Sqlite { reader, .. } => {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM saga_instances
-                 WHERE state IN ('running', 'compensating') AND name = ?1",
-            )
-            .bind(name)
-            .fetch_one(reader)
-            .await?
+            let mut c = reader.acquire().await?;
+            read(Conn::Sqlite(&mut c)).await
         }
         Db::Postgres(pool) => {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM saga_instances
-                 WHERE state IN ('running', 'compensating') AND name = $1",
-            )
-            .bind(name)
-            .fetch_one(pool)
-            .await?
+            let mut c = pool.acquire().await?;
+            read(Conn::Postgres(&mut c)).await
         }
-    };
-    Ok(n as u64)
+    }
+}
+
+/// Sagas of `name` in flight (a read, outside any transaction).
+pub(crate) async fn in_flight_now(store: &Store, name: &str) -> Result<u64> {
+    on_reader(store, async |c| in_flight(c, name).await).await
 }
 
 /// Are starts of `name` waiting (a read, outside any transaction)?
 pub(crate) async fn any_waiting_now(store: &Store, name: &str) -> Result<bool> {
-    use agentsaga_core::Db;
-    Ok(match store.db() {
-        Db::Sqlite { reader, .. } => {
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = ?1)")
-                .bind(name)
-                .fetch_one(reader)
-                .await?
-        }
-        Db::Postgres(pool) => {
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = $1)")
-                .bind(name)
-                .fetch_one(pool)
-                .await?
-        }
-    })
+    on_reader(store, async |c| any_waiting(c, name).await).await
 }
