@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agentsaga::core::sqlx::{self, AssertSqlSafe};
 use agentsaga::core::testing::{Backend, fresh_url};
-use agentsaga::core::{Db, Store, both_backends};
+use agentsaga::core::{ReadPool, Store, both_backends};
 use agentsaga::saga::{SagaState, query};
 
 const UNDOABLE: &[(&str, &str)] = &[
@@ -46,12 +46,12 @@ struct Call {
 
 async fn llm_calls(store: &Store) -> Vec<Call> {
     let sql = "SELECT idempotency_key, saga_id, step, answer FROM assistant_llm_calls";
-    let rows: Vec<(String, String, String, String)> = match store.db() {
-        Db::Sqlite { reader, .. } => sqlx::query_as(AssertSqlSafe(sql))
+    let rows: Vec<(String, String, String, String)> = match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
             .fetch_all(reader)
             .await
             .unwrap(),
-        Db::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
+        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
             .fetch_all(pool)
             .await
             .unwrap(),

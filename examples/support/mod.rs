@@ -196,7 +196,7 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
         if left == 0 {
             // Late replies and moot messages still ready for delivery are consumed
             // before exit, so the outbox is left drained (future timers aside).
-            let Ok(stats) = store.stats().await else {
+            let Ok(stats) = store.admin().stats().await else {
                 continue;
             };
             if stats.in_flight == 0 && stats.oldest_pending_age_ms.is_none() {

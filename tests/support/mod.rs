@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::{Db, Store};
+use agentsaga::core::{ReadPool, Store};
 use agentsaga::saga::{SagaState, query};
 
 /// The example binary that `cargo test` built beside the test binaries.
@@ -72,12 +72,12 @@ pub fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
 /// `(saga_id, status)` rows of an effect table.
 pub async fn statuses(store: &Store, table: &str) -> std::collections::HashMap<String, String> {
     let sql = format!("SELECT saga_id, status FROM {table}");
-    let rows: Vec<(String, String)> = match store.db() {
-        Db::Sqlite { reader, .. } => sqlx::query_as(AssertSqlSafe(sql))
+    let rows: Vec<(String, String)> = match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
             .fetch_all(reader)
             .await
             .unwrap(),
-        Db::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
+        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
             .fetch_all(pool)
             .await
             .unwrap(),
@@ -157,7 +157,7 @@ pub async fn check_invariants(
             other => panic!("saga {id} is {other}, not terminal"),
         }
     }
-    let stats = store.stats().await.unwrap();
+    let stats = store.admin().stats().await.unwrap();
     assert_eq!(stats.in_flight, 0, "outbox not drained: {stats:?}");
     assert_eq!(
         stats.oldest_pending_age_ms, None,

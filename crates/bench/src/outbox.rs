@@ -17,7 +17,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use agentsaga_core::{Claim, Message, Store};
+use agentsaga_core::queue::Claim;
+use agentsaga_core::{Message, Store};
 use anyhow::{Context, ensure};
 use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 use tokio::task::JoinSet;
@@ -301,12 +302,7 @@ fn message(i: usize) -> anyhow::Result<Message> {
 }
 
 /// Unix milliseconds, the SQLite schema's clock.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub(crate) use agentsaga_core::clock::now_ms;
 
 /// Runs `units` units of work split over `tasks` tasks; `work(task, count)` does
 /// `count` units, numbering them `task, task + tasks, …`. Returns units × `per_unit`
@@ -552,12 +548,12 @@ async fn store_drain(url: &str, backlog: usize) -> anyhow::Result<f64> {
     let start = Instant::now();
     let mut delivered = 0u64;
     loop {
-        let batch = store.claim(&claim).await?;
+        let batch = store.queue().claim(&claim).await?;
         if batch.is_empty() {
             break;
         }
         let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
-        delivered += store.mark_delivered(OWNER, &seqs).await?;
+        delivered += store.queue().mark_delivered(OWNER, &seqs).await?;
     }
     let elapsed = start.elapsed();
     store.close().await;

@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use agentsaga_core::{Db, RetryPolicy};
+use agentsaga_core::{ReadPool, RetryPolicy};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{
     DEFAULT_MAX_IN_FLIGHT, Engine, Saga, SagaDefinition, SagaId, SagaState, Step,
@@ -538,12 +538,12 @@ async fn burst(
     // Memory and size now, before reading the rows back.
     let peak_rss_mib = proc_status_mib("VmHWM:").context("reading VmHWM")?;
     let rss_mib = proc_status_mib("VmRSS:").context("reading VmRSS")?;
-    let db_size_mib = db_size(store.db(), url).await? / (1024.0 * 1024.0);
+    let db_size_mib = db_size(store.reader(), url).await? / (1024.0 * 1024.0);
     let stats = runtime.relay_stats().unwrap_or_default();
 
     // (id, state, created_at ms, finished_at ms)
-    let rows: Vec<(SagaId, String, i64, Option<i64>)> = match store.db() {
-        Db::Sqlite { reader, .. } => {
+    let rows: Vec<(SagaId, String, i64, Option<i64>)> = match store.reader() {
+        ReadPool::Sqlite(reader) => {
             let rows: Vec<(String, String, i64, Option<i64>)> =
                 sqlx::query_as("SELECT id, state, created_at, finished_at FROM saga_instances")
                     .fetch_all(reader)
@@ -552,7 +552,7 @@ async fn burst(
                 .map(|(id, s, c, f)| Ok((id.parse()?, s, c, f)))
                 .collect::<anyhow::Result<_>>()?
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             let rows: Vec<(uuid::Uuid, String, i64, Option<i64>)> = sqlx::query_as(
                 "SELECT id, state, (extract(epoch FROM created_at) * 1000)::bigint,
                         (extract(epoch FROM finished_at) * 1000)::bigint
@@ -607,9 +607,9 @@ async fn burst(
 }
 
 /// The database's size in bytes: SQLite file + WAL, or `pg_database_size`.
-async fn db_size(db: &Db, url: &str) -> anyhow::Result<f64> {
+async fn db_size(db: ReadPool<'_>, url: &str) -> anyhow::Result<f64> {
     match db {
-        Db::Sqlite { .. } => {
+        ReadPool::Sqlite(_) => {
             let path = url
                 .strip_prefix("sqlite://")
                 .with_context(|| format!("not a sqlite:// URL: {url}"))?;
@@ -619,7 +619,7 @@ async fn db_size(db: &Db, url: &str) -> anyhow::Result<f64> {
             let len = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
             Ok((len(&path) + len(std::path::Path::new(&wal))) as f64)
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             let size: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
                 .fetch_one(pool)
                 .await?;

@@ -419,7 +419,8 @@ fn bad_urls_and_no_url() {
 // would let the do land after its undo. `dead list` says so, `redrive` refuses it (one
 // or `--all`), and `--force` purges it instead.
 async fn moot_dead_letters_are_not_redriven(backend: Backend) {
-    use agentsaga_core::{Claim, DeadLetter, DeliveryFailed, Store};
+    use agentsaga_core::queue::{Claim, DeadLetter};
+    use agentsaga_core::{DeliveryFailed, Store};
     use agentsaga_saga::Engine;
     let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.unwrap();
@@ -437,10 +438,11 @@ async fn moot_dead_letters_are_not_redriven(backend: Backend) {
         limit: 1,
         lease: std::time::Duration::from_secs(60),
     };
-    let command = store.claim(&claim).await.unwrap().remove(0);
+    let command = store.queue().claim(&claim).await.unwrap().remove(0);
     let reason = "reserve-agent: attempts exhausted";
     let notice = DeliveryFailed::notice_for(&command, reason).unwrap();
     store
+        .queue()
         .dead_letter(
             "t",
             &[DeadLetter {

@@ -4,10 +4,12 @@
 //! - A [`Message`] is written to the `outbox` table *in the caller's transaction*
 //!   ([`Store::enqueue`], [`Tx::enqueue`]): it exists exactly when the business change
 //!   that caused it commits.
-//! - The relay (`agentsaga-relay`) claims ready rows in batches ([`Store::claim`]),
-//!   delivers them, and acknowledges them ([`Store::mark_delivered`]), retries them
-//!   ([`Store::retry_later`]) or dead-letters them ([`Store::dead_letter`]). Rows that
-//!   share a key are delivered one at a time, in order.
+//! - The relay (`agentsaga-relay`) claims ready rows in batches ([`queue::Queue::claim`]),
+//!   delivers them, and acknowledges them ([`queue::Queue::mark_delivered`]), retries
+//!   them ([`queue::Queue::retry_later`]) or dead-letters them
+//!   ([`queue::Queue::dead_letter`]). Rows that share a key are delivered one at a time,
+//!   in order. That protocol lives in [`queue`], reached through [`Store::queue`].
+//! - Operators count, re-drive and prune through [`admin`] ([`Store::admin`]).
 //! - A consumer records each message id in the `inbox` table in the same transaction as
 //!   its effects ([`Store::receive`]): a redelivered duplicate is recognised and skipped.
 //!
@@ -17,7 +19,7 @@
 //! # Quick start
 //!
 //! ```
-//! use agentsaga_core::{Claim, Message, Receipt, Store};
+//! use agentsaga_core::{Message, Receipt, Store, queue::Claim};
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -33,7 +35,7 @@
 //! // The relay: claim, deliver, acknowledge.
 //! let destinations = vec!["billing".to_string()];
 //! let claim = Claim { owner: "relay-1", destinations: &destinations, limit: 100, lease: Duration::from_secs(30) };
-//! let batch = store.claim(&claim).await?;
+//! let batch = store.queue().claim(&claim).await?;
 //! assert_eq!(batch.len(), 1);
 //!
 //! // The consumer: effectively once.
@@ -44,11 +46,12 @@
 //! assert_eq!(tx.receive("billing", batch[0].id).await?, Receipt::Duplicate);
 //! tx.rollback().await?;
 //!
-//! store.mark_delivered("relay-1", &[batch[0].seq]).await?;
-//! assert_eq!(store.stats().await?.delivered, 1);
+//! store.queue().mark_delivered("relay-1", &[batch[0].seq]).await?;
+//! assert_eq!(store.admin().stats().await?.delivered, 1);
 //! # Ok(()) }
 //! ```
 
+pub mod clock;
 mod error;
 mod id;
 mod message;
@@ -63,8 +66,8 @@ pub use id::MessageId;
 pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
 pub use retry::RetryPolicy;
 pub use store::{
-    Claim, Conn, Db, DeadLetter, DeadRow, POSTGRES_MIGRATOR, Receipt, Retry, SQLITE_MIGRATOR,
-    Stats, Store, StoreConfig, Synchronous, Tx, Wakeups,
+    Conn, POSTGRES_MIGRATOR, ReadPool, Receipt, SQLITE_MIGRATOR, Store, StoreConfig, Synchronous,
+    Tx, admin, queue,
 };
 
 /// Re-exported so users name the same sqlx the store was built with.

@@ -207,7 +207,7 @@ impl Message {
     }
 
     pub(crate) fn delay_ms(&self) -> i64 {
-        i64::try_from(self.delay.as_millis()).unwrap_or(i64::MAX / 4)
+        crate::clock::millis(self.delay)
     }
 }
 

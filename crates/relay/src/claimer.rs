@@ -18,7 +18,8 @@ mod upkeep;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agentsaga_core::{Claim, Envelope, Store};
+use agentsaga_core::queue::Claim;
+use agentsaga_core::{Envelope, Store};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -347,6 +348,7 @@ impl Claimer {
             let seqs: Vec<i64> = acks.iter().map(|a| a.seq).collect();
             match self
                 .store
+                .queue()
                 .ack_and_claim(&seqs, &self.claim_of(&open, limit))
                 .await
             {
@@ -368,7 +370,7 @@ impl Claimer {
                 break;
             }
             let one = std::slice::from_ref(destination);
-            match self.store.claim(&self.claim_of(one, 1)).await {
+            match self.store.queue().claim(&self.claim_of(one, 1)).await {
                 Ok(rows) => {
                     if !rows.is_empty() {
                         state.breakers.probing(destination, true);

@@ -74,7 +74,7 @@
 //!     # assert!(tokio::time::Instant::now() < deadline, "not delivered");
 //!     tokio::time::sleep(Duration::from_millis(10)).await;
 //! }
-//! assert_eq!(store.stats().await?.delivered, 1);
+//! assert_eq!(store.admin().stats().await?.delivered, 1);
 //! relay.shutdown().await;
 //! # Ok(()) }
 //! ```

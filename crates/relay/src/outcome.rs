@@ -1,7 +1,8 @@
 //! Delivery outcomes waiting to be written: acknowledgements, retries, dead letters
 //! and releases, each flushed as one statement per batch.
 
-use agentsaga_core::{DeadLetter, DeliveryFailed, Envelope, Retry, RetryPolicy, Store};
+use agentsaga_core::queue::{DeadLetter, Retry};
+use agentsaga_core::{DeliveryFailed, Envelope, RetryPolicy, Store};
 
 use crate::Delivery;
 use crate::stats::StatsCell;
@@ -130,22 +131,22 @@ impl Outcomes {
     ) -> agentsaga_core::Result<()> {
         if !self.acks.is_empty() {
             let seqs: Vec<i64> = self.acks.iter().map(|a| a.seq).collect();
-            let n = store.mark_delivered(owner, &seqs).await?;
+            let n = store.queue().mark_delivered(owner, &seqs).await?;
             Self::acked(&self.acks, n, stats);
             self.acks.clear();
         }
         if !self.retries.is_empty() {
-            let n = store.retry_later(owner, &self.retries).await?;
+            let n = store.queue().retry_later(owner, &self.retries).await?;
             stats.retried(n);
             self.retries.clear();
         }
         if !self.dead.is_empty() {
-            let n = store.dead_letter(owner, &self.dead).await?;
+            let n = store.queue().dead_letter(owner, &self.dead).await?;
             stats.dead(n);
             self.dead.clear();
         }
         if !self.release.is_empty() {
-            let n = store.release(owner, &self.release).await?;
+            let n = store.queue().release(owner, &self.release).await?;
             stats.released(n);
             self.release.clear();
         }

@@ -189,11 +189,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Milliseconds since the Unix epoch, the clock of `created_at_ms`.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(crate) use agentsaga_core::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

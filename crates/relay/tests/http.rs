@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Db, Envelope, Message, MessageId, RetryPolicy, Store, sqlx};
+use agentsaga_core::{Envelope, Message, MessageId, ReadPool, RetryPolicy, Store, sqlx};
 use agentsaga_relay::http::{self, HttpTransport, OUTBOX_PATH, ReceiverConfig};
 use agentsaga_relay::{Delivery, Relay, RelayConfig, RelayError, RelayHandle, Transport};
 use axum::Router;
@@ -80,14 +80,14 @@ impl Server {
 
 /// The ids and keys of the outbox rows of `destination`.
 async fn rows(store: &Store, destination: &str) -> Vec<(MessageId, Option<String>)> {
-    let rows: Vec<(String, Option<String>)> = match store.db() {
-        Db::Sqlite { reader, .. } => {
+    let rows: Vec<(String, Option<String>)> = match store.reader() {
+        ReadPool::Sqlite(reader) => {
             sqlx::query_as("SELECT id, key FROM outbox WHERE destination = ? ORDER BY seq")
                 .bind(destination)
                 .fetch_all(reader)
                 .await
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             sqlx::query_as("SELECT id::text, key FROM outbox WHERE destination = $1 ORDER BY seq")
                 .bind(destination)
                 .fetch_all(pool)
@@ -239,13 +239,13 @@ async fn two_stores_exactly_once(backend: Backend) {
     wait_delivered(&relay_a, 50).await;
     wait_delivered(&relay_b, 50).await;
 
-    let sa = a.stats().await.unwrap();
+    let sa = a.admin().stats().await.unwrap();
     assert_eq!(
         (sa.delivered, sa.pending, sa.in_flight, sa.dead),
         (50, 0, 0, 0)
     );
     assert_received_once(&b, &sent).await;
-    assert_eq!(b.stats().await.unwrap().delivered, 50);
+    assert_eq!(b.admin().stats().await.unwrap().delivered, 50);
 
     // What reached B's destination is what A sent: once each, payload and headers kept.
     let got = local.envelopes();
@@ -292,7 +292,7 @@ async fn receiver_down_for_a_while(backend: Backend) {
         relay_a.stats().retried >= 10
     })
     .await;
-    let sa = a.stats().await.unwrap();
+    let sa = a.admin().stats().await.unwrap();
     assert_eq!((sa.delivered, sa.dead), (0, 0), "{sa:?}");
     assert_eq!(sa.pending + sa.in_flight, 50, "{sa:?}");
     assert!(rows(&b, "remote").await.is_empty());
@@ -304,10 +304,10 @@ async fn receiver_down_for_a_while(backend: Backend) {
         http::router(b.clone(), ReceiverConfig::new(TOKEN)).unwrap(),
     );
     wait_delivered(&relay_a, 50).await;
-    let sa = a.stats().await.unwrap();
+    let sa = a.admin().stats().await.unwrap();
     assert_eq!((sa.delivered, sa.dead), (50, 0), "{sa:?}");
     assert_received_once(&b, &sent).await;
-    assert_eq!(b.stats().await.unwrap().pending, 50);
+    assert_eq!(b.admin().stats().await.unwrap().pending, 50);
     relay_a.shutdown().await;
     server.stop().await;
 }
@@ -369,7 +369,7 @@ async fn redelivery_is_stored_once(backend: Backend) {
         rows(&b, "remote").await,
         [(env.id, Some("order-1".to_owned()))]
     );
-    assert_eq!(b.stats().await.unwrap().pending, 1);
+    assert_eq!(b.admin().stats().await.unwrap().pending, 1);
     server.stop().await;
 }
 agentsaga_core::both_backends!(redelivery, redelivery_is_stored_once);
@@ -384,7 +384,7 @@ async fn refusals_write_nothing(backend: Backend) {
         .max_body_bytes(1024)
         .destinations(["remote"]);
     let server = Server::bind(http::router(b.clone(), config).unwrap()).await;
-    let before = b.stats().await.unwrap();
+    let before = b.admin().stats().await.unwrap();
     let good = serde_json::to_vec(&envelope("remote", "1")).unwrap();
     let bearer = format!("Bearer {TOKEN}");
 
@@ -437,7 +437,7 @@ async fn refusals_write_nothing(backend: Backend) {
     assert!(body.contains("elsewhere"), "{body}");
 
     assert_eq!(
-        b.stats().await.unwrap(),
+        b.admin().stats().await.unwrap(),
         before,
         "a refusal wrote something"
     );
@@ -580,7 +580,7 @@ async fn client_maps_answers(backend: Backend) {
     let error = |destination: &'static str| {
         let a = a.clone();
         async move {
-            let dead = a.dead_letters(Some(destination), 10).await.unwrap();
+            let dead = a.admin().dead_letters(Some(destination), 10).await.unwrap();
             assert_eq!(dead.len(), 1, "{destination}: {dead:?}");
             assert_eq!(dead[0].envelope.attempts, 1, "{destination}");
             dead[0].last_error.clone().unwrap()

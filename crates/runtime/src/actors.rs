@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentsaga_core::{Envelope, Receipt, Store, Tx, header};
 use agentsaga_relay::Delivery;
 use agentsaga_relay::in_process::Deliver;
-use agentsaga_saga::{Engine, Handled, SagaState, StepOutcome, outcome};
+use agentsaga_saga::{Engine, Handled, SagaState, StepOutcome, protocol};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Serialize;
 use tokio::sync::{Semaphore, broadcast, watch};
@@ -44,8 +44,8 @@ fn agent_span(env: &Envelope) -> tracing::Span {
         agent = %env.destination,
         message.id = %env.id,
         saga.id = env.header(header::SAGA_ID).unwrap_or_default(),
-        step.name = env.header(outcome::STEP_NAME).unwrap_or_default(),
-        compensation = env.header(header::KIND) == Some(outcome::KIND_COMPENSATE),
+        step.name = env.header(protocol::STEP_NAME).unwrap_or_default(),
+        compensation = protocol::is_compensation(env),
         timed_out = tracing::field::Empty,
     );
     agentsaga_core::propagation::adopt(&span, &env.headers);
@@ -118,7 +118,7 @@ async fn finish_timed_out(store: &Store, env: &Envelope) -> Delivery {
         "work cancelled past the step's timeout"
     );
     match begin_received(store, env).await {
-        Ok(tx) => commit_with(tx, Ok(outcome::timed_out(env))).await,
+        Ok(tx) => commit_with(tx, Ok(protocol::timed_out(env))).await,
         Err(d) => d,
     }
 }
@@ -135,7 +135,7 @@ async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Deliv
         tracing::info!(error = %e, "step failed");
     }
     match begin_received(store, env).await {
-        Ok(tx) => commit_with(tx, outcome::reply(env, &out)).await,
+        Ok(tx) => commit_with(tx, protocol::reply(env, &out)).await,
         Err(d) => d,
     }
 }
@@ -172,7 +172,7 @@ async fn finish<R: Serialize>(
             return finish_failed(store, env, e).await;
         }
     };
-    commit_with(tx, outcome::reply(env, &out)).await
+    commit_with(tx, protocol::reply(env, &out)).await
 }
 
 #[async_trait::async_trait]
@@ -373,7 +373,7 @@ impl Orchestrator {
             otel.kind = "consumer",
             saga.id = env.header(agentsaga_core::header::SAGA_ID).unwrap_or_default(),
             saga.name = %env.destination,
-            step.name = env.header(outcome::STEP_NAME).unwrap_or_default(),
+            step.name = env.header(protocol::STEP_NAME).unwrap_or_default(),
             message.kind = env.header(agentsaga_core::header::KIND).unwrap_or_default(),
             message.id = %env.id,
         );
@@ -453,7 +453,8 @@ impl Handle for Orchestrator {
 mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use agentsaga_core::{Claim, Message};
+    use agentsaga_core::Message;
+    use agentsaga_core::queue::Claim;
 
     use super::*;
 
@@ -492,7 +493,7 @@ mod tests {
             limit: 1,
             lease: Duration::from_secs(30),
         };
-        store.claim(&claim).await.unwrap().remove(0)
+        store.queue().claim(&claim).await.unwrap().remove(0)
     }
 
     // A redelivered message that was already processed is skipped before the outside
@@ -514,7 +515,7 @@ mod tests {
         assert_eq!(agent.process(&store, &env).await, Delivery::Delivered);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // One reply, not two.
-        assert_eq!(store.stats().await.unwrap().pending, 1);
+        assert_eq!(store.admin().stats().await.unwrap().pending, 1);
     }
 
     // A message with no idempotency key header uses its own id as the key.

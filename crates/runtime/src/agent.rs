@@ -1,7 +1,7 @@
 //! Agents: the workers that carry out saga steps, effectively once.
 
 use agentsaga_core::{Conn, Envelope, MessageId, Tx, header};
-use agentsaga_saga::{SagaId, outcome};
+use agentsaga_saga::{SagaId, protocol};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -108,12 +108,12 @@ impl<'a> CallContext<'a> {
 
     /// The step's name, if the command came from a saga.
     pub fn step_name(&self) -> Option<&str> {
-        self.envelope.header(outcome::STEP_NAME)
+        self.envelope.header(protocol::STEP_NAME)
     }
 
     /// Is this a compensation (an undo) rather than a step's command?
     pub fn is_compensation(&self) -> bool {
-        self.envelope.header(header::KIND) == Some(outcome::KIND_COMPENSATE)
+        protocol::is_compensation(self.envelope)
     }
 
     /// The message id (the inbox's dedupe key). A saga step re-sent after a timeout or

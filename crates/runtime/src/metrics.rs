@@ -119,7 +119,7 @@ pub(crate) async fn sample(
     store: &Store,
     relay: &impl Fn() -> Option<agentsaga_relay::RelayStats>,
 ) {
-    match store.stats().await {
+    match store.admin().stats().await {
         Ok(s) => {
             metrics::gauge!("agentsaga_outbox_pending").set(s.pending as f64);
             metrics::gauge!("agentsaga_outbox_in_flight").set(s.in_flight as f64);

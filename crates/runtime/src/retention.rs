@@ -110,14 +110,14 @@ pub(crate) fn spawn(store: Store, retention: Retention) -> Option<JoinHandle<()>
 
 async fn prune(store: &Store, r: &Retention) {
     if let Some(age) = r.delivered {
-        match store.prune_delivered(age).await {
+        match store.admin().prune_delivered(age).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "pruned delivered outbox rows"),
             Err(e) => tracing::warn!(error = %e, "pruning delivered outbox rows failed"),
         }
     }
     if let Some(age) = r.inbox {
-        match store.prune_inbox(age).await {
+        match store.admin().prune_inbox(age).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "pruned inbox records"),
             Err(e) => tracing::warn!(error = %e, "pruning inbox records failed"),

@@ -308,7 +308,7 @@ async fn a_long_call_keeps_its_lease(backend: Backend) {
     let stats = rt.relay_stats().unwrap();
     assert_eq!(stats.retried, 0, "{stats:?}");
     assert_eq!(stats.dead, 0, "{stats:?}");
-    assert_eq!(rt.store().stats().await.unwrap().dead, 0);
+    assert_eq!(rt.store().admin().stats().await.unwrap().dead, 0);
     rt.shutdown().await;
 }
 both_backends!(long_call_tests, a_long_call_keeps_its_lease);

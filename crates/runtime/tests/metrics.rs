@@ -76,7 +76,7 @@ async fn metrics_match_the_database() {
     // describe the same moment.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let stats = loop {
-        let s = runtime.store().stats().await.unwrap();
+        let s = runtime.store().admin().stats().await.unwrap();
         let counted = runtime.relay_stats().unwrap().delivered;
         if s.in_flight == 0 && s.oldest_pending_age_ms.is_none() && counted == s.delivered {
             break s;

@@ -82,7 +82,7 @@ async fn the_runtime_prunes_on_its_own(backend: Backend) {
             .iter()
             .map(|(_, n)| n)
             .sum();
-        let delivered = rt.store().stats().await.unwrap().delivered;
+        let delivered = rt.store().admin().stats().await.unwrap().delivered;
         left = (sagas, delivered);
         if left == (0, 0) {
             break;

@@ -131,7 +131,12 @@ async fn undecodable_command_dead_letters_and_compensates(backend: Backend) {
         1,
         "the reservation was released"
     );
-    let dead = rt.store().dead_letters(Some("billing"), 10).await.unwrap();
+    let dead = rt
+        .store()
+        .admin()
+        .dead_letters(Some("billing"), 10)
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     let why = dead[0].last_error.as_deref().unwrap();
     assert!(

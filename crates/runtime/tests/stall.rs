@@ -81,7 +81,7 @@ async fn run(backend: Backend, pivot_first: bool) -> (SagaState, String) {
         .error
         .unwrap_or_default();
     assert_eq!(
-        rt.store().stats().await.unwrap().dead,
+        rt.store().admin().stats().await.unwrap().dead,
         0,
         "nothing dead-lettered"
     );

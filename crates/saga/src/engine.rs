@@ -9,16 +9,14 @@ mod persist;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentsaga_core::{
-    DeliveryFailed, Envelope, Headers, MessageId, Receipt, RetryPolicy, Store, Tx, header,
-};
+use agentsaga_core::{Envelope, Headers, Receipt, RetryPolicy, Store, Tx};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
 use self::logic::{Ctx, Effects};
 use self::model::Instance;
-use crate::outcome::{self, StepOutcome};
+use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 
 /// What [`Engine::handle`] did with a message.
@@ -358,35 +356,22 @@ impl Engine {
     /// # Errors
     /// Store errors; [`Error::Corrupt`] for a saga row this binary cannot read.
     pub async fn moot(store: &Store, env: &Envelope) -> Result<Option<String>> {
-        let Some(saga) = env
-            .header(header::SAGA_ID)
-            .and_then(|s| s.parse::<SagaId>().ok())
-        else {
+        let Ok(saga) = protocol::saga_id(env) else {
             return Ok(None);
         };
-        let inst = match store.db() {
-            agentsaga_core::Db::Sqlite { reader, .. } => {
-                let mut c = reader
-                    .acquire()
-                    .await
-                    .map_err(agentsaga_core::Error::from)?;
-                persist::load(agentsaga_core::Conn::Sqlite(&mut c), saga).await?
-            }
-            agentsaga_core::Db::Postgres(pool) => {
-                let mut c = pool.acquire().await.map_err(agentsaga_core::Error::from)?;
-                persist::load(agentsaga_core::Conn::Postgres(&mut c), saga).await?
-            }
-        };
+        let inst = store
+            .read(async |c| Ok(persist::load(c, saga).await))
+            .await??;
         let Some(inst) = inst else {
             return Ok(Some(format!("its saga {saga} no longer exists")));
         };
-        let kind = env.header(header::KIND).unwrap_or_default();
-        let row = env
-            .header(outcome::STEP)
-            .and_then(|s| s.parse::<usize>().ok())
-            .and_then(|i| inst.steps.get(&i));
-        Ok(match (kind, row) {
-            (outcome::KIND_COMMAND, Some(row)) => {
+        let sent = Outbound::parse(env).and_then(|o| match o {
+            Outbound::Command { step } | Outbound::Compensation { step } => {
+                inst.steps.get(&step).map(|row| (o, row))
+            }
+        });
+        Ok(match sent {
+            Some((Outbound::Command { .. }, row)) => {
                 if row.command_id != Some(env.id) {
                     Some(format!(
                         "step `{}` was sent again since (a later attempt supersedes it)",
@@ -401,7 +386,7 @@ impl Engine {
                     None
                 }
             }
-            (outcome::KIND_COMPENSATE, Some(row)) => {
+            Some((Outbound::Compensation { .. }, row)) => {
                 if row.comp_message_id != Some(env.id) {
                     Some(format!(
                         "the compensation of step `{}` was sent again since",
@@ -416,8 +401,8 @@ impl Engine {
                     None
                 }
             }
-            _ if inst.state.is_terminal() => Some(format!("its saga is {}", inst.state)),
-            _ => None,
+            None if inst.state.is_terminal() => Some(format!("its saga is {}", inst.state)),
+            None => None,
         })
     }
 
@@ -474,16 +459,7 @@ impl Engine {
         before: Option<&Instance>,
         fx: Effects,
     ) -> Result<()> {
-        let compensating = fx.send.iter().find_map(|m| {
-            let kind = m.header_map().get(header::KIND).map(String::as_str);
-            (kind == Some(outcome::KIND_COMPENSATE)).then(|| {
-                m.header_map()
-                    .get(outcome::STEP_NAME)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-        });
-        let span = match compensating {
+        let span = match &fx.compensating {
             Some(step) => tracing::info_span!(
                 "saga.compensate",
                 saga.id = %inst.id,
@@ -525,28 +501,11 @@ impl Engine {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
         }
-        let saga: SagaId = env
-            .header(header::SAGA_ID)
-            .ok_or_else(|| Error::Malformed(format!("message {} has no saga_id header", env.id)))?
-            .parse()
-            .map_err(|e| Error::Malformed(format!("saga_id: {e}")))?;
-        let kind = env.header(header::KIND).unwrap_or_default().to_owned();
-        let step = || -> Result<usize> {
-            env.header(outcome::STEP)
-                .ok_or_else(|| {
-                    Error::Malformed(format!("{kind} message {} has no step header", env.id))
-                })?
-                .parse()
-                .map_err(|e| Error::Malformed(format!("step: {e}")))
-        };
-        let causation = || -> Result<MessageId> {
-            env.header(header::CAUSATION_ID)
-                .ok_or_else(|| {
-                    Error::Malformed(format!("{kind} message {} has no causation_id", env.id))
-                })?
-                .parse()
-                .map_err(|e| Error::Malformed(format!("causation_id: {e}")))
-        };
+        let saga = protocol::saga_id(env)?;
+        // Parsed now, and refused only once its saga is known to be here: a message of
+        // a saga that no longer exists is dropped, and one of a version this process
+        // lacks is left for a process that has it, whatever else is wrong with it.
+        let inbound = Inbound::parse(env);
         let Some(mut inst) = persist::load(tx.conn(), saga).await? else {
             tracing::warn!(saga.id = %saga, message.id = %env.id, "message for an unknown saga; dropped");
             return Ok(Handled::Ignored(format!("unknown saga {saga}")));
@@ -557,50 +516,21 @@ impl Engine {
                 version: inst.version,
             });
         }
+        let inbound = inbound?;
+        // A start timeout withdraws its command only if no agent has taken it: a
+        // command claimed (or answered) in time is left to finish, and a committed
+        // reply wins.
+        let started_in_time = match inbound {
+            Inbound::StartTimeout { step, causation } => {
+                (tx.cancel_pending(&[causation]).await? != 1).then_some(step)
+            }
+            _ => None,
+        };
         let before = inst.clone();
         let mut ctx = self.ctx(&mut inst);
-        match kind.as_str() {
-            outcome::KIND_REPLY => {
-                let out = logic::decode_outcome(&env.payload);
-                ctx.on_reply(step()?, causation()?, out)?;
-            }
-            outcome::KIND_TIMEOUT => {
-                ctx.on_lost(
-                    step()?,
-                    causation()?,
-                    "timed out: the outcome is unknown".into(),
-                )?;
-            }
-            outcome::KIND_START_TIMEOUT => {
-                // Withdrawn only if no agent has taken it: a command claimed (or
-                // answered) in time is left to finish, and a committed reply wins.
-                let command = causation()?;
-                let step = step()?;
-                drop(ctx);
-                if tx.cancel_pending(&[command]).await? == 1 {
-                    let mut ctx = self.ctx(&mut inst);
-                    ctx.on_lost(step, command, "not started within its start timeout".into())?;
-                    let fx = std::mem::take(&mut ctx.fx);
-                    return self.finish_handle(tx, saga, inst, before, fx).await;
-                }
-                let mut ctx = self.ctx(&mut inst);
-                ctx.fx.ignored = Some(format!("step {step} started in time"));
-                let fx = std::mem::take(&mut ctx.fx);
-                return self.finish_handle(tx, saga, inst, before, fx).await;
-            }
-            header::KIND_DELIVERY_FAILED => {
-                let notice: DeliveryFailed =
-                    env.decode().map_err(|e| Error::Malformed(e.to_string()))?;
-                let why = format!(
-                    "delivery to `{}` failed: {}",
-                    notice.destination, notice.reason
-                );
-                ctx.on_lost(step()?, notice.message_id, why)?;
-            }
-            outcome::KIND_DEADLINE => ctx.on_deadline()?,
-            other => {
-                return Err(Error::Malformed(format!("unknown message kind `{other}`")));
-            }
+        match started_in_time {
+            Some(step) => ctx.ignore(format!("step {step} started in time"))?,
+            None => ctx.receive(inbound)?,
         }
         let fx = std::mem::take(&mut ctx.fx);
         self.finish_handle(tx, saga, inst, before, fx).await
@@ -641,11 +571,7 @@ impl Engine {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
         }
-        let saga: SagaId = env
-            .header(header::SAGA_ID)
-            .ok_or_else(|| Error::Malformed(format!("message {} has no saga_id header", env.id)))?
-            .parse()
-            .map_err(|e| Error::Malformed(format!("saga_id: {e}")))?;
+        let saga = protocol::saga_id(env)?;
         let Some(mut inst) = persist::load(tx.conn(), saga).await? else {
             return Ok(Handled::Ignored(format!("unknown saga {saga}")));
         };
@@ -655,7 +581,7 @@ impl Engine {
                 version: inst.version,
             });
         }
-        let step = env.header(outcome::STEP).and_then(|s| s.parse().ok());
+        let step = protocol::step_of(env);
         let before = inst.clone();
         let mut ctx = self.ctx(&mut inst);
         ctx.fail_processing(step, format!("the orchestrator could not go on: {reason}"))?;
@@ -707,14 +633,4 @@ impl Engine {
     }
 }
 
-/// Decodes what an agent answered; exposed for transports and tests.
-pub fn decode_outcome(payload: &str) -> StepOutcome {
-    logic::decode_outcome(payload)
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub(crate) use agentsaga_core::clock::now_ms;

@@ -40,7 +40,7 @@ mod definition;
 mod engine;
 mod error;
 mod id;
-pub mod outcome;
+pub mod protocol;
 pub mod query;
 mod state;
 
@@ -48,10 +48,10 @@ pub use definition::{
     AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
     orchestrator_destination,
 };
-pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, decode_outcome};
+pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled};
 pub use error::{Error, Result};
 pub use id::SagaId;
-pub use outcome::StepOutcome;
+pub use protocol::StepOutcome;
 pub use state::{CompState, Lifecycle, SagaState, StepState};
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Db, Store};
+use agentsaga_core::{Conn, ReadPool, Store};
 use serde::Serialize;
 
 use crate::{Error, Result, SagaId, SagaState};
@@ -127,8 +127,8 @@ pub async fn list(store: &Store, filter: &ListFilter) -> Result<Vec<SagaSummary>
 async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result<Vec<SagaSummary>> {
     let limit = i64::from(if f.limit == 0 { 100 } else { f.limit });
     let state = f.state.map(SagaState::as_str);
-    match store.db() {
-        Db::Sqlite { reader, .. } => {
+    match store.reader() {
+        ReadPool::Sqlite(reader) => {
             let rows = sqlx::query(
                 "SELECT id, name, version, state, error, created_at, updated_at FROM saga_instances
                  WHERE (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR state = ?2)
@@ -145,7 +145,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                 .map(|r| summary(parse_id(&r.try_get::<String, _>("id")?)?, r))
                 .collect()
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             let rows = sqlx::query(
                 "SELECT id, name, version, state, error,
                     (extract(epoch FROM created_at) * 1000)::bigint AS created_at,
@@ -195,8 +195,8 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
             })
         }};
     }
-    match store.db() {
-        Db::Sqlite { reader, .. } => {
+    match store.reader() {
+        ReadPool::Sqlite(reader) => {
             let rows = sqlx::query(
                 "SELECT idx, stage, name, destination, state, attempts, error,
                     compensation_destination, compensation_payload, compensation_state,
@@ -209,7 +209,7 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
             .await?;
             rows.iter().map(|r| view!(r, i64)).collect()
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             let rows = sqlx::query(
                 "SELECT idx, stage, name, destination, state, attempts, error,
                     compensation_destination, compensation_payload::text AS compensation_payload,
@@ -232,15 +232,15 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
 /// # Errors
 /// Store errors.
 pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
-    let rows: Vec<(String, i64)> = match store.db() {
-        Db::Sqlite { reader, .. } => {
+    let rows: Vec<(String, i64)> = match store.reader() {
+        ReadPool::Sqlite(reader) => {
             sqlx::query_as(
                 "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
             )
             .fetch_all(reader)
             .await?
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             sqlx::query_as(
                 "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
             )
@@ -302,9 +302,10 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
     let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
     let mut pruned = Pruned::default();
     loop {
-        let (dead, sagas) = match store.db() {
-            Db::Sqlite { writer, .. } => {
-                let cutoff = crate::engine::now_ms().saturating_sub(older_ms);
+        let mut tx = store.begin().await?;
+        let (dead, sagas) = match tx.conn() {
+            Conn::Sqlite(c) => {
+                let cutoff = agentsaga_core::clock::now_ms().saturating_sub(older_ms);
                 let pick = "SELECT id FROM saga_instances
                      WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < ?1
                      ORDER BY finished_at, id LIMIT ?2";
@@ -314,7 +315,7 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
                 )))
                 .bind(cutoff)
                 .bind(PRUNE_BATCH)
-                .execute(writer)
+                .execute(&mut *c)
                 .await?
                 .rows_affected();
                 let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -322,12 +323,12 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
                 )))
                 .bind(cutoff)
                 .bind(PRUNE_BATCH)
-                .execute(writer)
+                .execute(&mut *c)
                 .await?
                 .rows_affected();
                 (dead, sagas)
             }
-            Db::Postgres(pool) => {
+            Conn::Postgres(c) => {
                 let pick = "SELECT id FROM saga_instances
                      WHERE state IN ('completed', 'compensated', 'aborted')
                        AND finished_at < now() - $1 * interval '1 millisecond'
@@ -338,7 +339,7 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
                 )))
                 .bind(older_ms)
                 .bind(PRUNE_BATCH)
-                .execute(pool)
+                .execute(&mut *c)
                 .await?
                 .rows_affected();
                 let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -346,12 +347,13 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
                 )))
                 .bind(older_ms)
                 .bind(PRUNE_BATCH)
-                .execute(pool)
+                .execute(&mut *c)
                 .await?
                 .rows_affected();
                 (dead, sagas)
             }
         };
+        tx.commit().await?;
         pruned.sagas += sagas;
         pruned.dead_letters += dead;
         if sagas < PRUNE_BATCH as u64 {

@@ -4,11 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Claim, Envelope, Receipt, RetryPolicy, Store, both_backends, header};
+use agentsaga_core::{Envelope, Receipt, RetryPolicy, Store, both_backends, header};
 use serde_json::{Value, json};
 
-use crate::outcome::{self, StepOutcome};
+use crate::protocol::{self, StepOutcome};
 use crate::{Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step, query};
 
 type D = Value;
@@ -94,7 +95,7 @@ impl World {
                 limit: 64,
                 lease: Duration::from_secs(60),
             };
-            let mut batch = self.store.claim(&claim).await.unwrap();
+            let mut batch = self.store.queue().claim(&claim).await.unwrap();
             if batch.is_empty() {
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 continue;
@@ -111,7 +112,7 @@ impl World {
                     self.deliver(env, &mut agent, &mut comp).await;
                 }
             }
-            self.store.mark_delivered("t", &seqs).await.unwrap();
+            self.store.queue().mark_delivered("t", &seqs).await.unwrap();
         }
     }
 
@@ -131,8 +132,8 @@ impl World {
             return;
         }
         let saga: SagaId = env.header(header::SAGA_ID).unwrap().parse().unwrap();
-        let step: usize = env.header(outcome::STEP).unwrap().parse().unwrap();
-        let out = if env.header(header::KIND) == Some(outcome::KIND_COMPENSATE) {
+        let step: usize = env.header(protocol::STEP).unwrap().parse().unwrap();
+        let out = if env.header(header::KIND) == Some(protocol::KIND_COMPENSATE) {
             let out = comp(&mut self.rng, env);
             if matches!(out, StepOutcome::Ok(_)) {
                 self.ledger.undone.push((saga, step));
@@ -147,14 +148,14 @@ impl World {
         };
         if out.is_none()
             && env.header(header::TIMEOUT_MS).is_some()
-            && let Some(notice) = outcome::timed_out(env)
+            && let Some(notice) = protocol::timed_out(env)
         {
             // What the runtime's agents do with work that runs past the step's
             // timeout: cancel it and report the outcome unknown.
             tx.enqueue(&notice).await.unwrap();
         }
         if let Some(out) = out {
-            let reply = outcome::reply(env, &out).unwrap().unwrap();
+            let reply = protocol::reply(env, &out).unwrap().unwrap();
             tx.enqueue(&reply).await.unwrap();
         }
         tx.commit().await.unwrap();
@@ -211,7 +212,7 @@ async fn happy_path(backend: Backend) {
         "the pivot has no compensation"
     );
     // Every timer was cancelled when its step replied: nothing left pending.
-    assert_eq!(w.store.stats().await.unwrap().pending, 0);
+    assert_eq!(w.store.admin().stats().await.unwrap().pending, 0);
 }
 both_backends!(happy_path_tests, happy_path);
 
@@ -229,9 +230,9 @@ async fn concurrent_replies_of_a_parallel_stage(backend: Backend) {
             limit: 64,
             lease: Duration::from_secs(60),
         };
-        let batch = store.claim(&claim).await.unwrap();
+        let batch = store.queue().claim(&claim).await.unwrap();
         let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
-        store.mark_delivered("t", &seqs).await.unwrap();
+        store.queue().mark_delivered("t", &seqs).await.unwrap();
         batch
     };
     let mut agent = |_: &mut fastrand::Rng, _: &Envelope, _: usize| Some(ok());
@@ -487,6 +488,7 @@ async fn abort_running_and_versions(backend: Backend) {
     let dests = vec!["flight-agent".to_string()];
     let cmd = w
         .store
+        .queue()
         .claim(&Claim {
             owner: "t",
             destinations: &dests,
@@ -497,13 +499,14 @@ async fn abort_running_and_versions(backend: Backend) {
         .unwrap()
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
-    let reply = outcome::reply(&cmd, &ok()).unwrap().unwrap();
+    let reply = protocol::reply(&cmd, &ok()).unwrap().unwrap();
     assert_eq!(reply.destination(), "saga.trip.v1");
     tx.enqueue(&reply).await.unwrap();
     tx.commit().await.unwrap();
     let orch = vec!["saga.trip.v1".to_string()];
     let env = w
         .store
+        .queue()
         .claim(&Claim {
             owner: "t",
             destinations: &orch,
@@ -707,7 +710,7 @@ async fn property_random_sagas(backend: Backend) {
             ends.get(&SagaState::Compensated).is_some_and(|n| *n > 0),
             "{ends:?}"
         );
-        let stats = w.store.stats().await.unwrap();
+        let stats = w.store.admin().stats().await.unwrap();
         assert_eq!(stats.in_flight, 0);
     }
 }
@@ -746,7 +749,7 @@ async fn claim_of(store: &Store, destination: &str) -> Vec<Envelope> {
         limit: 10,
         lease: Duration::from_secs(60),
     };
-    store.claim(&claim).await.unwrap()
+    store.queue().claim(&claim).await.unwrap()
 }
 
 /// The saga of `start_timeout_tests`: one undoable step with a 50 ms start timeout and
@@ -790,10 +793,14 @@ async fn start_timeout_withdraws_only_untaken_commands(backend: Backend) {
     assert_eq!(command.header(header::TIMEOUT_MS), Some("10"));
     tokio::time::sleep(Duration::from_millis(80)).await;
     let mut tx = store.begin().await.unwrap();
-    let reply = outcome::reply(&command, &ok()).unwrap().unwrap();
+    let reply = protocol::reply(&command, &ok()).unwrap().unwrap();
     tx.enqueue(&reply).await.unwrap();
     tx.commit().await.unwrap();
-    store.mark_delivered("t", &[command.seq]).await.unwrap();
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .unwrap();
     // The timer (enqueued at start) is older than the reply: it comes first.
     let handled = handle_orchestrator(&engine, &store).await;
     assert_eq!(handled.len(), 2, "{handled:?}");
@@ -819,7 +826,10 @@ async fn start_timeout_withdraws_only_untaken_commands(backend: Backend) {
     // The withdrawn command is gone: only its compensation is left for the agent.
     let left = claim_of(&store, "a-agent").await;
     assert_eq!(left.len(), 1);
-    assert_eq!(left[0].header(header::KIND), Some(outcome::KIND_COMPENSATE));
+    assert_eq!(
+        left[0].header(header::KIND),
+        Some(protocol::KIND_COMPENSATE)
+    );
 }
 both_backends!(
     start_timeout_tests,

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentsaga_core::{DeadRow, MessageId, Store};
+use agentsaga_core::admin::DeadRow;
+use agentsaga_core::{MessageId, Store};
 use serde::Serialize;
 
 use super::{json_value, print_json};
@@ -64,7 +65,7 @@ pub(super) async fn list(
     limit: u32,
     json: bool,
 ) -> anyhow::Result<()> {
-    let rows = store.dead_letters(destination, limit).await?;
+    let rows = store.admin().dead_letters(destination, limit).await?;
     let mut docs = Vec::with_capacity(rows.len());
     for d in &rows {
         docs.push(DeadDoc::of(store, d).await?);
@@ -103,7 +104,7 @@ pub(super) async fn list(
 }
 
 pub(super) async fn show(store: &Store, id: MessageId, json: bool) -> anyhow::Result<()> {
-    let rows = store.dead_letters(None, u32::MAX).await?;
+    let rows = store.admin().dead_letters(None, u32::MAX).await?;
     let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
         anyhow::bail!("dead letter `{id}` not found");
     };
@@ -146,37 +147,37 @@ pub(super) async fn redrive(
 ) -> anyhow::Result<()> {
     match id {
         Some(id) => {
-            let rows = store.dead_letters(None, u32::MAX).await?;
+            let rows = store.admin().dead_letters(None, u32::MAX).await?;
             let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
                 anyhow::bail!("dead letter `{id}` not found");
             };
             match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
                 Some(why) if force => {
-                    store.purge_dead_letter(id).await?;
+                    store.admin().purge_dead_letter(id).await?;
                     outln!("purged dead letter {id} as moot: {why}");
                 }
                 Some(why) => anyhow::bail!(
                     "refused to re-drive dead letter {id}: {why}. Re-driving it could undo what its saga decided; `--force` purges it instead"
                 ),
                 None => {
-                    store.redrive(id).await?;
+                    store.admin().redrive(id).await?;
                     outln!("re-drove dead letter {id}: pending again, attempts reset");
                 }
             }
         }
         None => {
-            let rows = store.dead_letters(destination, u32::MAX).await?;
+            let rows = store.admin().dead_letters(destination, u32::MAX).await?;
             let (mut redriven, mut purged, mut refused) = (0, 0, Vec::new());
             for row in &rows {
                 let id = row.envelope.id;
                 match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
                     Some(_) if force => {
-                        store.purge_dead_letter(id).await?;
+                        store.admin().purge_dead_letter(id).await?;
                         purged += 1;
                     }
                     Some(why) => refused.push((id, why)),
                     None => {
-                        store.redrive(id).await?;
+                        store.admin().redrive(id).await?;
                         redriven += 1;
                     }
                 }
@@ -201,7 +202,7 @@ pub(super) async fn redrive(
 }
 
 pub(super) async fn purge(store: &Store, older_than: Duration) -> anyhow::Result<()> {
-    let n = store.purge_dead(older_than).await?;
+    let n = store.admin().purge_dead(older_than).await?;
     outln!(
         "purged {n} dead letter(s) created more than {} ago",
         compact_duration(older_than)

@@ -11,8 +11,8 @@ pub(super) async fn prune(
     older_than: Duration,
     sagas_older_than: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let delivered = store.prune_delivered(older_than).await?;
-    let inbox = store.prune_inbox(older_than).await?;
+    let delivered = store.admin().prune_delivered(older_than).await?;
+    let inbox = store.admin().prune_inbox(older_than).await?;
     outln!(
         "pruned {delivered} delivered outbox row(s) and {inbox} inbox record(s) older than {}",
         compact_duration(older_than)

@@ -42,7 +42,7 @@ struct OutboxDoc {
 }
 
 pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
-    let stats = store.stats().await?;
+    let stats = store.admin().stats().await?;
     let counts = query::count_by_state(store).await?;
     let starts_waiting: BTreeMap<String, u64> = agentsaga_saga::Engine::waiting_starts(store)
         .await?

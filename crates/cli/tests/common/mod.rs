@@ -7,9 +7,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use agentsaga_core::queue::{Claim, DeadLetter};
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Claim, DeadLetter, Message, MessageId, Receipt, RetryPolicy, Store, header};
-use agentsaga_saga::outcome::{self, StepOutcome};
+use agentsaga_core::{Message, MessageId, Receipt, RetryPolicy, Store};
+use agentsaga_saga::protocol::{self, StepOutcome};
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step, query};
 use serde_json::{Value, json};
 
@@ -124,7 +125,7 @@ pub fn trip() -> SagaDefinition {
 
 fn agent(env: &agentsaga_core::Envelope) -> StepOutcome {
     let payload: Value = serde_json::from_str(&env.payload).expect("payload");
-    if env.header(header::KIND) == Some(outcome::KIND_COMPENSATE) {
+    if protocol::is_compensation(env) {
         return if payload["cancel"] == "stuck" {
             StepOutcome::Fatal("cancel API down".into())
         } else {
@@ -177,6 +178,7 @@ pub async fn prepare(backend: Backend) -> Prepared {
     tx.commit().await.expect("commit");
     let destinations = vec!["mailer".to_owned(), "sms".to_owned()];
     let claimed = store
+        .queue()
         .claim(&Claim {
             owner: "t",
             destinations: &destinations,
@@ -194,7 +196,14 @@ pub async fn prepare(backend: Backend) -> Prepared {
             notice: None,
         })
         .collect();
-    assert_eq!(store.dead_letter("t", &dead).await.expect("dead letter"), 2);
+    assert_eq!(
+        store
+            .queue()
+            .dead_letter("t", &dead)
+            .await
+            .expect("dead letter"),
+        2
+    );
     store.close().await;
     Prepared {
         url,
@@ -233,7 +242,7 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
             limit: 64,
             lease: Duration::from_secs(60),
         };
-        let batch = store.claim(&claim).await.expect("claim");
+        let batch = store.queue().claim(&claim).await.expect("claim");
         if batch.is_empty() {
             tokio::time::sleep(Duration::from_millis(2)).await;
             continue;
@@ -244,7 +253,7 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
                 engine.handle(&mut tx, env).await.expect("handle");
             } else if tx.receive(&env.destination, env.id).await.expect("receive") == Receipt::First
             {
-                let reply = outcome::reply(env, &agent(env))
+                let reply = protocol::reply(env, &agent(env))
                     .expect("reply")
                     .expect("reply_to");
                 tx.enqueue(&reply).await.expect("enqueue reply");
@@ -252,7 +261,11 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
             tx.commit().await.expect("commit");
         }
         let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
-        store.mark_delivered("t", &seqs).await.expect("delivered");
+        store
+            .queue()
+            .mark_delivered("t", &seqs)
+            .await
+            .expect("delivered");
     }
 }
 

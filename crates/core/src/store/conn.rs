@@ -2,7 +2,8 @@
 
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
-use super::{Db, Receipt, Store};
+use super::backend::Backend;
+use super::{Receipt, Store};
 use crate::{Message, MessageId, Result};
 
 /// A borrowed connection of either backend, usually the inside of a transaction.
@@ -55,13 +56,13 @@ pub struct Tx {
 
 impl Tx {
     pub(super) async fn begin(store: &Store) -> Result<Self> {
-        let inner = match store.db() {
+        let inner = match store.backend_ref() {
             // IMMEDIATE takes the write lock up front: a deferred transaction that later
             // upgrades can fail with SQLITE_BUSY whatever the busy timeout (another
             // process writing). In this process the single writer connection already
             // queues writers.
-            Db::Sqlite { writer, .. } => Inner::Sqlite(writer.begin_with("BEGIN IMMEDIATE").await?),
-            Db::Postgres(pool) => Inner::Postgres(pool.begin().await?),
+            Backend::Sqlite(db) => Inner::Sqlite(db.writer.begin_with("BEGIN IMMEDIATE").await?),
+            Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
         };
         Ok(Self {
             inner,

@@ -3,15 +3,25 @@
 //! Lists of rows travel as arrays (`= ANY($1)`, `unnest`): one statement per batch.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
-use uuid::Uuid;
 
-use super::{Claim, DeadLetter, DeadRow, Retry, Stats, StoreConfig, millis};
+use super::StoreConfig;
+use super::admin::{DeadRow, Stats, Table};
+use super::backend::{Dialect, check_schema, dead_row, envelope};
+use super::queue::{Claim, DeadLetter, Retry};
+use crate::clock::millis;
 use crate::{Envelope, Error, Message, MessageId, Result};
 
-pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<PgPool> {
+/// An open PostgreSQL database: one pool.
+#[derive(Clone, Debug)]
+pub(crate) struct Postgres {
+    pub(crate) pool: PgPool,
+}
+
+pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Postgres> {
     let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),
@@ -25,175 +35,24 @@ pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<PgPool> {
             scheme: "postgres",
             source: e,
         })?;
-    check_schema(&pool).await?;
+    check_schema(&applied(&pool).await?, &super::POSTGRES_MIGRATOR)?;
     super::POSTGRES_MIGRATOR.run(&pool).await?;
-    Ok(pool)
+    Ok(Postgres { pool })
 }
 
-async fn check_schema(pool: &PgPool) -> Result<()> {
+/// The versions of the migrations applied, in order (none before the first).
+async fn applied(pool: &PgPool) -> Result<Vec<i64>> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
         .fetch_one(pool)
         .await?;
     if !exists {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let found: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
-            .fetch_one(pool)
-            .await?;
-    let known = super::POSTGRES_MIGRATOR
-        .iter()
-        .map(|m| m.version)
-        .max()
-        .unwrap_or(0);
-    if found > known {
-        return Err(Error::SchemaTooNew { found, known });
-    }
-    Ok(())
-}
-
-/// Counts pending rows (up to `limit`) for the `max_pending` check. It first takes a
-/// transaction-level advisory lock, held until the caller's transaction ends, so that
-/// concurrent producers count one after another and each sees the rows the one before
-/// it committed: the limit holds under concurrency. Only with `max_pending` set.
-pub(super) async fn count_pending(c: &mut PgConnection, limit: u64) -> Result<u64> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agentsaga.max_pending'))")
-        .execute(&mut *c)
-        .await?;
-    let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' LIMIT $1) t",
+    Ok(
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?,
     )
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_one(c)
-    .await?;
-    Ok(n as u64)
-}
-
-pub(super) async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Result<()> {
-    if let [m] = messages {
-        sqlx::query(
-            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-             VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, now() + $6 * interval '1 millisecond')
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(m.id.as_uuid())
-        .bind(&m.destination)
-        .bind(m.key.as_deref())
-        .bind(&m.payload)
-        .bind(m.headers_json()?)
-        .bind(m.delay_ms())
-        .execute(c)
-        .await?;
-        return Ok(());
-    }
-    let mut ids = Vec::with_capacity(messages.len());
-    let mut dests = Vec::with_capacity(messages.len());
-    let mut keys = Vec::with_capacity(messages.len());
-    let mut payloads = Vec::with_capacity(messages.len());
-    let mut headers = Vec::with_capacity(messages.len());
-    let mut delays = Vec::with_capacity(messages.len());
-    for m in messages {
-        ids.push(*m.id.as_uuid());
-        dests.push(m.destination.clone());
-        keys.push(m.key.clone());
-        payloads.push(m.payload.clone());
-        headers.push(m.headers_json()?);
-        delays.push(m.delay_ms());
-    }
-    sqlx::query(
-        "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-         SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-              WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
-         ORDER BY u.ord
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(ids)
-    .bind(dests)
-    .bind(keys)
-    .bind(payloads)
-    .bind(headers)
-    .bind(delays)
-    .execute(c)
-    .await?;
-    Ok(())
-}
-
-pub(super) async fn seen(pool: &PgPool, consumer: &str, id: MessageId) -> Result<bool> {
-    let row = sqlx::query("SELECT 1 FROM inbox WHERE consumer = $1 AND message_id = $2")
-        .bind(consumer)
-        .bind(id.as_uuid())
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.is_some())
-}
-
-pub(super) async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
-    let r = sqlx::query(
-        "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-    )
-    .bind(consumer)
-    .bind(id.as_uuid())
-    .execute(c)
-    .await?;
-    Ok(r.rows_affected() == 1)
-}
-
-fn envelope(row: &PgRow) -> Result<Envelope> {
-    let headers: String = row.try_get("headers")?;
-    Ok(Envelope {
-        seq: row.try_get("seq")?,
-        id: MessageId::from_uuid(row.try_get::<Uuid, _>("id")?),
-        destination: row.try_get("destination")?,
-        key: row.try_get("key")?,
-        payload: row.try_get("payload")?,
-        headers: serde_json::from_str(&headers).map_err(|e| Error::Corrupt {
-            table: "outbox",
-            reason: format!("headers: {e}"),
-        })?,
-        attempts: row.try_get::<i32, _>("attempts")? as u32,
-        created_at_ms: row.try_get("created_at")?,
-    })
-}
-
-pub(super) async fn claim(pool: &PgPool, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
-    // The statement lives in `agentsaga_claim` (migration 0004), which plans it as an
-    // ordered walk of `outbox_pending`; see there for why.
-    let rows = sqlx::query("SELECT * FROM agentsaga_claim($1, $2, $3, $4)")
-        .bind(claim.owner)
-        .bind(millis(claim.lease))
-        .bind(claim.destinations)
-        .bind(i64::from(claim.limit))
-        .fetch_all(pool)
-        .await?;
-    rows.iter().map(envelope).collect()
-}
-
-pub(super) async fn ack_and_claim(
-    pool: &PgPool,
-    delivered: &[i64],
-    claim: &Claim<'_>,
-) -> Result<(u64, Vec<Envelope>)> {
-    // `agentsaga_ack_and_claim` (migration 0004): its first row carries the count of
-    // rows marked delivered, the claimed rows follow.
-    let rows = sqlx::query("SELECT * FROM agentsaga_ack_and_claim($1, $2, $3, $4, $5)")
-        .bind(claim.owner)
-        .bind(delivered)
-        .bind(millis(claim.lease))
-        .bind(claim.destinations)
-        .bind(i64::from(claim.limit))
-        .fetch_all(pool)
-        .await?;
-    let mut acked = 0;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for row in &rows {
-        if row.try_get::<Option<i64>, _>("seq")?.is_some() {
-            claimed.push(envelope(row)?);
-        } else {
-            acked = u64::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0);
-        }
-    }
-    Ok((acked, claimed))
 }
 
 // The acknowledgements below match `lease_owner` and not `state = 'in_flight'`: a row
@@ -201,208 +60,313 @@ pub(super) async fn ack_and_claim(
 // and without the state in the WHERE clause the planner goes by primary key rather than
 // bitmap-scanning `outbox_lease` and its dead entries.
 
-pub(super) async fn mark_delivered(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE outbox
-         SET state = 'delivered', delivered_at = now(), lease_owner = NULL, lease_until = NULL
-         WHERE seq = ANY($1) AND lease_owner = $2",
-    )
-    .bind(seqs)
-    .bind(owner)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
+impl Dialect for Postgres {
+    type Conn = PgConnection;
 
-pub(super) async fn retry_later(pool: &PgPool, owner: &str, retries: &[Retry]) -> Result<u64> {
-    let seqs: Vec<i64> = retries.iter().map(|r| r.seq).collect();
-    let delays: Vec<i64> = retries.iter().map(|r| millis(r.delay)).collect();
-    let errors: Vec<String> = retries.iter().map(|r| r.error.clone()).collect();
-    let r = sqlx::query(
-        "UPDATE outbox o
-         SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
-             last_error = u.e, lease_owner = NULL, lease_until = NULL
-         FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(s, t, e)
-         WHERE o.seq = u.s AND o.lease_owner = $4",
-    )
-    .bind(seqs)
-    .bind(delays)
-    .bind(errors)
-    .bind(owner)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn dead_letter(
-    c: &mut PgConnection,
-    owner: &str,
-    dead: &[DeadLetter],
-) -> Result<u64> {
-    let seqs: Vec<i64> = dead.iter().map(|d| d.seq).collect();
-    let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
-    let r = sqlx::query(
-        "UPDATE outbox o
-         SET state = 'dead', last_error = u.e, lease_owner = NULL, lease_until = NULL
-         FROM unnest($1::bigint[], $2::text[]) AS u(s, e)
-         WHERE o.seq = u.s AND o.lease_owner = $3",
-    )
-    .bind(seqs)
-    .bind(reasons)
-    .bind(owner)
-    .execute(c)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn release(pool: &PgPool, owner: &str, seqs: &[i64]) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE outbox
-         SET state = 'pending', attempts = greatest(attempts - 1, 0),
-             lease_owner = NULL, lease_until = NULL
-         WHERE seq = ANY($1) AND lease_owner = $2",
-    )
-    .bind(seqs)
-    .bind(owner)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn renew(
-    pool: &PgPool,
-    owner: &str,
-    seqs: &[i64],
-    lease: std::time::Duration,
-) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE outbox SET lease_until = now() + $1 * interval '1 millisecond'
-         WHERE seq = ANY($2) AND lease_owner = $3",
-    )
-    .bind(millis(lease))
-    .bind(seqs)
-    .bind(owner)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn reclaim_expired(pool: &PgPool) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
-         WHERE state = 'in_flight' AND lease_until < now()",
-    )
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn redrive(
-    pool: &PgPool,
-    id: Option<MessageId>,
-    destination: Option<&str>,
-) -> Result<u64> {
-    let r = sqlx::query(
-        "UPDATE outbox SET state = 'pending', attempts = 0, available_at = now()
-         WHERE state = 'dead' AND ($1::uuid IS NULL OR id = $1)
-           AND ($2::text IS NULL OR destination = $2)",
-    )
-    .bind(id.map(|i| *i.as_uuid()))
-    .bind(destination)
-    .execute(pool)
-    .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn prune(
-    pool: &PgPool,
-    what: &'static str,
-    older_than: std::time::Duration,
-) -> Result<u64> {
-    let sql = match what {
-        "delivered" => {
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'delivered'
-               AND delivered_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
-        }
-        "dead" => {
-            "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'dead'
-               AND created_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
-        }
-        _ => {
-            "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
-               FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
-        }
-    };
-    let mut total = 0;
-    loop {
-        let n = sqlx::query(sql)
-            .bind(millis(older_than))
-            .bind(super::sqlite::PRUNE_BATCH)
-            .execute(pool)
-            .await?
-            .rows_affected();
-        total += n;
-        if n < super::sqlite::PRUNE_BATCH as u64 {
-            return Ok(total);
-        }
-        tokio::task::yield_now().await;
-    }
-}
-
-pub(super) async fn stats(pool: &PgPool) -> Result<Stats> {
-    let row = sqlx::query(
-        "SELECT
-           count(*) FILTER (WHERE state = 'pending') AS pending,
-           count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
-           count(*) FILTER (WHERE state = 'delivered') AS delivered,
-           count(*) FILTER (WHERE state = 'dead') AS dead,
-           (extract(epoch FROM now() - min(available_at)
-                FILTER (WHERE state = 'pending' AND available_at <= now())) * 1000)::bigint
-               AS oldest
-         FROM outbox",
-    )
-    .fetch_one(pool)
-    .await?;
-    let oldest: Option<i64> = row.try_get("oldest")?;
-    Ok(Stats {
-        pending: row.try_get::<i64, _>("pending")? as u64,
-        in_flight: row.try_get::<i64, _>("in_flight")? as u64,
-        delivered: row.try_get::<i64, _>("delivered")? as u64,
-        dead: row.try_get::<i64, _>("dead")? as u64,
-        oldest_pending_age_ms: oldest.map(|t| t.max(0) as u64),
-    })
-}
-
-pub(super) async fn dead_letters(
-    pool: &PgPool,
-    destination: Option<&str>,
-    limit: u32,
-) -> Result<Vec<DeadRow>> {
-    const SQL: &str = "SELECT seq, id, destination, key, payload::text AS payload,
-        headers::text AS headers, attempts,
-        (extract(epoch FROM created_at) * 1000)::bigint AS created_at, last_error
-        FROM outbox WHERE state = 'dead' AND ($1::text IS NULL OR destination = $1)
-        ORDER BY seq DESC LIMIT $2";
-    let rows = sqlx::query(SQL)
-        .bind(destination)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
+    /// Takes a transaction-level advisory lock first, held until the caller's
+    /// transaction ends, so that concurrent producers count one after another and each
+    /// sees the rows the one before it committed: the limit holds under concurrency.
+    async fn count_pending(c: &mut PgConnection, limit: u64) -> Result<u64> {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agentsaga.max_pending'))")
+            .execute(&mut *c)
+            .await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' LIMIT $1) t",
+        )
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_one(c)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(DeadRow {
-                envelope: envelope(r)?,
-                last_error: r.try_get("last_error")?,
-            })
-        })
-        .collect()
-}
+        Ok(n as u64)
+    }
 
-pub(super) async fn cancel_pending(c: &mut PgConnection, ids: &[MessageId]) -> Result<u64> {
-    let list: Vec<Uuid> = ids.iter().map(|i| *i.as_uuid()).collect();
-    let r = sqlx::query("DELETE FROM outbox WHERE state = 'pending' AND id = ANY($1)")
-        .bind(list)
+    async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Result<()> {
+        if let [m] = messages {
+            sqlx::query(
+                "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+                 VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, now() + $6 * interval '1 millisecond')
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(m.id)
+            .bind(&m.destination)
+            .bind(m.key.as_deref())
+            .bind(&m.payload)
+            .bind(m.headers_json()?)
+            .bind(m.delay_ms())
+            .execute(c)
+            .await?;
+            return Ok(());
+        }
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut dests = Vec::with_capacity(messages.len());
+        let mut keys = Vec::with_capacity(messages.len());
+        let mut payloads = Vec::with_capacity(messages.len());
+        let mut headers = Vec::with_capacity(messages.len());
+        let mut delays = Vec::with_capacity(messages.len());
+        for m in messages {
+            ids.push(m.id);
+            dests.push(m.destination.clone());
+            keys.push(m.key.clone());
+            payloads.push(m.payload.clone());
+            headers.push(m.headers_json()?);
+            delays.push(m.delay_ms());
+        }
+        sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                  WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
+             ORDER BY u.ord
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(ids)
+        .bind(dests)
+        .bind(keys)
+        .bind(payloads)
+        .bind(headers)
+        .bind(delays)
         .execute(c)
         .await?;
-    Ok(r.rows_affected())
+        Ok(())
+    }
+
+    async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
+        let r = sqlx::query(
+            "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(consumer)
+        .bind(id)
+        .execute(c)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn cancel_pending(c: &mut PgConnection, ids: &[MessageId]) -> Result<u64> {
+        let r = sqlx::query("DELETE FROM outbox WHERE state = 'pending' AND id = ANY($1)")
+            .bind(ids)
+            .execute(c)
+            .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn dead_letter(c: &mut PgConnection, owner: &str, dead: &[DeadLetter]) -> Result<u64> {
+        let seqs: Vec<i64> = dead.iter().map(|d| d.seq).collect();
+        let reasons: Vec<String> = dead.iter().map(|d| d.reason.clone()).collect();
+        let r = sqlx::query(
+            "UPDATE outbox o
+             SET state = 'dead', last_error = u.e, lease_owner = NULL, lease_until = NULL
+             FROM unnest($1::bigint[], $2::text[]) AS u(s, e)
+             WHERE o.seq = u.s AND o.lease_owner = $3",
+        )
+        .bind(seqs)
+        .bind(reasons)
+        .bind(owner)
+        .execute(c)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn seen(&self, consumer: &str, id: MessageId) -> Result<bool> {
+        let row = sqlx::query("SELECT 1 FROM inbox WHERE consumer = $1 AND message_id = $2")
+            .bind(consumer)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
+        // The statement lives in `agentsaga_claim` (migration 0004), which plans it as
+        // an ordered walk of `outbox_pending`; see there for why.
+        let rows = sqlx::query("SELECT * FROM agentsaga_claim($1, $2, $3, $4)")
+            .bind(claim.owner)
+            .bind(millis(claim.lease))
+            .bind(claim.destinations)
+            .bind(i64::from(claim.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(envelope).collect()
+    }
+
+    async fn ack_and_claim(
+        &self,
+        delivered: &[i64],
+        claim: &Claim<'_>,
+    ) -> Result<(u64, Vec<Envelope>)> {
+        // `agentsaga_ack_and_claim` (migration 0004): its first row carries the count of
+        // rows marked delivered in its `attempts` column, the claimed rows follow.
+        let rows = sqlx::query("SELECT * FROM agentsaga_ack_and_claim($1, $2, $3, $4, $5)")
+            .bind(claim.owner)
+            .bind(delivered)
+            .bind(millis(claim.lease))
+            .bind(claim.destinations)
+            .bind(i64::from(claim.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut acked = 0;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<i64>, _>("seq")?.is_some() {
+                claimed.push(envelope(row)?);
+            } else {
+                acked = u64::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0);
+            }
+        }
+        Ok((acked, claimed))
+    }
+
+    async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox
+             SET state = 'delivered', delivered_at = now(), lease_owner = NULL, lease_until = NULL
+             WHERE seq = ANY($1) AND lease_owner = $2",
+        )
+        .bind(seqs)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64> {
+        let seqs: Vec<i64> = retries.iter().map(|r| r.seq).collect();
+        let delays: Vec<i64> = retries.iter().map(|r| millis(r.delay)).collect();
+        let errors: Vec<String> = retries.iter().map(|r| r.error.clone()).collect();
+        let r = sqlx::query(
+            "UPDATE outbox o
+             SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
+                 last_error = u.e, lease_owner = NULL, lease_until = NULL
+             FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(s, t, e)
+             WHERE o.seq = u.s AND o.lease_owner = $4",
+        )
+        .bind(seqs)
+        .bind(delays)
+        .bind(errors)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn release(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox
+             SET state = 'pending', attempts = greatest(attempts - 1, 0),
+                 lease_owner = NULL, lease_until = NULL
+             WHERE seq = ANY($1) AND lease_owner = $2",
+        )
+        .bind(seqs)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox SET lease_until = now() + $1 * interval '1 millisecond'
+             WHERE seq = ANY($2) AND lease_owner = $3",
+        )
+        .bind(millis(lease))
+        .bind(seqs)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn reclaim_expired(&self) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
+             WHERE state = 'in_flight' AND lease_until < now()",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn redrive(&self, id: Option<MessageId>, destination: Option<&str>) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox SET state = 'pending', attempts = 0, available_at = now()
+             WHERE state = 'dead' AND ($1::uuid IS NULL OR id = $1)
+               AND ($2::text IS NULL OR destination = $2)",
+        )
+        .bind(id)
+        .bind(destination)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn purge_dead_letter(&self, id: MessageId) -> Result<u64> {
+        let r = sqlx::query("DELETE FROM outbox WHERE state = 'dead' AND id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn prune_batch(&self, table: Table, older_than: Duration, limit: i64) -> Result<u64> {
+        let sql = match table {
+            Table::Delivered => {
+                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'delivered'
+                   AND delivered_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
+            }
+            Table::Dead => {
+                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 'dead'
+                   AND created_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
+            }
+            Table::Inbox => {
+                "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
+                   FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
+            }
+        };
+        let r = sqlx::query(sql)
+            .bind(millis(older_than))
+            .bind(limit)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let row = sqlx::query(
+            "SELECT
+               count(*) FILTER (WHERE state = 'pending') AS pending,
+               count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
+               count(*) FILTER (WHERE state = 'delivered') AS delivered,
+               count(*) FILTER (WHERE state = 'dead') AS dead,
+               (extract(epoch FROM now() - min(available_at)
+                    FILTER (WHERE state = 'pending' AND available_at <= now())) * 1000)::bigint
+                   AS oldest
+             FROM outbox",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest: Option<i64> = row.try_get("oldest")?;
+        Ok(Stats {
+            pending: row.try_get::<i64, _>("pending")? as u64,
+            in_flight: row.try_get::<i64, _>("in_flight")? as u64,
+            delivered: row.try_get::<i64, _>("delivered")? as u64,
+            dead: row.try_get::<i64, _>("dead")? as u64,
+            oldest_pending_age_ms: oldest.map(|t| t.max(0) as u64),
+        })
+    }
+
+    async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<Vec<DeadRow>> {
+        const SQL: &str = "SELECT seq, id, destination, key, payload::text AS payload,
+            headers::text AS headers, attempts,
+            (extract(epoch FROM created_at) * 1000)::bigint AS created_at, last_error
+            FROM outbox WHERE state = 'dead' AND ($1::text IS NULL OR destination = $1)
+            ORDER BY seq DESC LIMIT $2";
+        let rows = sqlx::query(SQL)
+            .bind(destination)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(dead_row).collect()
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }

@@ -4,10 +4,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::backend::Backend as Db;
+use crate::admin::Stats;
+use crate::queue::{Claim, DeadLetter, Retry};
 use crate::testing::{Backend, fresh_url};
-use crate::{
-    Claim, DeadLetter, Error, Message, MessageId, Receipt, Retry, Store, StoreConfig, both_backends,
-};
+use crate::{Error, Message, MessageId, Receipt, Store, StoreConfig, both_backends};
 
 async fn open(backend: Backend) -> (Store, String) {
     let url = fresh_url(backend).await;
@@ -21,6 +22,7 @@ fn dests(names: &[&str]) -> Vec<String> {
 
 async fn claim_n(store: &Store, owner: &str, d: &[String], limit: u32) -> Vec<crate::Envelope> {
     store
+        .queue()
         .claim(&Claim {
             owner,
             destinations: d,
@@ -47,7 +49,7 @@ async fn rollback_and_commit(backend: Backend) {
         .unwrap();
     tx.rollback().await.unwrap();
     assert!(claim_n(&store, "r", &d, 10).await.is_empty());
-    assert_eq!(store.stats().await.unwrap().pending, 0);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 0);
 
     let msg = Message::to("a").json(&serde_json::json!({"n": 2})).unwrap();
     enqueue_one(&store, &msg).await;
@@ -60,7 +62,14 @@ async fn rollback_and_commit(backend: Backend) {
         claim_n(&store, "r2", &d, 10).await.is_empty(),
         "claimed twice"
     );
-    assert_eq!(store.mark_delivered("r", &[got[0].seq]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .queue()
+            .mark_delivered("r", &[got[0].seq])
+            .await
+            .unwrap(),
+        1
+    );
     assert!(claim_n(&store, "r2", &d, 10).await.is_empty());
 }
 both_backends!(rollback_and_commit_tests, rollback_and_commit);
@@ -69,27 +78,32 @@ both_backends!(rollback_and_commit_tests, rollback_and_commit);
 async fn enqueue_in_callers_own_transaction(backend: Backend) {
     let (store, _) = open(backend).await;
     let msg = Message::to("a").json(&"hello").unwrap();
-    match store.db() {
-        crate::Db::Sqlite { writer, .. } => {
-            let mut tx = writer.begin().await.unwrap();
+    // `Store::commit` commits the caller's transaction and wakes the relays.
+    let woken = *store.wakeups().subscribe().borrow();
+    match store.backend_ref() {
+        Db::Sqlite(db) => {
+            let mut tx = db.writer.begin().await.unwrap();
             sqlx::query("CREATE TABLE orders (id INTEGER)")
                 .execute(&mut *tx)
                 .await
                 .unwrap();
             store.enqueue(&mut *tx, &msg).await.unwrap();
-            tx.commit().await.unwrap();
+            store.commit(tx).await.unwrap();
         }
-        crate::Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.unwrap();
+        Db::Postgres(db) => {
+            let mut tx = db.pool.begin().await.unwrap();
             sqlx::query("CREATE TABLE orders (id INTEGER)")
                 .execute(&mut *tx)
                 .await
                 .unwrap();
             store.enqueue(&mut *tx, &msg).await.unwrap();
-            tx.commit().await.unwrap();
+            store.commit(tx).await.unwrap();
         }
     }
-    store.wake();
+    assert!(
+        *store.wakeups().subscribe().borrow() > woken,
+        "Store::commit wakes the relays"
+    );
     let got = claim_n(&store, "r", &dests(&["a"]), 10).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].payload, "\"hello\"");
@@ -110,13 +124,17 @@ async fn idempotent_ids_and_batches(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     tx.enqueue_batch(&batch).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(store.stats().await.unwrap().pending, 6);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 6);
     let mut seen = Vec::new();
     for _ in 0..5 {
         let got = claim_n(&store, "r", &dests(&["b"]), 10).await;
         assert_eq!(got.len(), 1, "one at a time per key");
         seen.push(got[0].decode::<i32>().unwrap());
-        store.mark_delivered("r", &[got[0].seq]).await.unwrap();
+        store
+            .queue()
+            .mark_delivered("r", &[got[0].seq])
+            .await
+            .unwrap();
     }
     assert_eq!(seen, vec![0, 1, 2, 3, 4]);
 }
@@ -143,7 +161,7 @@ async fn bad_input(backend: Backend) {
         Err(Error::Json(_))
     ));
     tx.commit().await.unwrap();
-    assert_eq!(store.stats().await.unwrap(), crate::Stats::default());
+    assert_eq!(store.admin().stats().await.unwrap(), Stats::default());
 }
 both_backends!(bad_input_tests, bad_input);
 
@@ -179,7 +197,7 @@ async fn concurrent_claimers_never_share_a_row(backend: Backend) {
                 seen.lock().unwrap().extend(seqs.iter().copied());
                 tokio::task::yield_now().await;
                 assert_eq!(
-                    s.mark_delivered(&owner, &seqs).await.unwrap(),
+                    s.queue().mark_delivered(&owner, &seqs).await.unwrap(),
                     seqs.len() as u64
                 );
             }
@@ -216,16 +234,18 @@ async fn ack_and_claim(backend: Backend) {
         limit: 10,
         lease: Duration::from_secs(30),
     };
-    let (n, first) = store.ack_and_claim(&[], &claim("r")).await.unwrap();
+    let (n, first) = store.queue().ack_and_claim(&[], &claim("r")).await.unwrap();
     assert_eq!((n, first.len()), (0, 1));
     assert_eq!(first[0].decode::<i32>().unwrap(), 0);
     // Another owner's acknowledgement changes nothing, and the key stays blocked.
     let (n, none) = store
+        .queue()
         .ack_and_claim(&[first[0].seq], &claim("other"))
         .await
         .unwrap();
     assert_eq!((n, none.len()), (0, 0));
     let (n, second) = store
+        .queue()
         .ack_and_claim(&[first[0].seq], &claim("r"))
         .await
         .unwrap();
@@ -233,7 +253,7 @@ async fn ack_and_claim(backend: Backend) {
     assert_eq!(second.len(), 1, "the key's next row is claimable at once");
     assert_eq!(second[0].decode::<i32>().unwrap(), 1);
     assert_eq!(second[0].attempts, 1);
-    let stats = store.stats().await.unwrap();
+    let stats = store.admin().stats().await.unwrap();
     assert_eq!((stats.delivered, stats.in_flight, stats.pending), (1, 1, 1));
 }
 both_backends!(ack_and_claim_tests, ack_and_claim);
@@ -311,7 +331,7 @@ async fn per_key_order_under_races(backend: Backend) {
                             limit,
                             lease: Duration::from_secs(30),
                         };
-                        let (n, got) = s.ack_and_claim(&acks, &claim).await.unwrap();
+                        let (n, got) = s.queue().ack_and_claim(&acks, &claim).await.unwrap();
                         assert_eq!(n as usize, acks.len());
                         delivered.fetch_add(acks.len(), std::sync::atomic::Ordering::SeqCst);
                         acks.clear();
@@ -348,7 +368,7 @@ async fn per_key_order_under_races(backend: Backend) {
                     if combined {
                         acks = seqs;
                     } else {
-                        s.mark_delivered(&owner, &seqs).await.unwrap();
+                        s.queue().mark_delivered(&owner, &seqs).await.unwrap();
                         delivered.fetch_add(seqs.len(), std::sync::atomic::Ordering::SeqCst);
                     }
                 }
@@ -362,7 +382,10 @@ async fn per_key_order_under_races(backend: Backend) {
             assert_eq!(next.len(), producers * keys_per_producer);
             assert!(next.values().all(|n| *n == per_key));
         }
-        assert_eq!(store.stats().await.unwrap().delivered as usize, total + 20);
+        assert_eq!(
+            store.admin().stats().await.unwrap().delivered as usize,
+            total + 20
+        );
     }
 }
 both_backends!(per_key_order_tests, per_key_order_under_races);
@@ -373,6 +396,7 @@ async fn expired_lease_comes_back(backend: Backend) {
     let d = dests(&["a"]);
     enqueue_one(&store, &Message::to("a").key("k")).await;
     let got = store
+        .queue()
         .claim(&Claim {
             owner: "dead-relay",
             destinations: &d,
@@ -383,18 +407,19 @@ async fn expired_lease_comes_back(backend: Backend) {
         .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(
-        store.reclaim_expired().await.unwrap(),
+        store.queue().reclaim_expired().await.unwrap(),
         0,
         "lease not yet expired"
     );
     tokio::time::sleep(Duration::from_millis(120)).await;
-    assert_eq!(store.reclaim_expired().await.unwrap(), 1);
+    assert_eq!(store.queue().reclaim_expired().await.unwrap(), 1);
     let again = claim_n(&store, "live-relay", &d, 10).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].id, got[0].id);
     assert_eq!(again[0].attempts, 2);
     assert_eq!(
         store
+            .queue()
             .mark_delivered("dead-relay", &[got[0].seq])
             .await
             .unwrap(),
@@ -402,6 +427,7 @@ async fn expired_lease_comes_back(backend: Backend) {
     );
     assert_eq!(
         store
+            .queue()
             .mark_delivered("live-relay", &[got[0].seq])
             .await
             .unwrap(),
@@ -433,6 +459,7 @@ async fn retry_dead_redrive(backend: Backend) {
             attempts = n;
             let notice = Message::to("orch").json(&"delivery failed").unwrap();
             let n = store
+                .queue()
                 .dead_letter(
                     "r",
                     &[DeadLetter {
@@ -452,6 +479,7 @@ async fn retry_dead_redrive(backend: Backend) {
             Duration::ZERO
         };
         store
+            .queue()
             .retry_later(
                 "r",
                 &[Retry {
@@ -478,7 +506,7 @@ async fn retry_dead_redrive(backend: Backend) {
         }
     }
     assert_eq!(attempts, 3);
-    let dead = store.dead_letters(None, 10).await.unwrap();
+    let dead = store.admin().dead_letters(None, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].last_error.as_deref(), Some("boom 3"));
     // The notice was enqueued with the dead letter; the key's next message is free.
@@ -486,28 +514,34 @@ async fn retry_dead_redrive(backend: Backend) {
     let next = claim_n(&store, "r", &d, 10).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].decode::<String>().unwrap(), "second");
-    store.mark_delivered("r", &[next[0].seq]).await.unwrap();
+    store
+        .queue()
+        .mark_delivered("r", &[next[0].seq])
+        .await
+        .unwrap();
 
-    store.redrive(msg.message_id()).await.unwrap();
+    store.admin().redrive(msg.message_id()).await.unwrap();
     let back = claim_n(&store, "r", &d, 10).await;
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].attempts, 1, "attempts reset");
     assert!(matches!(
-        store.redrive(MessageId::new()).await,
+        store.admin().redrive(MessageId::new()).await,
         Err(Error::NotFound { .. })
     ));
 }
 both_backends!(retry_dead_tests, retry_dead_redrive);
 
 async fn exec(store: &Store, sql: &'static str) {
-    match store.db() {
-        crate::Db::Sqlite { writer, .. } => {
-            sqlx::query(sql).execute(writer).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    match tx.conn() {
+        crate::Conn::Sqlite(c) => {
+            sqlx::query(sql).execute(c).await.unwrap();
         }
-        crate::Db::Postgres(pool) => {
-            sqlx::query(sql).execute(pool).await.unwrap();
+        crate::Conn::Postgres(c) => {
+            sqlx::query(sql).execute(c).await.unwrap();
         }
     }
+    tx.commit().await.unwrap();
 }
 
 // The inbox recognises a duplicate, in the caller's transaction.
@@ -529,12 +563,20 @@ async fn inbox_duplicate(backend: Backend) {
     assert_eq!(tx.receive("other-agent", id).await.unwrap(), Receipt::First);
     tx.commit().await.unwrap();
     assert_eq!(
-        store.prune_inbox(Duration::from_secs(3600)).await.unwrap(),
+        store
+            .admin()
+            .prune_inbox(Duration::from_secs(3600))
+            .await
+            .unwrap(),
         0
     );
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
-        store.prune_inbox(Duration::from_millis(1)).await.unwrap(),
+        store
+            .admin()
+            .prune_inbox(Duration::from_millis(1))
+            .await
+            .unwrap(),
         2
     );
 }
@@ -562,9 +604,13 @@ async fn backpressure(backend: Backend) {
         "{err}"
     );
     tx.commit().await.unwrap();
-    assert_eq!(store.stats().await.unwrap().pending, 3);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 3);
     let got = claim_n(&store, "r", &dests(&["a"]), 1).await;
-    store.mark_delivered("r", &[got[0].seq]).await.unwrap();
+    store
+        .queue()
+        .mark_delivered("r", &[got[0].seq])
+        .await
+        .unwrap();
     enqueue_one(&store, &Message::to("a")).await;
 }
 both_backends!(backpressure_tests, backpressure);
@@ -604,7 +650,7 @@ async fn backpressure_under_concurrency(backend: Backend) {
     for t in tasks {
         accepted += u64::from(t.await.unwrap());
     }
-    let pending = store.stats().await.unwrap().pending;
+    let pending = store.admin().stats().await.unwrap().pending;
     assert_eq!(pending, accepted * 2);
     assert!(pending <= 10, "{pending} pending over a limit of 10");
     assert_eq!(accepted, 5, "room for five batches of two");
@@ -623,19 +669,21 @@ async fn prune_and_stats(backend: Backend) {
     }
     enqueue_one(&store, &Message::to("a").delay(Duration::from_secs(3600))).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
-    let stats = store.stats().await.unwrap();
+    let stats = store.admin().stats().await.unwrap();
     assert_eq!(stats.pending, 4);
     assert!(stats.oldest_pending_age_ms.unwrap() >= 20, "{stats:?}");
     let got = claim_n(&store, "r", &d, 2).await;
     assert_eq!(got.len(), 2);
-    let stats = store.stats().await.unwrap();
+    let stats = store.admin().stats().await.unwrap();
     assert_eq!((stats.pending, stats.in_flight), (2, 2));
     store
+        .queue()
         .mark_delivered("r", &[got[0].seq, got[1].seq])
         .await
         .unwrap();
     assert_eq!(
         store
+            .admin()
             .prune_delivered(Duration::from_secs(3600))
             .await
             .unwrap(),
@@ -644,16 +692,20 @@ async fn prune_and_stats(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
         store
+            .admin()
             .prune_delivered(Duration::from_millis(1))
             .await
             .unwrap(),
         2
     );
-    let stats = store.stats().await.unwrap();
+    let stats = store.admin().stats().await.unwrap();
     assert_eq!((stats.pending, stats.in_flight, stats.delivered), (2, 0, 0));
     let got = claim_n(&store, "r", &d, 10).await;
     assert_eq!(got.len(), 1, "the timer is not due");
-    assert_eq!(store.stats().await.unwrap().oldest_pending_age_ms, None);
+    assert_eq!(
+        store.admin().stats().await.unwrap().oldest_pending_age_ms,
+        None
+    );
 }
 both_backends!(prune_stats_tests, prune_and_stats);
 
@@ -670,7 +722,11 @@ async fn late_commit_is_not_skipped(backend: Backend) {
         let first = claim_n(&store, "r", &d, 10).await;
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].decode::<String>().unwrap(), "fast");
-        store.mark_delivered("r", &[first[0].seq]).await.unwrap();
+        store
+            .queue()
+            .mark_delivered("r", &[first[0].seq])
+            .await
+            .unwrap();
         slow.commit().await.unwrap();
     } else {
         // SQLite has one writer: the second transaction waits for the first, so a
@@ -685,11 +741,15 @@ async fn late_commit_is_not_skipped(backend: Backend) {
         fast.await.unwrap();
         let first = claim_n(&store, "r", &d, 1).await;
         assert_eq!(first[0].decode::<String>().unwrap(), "slow");
-        store.mark_delivered("r", &[first[0].seq]).await.unwrap();
+        store
+            .queue()
+            .mark_delivered("r", &[first[0].seq])
+            .await
+            .unwrap();
     }
     let rest = claim_n(&store, "r", &d, 10).await;
     assert_eq!(rest.len(), 1, "the late row must still be claimed");
-    assert_eq!(store.stats().await.unwrap().pending, 0);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 0);
 }
 both_backends!(late_commit_tests, late_commit_is_not_skipped);
 
@@ -699,7 +759,7 @@ async fn migrations(backend: Backend) {
     enqueue_one(&store, &Message::to("a")).await;
     store.close().await;
     let store = Store::connect(&url).await.expect("reopen");
-    assert_eq!(store.stats().await.unwrap().pending, 1);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 1);
     let sql = match backend {
         Backend::Sqlite => {
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99990101000000, 'from the future', 1, x'00', 0)"

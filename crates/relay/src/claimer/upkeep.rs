@@ -44,6 +44,7 @@ impl Claimer {
         }
         if let Err(e) = self
             .store
+            .queue()
             .renew_leases(&self.config.owner, &seqs, self.config.lease)
             .await
         {
@@ -53,7 +54,7 @@ impl Claimer {
     }
 
     pub(super) async fn reclaim(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
-        match self.store.reclaim_expired().await {
+        match self.store.queue().reclaim_expired().await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(rows = n, "rows with expired leases returned to the pool");

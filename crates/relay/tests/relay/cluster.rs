@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use agentsaga_core::Store;
+use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Claim, Store};
 use serde_json::json;
 
 use crate::support::{Scripted, config, enqueue, msg, start, store, wait_delivered, wait_until};
@@ -35,7 +36,7 @@ async fn two_relays_deliver_everything_once(backend: Backend) {
         ids.extend(enqueue(store, &batch).await);
     }
     wait_until("all 400 are delivered", || async {
-        one.stats().await.unwrap().delivered == 400
+        one.admin().stats().await.unwrap().delivered == 400
     })
     .await;
     // The relays count an acknowledgement once its statement has returned.
@@ -77,6 +78,7 @@ async fn a_dead_relays_rows_are_delivered_after_its_lease(backend: Backend) {
     let lease = Duration::from_millis(600);
     let claimed_at = tokio::time::Instant::now();
     let taken = store
+        .queue()
         .claim(&Claim {
             owner: "dead-relay",
             destinations: &destinations,
@@ -114,7 +116,7 @@ async fn a_dead_relays_rows_are_delivered_after_its_lease(backend: Backend) {
     {
         assert_eq!(c.envelope.attempts, 2, "the dead relay's attempt counts");
     }
-    let s = store.stats().await.unwrap();
+    let s = store.admin().stats().await.unwrap();
     assert_eq!((s.delivered, s.in_flight, s.pending), (5, 0, 0));
     relay.shutdown().await;
 }

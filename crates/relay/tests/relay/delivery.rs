@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::Backend;
-use agentsaga_core::{Claim, DeliveryFailed, RetryPolicy, header};
+use agentsaga_core::{DeliveryFailed, RetryPolicy, header};
 use agentsaga_relay::Delivery;
 use serde_json::json;
 
@@ -28,7 +29,7 @@ async fn retries_with_backoff_then_delivered(backend: Backend) {
     let attempts: Vec<u32> = calls.iter().map(|c| c.envelope.attempts).collect();
     assert_eq!(attempts, [1, 2, 3]);
     assert_eq!(relay.stats().retried, 2);
-    assert_eq!(store.stats().await.unwrap().delivered, 1);
+    assert_eq!(store.admin().stats().await.unwrap().delivered, 1);
 
     // The transport's own `after` holds the row back (by the database's clock).
     t.script(
@@ -62,12 +63,12 @@ async fn dead_letter_after_max_attempts(backend: Backend) {
     wait_until("the row is dead", || async { relay.stats().dead == 1 }).await;
 
     assert_eq!(t.calls_for(ids[0]).len(), 3);
-    let dead = store.dead_letters(None, 10).await.unwrap();
+    let dead = store.admin().dead_letters(None, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].envelope.id, ids[0]);
     assert_eq!(dead[0].envelope.attempts, 3);
     assert_eq!(dead[0].last_error.as_deref(), Some("down 3"));
-    let s = store.stats().await.unwrap();
+    let s = store.admin().stats().await.unwrap();
     assert_eq!((s.pending, s.in_flight, s.dead), (0, 0, 1));
     assert_eq!(relay.stats().retried, 2);
     relay.shutdown().await;
@@ -83,7 +84,7 @@ async fn reject_dead_letters_at_once(backend: Backend) {
     wait_until("the row is dead", || async { relay.stats().dead == 1 }).await;
 
     assert_eq!(t.calls_for(ids[0]).len(), 1);
-    let dead = store.dead_letters(Some("a"), 10).await.unwrap();
+    let dead = store.admin().dead_letters(Some("a"), 10).await.unwrap();
     assert_eq!(dead[0].last_error.as_deref(), Some("undecodable payload"));
     assert_eq!(dead[0].envelope.attempts, 1);
     assert_eq!(relay.stats().retried, 0);
@@ -104,9 +105,10 @@ async fn reply_to_gets_a_delivery_failed_notice(backend: Backend) {
     wait_until("the row is dead", || async { relay.stats().dead == 1 }).await;
 
     // The notice waits for the orchestrator, which this relay does not serve.
-    assert_eq!(store.stats().await.unwrap().pending, 1);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 1);
     let destinations = vec!["orchestrator".to_owned()];
     let notices = store
+        .queue()
         .claim(&Claim {
             owner: "test",
             destinations: &destinations,
@@ -145,9 +147,9 @@ async fn spent_rows_are_dead_without_delivery(backend: Backend) {
             limit: 1,
             lease: Duration::from_millis(1),
         };
-        assert_eq!(store.claim(&claim).await.unwrap().len(), 1);
+        assert_eq!(store.queue().claim(&claim).await.unwrap().len(), 1);
         wait_until("the lease expires", || async {
-            store.reclaim_expired().await.unwrap() == 1
+            store.queue().reclaim_expired().await.unwrap() == 1
         })
         .await;
     }
@@ -156,7 +158,7 @@ async fn spent_rows_are_dead_without_delivery(backend: Backend) {
     let relay = start(&store, &["a"], &t, config().retry(retry)).await;
     wait_until("the row is dead", || async { relay.stats().dead == 1 }).await;
     assert!(t.calls_for(ids[0]).is_empty(), "not delivered again");
-    let dead = store.dead_letters(None, 10).await.unwrap();
+    let dead = store.admin().dead_letters(None, 10).await.unwrap();
     assert_eq!(dead[0].last_error.as_deref(), Some("attempts exhausted"));
     relay.shutdown().await;
 }

@@ -112,7 +112,11 @@ async fn actors_receive_through_the_relay(backend: Backend) {
         "round robin used both actors: {keyless:?}"
     );
 
-    let dead = store.dead_letters(Some("nobody"), 10).await.unwrap();
+    let dead = store
+        .admin()
+        .dead_letters(Some("nobody"), 10)
+        .await
+        .unwrap();
     assert_eq!(dead[0].envelope.id, *ids.last().unwrap());
     assert_eq!(
         dead[0].last_error.as_deref(),

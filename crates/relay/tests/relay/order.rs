@@ -111,6 +111,6 @@ async fn a_failing_key_does_not_slow_the_others(backend: Backend) {
 agentsaga_core::both_backends!(failing_key_isolated, a_failing_key_does_not_slow_the_others);
 
 async fn undelivered(store: &Store) -> u64 {
-    let s = store.stats().await.unwrap();
+    let s = store.admin().stats().await.unwrap();
     s.pending + s.in_flight
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use agentsaga_core::Claim;
+use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::Backend;
 use serde_json::json;
 
@@ -37,11 +37,12 @@ async fn shutdown_releases_unfinished_rows(backend: Backend) {
     assert!(took < Duration::from_secs(5), "waited {took:?}");
     assert_eq!(handle_stats.delivered, 5);
 
-    let s = store.stats().await.unwrap();
+    let s = store.admin().stats().await.unwrap();
     assert_eq!((s.pending, s.in_flight, s.delivered), (3, 0, 5));
     // Released, not retried: the interrupted attempt is not counted.
     let destinations = vec!["stuck".to_owned()];
     let rows = store
+        .queue()
         .claim(&Claim {
             owner: "next-relay",
             destinations: &destinations,
@@ -66,7 +67,7 @@ async fn shutdown_waits_for_deliveries_in_flight(backend: Backend) {
     enqueue(&store, &batch).await;
     wait_until("all four are in flight", || async { t.calls().len() == 4 }).await;
     relay.shutdown().await;
-    let s = store.stats().await.unwrap();
+    let s = store.admin().stats().await.unwrap();
     assert_eq!((s.pending, s.in_flight, s.delivered), (0, 0, 4));
 }
 agentsaga_core::both_backends!(waits_for_in_flight, shutdown_waits_for_deliveries_in_flight);

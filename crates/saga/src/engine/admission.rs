@@ -192,14 +192,14 @@ pub(crate) async fn pop(
 
 /// Waiting starts per saga name (read-only).
 pub(crate) async fn waiting(store: &Store) -> Result<Vec<(String, u64)>> {
-    use agentsaga_core::Db;
-    let rows: Vec<(String, i64)> = match store.db() {
-        Db::Sqlite { reader, .. } => {
+    use agentsaga_core::ReadPool;
+    let rows: Vec<(String, i64)> = match store.reader() {
+        ReadPool::Sqlite(reader) => {
             sqlx::query_as("SELECT name, count(*) FROM saga_starts GROUP BY name ORDER BY name")
                 .fetch_all(reader)
                 .await?
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             sqlx::query_as("SELECT name, count(*) FROM saga_starts GROUP BY name ORDER BY name")
                 .fetch_all(pool)
                 .await?
@@ -210,15 +210,15 @@ pub(crate) async fn waiting(store: &Store) -> Result<Vec<(String, u64)>> {
 
 /// Is `id` a start still waiting for room (read-only)?
 pub(crate) async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
-    use agentsaga_core::Db;
-    Ok(match store.db() {
-        Db::Sqlite { reader, .. } => {
+    use agentsaga_core::ReadPool;
+    Ok(match store.reader() {
+        ReadPool::Sqlite(reader) => {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE id = ?1)")
                 .bind(id.to_string())
                 .fetch_one(reader)
                 .await?
         }
-        Db::Postgres(pool) => {
+        ReadPool::Postgres(pool) => {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE id = $1)")
                 .bind(id.as_uuid())
                 .fetch_one(pool)
@@ -231,17 +231,7 @@ pub(crate) async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
 /// pool), outside any transaction: the `_now` reads below share their SQL with the
 /// in-transaction ones.
 async fn on_reader<T>(store: &Store, read: impl AsyncFnOnce(Conn<'_>) -> Result<T>) -> Result<T> {
-    use agentsaga_core::Db;
-    match store.db() {
-        Db::Sqlite { reader, .. } => {
-            let mut c = reader.acquire().await?;
-            read(Conn::Sqlite(&mut c)).await
-        }
-        Db::Postgres(pool) => {
-            let mut c = pool.acquire().await?;
-            read(Conn::Postgres(&mut c)).await
-        }
-    }
+    store.read(async |c| Ok(read(c).await)).await?
 }
 
 /// Sagas of `name` in flight (a read, outside any transaction).

@@ -1,10 +1,10 @@
 //! The saga engine's decisions, on the in-memory instance: which messages to send,
 //! which timers to cancel, which state comes next. No I/O here.
 
-use agentsaga_core::{Message, MessageId, RetryPolicy, header};
+use agentsaga_core::{Message, MessageId, RetryPolicy};
 
 use super::model::{Instance, StepRow};
-use crate::outcome::{self, StepOutcome};
+use crate::protocol::{self, Inbound, StepAddress, StepOutcome};
 use crate::state::Lifecycle;
 use crate::{CompState, Error, Result, SagaDefinition, SagaState, StepState};
 
@@ -16,6 +16,8 @@ pub(crate) struct Effects {
     pub(crate) cancel: Vec<MessageId>,
     /// Why an event changed nothing (late, duplicate...), for the logs.
     pub(crate) ignored: Option<String>,
+    /// The step whose compensation is sent first, if any (names the trace's span).
+    pub(crate) compensating: Option<String>,
 }
 
 /// Ties the instance, its definition and the clock together while deciding.
@@ -26,18 +28,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now_ms: i64,
     pub(crate) fx: Effects,
     pub(crate) rng: fastrand::Rng,
-}
-
-/// The ordering key shared by a step's command and its compensation, so that an undo
-/// never overtakes its do.
-pub(crate) fn step_key(inst: &Instance, idx: usize) -> String {
-    format!("{}:{idx}", inst.id)
-}
-
-/// The idempotency key of step `idx`'s command (`kind` = `command`) or compensation
-/// (`compensate`): the same for every delivery, retry and re-send of it.
-pub(crate) fn idempotency_key(inst: &Instance, idx: usize, kind: &str) -> String {
-    format!("agentsaga:{}:{idx}:{kind}", inst.id)
 }
 
 impl Ctx<'_> {
@@ -61,7 +51,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn ignore(&mut self, why: impl Into<String>) -> Result<()> {
+    pub(crate) fn ignore(&mut self, why: impl Into<String>) -> Result<()> {
         self.fx.ignored = Some(why.into());
         Ok(())
     }
@@ -70,25 +60,44 @@ impl Ctx<'_> {
         crate::orchestrator_destination(&self.inst.name, self.inst.version)
     }
 
-    fn saga_headers(&self, msg: Message, idx: usize, kind: &str) -> Message {
-        let name = self
-            .inst
-            .steps
-            .get(&idx)
-            .map(|r| r.name.clone())
-            .unwrap_or_default();
-        let msg = msg
-            .header(header::SAGA_ID, self.inst.id.to_string())
-            .header(outcome::STEP, idx.to_string())
-            .header(outcome::STEP_NAME, name)
-            .header(header::KIND, kind);
-        if kind == outcome::KIND_COMMAND || kind == outcome::KIND_COMPENSATE {
-            msg.header(
-                header::IDEMPOTENCY_KEY,
-                idempotency_key(self.inst, idx, kind),
-            )
-        } else {
-            msg
+    /// What the messages about step `idx` (a row of the ledger) are addressed with.
+    fn address<'s>(&'s self, idx: usize, orchestrator: &'s str) -> StepAddress<'s> {
+        StepAddress {
+            saga: self.inst.id,
+            step: idx,
+            name: self.inst.steps.get(&idx).map_or("", |r| r.name.as_str()),
+            orchestrator,
+        }
+    }
+
+    /// Applies what the orchestrator received. A [`Inbound::StartTimeout`] reaches
+    /// here only once its command is withdrawn (no agent took it in time).
+    pub(crate) fn receive(&mut self, msg: Inbound) -> Result<()> {
+        match msg {
+            Inbound::Reply {
+                step,
+                causation,
+                outcome,
+            } => self.on_reply(step, causation, outcome),
+            Inbound::Timeout { step, causation } => {
+                self.on_lost(step, causation, "timed out: the outcome is unknown".into())
+            }
+            Inbound::StartTimeout { step, causation } => self.on_lost(
+                step,
+                causation,
+                "not started within its start timeout".into(),
+            ),
+            Inbound::DeliveryFailed {
+                step,
+                message,
+                destination,
+                reason,
+            } => self.on_lost(
+                step,
+                message,
+                format!("delivery to `{destination}` failed: {reason}"),
+            ),
+            Inbound::Deadline => self.on_deadline(),
         }
     }
 
@@ -99,10 +108,11 @@ impl Ctx<'_> {
     pub(crate) fn start(&mut self, waited: std::time::Duration) -> Result<()> {
         let deadline = self.def()?.deadline;
         if let Some(deadline) = deadline {
-            let timer = Message::to(self.orchestrator())
-                .header(header::SAGA_ID, self.inst.id.to_string())
-                .header(header::KIND, outcome::KIND_DEADLINE)
-                .delay(deadline.saturating_sub(waited));
+            let timer = protocol::deadline_timer(
+                self.inst.id,
+                &self.orchestrator(),
+                deadline.saturating_sub(waited),
+            );
             self.fx.send.push(timer);
         }
         self.dispatch_stage(0)
@@ -164,26 +174,13 @@ impl Ctx<'_> {
             );
         }
         let orchestrator = self.orchestrator();
-        let key = step_key(self.inst, idx);
-        let mut msg = self.saga_headers(
-            Message::to(&sd.destination)
-                .key(key)
-                .header(header::REPLY_TO, &orchestrator)
-                .json(&command)?
-                .delay(delay),
-            idx,
-            outcome::KIND_COMMAND,
-        );
-        if let Some(t) = sd.timeout {
-            msg = msg.header(header::TIMEOUT_MS, t.as_millis().to_string());
-        }
+        let address = self.address(idx, &orchestrator);
+        let msg = address.command(&sd.destination, &command, delay, sd.timeout)?;
         // The step's `timeout` is the agent's to enforce, from when it starts; the
         // orchestrator keeps a timer only for the optional schedule-to-start bound.
-        let timer = sd.start_timeout.map(|t| {
-            self.saga_headers(Message::to(&orchestrator), idx, outcome::KIND_START_TIMEOUT)
-                .header(header::CAUSATION_ID, msg.message_id().to_string())
-                .delay(delay + t)
-        });
+        let timer = sd
+            .start_timeout
+            .map(|t| address.start_timer(msg.message_id(), delay + t));
         let now = self.now_ms;
         let row = self.inst.steps.get_mut(&idx).expect("inserted above");
         row.state = StepState::Dispatched;
@@ -448,27 +445,20 @@ impl Ctx<'_> {
 
     fn dispatch_compensation(&mut self, idx: usize, delay: std::time::Duration) -> Result<()> {
         let orchestrator = self.orchestrator();
-        let key = step_key(self.inst, idx);
         let row = self.inst.steps.get(&idx).expect("ledger row");
-        let (Some(dest), Some(payload)) = (row.comp_destination.clone(), row.comp_payload.clone())
-        else {
+        let (Some(dest), Some(payload)) = (&row.comp_destination, &row.comp_payload) else {
             return Err(Error::Corrupt(format!(
                 "step {idx} has no compensation recorded"
             )));
         };
-        let msg = self.saga_headers(
-            Message::to(dest)
-                .key(key)
-                .header(header::REPLY_TO, orchestrator)
-                .json(&payload)?
-                .delay(delay),
-            idx,
-            outcome::KIND_COMPENSATE,
-        );
+        let msg = self
+            .address(idx, &orchestrator)
+            .compensation(dest, payload, delay)?;
         let row = self.inst.steps.get_mut(&idx).expect("ledger row");
         row.comp_state = Some(CompState::Dispatched);
         row.comp_attempts += 1;
         row.comp_message_id = Some(msg.message_id());
+        self.fx.compensating.get_or_insert_with(|| row.name.clone());
         self.fx.send.push(msg);
         Ok(())
     }
@@ -601,10 +591,4 @@ impl Ctx<'_> {
 
 fn agentsaga_core_millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
-}
-
-/// Decodes a reply payload; a payload that is not a [`StepOutcome`] counts as fatal.
-pub(crate) fn decode_outcome(payload: &str) -> StepOutcome {
-    serde_json::from_str::<StepOutcome>(payload)
-        .unwrap_or_else(|e| StepOutcome::Fatal(format!("the reply is not a step outcome: {e}")))
 }

@@ -1,0 +1,163 @@
+//! The operator's calls: outbox counts, dead letters, re-drives and retention.
+//! Reached through [`Store::admin`]; the CLI is built on them.
+
+use std::time::Duration;
+
+use super::Store;
+use super::backend::{Dialect, on_backend};
+use crate::{Envelope, Error, MessageId, Result};
+
+/// Outbox counts and lag.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Rows waiting for delivery (timers included).
+    pub pending: u64,
+    /// Rows claimed by a relay.
+    pub in_flight: u64,
+    /// Rows delivered and not yet pruned.
+    pub delivered: u64,
+    /// Dead letters.
+    pub dead: u64,
+    /// How long the oldest ready pending row has been waiting past its `available_at`
+    /// (the relay's lag), in milliseconds.
+    pub oldest_pending_age_ms: Option<u64>,
+}
+
+/// A dead letter as the operator sees it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeadRow {
+    /// The message.
+    pub envelope: Envelope,
+    /// Why it died.
+    pub last_error: Option<String>,
+}
+
+/// What retention deletes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// Outbox rows delivered (by `delivered_at`).
+    Delivered,
+    /// Outbox dead letters (by `created_at`).
+    Dead,
+    /// Inbox records (by `received_at`).
+    Inbox,
+}
+
+/// Rows deleted per statement when pruning: each batch is its own short write, so
+/// pruning a large backlog never holds SQLite's write lock for long.
+const PRUNE_BATCH: i64 = 1000;
+
+/// The operator's side of a [`Store`]. Cheap to make.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// The operator's calls on this store.
+    pub fn admin(&self) -> Admin<'_> {
+        Admin { store: self }
+    }
+}
+
+impl Admin<'_> {
+    /// Counts by state and the lag.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn stats(&self) -> Result<Stats> {
+        on_backend!(&self.store.backend, b => b.stats().await)
+    }
+
+    /// Dead letters, newest first, optionally of one destination.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn dead_letters(
+        &self,
+        destination: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<DeadRow>> {
+        on_backend!(&self.store.backend, b => b.dead_letters(destination, limit).await)
+    }
+
+    /// Re-drives one dead letter: pending again, attempts reset.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if `id` is not a dead letter.
+    pub async fn redrive(&self, id: MessageId) -> Result<()> {
+        let n = on_backend!(&self.store.backend, b => b.redrive(Some(id), None).await?);
+        if n == 0 {
+            return Err(Error::NotFound {
+                what: "dead letter",
+                id: id.to_string(),
+            });
+        }
+        self.store.wake();
+        Ok(())
+    }
+
+    /// Re-drives every dead letter, or those of one destination. Returns how many.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn redrive_all(&self, destination: Option<&str>) -> Result<u64> {
+        let n = on_backend!(&self.store.backend, b => b.redrive(None, destination).await?);
+        self.store.wake();
+        Ok(n)
+    }
+
+    /// Deletes one dead letter (say, one whose saga has moved past it).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no dead letter has this id; [`Error::Database`].
+    pub async fn purge_dead_letter(&self, id: MessageId) -> Result<()> {
+        let n = on_backend!(&self.store.backend, b => b.purge_dead_letter(id).await?);
+        if n == 0 {
+            return Err(Error::NotFound {
+                what: "dead letter",
+                id: id.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes delivered rows delivered more than `older_than` ago.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn prune_delivered(&self, older_than: Duration) -> Result<u64> {
+        self.prune(Table::Delivered, older_than).await
+    }
+
+    /// Deletes dead letters created more than `older_than` ago.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn purge_dead(&self, older_than: Duration) -> Result<u64> {
+        self.prune(Table::Dead, older_than).await
+    }
+
+    /// Deletes inbox records older than `older_than`. Keep them longer than any
+    /// redelivery can take (leases, retries), or a late duplicate is processed again.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn prune_inbox(&self, older_than: Duration) -> Result<u64> {
+        self.prune(Table::Inbox, older_than).await
+    }
+
+    /// Deletes in batches of [`PRUNE_BATCH`] rows, each its own statement.
+    async fn prune(&self, table: Table, older_than: Duration) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let n = on_backend!(&self.store.backend,
+                b => b.prune_batch(table, older_than, PRUNE_BATCH).await?);
+            total += n;
+            if n < PRUNE_BATCH as u64 {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}

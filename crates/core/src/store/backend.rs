@@ -1,0 +1,193 @@
+//! The seam between the store and its two dialects.
+//!
+//! [`Dialect`] lists every statement the store runs; `sqlite.rs` and `postgres.rs` each
+//! implement it, and nothing else differs between them: what surrounds the SQL (input
+//! checks, spans, transactions, notices, batching loops, decoding) is written once, in
+//! `store.rs`, `queue.rs`, `admin.rs` and here. The compiler keeps the two dialects in
+//! step: a statement added to one and not the other does not build.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::admin::{DeadRow, Stats, Table};
+use super::queue::{Claim, DeadLetter, Retry};
+use crate::{Envelope, Error, Message, MessageId, Result};
+
+/// The open database, of one backend or the other.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    Sqlite(super::sqlite::Sqlite),
+    Postgres(super::postgres::Postgres),
+}
+
+/// Runs `$body` with `$b` bound to the backend's dialect, whichever it is.
+macro_rules! on_backend {
+    ($backend:expr, $b:ident => $body:expr) => {
+        match $backend {
+            $crate::store::backend::Backend::Sqlite($b) => $body,
+            $crate::store::backend::Backend::Postgres($b) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with `$c` bound to the connection and `$d` naming its dialect's type.
+macro_rules! on_conn {
+    ($conn:expr, $d:ident, $c:ident => $body:expr) => {
+        match $conn {
+            $crate::store::Conn::Sqlite($c) => {
+                type $d = $crate::store::sqlite::Sqlite;
+                $body
+            }
+            $crate::store::Conn::Postgres($c) => {
+                type $d = $crate::store::postgres::Postgres;
+                $body
+            }
+        }
+    };
+}
+
+pub(crate) use {on_backend, on_conn};
+
+/// Every statement of the store, in one dialect. Statements that join the caller's
+/// transaction take its connection; the others run on the dialect's pools.
+pub(crate) trait Dialect {
+    /// The connection type of the caller's transactions.
+    type Conn;
+
+    /// Pending rows, counted up to `limit` (and, on PostgreSQL, serialised with other
+    /// counting producers until the transaction ends).
+    async fn count_pending(c: &mut Self::Conn, limit: u64) -> Result<u64>;
+    /// Inserts messages in order; an id already stored is skipped.
+    async fn enqueue(c: &mut Self::Conn, messages: &[Message]) -> Result<()>;
+    /// Inserts an inbox row; `false` if it was there.
+    async fn receive(c: &mut Self::Conn, consumer: &str, id: MessageId) -> Result<bool>;
+    /// Deletes still-pending rows by id.
+    async fn cancel_pending(c: &mut Self::Conn, ids: &[MessageId]) -> Result<u64>;
+    /// Moves rows still leased to `owner` to `dead` with their reasons.
+    async fn dead_letter(c: &mut Self::Conn, owner: &str, dead: &[DeadLetter]) -> Result<u64>;
+
+    /// Is the inbox row there (committed)?
+    async fn seen(&self, consumer: &str, id: MessageId) -> Result<bool>;
+    /// Leases up to `claim.limit` ready rows.
+    async fn claim(&self, claim: &Claim<'_>) -> Result<Vec<Envelope>>;
+    /// Marks `delivered` delivered, then claims.
+    async fn ack_and_claim(
+        &self,
+        delivered: &[i64],
+        claim: &Claim<'_>,
+    ) -> Result<(u64, Vec<Envelope>)>;
+    /// Marks rows still leased to `owner` delivered.
+    async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64>;
+    /// Returns rows still leased to `owner` to `pending`, each after its delay.
+    async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64>;
+    /// Returns rows still leased to `owner` to `pending`, the attempt uncounted.
+    async fn release(&self, owner: &str, seqs: &[i64]) -> Result<u64>;
+    /// Extends the leases of rows still held by `owner`.
+    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64>;
+    /// Returns rows whose lease expired to `pending`.
+    async fn reclaim_expired(&self) -> Result<u64>;
+    /// Dead rows (one, or one destination's, or all) back to `pending`.
+    async fn redrive(&self, id: Option<MessageId>, destination: Option<&str>) -> Result<u64>;
+    /// Deletes one dead row.
+    async fn purge_dead_letter(&self, id: MessageId) -> Result<u64>;
+    /// Deletes up to `limit` rows of `table` older than `older_than`.
+    async fn prune_batch(&self, table: Table, older_than: Duration, limit: i64) -> Result<u64>;
+    /// Outbox counts by state and the lag.
+    async fn stats(&self) -> Result<Stats>;
+    /// Dead rows, newest first.
+    async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<Vec<DeadRow>>;
+    /// Closes the pools.
+    async fn close(&self);
+}
+
+/// Refuses a database that a newer agentsaga migrated.
+pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
+    let Some(&found) = applied.last() else {
+        return Ok(());
+    };
+    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    if found > known {
+        return Err(Error::SchemaTooNew { found, known });
+    }
+    Ok(())
+}
+
+/// A row's attempt count, stored as `integer` (SQLite's 64 bits, PostgreSQL's 32).
+pub(super) struct Attempts(pub(super) u32);
+
+/// Decodes an outbox row (`seq, id, destination, key, payload, headers, attempts,
+/// created_at`, the last in Unix milliseconds) of either backend.
+pub(super) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
+where
+    R: Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Attempts: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let corrupt = |column: &str, e: &dyn std::fmt::Display| Error::Corrupt {
+        table: "outbox",
+        reason: format!("{column}: {e}"),
+    };
+    let headers: String = row.try_get("headers")?;
+    Ok(Envelope {
+        seq: row.try_get("seq")?,
+        id: row
+            .try_get("id")
+            .map_err(|e| corrupt("id", &e as &dyn std::fmt::Display))?,
+        destination: row.try_get("destination")?,
+        key: row.try_get("key")?,
+        payload: row.try_get("payload")?,
+        headers: serde_json::from_str(&headers).map_err(|e| corrupt("headers", &e))?,
+        attempts: row.try_get::<Attempts, _>("attempts")?.0,
+        created_at_ms: row.try_get("created_at")?,
+    })
+}
+
+/// A dead letter: the outbox row and its `last_error`.
+pub(super) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
+where
+    R: Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Attempts: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(DeadRow {
+        envelope: envelope(row)?,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+impl sqlx::Type<sqlx::Sqlite> for Attempts {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Attempts {
+    fn decode(
+        value: sqlx::sqlite::SqliteValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let n = <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value)?;
+        Ok(Self(u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+    }
+}
+
+impl sqlx::Type<sqlx::Postgres> for Attempts {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Attempts {
+    fn decode(
+        value: sqlx::postgres::PgValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let n = <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Ok(Self(u32::try_from(n.max(0)).unwrap_or(0)))
+    }
+}

@@ -1,0 +1,192 @@
+//! The relay's protocol over the outbox: claim ready rows under a lease, then
+//! acknowledge, retry, dead-letter or release each. Reached through [`Store::queue`].
+//!
+//! A producer never calls these; `agentsaga-relay` does, and so may a relay of your own.
+
+use std::time::Duration;
+
+use super::Store;
+use super::backend::{Dialect, on_backend, on_conn};
+pub use super::wake::Wakeups;
+use crate::{Envelope, Message, Result};
+
+/// A batch claim: up to `limit` ready rows for `destinations`, leased to `owner`.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    /// Who holds the lease (a relay instance id).
+    pub owner: &'a str,
+    /// Only rows for these destinations.
+    pub destinations: &'a [String],
+    /// At most this many rows.
+    pub limit: u32,
+    /// The lease length; an expired lease returns the row to the pool.
+    pub lease: Duration,
+}
+
+/// A failed delivery to try again later.
+#[derive(Debug, Clone)]
+pub struct Retry {
+    /// The row.
+    pub seq: i64,
+    /// Not before this delay.
+    pub delay: Duration,
+    /// The error, kept as `last_error`.
+    pub error: String,
+}
+
+/// A message given up on.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The row.
+    pub seq: i64,
+    /// Why, kept as `last_error`.
+    pub reason: String,
+    /// A notice to enqueue in the same transaction (the `DeliveryFailed` to `reply_to`).
+    pub notice: Option<Message>,
+}
+
+/// The relay's side of a [`Store`]: one statement per batch. Cheap to make.
+#[derive(Debug, Clone, Copy)]
+pub struct Queue<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// The relay's protocol over this store's outbox.
+    pub fn queue(&self) -> Queue<'_> {
+        Queue { store: self }
+    }
+}
+
+impl Queue<'_> {
+    /// Claims up to `claim.limit` ready rows, oldest first, honouring per-key order: a
+    /// keyed row is claimable only when no earlier row of its key is pending and no row
+    /// of its key is in flight. On Postgres, rows locked by another claimer are skipped
+    /// (`FOR UPDATE SKIP LOCKED`).
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn claim(&self, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
+        if claim.destinations.is_empty() || claim.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut rows = on_backend!(&self.store.backend, b => b.claim(claim).await?);
+        rows.sort_by_key(|e| e.seq);
+        Ok(rows)
+    }
+
+    /// Marks `delivered` rows delivered (as [`mark_delivered`](Self::mark_delivered)
+    /// does, for `claim.owner`), then claims (as [`claim`](Self::claim) does, seeing
+    /// those rows delivered): the relay's steady state, in one round trip on PostgreSQL
+    /// and two statements back to back on SQLite. Returns how many rows were marked
+    /// delivered and the claimed rows.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error; then neither
+    /// happened.
+    pub async fn ack_and_claim(
+        &self,
+        delivered: &[i64],
+        claim: &Claim<'_>,
+    ) -> Result<(u64, Vec<Envelope>)> {
+        if delivered.is_empty() {
+            return Ok((0, self.claim(claim).await?));
+        }
+        if claim.destinations.is_empty() || claim.limit == 0 {
+            return Ok((
+                self.mark_delivered(claim.owner, delivered).await?,
+                Vec::new(),
+            ));
+        }
+        let (n, mut rows) =
+            on_backend!(&self.store.backend, b => b.ack_and_claim(delivered, claim).await?);
+        rows.sort_by_key(|e| e.seq);
+        Ok((n, rows))
+    }
+
+    /// Marks rows delivered. Only rows still leased to `owner` change (a row whose
+    /// lease expired and was taken by another relay is that relay's now). Returns how
+    /// many changed.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        on_backend!(&self.store.backend, b => b.mark_delivered(owner, seqs).await)
+    }
+
+    /// Returns rows to `pending` after a failed attempt, each with its delay and error.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64> {
+        if retries.is_empty() {
+            return Ok(0);
+        }
+        on_backend!(&self.store.backend, b => b.retry_later(owner, retries).await)
+    }
+
+    /// Moves rows to `dead` with their reason, and enqueues their notices, in one
+    /// transaction. A notice is sent only with its row: a row whose lease was lost is
+    /// left to its new owner, and its notice is not sent.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn dead_letter(&self, owner: &str, dead: &[DeadLetter]) -> Result<u64> {
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        let notices: Vec<Message> = dead.iter().filter_map(|d| d.notice.clone()).collect();
+        let mut tx = self.store.begin().await?;
+        let n = on_conn!(tx.conn(), D, c => D::dead_letter(c, owner, dead).await?);
+        if n == dead.len() as u64 {
+            // Notices skip the pending limit: they report on work already admitted.
+            on_conn!(tx.conn(), D, c => D::enqueue(c, &notices).await?);
+            tx.mark_enqueued();
+        } else if dead.len() > 1 && !notices.is_empty() {
+            tx.rollback().await?;
+            // Some rows were lost: one row at a time, so each notice follows its own
+            // row (a single row that was lost is committed below, without its notice).
+            let mut total = 0;
+            for d in dead {
+                total += Box::pin(self.dead_letter(owner, std::slice::from_ref(d))).await?;
+            }
+            return Ok(total);
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Returns claimed rows to `pending` without counting the attempt (graceful
+    /// shutdown: they were never handed over).
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn release(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        on_backend!(&self.store.backend, b => b.release(owner, seqs).await)
+    }
+
+    /// Extends the leases of rows still held by `owner` (long deliveries).
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn renew_leases(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        on_backend!(&self.store.backend, b => b.renew(owner, seqs, lease).await)
+    }
+
+    /// Returns rows whose lease expired (their relay died) to the pool.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn reclaim_expired(&self) -> Result<u64> {
+        on_backend!(&self.store.backend, b => b.reclaim_expired().await)
+    }
+}
