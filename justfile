@@ -8,7 +8,13 @@ test:
 
 lint:
     cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets -- -D warnings
+    cargo clippy --workspace --all-targets --locked -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+# Needs cargo-deny (.ci/run installs the pinned version). Advisories are not part of CI
+# (no network for the database there); with network: cargo deny check advisories
+deny:
+    cargo deny check licenses bans sources
 
 bench:
     cargo run --release -p agentsaga-bench -- outbox

@@ -2,7 +2,7 @@
 //! table (written by `agentsaga-core` in the producer's transaction) to their
 //! destinations, and records what happened to each.
 //!
-//! - A claimer actor claims ready rows in batches ([`Store::claim`]) while fewer than
+//! - A claimer actor claims ready rows in batches ([`Queue::claim`](agentsaga_core::queue::Queue::claim)) while fewer than
 //!   `workers + batch_size` are in flight (a batch queues behind busy workers) — on a wakeup from the store, on a poll tick, or when a worker
 //!   finishes — and leases them to this relay.
 //! - A pool of delivery workers (a `ractor` factory with key-affine routing) hands each

@@ -92,7 +92,8 @@ impl<'a> CallContext<'a> {
     /// step and its compensation. For a saga step it reads
     /// `agentsaga:<saga id>:<step index>:command` (`…:compensate` for the undo); for a
     /// message not sent by a saga it is the message id. Append
-    /// [`step_attempt`](Self::step_attempt) if an API must see each retry as new.
+    /// [`message_id`](Self::message_id) (new for every re-send of a step) if an API
+    /// must see each retry as new.
     pub fn idempotency_key(&self) -> String {
         self.envelope
             .header(header::IDEMPOTENCY_KEY)

@@ -119,7 +119,7 @@ impl ReceiverConfig {
 /// `created_at_ms` are the sender's bookkeeping and are not kept. A message whose id is
 /// already in the outbox is not stored again but still answered 204: a redelivery
 /// is acknowledged, and processed once (while the row is kept: prune delivered rows,
-/// [`Store::prune_delivered`], only well after any redelivery can come). The commit wakes the relays of this process,
+/// [`Admin::prune_delivered`](agentsaga_core::admin::Admin::prune_delivered), only well after any redelivery can come). The commit wakes the relays of this process,
 /// which deliver the message to its local destination.
 ///
 /// Serve it with `axum::serve`, alone or merged into a larger router.
