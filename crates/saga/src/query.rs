@@ -6,7 +6,7 @@ use agentsaga_core::sqlx::{self, Row};
 use agentsaga_core::{Conn, ReadPool, Store};
 use serde::Serialize;
 
-use crate::{Error, Result, SagaId, SagaState};
+use crate::{CompState, Error, Result, SagaId, SagaState, StepState};
 
 /// One saga instance, as operators see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,8 +38,8 @@ pub struct StepView {
     pub name: String,
     /// Agent destination.
     pub destination: String,
-    /// `dispatched`, `succeeded` or `failed`.
-    pub state: String,
+    /// Where the forward step stands.
+    pub state: StepState,
     /// Dispatches so far.
     pub attempts: i64,
     /// Last error.
@@ -48,8 +48,8 @@ pub struct StepView {
     pub compensation_destination: Option<String>,
     /// Compensation payload (JSON text).
     pub compensation_payload: Option<String>,
-    /// Compensation state.
-    pub compensation_state: Option<String>,
+    /// Where its compensation stands (`None`: nothing to undo yet).
+    pub compensation_state: Option<CompState>,
     /// Compensation dispatches so far.
     pub compensation_attempts: i64,
     /// Last compensation error.
@@ -181,12 +181,16 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
                 stage: r.try_get::<$int, _>("stage")? as i64,
                 name: r.try_get("name")?,
                 destination: r.try_get("destination")?,
-                state: r.try_get("state")?,
+                state: StepState::from_str(&r.try_get::<String, _>("state")?)
+                    .map_err(Error::Corrupt)?,
                 attempts: r.try_get::<$int, _>("attempts")? as i64,
                 error: r.try_get("error")?,
                 compensation_destination: r.try_get("compensation_destination")?,
                 compensation_payload: r.try_get("compensation_payload")?,
-                compensation_state: r.try_get("compensation_state")?,
+                compensation_state: r
+                    .try_get::<Option<String>, _>("compensation_state")?
+                    .map(|s| CompState::from_str(&s).map_err(Error::Corrupt))
+                    .transpose()?,
                 compensation_attempts: r.try_get::<$int, _>("compensation_attempts")? as i64,
                 compensation_error: r.try_get("compensation_error")?,
                 dispatched_at_ms: r.try_get("dispatched_at")?,
@@ -232,22 +236,11 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
 /// # Errors
 /// Store errors.
 pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
-    let rows: Vec<(String, i64)> = match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            sqlx::query_as(
-                "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
-            )
-            .fetch_all(reader)
-            .await?
-        }
-        ReadPool::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state",
-            )
+    let rows: Vec<(String, i64)> = agentsaga_core::with_reader!(store.reader(), pool => {
+        sqlx::query_as("SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state")
             .fetch_all(pool)
             .await?
-        }
-    };
+    });
     rows.into_iter()
         .map(|(s, n)| Ok((SagaState::from_str(&s).map_err(Error::Corrupt)?, n as u64)))
         .collect()

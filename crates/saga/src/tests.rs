@@ -10,7 +10,10 @@ use agentsaga_core::{Envelope, Receipt, RetryPolicy, Store, both_backends, heade
 use serde_json::{Value, json};
 
 use crate::protocol::{self, StepOutcome};
-use crate::{Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+use crate::{
+    CompState, Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step, StepState,
+    query,
+};
 
 type D = Value;
 
@@ -197,9 +200,9 @@ async fn happy_path(backend: Backend) {
     assert!(w.ledger.undone.is_empty());
     let steps = query::steps(&w.store, id).await.unwrap();
     assert_eq!(steps.len(), 5);
-    assert!(steps.iter().all(|s| s.state == "succeeded"));
+    assert!(steps.iter().all(|s| s.state == StepState::Succeeded));
     // The ledger was written with each dispatch, and never used.
-    assert_eq!(steps[0].compensation_state.as_deref(), Some("recorded"));
+    assert_eq!(steps[0].compensation_state, Some(CompState::Recorded));
     assert_eq!(
         steps[0]
             .compensation_payload
@@ -265,7 +268,7 @@ async fn concurrent_replies_of_a_parallel_stage(backend: Backend) {
 
     let steps = query::steps(&w.store, id).await.unwrap();
     assert_eq!(steps.len(), 4, "the pivot was dispatched: {steps:?}");
-    assert!(steps[..3].iter().all(|s| s.state == "succeeded"));
+    assert!(steps[..3].iter().all(|s| s.state == StepState::Succeeded));
     let next = claim_all(w.store.clone(), w.destinations.clone()).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].destination, "charge-agent");
@@ -387,7 +390,7 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
         "{s:?}"
     );
     let steps = query::steps(&w.store, id).await.unwrap();
-    assert_eq!(steps[0].compensation_state.as_deref(), Some("failed"));
+    assert_eq!(steps[0].compensation_state, Some(CompState::Failed));
     assert_eq!(steps[0].compensation_attempts, 10);
 
     // Abort refuses (a compensation failed) and changes nothing.
@@ -417,7 +420,7 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
     );
     tx.commit().await.unwrap();
     let steps = query::steps(&w.store, id).await.unwrap();
-    assert_eq!(steps[0].compensation_state.as_deref(), Some("skipped"));
+    assert_eq!(steps[0].compensation_state, Some(CompState::Skipped));
     assert!(
         steps[0]
             .compensation_error
@@ -536,7 +539,7 @@ async fn abort_running_and_versions(backend: Backend) {
     tx.commit().await.unwrap();
     assert_eq!(
         query::steps(&w.store, old).await.unwrap()[0].state,
-        "succeeded"
+        StepState::Succeeded
     );
 }
 both_backends!(abort_version_tests, abort_running_and_versions);

@@ -68,7 +68,7 @@ impl From<&StepView> for StepDoc {
             stage: s.stage,
             name: s.name.clone(),
             destination: s.destination.clone(),
-            state: s.state.clone(),
+            state: s.state.to_string(),
             attempts: s.attempts,
             error: s.error.clone(),
             dispatched_at: s.dispatched_at_ms.map(rfc3339),
@@ -77,7 +77,7 @@ impl From<&StepView> for StepDoc {
             replied_at_ms: s.replied_at_ms,
             compensation_destination: s.compensation_destination.clone(),
             compensation_payload: s.compensation_payload.as_deref().map(json_value),
-            compensation_state: s.compensation_state.clone(),
+            compensation_state: s.compensation_state.map(|c| c.to_string()),
             compensation_attempts: s.compensation_attempts,
             compensation_error: s.compensation_error.clone(),
             compensated_at: s.compensated_at_ms.map(rfc3339),
@@ -171,7 +171,7 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
             s.stage.to_string(),
             s.name.clone(),
             s.destination.clone(),
-            s.state.clone(),
+            s.state.to_string(),
             s.attempts.to_string(),
             ts_or_dash(s.dispatched_at_ms),
             ts_or_dash(s.replied_at_ms),
@@ -197,7 +197,8 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
             s.idx.to_string(),
             s.name.clone(),
             or_dash(s.compensation_destination.as_deref()),
-            or_dash(s.compensation_state.as_deref()),
+            s.compensation_state
+                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
             s.compensation_attempts.to_string(),
             ts_or_dash(s.compensated_at_ms),
             or_dash(s.compensation_error.as_deref()),
@@ -213,7 +214,7 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
         outln!();
         if steps
             .iter()
-            .any(|s| s.compensation_state.as_deref() == Some("failed"))
+            .any(|s| s.compensation_state == Some(agentsaga_saga::CompState::Failed))
         {
             outln!(
                 "a compensation failed: `agentsaga sagas retry {id}` to try it again, or undo \

@@ -156,3 +156,43 @@ impl Tx {
         Ok(())
     }
 }
+
+/// Runs the same code on a [`Conn`] of either backend: `$c` is the backend's
+/// `&mut` connection in each arm. For statements whose text and binds suit both (sqlx
+/// numbers parameters `$1, $2, …` on SQLite too).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), agentsaga_core::Error> {
+/// let store = agentsaga_core::Store::connect("sqlite::memory:").await?;
+/// let mut tx = store.begin().await?;
+/// let n: i64 = agentsaga_core::with_conn!(tx.conn(), c => {
+///     agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM outbox WHERE destination = $1")
+///         .bind("billing")
+///         .fetch_one(c)
+///         .await?
+/// });
+/// assert_eq!(n, 0);
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! with_conn {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match $conn {
+            $crate::Conn::Sqlite($c) => $body,
+            $crate::Conn::Postgres($c) => $body,
+        }
+    };
+}
+
+/// Runs the same code on a [`ReadPool`](crate::ReadPool) of either backend: `$p` is the
+/// backend's pool in each arm. See [`with_conn!`](crate::with_conn).
+#[macro_export]
+macro_rules! with_reader {
+    ($pool:expr, $p:ident => $body:expr) => {
+        match $pool {
+            $crate::ReadPool::Sqlite($p) => $body,
+            $crate::ReadPool::Postgres($p) => $body,
+        }
+    };
+}

@@ -192,19 +192,11 @@ pub(crate) async fn pop(
 
 /// Waiting starts per saga name (read-only).
 pub(crate) async fn waiting(store: &Store) -> Result<Vec<(String, u64)>> {
-    use agentsaga_core::ReadPool;
-    let rows: Vec<(String, i64)> = match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            sqlx::query_as("SELECT name, count(*) FROM saga_starts GROUP BY name ORDER BY name")
-                .fetch_all(reader)
-                .await?
-        }
-        ReadPool::Postgres(pool) => {
-            sqlx::query_as("SELECT name, count(*) FROM saga_starts GROUP BY name ORDER BY name")
-                .fetch_all(pool)
-                .await?
-        }
-    };
+    let rows: Vec<(String, i64)> = agentsaga_core::with_reader!(store.reader(), pool => {
+        sqlx::query_as("SELECT name, count(*) FROM saga_starts GROUP BY name ORDER BY name")
+            .fetch_all(pool)
+            .await?
+    });
     Ok(rows.into_iter().map(|(n, c)| (n, c as u64)).collect())
 }
 

@@ -9,7 +9,6 @@ use std::str::FromStr;
 use agentsaga_core::sqlx::{self, PgConnection, Row, SqliteConnection};
 use agentsaga_core::{Conn, MessageId};
 use serde_json::Value;
-use uuid::Uuid;
 
 use super::model::{Instance, StepRow};
 use crate::{Error, Result, SagaId};
@@ -31,8 +30,126 @@ fn json(s: Option<String>) -> Result<Option<Value>> {
         .map_err(Into::into)
 }
 
-fn id_opt(s: Option<String>) -> Result<Option<MessageId>> {
-    s.map(|s| parse(&s, "message id")).transpose()
+/// An integer column: `integer` (64 bits) on SQLite, `integer` (32 bits) on PostgreSQL.
+struct Int(i64);
+
+impl sqlx::Type<sqlx::Sqlite> for Int {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Int {
+    fn decode(
+        value: sqlx::sqlite::SqliteValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value).map(Int)
+    }
+}
+
+impl sqlx::Type<sqlx::Postgres> for Int {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Int {
+    fn decode(
+        value: sqlx::postgres::PgValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value).map(|n| Int(i64::from(n)))
+    }
+}
+
+/// The columns of a step, as both backends' loads select them (ids as each backend
+/// stores them, JSON as text, times as Unix milliseconds).
+const STEP_SELECT: &str = "idx, stage, name, destination, state, attempts, command_id, timer_id,
+    input, output, error, compensation_destination, compensation_payload,
+    compensation_state, compensation_attempts, compensation_message_id, compensation_error,
+    deadline, dispatched_at, replied_at, compensated_at";
+
+/// The columns a save writes, in the order both backends bind them.
+const STEP_INSERT: &str = "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
+    state, attempts, command_id, timer_id, input, output, error, compensation_destination,
+    compensation_payload, compensation_state, compensation_attempts, compensation_message_id,
+    compensation_error, deadline, dispatched_at, replied_at, compensated_at) ";
+
+/// What a save changes in a step that exists (its identity and definition stay).
+const STEP_UPSERT: &str = " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+    attempts = excluded.attempts, command_id = excluded.command_id,
+    timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
+    error = excluded.error, compensation_state = excluded.compensation_state,
+    compensation_attempts = excluded.compensation_attempts,
+    compensation_message_id = excluded.compensation_message_id,
+    compensation_error = excluded.compensation_error, deadline = excluded.deadline,
+    dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
+    compensated_at = excluded.compensated_at";
+
+/// What a save changes in an instance that exists.
+const INSTANCE_UPSERT: &str = " ON CONFLICT (id) DO UPDATE SET state = excluded.state,
+    data = excluded.data, error = excluded.error, stage = excluded.stage,
+    updated_at = excluded.updated_at,
+    finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)";
+
+/// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
+fn step_row<'r, R>(r: &'r R) -> Result<StepRow>
+where
+    R: Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    Int: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let int = |col: &'static str| -> Result<i64> { Ok(r.try_get::<Int, _>(col)?.0) };
+    Ok(StepRow {
+        idx: int("idx")? as usize,
+        stage: int("stage")? as usize,
+        name: r.try_get("name")?,
+        destination: r.try_get("destination")?,
+        state: parse(&r.try_get::<String, _>("state")?, "step state")?,
+        attempts: int("attempts")? as u32,
+        command_id: r.try_get("command_id")?,
+        timer_id: r.try_get("timer_id")?,
+        input: json(r.try_get("input")?)?,
+        output: json(r.try_get("output")?)?,
+        error: r.try_get("error")?,
+        comp_destination: r.try_get("compensation_destination")?,
+        comp_payload: json(r.try_get("compensation_payload")?)?,
+        comp_state: r
+            .try_get::<Option<String>, _>("compensation_state")?
+            .map(|s| parse(&s, "compensation state"))
+            .transpose()?,
+        comp_attempts: int("compensation_attempts")? as u32,
+        comp_message_id: r.try_get("compensation_message_id")?,
+        comp_error: r.try_get("compensation_error")?,
+        deadline_ms: r.try_get("deadline")?,
+        dispatched_at: r.try_get("dispatched_at")?,
+        replied_at: r.try_get("replied_at")?,
+        compensated_at: r.try_get("compensated_at")?,
+    })
+}
+
+/// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
+/// saga_error, saga_stage`), its steps not yet attached.
+fn instance_row<'r, R>(id: SagaId, r: &'r R) -> Result<Instance>
+where
+    R: Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    Int: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Instance {
+        id,
+        name: r.try_get("saga_name")?,
+        version: r.try_get::<Int, _>("version")?.0 as i32,
+        state: parse(&r.try_get::<String, _>("saga_state")?, "saga state")?,
+        data: serde_json::from_str(&r.try_get::<String, _>("data")?)?,
+        error: r.try_get("saga_error")?,
+        stage: r.try_get::<Int, _>("saga_stage")?.0 as usize,
+        steps: BTreeMap::new(),
+        finished: false,
+    })
 }
 
 pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>> {
@@ -67,64 +184,26 @@ async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Inst
     // One statement: the instance joined with its steps (one row per step, or one row
     // with a NULL step). Safe on SQLite, where the caller's transaction began with
     // `BEGIN IMMEDIATE`: no other writer can change the saga while it reads.
-    let rows = sqlx::query(
+    let sql = format!(
         "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
-            i.error AS saga_error, i.stage AS saga_stage,
-            s.idx, s.stage, s.name, s.destination, s.state, s.attempts, s.command_id,
-            s.timer_id, s.input, s.output, s.error, s.compensation_destination,
-            s.compensation_payload, s.compensation_state, s.compensation_attempts,
-            s.compensation_message_id, s.compensation_error,
-            s.deadline, s.dispatched_at, s.replied_at, s.compensated_at
-         FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id
-         WHERE i.id = ?1 ORDER BY s.idx",
-    )
-    .bind(id.to_string())
-    .fetch_all(&mut *c)
-    .await?;
+            i.error AS saga_error, i.stage AS saga_stage, s.*
+         FROM saga_instances i
+         LEFT JOIN (SELECT saga_id, {STEP_SELECT} FROM saga_steps) s ON s.saga_id = i.id
+         WHERE i.id = ?1 ORDER BY s.idx"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(id.to_string())
+        .fetch_all(&mut *c)
+        .await?;
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let mut inst = Instance {
-        id,
-        name: first.try_get("saga_name")?,
-        version: first.try_get::<i64, _>("version")? as i32,
-        state: parse(&first.try_get::<String, _>("saga_state")?, "saga state")?,
-        data: serde_json::from_str(&first.try_get::<String, _>("data")?)?,
-        error: first.try_get("saga_error")?,
-        stage: first.try_get::<i64, _>("saga_stage")? as usize,
-        steps: BTreeMap::new(),
-        finished: false,
-    };
+    let mut inst = instance_row(id, first)?;
     for r in &rows {
-        let Some(idx) = r.try_get::<Option<i64>, _>("idx")? else {
+        if r.try_get::<Option<i64>, _>("idx")?.is_none() {
             continue; // no steps yet
-        };
-        let step = StepRow {
-            idx: idx as usize,
-            stage: r.try_get::<i64, _>("stage")? as usize,
-            name: r.try_get("name")?,
-            destination: r.try_get("destination")?,
-            state: parse(&r.try_get::<String, _>("state")?, "step state")?,
-            attempts: r.try_get::<i64, _>("attempts")? as u32,
-            command_id: id_opt(r.try_get("command_id")?)?,
-            timer_id: id_opt(r.try_get("timer_id")?)?,
-            input: json(r.try_get("input")?)?,
-            output: json(r.try_get("output")?)?,
-            error: r.try_get("error")?,
-            comp_destination: r.try_get("compensation_destination")?,
-            comp_payload: json(r.try_get("compensation_payload")?)?,
-            comp_state: r
-                .try_get::<Option<String>, _>("compensation_state")?
-                .map(|s| parse(&s, "compensation state"))
-                .transpose()?,
-            comp_attempts: r.try_get::<i64, _>("compensation_attempts")? as u32,
-            comp_message_id: id_opt(r.try_get("compensation_message_id")?)?,
-            comp_error: r.try_get("compensation_error")?,
-            deadline_ms: r.try_get("deadline")?,
-            dispatched_at: r.try_get("dispatched_at")?,
-            replied_at: r.try_get("replied_at")?,
-            compensated_at: r.try_get("compensated_at")?,
-        };
+        }
+        let step = step_row(r)?;
         inst.steps.insert(step.idx, step);
     }
     Ok(Some(inst))
@@ -136,13 +215,12 @@ async fn save_sqlite(
     changed: &[&StepRow],
     now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    // Two statements: SQLite has no data-modifying CTE to carry the instance's upsert
+    // into the steps' (PostgreSQL saves in one).
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, CASE WHEN ?9 THEN ?8 END)
-         ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
-             error = excluded.error, stage = excluded.stage, updated_at = excluded.updated_at,
-             finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
-    )
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, CASE WHEN ?9 THEN ?8 END){INSTANCE_UPSERT}"
+    )))
     .bind(inst.id.to_string())
     .bind(&inst.name)
     .bind(inst.version)
@@ -154,50 +232,36 @@ async fn save_sqlite(
     .bind(inst.finished)
     .execute(&mut *c)
     .await?;
-    for s in changed {
-        sqlx::query(
-            "INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
-                command_id, timer_id, input, output, error, compensation_destination,
-                compensation_payload, compensation_state, compensation_attempts,
-                compensation_message_id, compensation_error, deadline, dispatched_at,
-                replied_at, compensated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                ?17, ?18, ?19, ?20, ?21, ?22)
-             ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
-                attempts = excluded.attempts, command_id = excluded.command_id,
-                timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
-                error = excluded.error, compensation_state = excluded.compensation_state,
-                compensation_attempts = excluded.compensation_attempts,
-                compensation_message_id = excluded.compensation_message_id,
-                compensation_error = excluded.compensation_error, deadline = excluded.deadline,
-                dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
-                compensated_at = excluded.compensated_at",
-        )
-        .bind(inst.id.to_string())
-        .bind(s.idx as i64)
-        .bind(s.stage as i64)
-        .bind(&s.name)
-        .bind(&s.destination)
-        .bind(s.state.as_str())
-        .bind(i64::from(s.attempts))
-        .bind(s.command_id.map(|i| i.to_string()))
-        .bind(s.timer_id.map(|i| i.to_string()))
-        .bind(s.input.as_ref().map(Value::to_string))
-        .bind(s.output.as_ref().map(Value::to_string))
-        .bind(s.error.as_deref())
-        .bind(s.comp_destination.as_deref())
-        .bind(s.comp_payload.as_ref().map(Value::to_string))
-        .bind(s.comp_state.map(|c| c.as_str()))
-        .bind(i64::from(s.comp_attempts))
-        .bind(s.comp_message_id.map(|i| i.to_string()))
-        .bind(s.comp_error.as_deref())
-        .bind(s.deadline_ms)
-        .bind(s.dispatched_at)
-        .bind(s.replied_at)
-        .bind(s.compensated_at)
-        .execute(&mut *c)
-        .await?;
+    if changed.is_empty() {
+        return Ok(());
     }
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(STEP_INSERT);
+    q.push_values(changed, |mut b, s| {
+        b.push_bind(inst.id.to_string())
+            .push_bind(s.idx as i64)
+            .push_bind(s.stage as i64)
+            .push_bind(&s.name)
+            .push_bind(&s.destination)
+            .push_bind(s.state.as_str())
+            .push_bind(i64::from(s.attempts))
+            .push_bind(s.command_id)
+            .push_bind(s.timer_id)
+            .push_bind(s.input.as_ref().map(Value::to_string))
+            .push_bind(s.output.as_ref().map(Value::to_string))
+            .push_bind(s.error.as_deref())
+            .push_bind(s.comp_destination.as_deref())
+            .push_bind(s.comp_payload.as_ref().map(Value::to_string))
+            .push_bind(s.comp_state.map(|c| c.as_str()))
+            .push_bind(i64::from(s.comp_attempts))
+            .push_bind(s.comp_message_id)
+            .push_bind(s.comp_error.as_deref())
+            .push_bind(s.deadline_ms)
+            .push_bind(s.dispatched_at)
+            .push_bind(s.replied_at)
+            .push_bind(s.compensated_at);
+    });
+    q.push(STEP_UPSERT);
+    q.build().execute(&mut *c).await?;
     Ok(())
 }
 
@@ -207,7 +271,8 @@ async fn save_sqlite(
 // another reply of the same saga was being committed would miss that one's step update.
 async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instance>> {
     let Some(row) = sqlx::query(
-        "SELECT name, version, state, data::text AS data, error, stage
+        "SELECT name AS saga_name, version, state AS saga_state, data::text AS data,
+            error AS saga_error, stage AS saga_stage
          FROM saga_instances WHERE id = $1 FOR UPDATE",
     )
     .bind(id.as_uuid())
@@ -216,18 +281,7 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     else {
         return Ok(None);
     };
-    let mut inst = Instance {
-        id,
-        name: row.try_get("name")?,
-        version: row.try_get("version")?,
-        state: parse(&row.try_get::<String, _>("state")?, "saga state")?,
-        data: serde_json::from_str(&row.try_get::<String, _>("data")?)?,
-        error: row.try_get("error")?,
-        stage: row.try_get::<i32, _>("stage")? as usize,
-        steps: BTreeMap::new(),
-        finished: false,
-    };
-    let ms = |r: &sqlx::postgres::PgRow, col: &str| -> Result<Option<i64>> { Ok(r.try_get(col)?) };
+    let mut inst = instance_row(id, &row)?;
     let rows = sqlx::query(
         "SELECT idx, stage, name, destination, state, attempts, command_id, timer_id,
             input::text AS input, output::text AS output, error, compensation_destination,
@@ -242,39 +296,8 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     .bind(id.as_uuid())
     .fetch_all(&mut *c)
     .await?;
-    for r in rows {
-        let step = StepRow {
-            idx: r.try_get::<i32, _>("idx")? as usize,
-            stage: r.try_get::<i32, _>("stage")? as usize,
-            name: r.try_get("name")?,
-            destination: r.try_get("destination")?,
-            state: parse(&r.try_get::<String, _>("state")?, "step state")?,
-            attempts: r.try_get::<i32, _>("attempts")? as u32,
-            command_id: r
-                .try_get::<Option<Uuid>, _>("command_id")?
-                .map(MessageId::from),
-            timer_id: r
-                .try_get::<Option<Uuid>, _>("timer_id")?
-                .map(MessageId::from),
-            input: json(r.try_get("input")?)?,
-            output: json(r.try_get("output")?)?,
-            error: r.try_get("error")?,
-            comp_destination: r.try_get("compensation_destination")?,
-            comp_payload: json(r.try_get("compensation_payload")?)?,
-            comp_state: r
-                .try_get::<Option<String>, _>("compensation_state")?
-                .map(|s| parse(&s, "compensation state"))
-                .transpose()?,
-            comp_attempts: r.try_get::<i32, _>("compensation_attempts")? as u32,
-            comp_message_id: r
-                .try_get::<Option<Uuid>, _>("compensation_message_id")?
-                .map(MessageId::from),
-            comp_error: r.try_get("compensation_error")?,
-            deadline_ms: ms(&r, "deadline")?,
-            dispatched_at: ms(&r, "dispatched_at")?,
-            replied_at: ms(&r, "replied_at")?,
-            compensated_at: ms(&r, "compensated_at")?,
-        };
+    for r in &rows {
+        let step = step_row(r)?;
         inst.steps.insert(step.idx, step);
     }
     Ok(Some(inst))
@@ -310,19 +333,11 @@ async fn save_postgres(
         .push("CASE WHEN ")
         .push_bind_unseparated(inst.finished)
         .push_unseparated(" THEN now() END");
-    q.push(
-        ") ON CONFLICT (id) DO UPDATE SET state = excluded.state, data = excluded.data,
-             error = excluded.error, stage = excluded.stage, updated_at = now(),
-             finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
-    );
+    q.push(")");
+    q.push(INSTANCE_UPSERT);
     if !changed.is_empty() {
-        q.push(
-            ") INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state, attempts,
-                command_id, timer_id, input, output, error, compensation_destination,
-                compensation_payload, compensation_state, compensation_attempts,
-                compensation_message_id, compensation_error, deadline, dispatched_at,
-                replied_at, compensated_at) ",
-        );
+        q.push(") ");
+        q.push(STEP_INSERT);
         q.push_values(changed, |mut b, s| {
             b.push_bind(inst.id.as_uuid())
                 .push_bind(s.idx as i32)
@@ -331,8 +346,8 @@ async fn save_postgres(
                 .push_bind(&s.destination)
                 .push_bind(s.state.as_str())
                 .push_bind(s.attempts as i32)
-                .push_bind(s.command_id.map(|i| *i.as_uuid()))
-                .push_bind(s.timer_id.map(|i| *i.as_uuid()))
+                .push_bind(s.command_id)
+                .push_bind(s.timer_id)
                 .push_bind(s.input.as_ref().map(Value::to_string))
                 .push_unseparated("::jsonb")
                 .push_bind(s.output.as_ref().map(Value::to_string))
@@ -343,7 +358,7 @@ async fn save_postgres(
                 .push_unseparated("::jsonb")
                 .push_bind(s.comp_state.map(|c| c.as_str()))
                 .push_bind(s.comp_attempts as i32)
-                .push_bind(s.comp_message_id.map(|i| *i.as_uuid()))
+                .push_bind(s.comp_message_id)
                 .push_bind(s.comp_error.as_deref())
                 .push("to_timestamp(")
                 .push_bind_unseparated(s.deadline_ms)
@@ -358,17 +373,7 @@ async fn save_postgres(
                 .push_bind_unseparated(s.compensated_at)
                 .push_unseparated(" / 1000.0)");
         });
-        q.push(
-            " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
-                attempts = excluded.attempts, command_id = excluded.command_id,
-                timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
-                error = excluded.error, compensation_state = excluded.compensation_state,
-                compensation_attempts = excluded.compensation_attempts,
-                compensation_message_id = excluded.compensation_message_id,
-                compensation_error = excluded.compensation_error, deadline = excluded.deadline,
-                dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
-                compensated_at = excluded.compensated_at",
-        );
+        q.push(STEP_UPSERT);
     }
     q.build().execute(&mut *c).await?;
     Ok(())
