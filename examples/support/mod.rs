@@ -239,7 +239,7 @@ pub async fn summary(
 /// Console logs per RUST_LOG (default `warn`), and OTLP export when
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Shut it down at exit to flush the spans.
 pub fn init_telemetry(service: &str) -> anyhow::Result<agentsaga::runtime::telemetry::Telemetry> {
-    agentsaga::runtime::telemetry::init(service).map_err(anyhow::Error::msg)
+    Ok(agentsaga::runtime::telemetry::init(service)?)
 }
 
 /// The examples' runtime settings: quick retries, the lease from the flags, metrics if

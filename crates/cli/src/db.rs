@@ -95,9 +95,10 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
             }
         );
     }
-    let mut config = StoreConfig::default().max_connections(2);
     // An operator waiting on a dead server wants to know soon.
-    config.acquire_timeout = CONNECT_TIMEOUT;
+    let config = StoreConfig::default()
+        .max_connections(2)
+        .acquire_timeout(CONNECT_TIMEOUT);
     Store::connect_with(&url, config).await.map_err(|e| {
         // The store's messages quote the URL as given: never print a password.
         anyhow!(e.to_string().replace(&url, &redact(&url)))

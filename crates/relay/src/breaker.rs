@@ -32,8 +32,8 @@ pub(crate) enum Change {
 /// Which destinations a claim may ask for.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Claimable {
-    /// Claim as many rows as there is room for.
-    pub(crate) open: Vec<String>,
+    /// Breaker closed: claim as many rows as there is room for.
+    pub(crate) closed: Vec<String>,
     /// Half-open: claim one row each, the probe.
     pub(crate) probe: Vec<String>,
 }
@@ -62,11 +62,11 @@ impl Breakers {
         let mut out = Claimable::default();
         for d in destinations {
             let Some(state) = self.states.get_mut(d) else {
-                out.open.push(d.clone());
+                out.closed.push(d.clone());
                 continue;
             };
             match *state {
-                State::Closed { .. } => out.open.push(d.clone()),
+                State::Closed { .. } => out.closed.push(d.clone()),
                 State::Open { until } if now >= until => {
                     *state = State::HalfOpen { probing: false };
                     out.probe.push(d.clone());
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(b.record("a", false, t0), None);
         assert_eq!(b.record("a", false, t0), Some(Change::Opened));
         let c = b.claimable(&dests(), t0);
-        assert_eq!(c.open, vec!["b".to_owned()]);
+        assert_eq!(c.closed, vec!["b".to_owned()]);
         assert!(c.probe.is_empty());
         // Still cooling down just before the end.
         let c = b.claimable(&dests(), t0 + cooldown - Duration::from_millis(1));
@@ -148,9 +148,9 @@ mod tests {
         assert_eq!(c.probe, vec!["a".to_owned()]);
         b.probing("a", true);
         let c = b.claimable(&dests(), t0 + cooldown);
-        assert!(c.probe.is_empty() && c.open == vec!["b".to_owned()]);
+        assert!(c.probe.is_empty() && c.closed == vec!["b".to_owned()]);
         assert_eq!(b.record("a", true, t0 + cooldown), Some(Change::Closed));
-        assert_eq!(b.claimable(&dests(), t0 + cooldown).open, dests());
+        assert_eq!(b.claimable(&dests(), t0 + cooldown).closed, dests());
     }
 
     #[test]
@@ -181,7 +181,7 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(off.record("a", false, t), None);
         }
-        assert_eq!(off.claimable(&dests(), t).open, dests());
+        assert_eq!(off.claimable(&dests(), t).closed, dests());
     }
 
     #[test]

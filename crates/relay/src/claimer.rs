@@ -26,8 +26,8 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::breaker::{Breakers, Change, Claimable};
-use crate::outcome::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::pacer::{self, Signal, Signals};
+use crate::settle::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::stats::StatsCell;
 use crate::worker::{PoolRef, RouteKey, spawn_pool};
 use crate::{Delivery, RelayConfig, Transport};
@@ -331,9 +331,9 @@ impl Claimer {
         let limit = u32::try_from(free)
             .unwrap_or(u32::MAX)
             .min(self.config.batch_size);
-        let Claimable { mut open, probe } = state.breakers.claimable(&self.destinations, now);
+        let Claimable { mut closed, probe } = state.breakers.claimable(&self.destinations, now);
         // A destination at its in-flight cap sits this claim out.
-        open.retain(|d| {
+        closed.retain(|d| {
             self.config
                 .destination_limits
                 .get(d)
@@ -342,14 +342,14 @@ impl Claimer {
         let mut claimed = Vec::new();
         let mut error = None;
         let mut full = false;
-        if open.is_empty() {
+        if closed.is_empty() {
             self.write_acks(myself, state, acks).await;
         } else {
             let seqs: Vec<i64> = acks.iter().map(|a| a.seq).collect();
             match self
                 .store
                 .queue()
-                .ack_and_claim(&seqs, &self.claim_of(&open, limit))
+                .ack_and_claim(&seqs, &self.claim_of(&closed, limit))
                 .await
             {
                 Ok((acked, rows)) => {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agentsaga_core::RetryPolicy;
 
-use crate::{RelayError, Result};
+use crate::{Error, Result};
 
 /// How a relay claims, delivers and gives up.
 ///
@@ -166,7 +166,7 @@ impl RelayConfig {
         } else {
             return Ok(());
         };
-        Err(RelayError::Config(problem.to_owned()))
+        Err(Error::Config(problem.to_owned()))
     }
 }
 
@@ -201,10 +201,7 @@ mod tests {
             RelayConfig::default().owner(" "),
             RelayConfig::default().retry(RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0)),
         ] {
-            assert!(
-                matches!(bad.validate(), Err(RelayError::Config(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(bad.validate(), Err(Error::Config(_))), "{bad:?}");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The errors of `agentsaga-relay`.
 
-/// `Result` with [`RelayError`] as the default error type.
-pub type Result<T, E = RelayError> = std::result::Result<T, E>;
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What can stop a relay from starting.
 ///
@@ -9,7 +9,7 @@ pub type Result<T, E = RelayError> = std::result::Result<T, E>;
 /// backoff, and delivery failures are retries or dead letters, never errors.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RelayError {
+pub enum Error {
     /// The outbox store failed.
     #[error(transparent)]
     Store(#[from] agentsaga_core::Error),

@@ -86,16 +86,24 @@ mod config;
 mod error;
 pub mod http;
 pub mod in_process;
-mod outcome;
 mod pacer;
 mod relay;
+mod settle;
 mod stats;
 mod transport;
 mod worker;
 
 pub use config::RelayConfig;
-pub use error::{RelayError, Result};
-pub use relay::{Relay, RelayHandle};
+pub use error::{Error, Result};
+
+/// The relay's error under its former name.
+#[deprecated(since = "0.1.0", note = "renamed to `agentsaga_relay::Error`")]
+pub type RelayError = Error;
+pub use relay::Relay;
+
+/// The running relay under its former name.
+#[deprecated(since = "0.1.0", note = "renamed to `agentsaga_relay::Relay`")]
+pub type RelayHandle = Relay;
 pub use stats::RelayStats;
 pub use transport::{Delivery, Transport};
 

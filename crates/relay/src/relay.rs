@@ -10,45 +10,41 @@ use tokio::task::JoinHandle;
 
 use crate::claimer::{Claimer, ClaimerMsg};
 use crate::stats::StatsCell;
-use crate::{RelayConfig, RelayError, RelayStats, Result, Transport};
+use crate::{Error, RelayConfig, RelayStats, Result, Transport};
 
-/// Beyond `shutdown_timeout`, how long [`RelayHandle::shutdown`] lets the final
+/// Beyond `shutdown_timeout`, how long [`Relay::shutdown`] lets the final
 /// database writes take before it kills the relay.
 const FINAL_WRITE_GRACE: Duration = Duration::from_secs(5);
-
-/// The outbox relay. See the [crate documentation](crate) for what it does.
-#[derive(Debug)]
-pub struct Relay;
 
 impl Relay {
     /// Starts a relay delivering the outbox rows of `destinations` through `transport`.
     ///
-    /// It runs until [`RelayHandle::shutdown`] (or until the handle is dropped, which
+    /// It runs until [`Relay::shutdown`] (or until the handle is dropped, which
     /// starts the same graceful shutdown without waiting for it). Several relays may run
     /// against one PostgreSQL database; each needs its own `owner`.
     ///
     /// # Errors
-    /// [`RelayError::Config`] for an unusable configuration or no destinations,
-    /// [`RelayError::Spawn`] if its actors cannot be started. The database is not
+    /// [`Error::Config`] for an unusable configuration or no destinations,
+    /// [`Error::Spawn`] if its actors cannot be started. The database is not
     /// touched here: an unreachable database is logged and retried once running.
     pub async fn start(
         store: Store,
         destinations: Vec<String>,
         transport: Arc<dyn Transport>,
         config: RelayConfig,
-    ) -> Result<RelayHandle> {
+    ) -> Result<Relay> {
         config.validate()?;
         let mut unique: Vec<String> = Vec::with_capacity(destinations.len());
         for d in destinations {
             if d.trim().is_empty() {
-                return Err(RelayError::Config("a destination is empty".to_owned()));
+                return Err(Error::Config("a destination is empty".to_owned()));
             }
             if !unique.contains(&d) {
                 unique.push(d);
             }
         }
         if unique.is_empty() {
-            return Err(RelayError::Config("no destinations to relay".to_owned()));
+            return Err(Error::Config("no destinations to relay".to_owned()));
         }
         let stats = Arc::new(StatsCell::default());
         let claimer = Claimer {
@@ -60,8 +56,8 @@ impl Relay {
         };
         let (claimer, join) = Actor::spawn(None, claimer, ())
             .await
-            .map_err(|e| RelayError::Spawn(e.to_string()))?;
-        Ok(RelayHandle {
+            .map_err(|e| Error::Spawn(e.to_string()))?;
+        Ok(Relay {
             owner: config.owner,
             stats,
             claimer,
@@ -75,7 +71,7 @@ impl Relay {
 ///
 /// Dropping it starts a graceful shutdown in the background; call
 /// [`shutdown`](Self::shutdown) to wait for it.
-pub struct RelayHandle {
+pub struct Relay {
     owner: String,
     stats: Arc<StatsCell>,
     claimer: ActorRef<ClaimerMsg>,
@@ -83,16 +79,16 @@ pub struct RelayHandle {
     shutdown_timeout: Duration,
 }
 
-impl std::fmt::Debug for RelayHandle {
+impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelayHandle")
+        f.debug_struct("Relay")
             .field("owner", &self.owner)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
 
-impl RelayHandle {
+impl Relay {
     /// The relay's counters so far.
     pub fn stats(&self) -> RelayStats {
         self.stats.snapshot()
@@ -133,7 +129,7 @@ impl RelayHandle {
     }
 }
 
-impl Drop for RelayHandle {
+impl Drop for Relay {
     fn drop(&mut self) {
         if self.join.is_some() {
             let _ = self.claimer.cast(ClaimerMsg::Shutdown(None));

@@ -1,4 +1,4 @@
-//! Counters a running relay keeps, read through [`RelayHandle::stats`](crate::RelayHandle::stats).
+//! Counters a running relay keeps, read through [`Relay::stats`](crate::Relay::stats).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{Envelope, Message, MessageId, ReadPool, RetryPolicy, Store, sqlx};
 use agentsaga_relay::http::{self, HttpTransport, OUTBOX_PATH, ReceiverConfig};
-use agentsaga_relay::{Delivery, Relay, RelayConfig, RelayError, RelayHandle, Transport};
+use agentsaga_relay::{Delivery, Error, Relay, RelayConfig, Transport};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -113,7 +113,7 @@ where
     }
 }
 
-async fn wait_delivered(relay: &RelayHandle, n: u64) {
+async fn wait_delivered(relay: &Relay, n: u64) {
     wait_until(&format!("{n} rows are delivered"), || async {
         relay.stats().delivered >= n
     })
@@ -128,11 +128,7 @@ fn relay_config(retry: RetryPolicy) -> RelayConfig {
         .shutdown_timeout(Duration::from_secs(5))
 }
 
-async fn start_relay(
-    store: &Store,
-    destinations: &[&str],
-    transport: impl Transport,
-) -> RelayHandle {
+async fn start_relay(store: &Store, destinations: &[&str], transport: impl Transport) -> Relay {
     start_relay_with(
         store,
         destinations,
@@ -151,7 +147,7 @@ async fn start_relay_with(
     destinations: &[&str],
     transport: impl Transport,
     config: RelayConfig,
-) -> RelayHandle {
+) -> Relay {
     Relay::start(
         store.clone(),
         destinations.iter().map(|d| (*d).to_owned()).collect(),
@@ -378,7 +374,7 @@ async fn refusals_write_nothing(backend: Backend) {
     let b = store(backend).await;
     assert!(matches!(
         http::router(b.clone(), ReceiverConfig::new("")),
-        Err(RelayError::Config(_))
+        Err(Error::Config(_))
     ));
     let config = ReceiverConfig::new(TOKEN)
         .max_body_bytes(1024)

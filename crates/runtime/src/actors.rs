@@ -18,13 +18,14 @@ use tracing::Instrument;
 
 use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, StepError};
 
-/// An agent with its types erased, as its actors run it.
+/// An agent behind one object type, whichever trait it implements: what its delivery
+/// actor runs.
 #[async_trait::async_trait]
-pub(crate) trait Process: Send + Sync + 'static {
+pub(crate) trait AgentRunner: Send + Sync + 'static {
     fn destination(&self) -> &str;
     /// Does its work wait on the outside world (sized for waiting, not for CPU)?
     fn calls_out(&self) -> bool;
-    async fn process(&self, store: &Store, env: &Envelope) -> Delivery;
+    async fn run(&self, store: &Store, env: &Envelope) -> Delivery;
 }
 
 /// An [`Agent`] (database only), erased.
@@ -176,7 +177,7 @@ async fn finish<R: Serialize>(
 }
 
 #[async_trait::async_trait]
-impl<A: Agent> Process for Local<A> {
+impl<A: Agent> AgentRunner for Local<A> {
     fn destination(&self) -> &str {
         self.0.destination()
     }
@@ -185,7 +186,7 @@ impl<A: Agent> Process for Local<A> {
         false
     }
 
-    async fn process(&self, store: &Store, env: &Envelope) -> Delivery {
+    async fn run(&self, store: &Store, env: &Envelope) -> Delivery {
         let work = async {
             let command: A::Command = match decode(env) {
                 Ok(c) => c,
@@ -212,7 +213,7 @@ impl<A: Agent> Process for Local<A> {
 }
 
 #[async_trait::async_trait]
-impl<A: CallingAgent> Process for Calling<A> {
+impl<A: CallingAgent> AgentRunner for Calling<A> {
     fn destination(&self) -> &str {
         self.0.destination()
     }
@@ -221,7 +222,7 @@ impl<A: CallingAgent> Process for Calling<A> {
         true
     }
 
-    async fn process(&self, store: &Store, env: &Envelope) -> Delivery {
+    async fn run(&self, store: &Store, env: &Envelope) -> Delivery {
         let work = async {
             let command: A::Command = match decode(env) {
                 Ok(c) => c,
@@ -271,7 +272,7 @@ impl<A: CallingAgent> Process for Calling<A> {
 /// Something that turns one delivered envelope into an outcome: an agent with its
 /// store, or the orchestrator.
 #[async_trait::async_trait]
-pub(crate) trait Handle: Send + Sync + 'static {
+pub(crate) trait DeliveryHandler: Send + Sync + 'static {
     async fn handle(&self, env: &Envelope) -> Delivery;
 }
 
@@ -292,7 +293,7 @@ pub(crate) struct DeliveryState {
     stop: watch::Sender<bool>,
 }
 
-impl<H: Handle> Actor for DeliveryActor<H> {
+impl<H: DeliveryHandler> Actor for DeliveryActor<H> {
     type Msg = Deliver;
     type State = DeliveryState;
     type Arguments = ();
@@ -341,14 +342,14 @@ impl<H: Handle> Actor for DeliveryActor<H> {
 
 /// An agent and the store its transactions run on.
 pub(crate) struct AgentHandler {
-    pub(crate) agent: Arc<dyn Process>,
+    pub(crate) agent: Arc<dyn AgentRunner>,
     pub(crate) store: Store,
 }
 
 #[async_trait::async_trait]
-impl Handle for AgentHandler {
+impl DeliveryHandler for AgentHandler {
     async fn handle(&self, env: &Envelope) -> Delivery {
-        self.agent.process(&self.store, env).await
+        self.agent.run(&self.store, env).await
     }
 }
 
@@ -443,7 +444,7 @@ impl Orchestrator {
 }
 
 #[async_trait::async_trait]
-impl Handle for Orchestrator {
+impl DeliveryHandler for Orchestrator {
     async fn handle(&self, env: &Envelope) -> Delivery {
         self.process(env).await
     }
@@ -511,8 +512,8 @@ mod tests {
                 .unwrap(),
         )
         .await;
-        assert_eq!(agent.process(&store, &env).await, Delivery::Delivered);
-        assert_eq!(agent.process(&store, &env).await, Delivery::Delivered);
+        assert_eq!(agent.run(&store, &env).await, Delivery::Delivered);
+        assert_eq!(agent.run(&store, &env).await, Delivery::Delivered);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // One reply, not two.
         assert_eq!(store.admin().stats().await.unwrap().pending, 1);

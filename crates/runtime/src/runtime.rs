@@ -7,13 +7,13 @@ use std::time::Duration;
 use agentsaga_core::RetryPolicy;
 use agentsaga_core::{Store, StoreConfig, Tx};
 use agentsaga_relay::in_process::InProcessTransport;
-use agentsaga_relay::{Relay, RelayConfig, RelayHandle};
+use agentsaga_relay::{Relay, RelayConfig};
 use agentsaga_saga::{Accepted, Engine, SagaDefinition, SagaId, SagaState, query};
 use ractor::{Actor, ActorRef};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::actors::{Calling, Local, Process, Settled};
+use crate::actors::{AgentRunner, Calling, Local, Settled};
 use crate::supervisor::{ChildSpec, Supervisor, SupervisorMsg};
 use crate::{Agent, CallingAgent, Error, Result};
 
@@ -33,7 +33,7 @@ pub struct RuntimeBuilder {
     url: Option<String>,
     store: Option<Store>,
     store_config: StoreConfig,
-    agents: Vec<Arc<dyn Process>>,
+    agents: Vec<Arc<dyn AgentRunner>>,
     sagas: Vec<SagaDefinition>,
     agent_concurrency: usize,
     calling_concurrency: usize,
@@ -355,7 +355,7 @@ async fn report_unregistered(store: &Store, engine: &Engine) {
 pub struct Runtime {
     store: Store,
     engine: Engine,
-    relay: Option<RelayHandle>,
+    relay: Option<Relay>,
     supervisor: ActorRef<SupervisorMsg>,
     settled: broadcast::Sender<Settled>,
     metrics: Option<crate::metrics::MetricsEndpoint>,
@@ -415,7 +415,7 @@ impl Runtime {
 
     /// The relay's counters.
     pub fn relay_stats(&self) -> Option<agentsaga_relay::RelayStats> {
-        self.relay.as_ref().map(RelayHandle::stats)
+        self.relay.as_ref().map(Relay::stats)
     }
 
     /// Starts saga `name` with `data` in a transaction of its own; returns its id once

@@ -14,13 +14,13 @@ use agentsaga_saga::Engine;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::broadcast;
 
-use crate::actors::{AgentHandler, DeliveryActor, Orchestrator, Process, Settled};
+use crate::actors::{AgentHandler, AgentRunner, DeliveryActor, Orchestrator, Settled};
 
 /// What to spawn for one slot; cloned to respawn it.
 #[derive(Clone)]
 pub(crate) enum ChildSpec {
     Agent {
-        agent: Arc<dyn Process>,
+        agent: Arc<dyn AgentRunner>,
         store: Store,
         concurrency: usize,
     },

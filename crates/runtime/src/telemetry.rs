@@ -107,13 +107,26 @@ impl Telemetry {
     }
 }
 
+/// Why [`init`] could not set up the OTLP exporter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TelemetryError {
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL` names a protocol other than `grpc` or
+    /// `http/protobuf`.
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL `{0}` is not supported: use grpc or http/protobuf")]
+    UnsupportedProtocol(String),
+    /// The exporter could not be built (e.g. a malformed endpoint).
+    #[error("cannot build the OTLP exporter: {0}")]
+    Exporter(String),
+}
+
 /// Sets up the global subscriber: console logs per `RUST_LOG` (default `warn`) on
 /// stderr, and the OTLP exporter when an endpoint is configured. Call once, inside the
 /// Tokio runtime (the gRPC exporter needs it).
 ///
 /// # Errors
-/// A message if the exporter cannot be built (bad endpoint, bad protocol).
-pub fn init(default_service_name: &str) -> Result<Telemetry, String> {
+/// [`TelemetryError`] if the exporter cannot be built (bad endpoint, bad protocol).
+pub fn init(default_service_name: &str) -> Result<Telemetry, TelemetryError> {
     let console = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")));
@@ -138,12 +151,10 @@ pub fn init(default_service_name: &str) -> Result<Telemetry, String> {
             .with_http()
             .build(),
         other => {
-            return Err(format!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL `{other}` is not supported: use grpc or http/protobuf"
-            ));
+            return Err(TelemetryError::UnsupportedProtocol(other.to_owned()));
         }
     }
-    .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
+    .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
     let service =
         std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| default_service_name.to_owned());
     let provider = SdkTracerProvider::builder()

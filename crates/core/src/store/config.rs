@@ -71,6 +71,20 @@ impl StoreConfig {
         self
     }
 
+    /// Sets [`busy_timeout`](Self::busy_timeout).
+    #[must_use]
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets [`acquire_timeout`](Self::acquire_timeout).
+    #[must_use]
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
     /// Sets [`max_connections`](Self::max_connections).
     #[must_use]
     pub fn max_connections(mut self, n: u32) -> Self {

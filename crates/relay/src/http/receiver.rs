@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
-use crate::{RelayError, Result};
+use crate::{Error, Result};
 
 /// The path [`router`] serves: `POST /outbox`.
 pub const OUTBOX_PATH: &str = "/outbox";
@@ -97,7 +97,7 @@ impl ReceiverConfig {
         } else {
             return Ok(());
         };
-        Err(RelayError::Config(problem.to_owned()))
+        Err(Error::Config(problem.to_owned()))
     }
 }
 
@@ -125,7 +125,7 @@ impl ReceiverConfig {
 /// Serve it with `axum::serve`, alone or merged into a larger router.
 ///
 /// # Errors
-/// [`RelayError::Config`] for an empty token, a zero body cap, or an empty list of
+/// [`Error::Config`] for an empty token, a zero body cap, or an empty list of
 /// destinations.
 pub fn router(store: Store, config: ReceiverConfig) -> Result<Router> {
     config.validate()?;
@@ -299,10 +299,7 @@ mod tests {
             ReceiverConfig::new("t").destinations(Vec::<String>::new()),
             ReceiverConfig::new("t").destinations(["a", ""]),
         ] {
-            assert!(
-                matches!(bad.validate(), Err(RelayError::Config(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(bad.validate(), Err(Error::Config(_))), "{bad:?}");
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{Envelope, Message, MessageId, RetryPolicy, Store};
-use agentsaga_relay::{Delivery, Relay, RelayConfig, RelayHandle, Transport};
+use agentsaga_relay::{Delivery, Relay, RelayConfig, Transport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -195,7 +195,7 @@ pub(crate) async fn start(
     destinations: &[&str],
     transport: &Arc<Scripted>,
     config: RelayConfig,
-) -> RelayHandle {
+) -> Relay {
     let transport: Arc<dyn Transport> = transport.clone();
     Relay::start(
         store.clone(),
@@ -239,7 +239,7 @@ where
 }
 
 /// Waits until the relay has marked `n` rows delivered.
-pub(crate) async fn wait_delivered(relay: &RelayHandle, n: u64) {
+pub(crate) async fn wait_delivered(relay: &Relay, n: u64) {
     wait_until(&format!("{n} rows are delivered"), || async {
         relay.stats().delivered >= n
     })
