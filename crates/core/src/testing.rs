@@ -440,6 +440,22 @@ fn shell_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
+/// Polls `condition` every 10 ms until it holds; fails the test (panics) if it does not
+/// within `within`. The one bounded wait of every crate's tests.
+///
+/// # Panics
+/// When `within` passes first, naming `what`.
+pub async fn wait_until(what: &str, within: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Run one async test body against both backends.
 ///
 /// `both_backends!(name, body_fn)` expands to a module `name` holding two

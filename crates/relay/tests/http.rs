@@ -100,17 +100,13 @@ async fn rows(store: &Store, destination: &str) -> Vec<(MessageId, Option<String
         .collect()
 }
 
-/// Polls `condition` every 10 ms until it holds; fails the test after [`DEADLINE`].
+/// Polls `condition` until it holds; fails the test after [`DEADLINE`].
 async fn wait_until<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    agentsaga_core::testing::wait_until(what, DEADLINE, async || condition().await).await;
 }
 
 async fn wait_delivered(relay: &Relay, n: u64) {

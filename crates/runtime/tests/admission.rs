@@ -48,14 +48,8 @@ impl CallingAgent for Gated {
     }
 }
 
-async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..3000 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting until {what}");
+async fn until(what: &str, cond: impl AsyncFnMut() -> bool) {
+    agentsaga_core::testing::wait_until(what, Duration::from_secs(60), cond).await;
 }
 
 async fn waiting(rt: &Runtime) -> u64 {

@@ -185,13 +185,7 @@ async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
 
 /// Waits (bounded) until `cond` holds.
 async fn until(what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..6000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting until {what}");
+    agentsaga_core::testing::wait_until(what, Duration::from_secs(60), async || cond()).await;
 }
 
 // While one agent waits on the outside world, 100 sagas of fast agents complete: the

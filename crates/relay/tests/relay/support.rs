@@ -225,17 +225,13 @@ pub(crate) fn msg(destination: &str, key: Option<&str>, payload: serde_json::Val
     }
 }
 
-/// Polls `condition` every 10 ms until it holds; fails the test after [`DEADLINE`].
+/// Polls `condition` until it holds; fails the test after [`DEADLINE`].
 pub(crate) async fn wait_until<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    agentsaga_core::testing::wait_until(what, DEADLINE, async || condition().await).await;
 }
 
 /// Waits until the relay has marked `n` rows delivered.
