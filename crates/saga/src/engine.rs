@@ -496,7 +496,9 @@ impl Engine {
     /// # Errors
     /// [`Error::VersionNotRegistered`] when the saga's version is not registered here
     /// (roll back and let a process that has it take the message);
-    /// [`Error::Malformed`] for a message without the saga headers; store errors.
+    /// [`Error::Malformed`] for a message without the saga headers;
+    /// [`Error::IllegalTransition`] if deciding meets a transition the lifecycle table
+    /// lacks (nothing of it is written: roll `tx` back); store errors.
     pub async fn handle(&self, tx: &mut Tx, env: &Envelope) -> Result<Handled> {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
@@ -593,7 +595,8 @@ impl Engine {
     /// stuck after its pivot (`aborted`).
     ///
     /// # Errors
-    /// [`Error::NotFound`]; [`Error::WrongState`] saying why, with nothing changed.
+    /// [`Error::NotFound`]; [`Error::WrongState`] saying why, with nothing changed;
+    /// [`Error::IllegalTransition`] as in [`handle`](Self::handle).
     pub async fn abort(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
         self.operate(tx, id, |c| c.abort()).await
     }

@@ -1,6 +1,6 @@
 //! The errors of `agentsaga-saga`.
 
-use crate::{SagaId, SagaState};
+use crate::{SagaEvent, SagaId, SagaState};
 
 /// `Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -55,6 +55,17 @@ pub enum Error {
         in_flight: u64,
         /// Its admission bound.
         bound: usize,
+    },
+
+    /// An event that the saga lifecycle's transition table does not allow in the
+    /// saga's state: the engine's bug, or a row changed behind its back. Nothing of
+    /// the transaction that met it may stay: roll it back.
+    #[error("no transition from {from} on {event:?}: the lifecycle table does not allow it")]
+    IllegalTransition {
+        /// The saga's state.
+        from: SagaState,
+        /// What happened.
+        event: SagaEvent,
     },
 
     /// A message for the orchestrator lacks what it needs (headers, payload).

@@ -1,4 +1,6 @@
-//! The saga lifecycle: states and the one transition table.
+//! The saga lifecycle: states, the events that move them, and the one transition
+//! table. An event the table does not list for a state is an error
+//! ([`Error::IllegalTransition`]): the transaction that met it rolls back.
 //!
 //! ```text
 //! Running      --AllStepsSucceeded-------> Completed
@@ -17,6 +19,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
 
 /// Where a saga instance is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -38,8 +42,8 @@ pub enum SagaState {
 }
 
 /// What happens to a saga, as the transition table sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lifecycle {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SagaEvent {
     /// The last forward step succeeded.
     AllStepsSucceeded,
     /// A forward step failed before or at the pivot: compensate.
@@ -61,11 +65,14 @@ pub enum Lifecycle {
 }
 
 impl SagaState {
-    /// The one transition table. `None`: the event does not apply in this state.
-    pub fn on(self, event: Lifecycle) -> Option<SagaState> {
-        use Lifecycle as E;
+    /// The one transition table: the state `event` leads to from this one.
+    ///
+    /// # Errors
+    /// [`Error::IllegalTransition`] if the table has no such row.
+    pub fn on(self, event: SagaEvent) -> Result<SagaState> {
+        use SagaEvent as E;
         use SagaState as S;
-        Some(match (self, event) {
+        Ok(match (self, event) {
             (S::Running, E::AllStepsSucceeded) => S::Completed,
             (S::Running, E::StepFailed | E::Abort) => S::Compensating,
             (S::Running, E::StepFailedAfterPivot) => S::Stuck,
@@ -74,7 +81,7 @@ impl SagaState {
             (S::Stuck, E::Retry | E::Skip) => S::Compensating,
             (S::Stuck, E::RetryForward) => S::Running,
             (S::Stuck, E::Abort) => S::Aborted,
-            _ => return None,
+            (from, event) => return Err(Error::IllegalTransition { from, event }),
         })
     }
 
@@ -184,64 +191,123 @@ impl CompState {
     }
 }
 
+/// Every saga state and every event, for the tests that walk the whole table.
 #[cfg(test)]
-mod tests {
-    use super::{Lifecycle as E, SagaState as S};
+pub(crate) mod all {
+    use super::{SagaEvent as E, SagaState as S};
 
-    #[test]
-    fn happy_and_compensating_paths() {
-        assert_eq!(S::Running.on(E::AllStepsSucceeded), Some(S::Completed));
-        assert_eq!(S::Running.on(E::StepFailed), Some(S::Compensating));
-        assert_eq!(S::Compensating.on(E::AllCompensated), Some(S::Compensated));
-        assert_eq!(S::Compensating.on(E::CompensationExhausted), Some(S::Stuck));
+    pub(crate) const STATES: [S; 6] = [
+        S::Running,
+        S::Compensating,
+        S::Completed,
+        S::Compensated,
+        S::Stuck,
+        S::Aborted,
+    ];
+
+    pub(crate) const EVENTS: [E; 9] = [
+        E::AllStepsSucceeded,
+        E::StepFailed,
+        E::StepFailedAfterPivot,
+        E::Abort,
+        E::AllCompensated,
+        E::CompensationExhausted,
+        E::Retry,
+        E::Skip,
+        E::RetryForward,
+    ];
+
+    // Does not compile when a state or an event is added: add it to the lists above.
+    #[allow(dead_code)]
+    fn listed(s: S, e: E) {
+        match s {
+            S::Running
+            | S::Compensating
+            | S::Completed
+            | S::Compensated
+            | S::Stuck
+            | S::Aborted => {}
+        }
+        match e {
+            E::AllStepsSucceeded
+            | E::StepFailed
+            | E::StepFailedAfterPivot
+            | E::Abort
+            | E::AllCompensated
+            | E::CompensationExhausted
+            | E::Retry
+            | E::Skip
+            | E::RetryForward => {}
+        }
     }
 
+    /// The table's rows, written out once more: (from, event, to).
+    pub(crate) const ROWS: [(S, E, S); 10] = [
+        (S::Running, E::AllStepsSucceeded, S::Completed),
+        (S::Running, E::StepFailed, S::Compensating),
+        (S::Running, E::Abort, S::Compensating),
+        (S::Running, E::StepFailedAfterPivot, S::Stuck),
+        (S::Compensating, E::AllCompensated, S::Compensated),
+        (S::Compensating, E::CompensationExhausted, S::Stuck),
+        (S::Stuck, E::Retry, S::Compensating),
+        (S::Stuck, E::Skip, S::Compensating),
+        (S::Stuck, E::RetryForward, S::Running),
+        (S::Stuck, E::Abort, S::Aborted),
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all::{EVENTS, ROWS, STATES};
+    use super::{SagaEvent as E, SagaState as S};
+    use crate::Error;
+
+    // Every (state, event) pair: the 10 rows of the table lead where the table says,
+    // the other 44 are refused with the pair.
     #[test]
-    fn operator_actions() {
-        assert_eq!(S::Running.on(E::Abort), Some(S::Compensating));
-        assert_eq!(S::Stuck.on(E::Retry), Some(S::Compensating));
-        assert_eq!(S::Stuck.on(E::Skip), Some(S::Compensating));
-        assert_eq!(S::Stuck.on(E::RetryForward), Some(S::Running));
-        assert_eq!(S::Stuck.on(E::Abort), Some(S::Aborted));
+    fn every_pair_of_the_table() {
+        let mut allowed = 0;
+        for s in STATES {
+            for e in EVENTS {
+                let row = ROWS.iter().find(|(f, ev, _)| *f == s && *ev == e);
+                match (s.on(e), row) {
+                    (Ok(to), Some((_, _, want))) => {
+                        assert_eq!(to, *want, "{s} --{e:?}-->");
+                        allowed += 1;
+                    }
+                    (Err(Error::IllegalTransition { from, event }), None) => {
+                        assert_eq!((from, event), (s, e));
+                    }
+                    (got, want) => panic!("{s} --{e:?}--> {got:?}, expected {want:?}"),
+                }
+            }
+        }
+        assert_eq!(allowed, ROWS.len());
+        assert_eq!(STATES.len() * EVENTS.len() - allowed, 44);
     }
 
     #[test]
     fn terminal_states_accept_nothing() {
-        let all = [
-            E::AllStepsSucceeded,
-            E::StepFailed,
-            E::StepFailedAfterPivot,
-            E::Abort,
-            E::AllCompensated,
-            E::CompensationExhausted,
-            E::Retry,
-            E::Skip,
-            E::RetryForward,
-        ];
         for s in [S::Completed, S::Compensated, S::Aborted] {
             assert!(s.is_terminal());
-            for e in all {
-                assert_eq!(s.on(e), None, "{s} --{e:?}--> should not exist");
+            for e in EVENTS {
+                assert!(s.on(e).is_err(), "{s} --{e:?}--> should not exist");
             }
         }
-        assert_eq!(
-            S::Compensating.on(E::Abort),
-            None,
-            "abort while compensating is a no-op"
+        assert!(
+            S::Compensating.on(E::Abort).is_err(),
+            "abort while compensating is refused"
         );
-        assert_eq!(S::Running.on(E::AllCompensated), None);
+        let refused = S::Running.on(E::AllCompensated).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "no transition from running on AllCompensated: the lifecycle table does not allow it"
+        );
     }
 
     #[test]
     fn names_round_trip() {
-        for s in [
-            S::Running,
-            S::Compensating,
-            S::Completed,
-            S::Compensated,
-            S::Stuck,
-            S::Aborted,
-        ] {
+        for s in STATES {
             assert_eq!(s.as_str().parse::<S>().unwrap(), s);
         }
     }

@@ -5,8 +5,7 @@ use agentsaga_core::{Message, MessageId, RetryPolicy};
 
 use super::model::{Instance, StepRow};
 use crate::protocol::{self, Inbound, StepAddress, StepOutcome};
-use crate::state::Lifecycle;
-use crate::{CompState, Error, Result, SagaDefinition, SagaState, StepState};
+use crate::{CompState, Error, Result, SagaDefinition, SagaEvent, SagaState, StepState};
 
 /// What one transaction must write besides the instance: messages, and pending
 /// messages to delete.
@@ -38,17 +37,16 @@ impl Ctx<'_> {
         })
     }
 
-    fn transition(&mut self, event: Lifecycle) {
-        match self.inst.state.on(event) {
-            Some(next) => {
-                tracing::debug!(saga.id = %self.inst.id, from = %self.inst.state, to = %next, ?event, "saga transition");
-                self.inst.state = next;
-                self.inst.finished = next.is_terminal();
-            }
-            None => {
-                tracing::warn!(saga.id = %self.inst.id, state = %self.inst.state, ?event, "transition not in the table; ignored")
-            }
-        }
+    /// Moves the saga along the lifecycle table. An event the table does not allow
+    /// is an error: the caller's transaction, and every change made to the instance
+    /// while deciding, must be dropped.
+    fn transition(&mut self, event: SagaEvent) -> Result<()> {
+        let from = self.inst.state;
+        let next = from.on(event)?;
+        tracing::debug!(saga.id = %self.inst.id, %from, to = %next, ?event, "saga transition");
+        self.inst.state = next;
+        self.inst.finished = next.is_terminal();
+        Ok(())
     }
 
     pub(crate) fn ignore(&mut self, why: impl Into<String>) -> Result<()> {
@@ -325,20 +323,20 @@ impl Ctx<'_> {
                     row.state = StepState::Failed;
                     row.error = Some(why.clone());
                     self.inst.error = Some(format!("step `{}`: {why}", row.name));
-                    self.transition(Lifecycle::StepFailedAfterPivot);
+                    self.transition(SagaEvent::StepFailedAfterPivot)?;
                     return Ok(());
                 }
                 if self.past_pivot() {
                     self.inst.error = Some(why);
-                    self.transition(Lifecycle::StepFailedAfterPivot);
+                    self.transition(SagaEvent::StepFailedAfterPivot)?;
                     Ok(())
                 } else {
-                    self.begin_compensation(Lifecycle::StepFailed, why)
+                    self.begin_compensation(SagaEvent::StepFailed, why)
                 }
             }
             SagaState::Compensating => {
                 self.inst.error = Some(why);
-                self.transition(Lifecycle::CompensationExhausted);
+                self.transition(SagaEvent::CompensationExhausted)?;
                 Ok(())
             }
             state => self.ignore(format!("cannot process a message while {state}: {why}")),
@@ -354,10 +352,10 @@ impl Ctx<'_> {
         let error = format!("step `{name}` failed: {error}");
         if after_pivot {
             self.inst.error = Some(error);
-            self.transition(Lifecycle::StepFailedAfterPivot);
+            self.transition(SagaEvent::StepFailedAfterPivot)?;
             Ok(())
         } else {
-            self.begin_compensation(Lifecycle::StepFailed, error)
+            self.begin_compensation(SagaEvent::StepFailed, error)
         }
     }
 
@@ -375,7 +373,7 @@ impl Ctx<'_> {
             self.dispatch_stage(self.inst.stage + 1)
         } else {
             self.inst.error = None;
-            self.transition(Lifecycle::AllStepsSucceeded);
+            self.transition(SagaEvent::AllStepsSucceeded)?;
             Ok(())
         }
     }
@@ -391,14 +389,14 @@ impl Ctx<'_> {
         if self.inst.state != SagaState::Running || self.past_pivot() {
             return self.ignore("saga deadline after the pivot or when not running");
         }
-        self.begin_compensation(Lifecycle::Abort, "the saga's deadline passed".into())
+        self.begin_compensation(SagaEvent::Abort, "the saga's deadline passed".into())
     }
 
     // ----- backward ------------------------------------------------------------------
 
-    fn begin_compensation(&mut self, event: Lifecycle, error: String) -> Result<()> {
+    fn begin_compensation(&mut self, event: SagaEvent, error: String) -> Result<()> {
         self.inst.error = Some(error);
-        self.transition(event);
+        self.transition(event)?;
         // Timers of steps still in flight are moot now.
         let timers: Vec<_> = self
             .inst
@@ -427,7 +425,7 @@ impl Ctx<'_> {
             .map(|r| r.stage)
             .max()
         else {
-            self.transition(Lifecycle::AllCompensated);
+            self.transition(SagaEvent::AllCompensated)?;
             return Ok(());
         };
         let idxs: Vec<usize> = self
@@ -491,7 +489,7 @@ impl Ctx<'_> {
                     self.inst.error = Some(format!(
                         "compensation of step `{name}` failed {attempts} times: {e}"
                     ));
-                    self.transition(Lifecycle::CompensationExhausted);
+                    self.transition(SagaEvent::CompensationExhausted)?;
                     Ok(())
                 } else {
                     let delay = self.comp_retry.backoff_with(attempts, &mut self.rng);
@@ -510,14 +508,14 @@ impl Ctx<'_> {
                 Err(self.wrong("abort", ", past its pivot: it can only go forward".into()))
             }
             SagaState::Running => {
-                self.begin_compensation(Lifecycle::Abort, "aborted by an operator".into())
+                self.begin_compensation(SagaEvent::Abort, "aborted by an operator".into())
             }
             SagaState::Stuck if self.inst.failed_compensation().is_none() => {
                 self.inst.error = Some(format!(
                     "{} (aborted by an operator)",
                     self.inst.error.clone().unwrap_or_default()
                 ));
-                self.transition(Lifecycle::Abort);
+                self.transition(SagaEvent::Abort)?;
                 Ok(())
             }
             SagaState::Stuck => {
@@ -535,7 +533,7 @@ impl Ctx<'_> {
             let row = self.inst.steps.get_mut(&idx).expect("found");
             row.comp_state = Some(CompState::Recorded);
             row.comp_attempts = 0;
-            self.transition(Lifecycle::Retry);
+            self.transition(SagaEvent::Retry)?;
             return self.advance_compensation();
         }
         if self.def.is_none() {
@@ -551,7 +549,7 @@ impl Ctx<'_> {
             .filter(|r| r.state == StepState::Failed)
             .map(|r| r.idx)
             .collect();
-        self.transition(Lifecycle::RetryForward);
+        self.transition(SagaEvent::RetryForward)?;
         self.inst.error = None;
         for idx in failed {
             self.dispatch_step(idx, std::time::Duration::ZERO)?;
@@ -575,7 +573,7 @@ impl Ctx<'_> {
             "{} (skipped by an operator)",
             row.comp_error.clone().unwrap_or_default()
         ));
-        self.transition(Lifecycle::Skip);
+        self.transition(SagaEvent::Skip)?;
         self.advance_compensation()
     }
 
