@@ -181,7 +181,7 @@ impl Engine {
         Ctx {
             inst,
             def,
-            comp_retry: self.compensation_retry,
+            compensation_retry: self.compensation_retry,
             now_ms: now_ms(),
             fx: Effects::default(),
             rng: fastrand::Rng::new(),

@@ -1,0 +1,194 @@
+//! Forward: the saga's start, each stage's steps dispatched (with their ledger entries
+//! and timers), and the agents' replies folded in until the last stage succeeds.
+
+use std::time::Duration;
+
+use agentsaga_core::{Message, MessageId};
+
+use super::{Ctx, millis};
+use crate::definition::Undo;
+use crate::engine::model::StepRow;
+use crate::protocol::{self, StepOutcome};
+use crate::{CompState, Error, Result, SagaEvent, SagaState, StepState};
+
+impl Ctx<'_> {
+    /// Starts the saga, which `waited` for admission: its deadline counts from when
+    /// it was accepted.
+    pub(crate) fn start(&mut self, waited: Duration) -> Result<()> {
+        let deadline = self.def()?.deadline;
+        if let Some(deadline) = deadline {
+            let timer = protocol::deadline_timer(
+                self.inst.id,
+                &self.orchestrator(),
+                deadline.saturating_sub(waited),
+            );
+            self.fx.send.push(timer);
+        }
+        self.dispatch_stage(0)
+    }
+
+    fn dispatch_stage(&mut self, stage: usize) -> Result<()> {
+        self.inst.stage = stage;
+        for idx in self.def()?.stage_range(stage) {
+            self.dispatch_step(idx, Duration::ZERO)?;
+        }
+        Ok(())
+    }
+
+    /// Sends step `idx`'s command (again) after `delay`, with its start timer. The
+    /// first dispatch also writes the compensation-ledger entry, in this same
+    /// transaction.
+    pub(super) fn dispatch_step(&mut self, idx: usize, delay: Duration) -> Result<()> {
+        let def = self.def()?;
+        let sd = def
+            .step(idx)
+            .ok_or_else(|| Error::Corrupt(format!("no step {idx}")))?
+            .clone();
+        let stage = def.steps().nth(idx).map(|(s, _)| s).unwrap_or_default();
+        let command = (sd.command)(&self.inst.data)?;
+        if !self.inst.steps.contains_key(&idx) {
+            let (comp_state, comp_destination, comp_payload) = match &sd.undo {
+                Undo::Never => (None, None, None),
+                Undo::Nothing => (Some(CompState::NotNeeded), None, None),
+                Undo::Command { destination, build } => (
+                    Some(CompState::Recorded),
+                    Some(destination.clone()),
+                    Some(build(&self.inst.data)?),
+                ),
+            };
+            self.inst.steps.insert(
+                idx,
+                StepRow {
+                    idx,
+                    stage,
+                    name: sd.name.clone(),
+                    destination: sd.destination.clone(),
+                    state: StepState::Dispatched,
+                    attempts: 0,
+                    command_id: None,
+                    timer_id: None,
+                    input: None,
+                    output: None,
+                    error: None,
+                    comp_destination,
+                    comp_payload,
+                    comp_state,
+                    comp_attempts: 0,
+                    comp_message_id: None,
+                    comp_error: None,
+                    deadline_ms: None,
+                    dispatched_at: None,
+                    replied_at: None,
+                    compensated_at: None,
+                },
+            );
+        }
+        let orchestrator = self.orchestrator();
+        let address = self.address(idx, &orchestrator);
+        let msg = address.command(&sd.destination, &command, delay, sd.timeout)?;
+        // The step's `timeout` is the agent's to enforce, from when it starts; the
+        // orchestrator keeps a timer only for the optional schedule-to-start bound.
+        let timer = sd
+            .start_timeout
+            .map(|t| address.start_timer(msg.message_id(), delay + t));
+        let now = self.now_ms;
+        let row = self.inst.steps.get_mut(&idx).expect("inserted above");
+        row.state = StepState::Dispatched;
+        row.attempts += 1;
+        row.input = Some(command);
+        row.command_id = Some(msg.message_id());
+        row.dispatched_at = Some(now);
+        row.deadline_ms = sd.start_timeout.map(|t| now + millis(delay + t));
+        if let Some(old) = row.timer_id.take() {
+            self.fx.cancel.push(old);
+        }
+        row.timer_id = timer.as_ref().map(Message::message_id);
+        self.fx.send.push(msg);
+        self.fx.send.extend(timer);
+        Ok(())
+    }
+
+    /// An agent answered `causation`, step `idx`'s command or its compensation.
+    pub(super) fn on_reply(
+        &mut self,
+        idx: usize,
+        causation: MessageId,
+        out: StepOutcome,
+    ) -> Result<()> {
+        let Some(row) = self.inst.steps.get(&idx) else {
+            return self.ignore(format!("reply for step {idx}, which was never dispatched"));
+        };
+        if row.comp_message_id == Some(causation) {
+            return self.on_compensation_reply(idx, out);
+        }
+        if row.command_id != Some(causation) || row.state != StepState::Dispatched {
+            return self.ignore(format!("late or duplicate reply for step {idx}"));
+        }
+        if self.inst.state != SagaState::Running {
+            return self.ignore(format!("reply for step {idx} while {}", self.inst.state));
+        }
+        let timer = self
+            .inst
+            .steps
+            .get_mut(&idx)
+            .and_then(|r| r.timer_id.take());
+        self.fx.cancel.extend(timer);
+        let now = self.now_ms;
+        match out {
+            StepOutcome::Ok(value) => {
+                let fold = self.def()?.step(idx).and_then(|s| s.fold.clone());
+                if let Some(fold) = fold
+                    && let Err(e) = fold(&mut self.inst.data, value.clone())
+                {
+                    return self.fail_step(idx, format!("the reply did not decode: {e}"));
+                }
+                let row = self.inst.steps.get_mut(&idx).expect("checked");
+                row.state = StepState::Succeeded;
+                row.output = Some(value);
+                row.error = None;
+                row.replied_at = Some(now);
+                self.advance_forward()
+            }
+            StepOutcome::Retryable(e) => {
+                let def = self.def()?;
+                let policy = def.step(idx).map(|s| s.retry).unwrap_or_default();
+                let forward_only = def.after_pivot(idx);
+                let row = self.inst.steps.get_mut(&idx).expect("checked");
+                row.error = Some(e.clone());
+                row.replied_at = Some(now);
+                let attempts = row.attempts;
+                if forward_only || !policy.exhausted(attempts) {
+                    let delay = policy.backoff_with(attempts, &mut self.rng);
+                    self.dispatch_step(idx, delay)
+                } else {
+                    self.fail_step(idx, format!("{e} (gave up after {attempts} attempts)"))
+                }
+            }
+            StepOutcome::Fatal(e) => {
+                if let Some(row) = self.inst.steps.get_mut(&idx) {
+                    row.replied_at = Some(now);
+                }
+                self.fail_step(idx, e)
+            }
+        }
+    }
+
+    /// Once every step of the current stage succeeded: the next stage, or `completed`.
+    fn advance_forward(&mut self) -> Result<()> {
+        let def = self.def()?;
+        let range = def.stage_range(self.inst.stage);
+        let stages = def.stages.len();
+        let done = range
+            .clone()
+            .all(|i| self.inst.steps.get(&i).map(|r| r.state) == Some(StepState::Succeeded));
+        if !done {
+            return Ok(());
+        }
+        if self.inst.stage + 1 < stages {
+            self.dispatch_stage(self.inst.stage + 1)
+        } else {
+            self.inst.error = None;
+            self.transition(SagaEvent::AllStepsSucceeded)
+        }
+    }
+}

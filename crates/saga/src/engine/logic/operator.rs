@@ -1,0 +1,100 @@
+//! Operators: abort a running saga (or give up on one stuck after its pivot), retry a
+//! stuck one, skip a stuck compensation. An action the saga's state does not allow is
+//! refused with [`Error::WrongState`], saying why.
+
+use std::time::Duration;
+
+use super::Ctx;
+use crate::{CompState, Error, Result, SagaEvent, SagaState, StepState};
+
+impl Ctx<'_> {
+    /// Abort: compensate a running saga still before its pivot, or end one stuck
+    /// after it (`aborted`, nothing undone).
+    pub(crate) fn abort(&mut self) -> Result<()> {
+        let state = self.inst.state;
+        match state {
+            SagaState::Running if self.past_pivot() => {
+                Err(self.wrong("abort", ", past its pivot: it can only go forward".into()))
+            }
+            SagaState::Running => {
+                self.begin_compensation(SagaEvent::Abort, "aborted by an operator".into())
+            }
+            SagaState::Stuck if self.inst.failed_compensation().is_none() => {
+                self.inst.error = Some(format!(
+                    "{} (aborted by an operator)",
+                    self.inst.error.clone().unwrap_or_default()
+                ));
+                self.transition(SagaEvent::Abort)
+            }
+            SagaState::Stuck => {
+                Err(self.wrong("abort", ": a compensation failed; use retry or skip".into()))
+            }
+            _ => Err(self.wrong("abort", String::new())),
+        }
+    }
+
+    /// Retry a stuck saga: its failed compensation (from the ledger), or its failed
+    /// steps after the pivot (which needs the definition).
+    pub(crate) fn retry(&mut self) -> Result<()> {
+        if self.inst.state != SagaState::Stuck {
+            return Err(self.wrong("retry", ": only stuck sagas are retried".into()));
+        }
+        if let Some(idx) = self.inst.failed_compensation() {
+            let row = self.inst.steps.get_mut(&idx).expect("found");
+            row.comp_state = Some(CompState::Recorded);
+            row.comp_attempts = 0;
+            self.transition(SagaEvent::Retry)?;
+            return self.advance_compensation();
+        }
+        if self.def.is_none() {
+            return Err(self.wrong(
+                "retry",
+                ", and its definition is not registered here".into(),
+            ));
+        }
+        let failed: Vec<usize> = self
+            .inst
+            .steps
+            .values()
+            .filter(|r| r.state == StepState::Failed)
+            .map(|r| r.idx)
+            .collect();
+        self.transition(SagaEvent::RetryForward)?;
+        self.inst.error = None;
+        for idx in failed {
+            self.dispatch_step(idx, Duration::ZERO)?;
+        }
+        Ok(())
+    }
+
+    /// Skip a stuck compensation: recorded as done by hand, and the saga goes on
+    /// compensating.
+    pub(crate) fn skip(&mut self) -> Result<()> {
+        let Some(idx) = self
+            .inst
+            .failed_compensation()
+            .filter(|_| self.inst.state == SagaState::Stuck)
+        else {
+            return Err(self.wrong("skip", ": skip applies to a stuck compensation".into()));
+        };
+        let now = self.now_ms;
+        let row = self.inst.steps.get_mut(&idx).expect("found");
+        row.comp_state = Some(CompState::Skipped);
+        row.compensated_at = Some(now);
+        row.comp_error = Some(format!(
+            "{} (skipped by an operator)",
+            row.comp_error.clone().unwrap_or_default()
+        ));
+        self.transition(SagaEvent::Skip)?;
+        self.advance_compensation()
+    }
+
+    fn wrong(&self, action: &'static str, why: String) -> Error {
+        Error::WrongState {
+            id: self.inst.id,
+            action,
+            state: self.inst.state,
+            why,
+        }
+    }
+}
