@@ -1,0 +1,132 @@
+//! The runtime side of the `saga` bench: the sagas run by [`agentsaga_runtime::Runtime`],
+//! with no-op agents.
+
+use agentsaga_relay::RelayConfig;
+use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step};
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Run, SAGA, STEPS, Scenario, check_and_measure, drive};
+use crate::db::Backend;
+
+/// The saga data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Data {
+    n: u64,
+    fail: bool,
+}
+
+/// An agent that answers at once; `agent_c` fails fatally when the command says `fail`.
+struct NoOpAgent {
+    destination: &'static str,
+}
+
+#[async_trait::async_trait]
+impl Agent for NoOpAgent {
+    type Command = Value;
+    type Reply = &'static str;
+
+    fn destination(&self) -> &str {
+        self.destination
+    }
+
+    async fn handle(
+        &self,
+        ctx: &mut AgentContext<'_>,
+        command: Value,
+    ) -> Result<&'static str, StepError> {
+        if self.destination == STEPS[2].1
+            && !ctx.is_compensation()
+            && command.get("fail").and_then(Value::as_bool) == Some(true)
+        {
+            return Err(StepError::fatal("declined"));
+        }
+        Ok("done")
+    }
+}
+
+fn definition() -> anyhow::Result<SagaDefinition> {
+    let [(a, agent_a), (b, agent_b), (c, agent_c)] = STEPS;
+    Ok(Saga::<Data>::builder(SAGA, 1)
+        .step(Step::new(a, agent_a).compensate(agent_a, |d: &Data| d.n))
+        .step(Step::new(b, agent_b).compensate(agent_b, |d: &Data| d.n))
+        .pivot(Step::new(c, agent_c))
+        .build()?)
+}
+
+pub(super) async fn runtime_run(
+    backend: Backend,
+    url: &str,
+    scenario: Scenario,
+    n: usize,
+    workers: usize,
+) -> anyhow::Result<Run> {
+    let mut builder = Runtime::builder()
+        .database(url)
+        .saga(definition()?)
+        .relay_config(RelayConfig::default().workers(workers));
+    for (_, destination) in STEPS {
+        builder = builder.agent(NoOpAgent { destination });
+    }
+    let runtime = builder.start().await?;
+    let store = runtime.store().clone();
+    let elapsed = drive(
+        n,
+        |first, count| {
+            let runtime = &runtime;
+            async move {
+                let mut tx = runtime.store().begin().await?;
+                for i in first..first + count {
+                    let n = i as u64;
+                    let data = Data {
+                        n,
+                        fail: scenario.fails(n),
+                    };
+                    runtime.start_saga_in(&mut tx, SAGA, &data).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+        },
+        |started| {
+            let store = store.clone();
+            async move {
+                let mut done = 0u64;
+                for (state, count) in agentsaga_saga::query::count_by_state(&store).await? {
+                    match state {
+                        SagaState::Completed | SagaState::Compensated => done += count,
+                        SagaState::Running | SagaState::Compensating => {}
+                        other => bail!("{count} sagas are {other}"),
+                    }
+                }
+                Ok(started.saturating_sub(done as usize))
+            }
+        },
+    )
+    .await;
+    runtime.shutdown().await;
+    let elapsed = elapsed?;
+    let latencies = check_and_measure(backend, url, scenario, n).await?;
+    Ok(Run {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        latencies,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ORCHESTRATOR;
+    use super::*;
+
+    #[test]
+    fn the_definition_builds() {
+        let d = definition().unwrap();
+        assert_eq!(d.orchestrator_destination(), ORCHESTRATOR);
+        assert_eq!(
+            d.agent_destinations(),
+            vec!["agent_a", "agent_b", "agent_c"]
+        );
+    }
+}
