@@ -9,6 +9,8 @@ test:
 lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets --locked -- -D warnings
+    cargo clippy -p agentsaga --lib --locked --no-default-features --features sqlite -- -D warnings
+    cargo clippy -p agentsaga --lib --locked --no-default-features --features postgres -- -D warnings
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 # Needs cargo-deny (.ci/run installs the pinned version). Advisories are not part of CI

@@ -60,6 +60,7 @@ impl From<Uuid> for MessageId {
 // text on SQLite, `uuid` on PostgreSQL. Queries of either backend (and users' own)
 // bind a `MessageId` as it is.
 
+#[cfg(feature = "sqlite")]
 impl sqlx::Type<sqlx::Sqlite> for MessageId {
     fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
         <uuid::fmt::Hyphenated as sqlx::Type<sqlx::Sqlite>>::type_info()
@@ -70,6 +71,7 @@ impl sqlx::Type<sqlx::Sqlite> for MessageId {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl sqlx::Encode<'_, sqlx::Sqlite> for MessageId {
     fn encode_by_ref(
         &self,
@@ -79,6 +81,7 @@ impl sqlx::Encode<'_, sqlx::Sqlite> for MessageId {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for MessageId {
     fn decode(value: sqlx::sqlite::SqliteValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
         let text = <&str as sqlx::Decode<sqlx::Sqlite>>::decode(value)?;
@@ -88,18 +91,21 @@ impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for MessageId {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl sqlx::Type<sqlx::Postgres> for MessageId {
     fn type_info() -> sqlx::postgres::PgTypeInfo {
         <Uuid as sqlx::Type<sqlx::Postgres>>::type_info()
     }
 }
 
+#[cfg(feature = "postgres")]
 impl sqlx::postgres::PgHasArrayType for MessageId {
     fn array_type_info() -> sqlx::postgres::PgTypeInfo {
         <Uuid as sqlx::postgres::PgHasArrayType>::array_type_info()
     }
 }
 
+#[cfg(feature = "postgres")]
 impl sqlx::Encode<'_, sqlx::Postgres> for MessageId {
     fn encode_by_ref(
         &self,
@@ -109,6 +115,7 @@ impl sqlx::Encode<'_, sqlx::Postgres> for MessageId {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<'r> sqlx::Decode<'r, sqlx::Postgres> for MessageId {
     fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
         <Uuid as sqlx::Decode<sqlx::Postgres>>::decode(value).map(Self)

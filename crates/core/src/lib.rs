@@ -51,6 +51,9 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!("agentsaga-core needs a backend: enable the `sqlite` or the `postgres` feature");
+
 pub mod clock;
 mod error;
 mod id;
@@ -65,10 +68,11 @@ pub use error::{Error, Result};
 pub use id::MessageId;
 pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
 pub use retry::RetryPolicy;
-pub use store::{
-    Conn, POSTGRES_MIGRATOR, ReadPool, Receipt, SQLITE_MIGRATOR, Store, StoreConfig, Synchronous,
-    Tx, admin, queue,
-};
+#[cfg(feature = "postgres")]
+pub use store::POSTGRES_MIGRATOR;
+#[cfg(feature = "sqlite")]
+pub use store::SQLITE_MIGRATOR;
+pub use store::{Conn, ReadPool, Receipt, Store, StoreConfig, Synchronous, Tx, admin, queue};
 
 /// Re-exported so users name the same sqlx the store was built with.
 pub use sqlx;

@@ -13,12 +13,17 @@ pub mod admin;
 pub(crate) mod backend;
 mod config;
 mod conn;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub mod queue;
+#[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 mod wake;
 
-use sqlx::{PgPool, SqlitePool};
+#[cfg(feature = "postgres")]
+use sqlx::PgPool;
+#[cfg(feature = "sqlite")]
+use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
@@ -29,8 +34,10 @@ use self::wake::Wakeups;
 use crate::{Error, Message, MessageId, Result};
 
 /// Migrations for SQLite, embedded in the binary.
+#[cfg(feature = "sqlite")]
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 /// Migrations for PostgreSQL, embedded in the binary.
+#[cfg(feature = "postgres")]
 pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.
@@ -61,8 +68,10 @@ pub struct Store {
 #[derive(Clone, Copy, Debug)]
 pub enum ReadPool<'a> {
     /// SQLite's readers (the writer itself for `sqlite::memory:`).
+    #[cfg(feature = "sqlite")]
     Sqlite(&'a SqlitePool),
     /// PostgreSQL's pool.
+    #[cfg(feature = "postgres")]
     Postgres(&'a PgPool),
 }
 
@@ -97,14 +106,31 @@ impl Store {
     pub async fn connect_with(url: &str, config: StoreConfig) -> Result<Self> {
         let scheme = url.split(':').next().unwrap_or_default();
         let (backend, wake) = match scheme {
+            #[cfg(feature = "sqlite")]
             "sqlite" => (
                 Backend::Sqlite(sqlite::open(url, &config).await?),
                 Wakeups::local(),
             ),
+            #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => {
                 let pg = postgres::open(url, &config).await?;
                 let wake = Wakeups::postgres(pg.pool.clone());
                 (Backend::Postgres(pg), wake)
+            }
+            #[cfg(not(feature = "sqlite"))]
+            "sqlite" => {
+                return Err(Error::InvalidUrl {
+                    url: url.to_owned(),
+                    reason: "this build has no SQLite backend (the `sqlite` feature is off)".into(),
+                });
+            }
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => {
+                return Err(Error::InvalidUrl {
+                    url: url.to_owned(),
+                    reason: "this build has no PostgreSQL backend (the `postgres` feature is off)"
+                        .into(),
+                });
             }
             "" => {
                 return Err(Error::InvalidUrl {
@@ -132,7 +158,9 @@ impl Store {
     /// [`begin`](Self::begin).
     pub fn reader(&self) -> ReadPool<'_> {
         match &self.backend {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(db) => ReadPool::Sqlite(&db.reader),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => ReadPool::Postgres(&db.pool),
         }
     }
@@ -144,7 +172,9 @@ impl Store {
     /// [`Error::Database`] if no connection can be had; else what `read` returns.
     pub async fn read<T>(&self, read: impl AsyncFnOnce(Conn<'_>) -> Result<T>) -> Result<T> {
         match &self.backend {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(db) => read(Conn::Sqlite(&mut *db.reader.acquire().await?)).await,
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => read(Conn::Postgres(&mut *db.pool.acquire().await?)).await,
         }
     }
@@ -156,7 +186,9 @@ impl Store {
     /// `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
         match self.backend {
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
             Backend::Postgres(_) => "postgres",
         }
     }
@@ -315,10 +347,12 @@ impl Store {
     }
 
     fn check_backend<'c>(&self, conn: Conn<'c>) -> Result<Conn<'c>> {
+        #[allow(unreachable_patterns)] // with one backend compiled, every pair matches
         match (&self.backend, &conn) {
-            (Backend::Sqlite(_), Conn::Sqlite(_)) | (Backend::Postgres(_), Conn::Postgres(_)) => {
-                Ok(conn)
-            }
+            #[cfg(feature = "sqlite")]
+            (Backend::Sqlite(_), Conn::Sqlite(_)) => Ok(conn),
+            #[cfg(feature = "postgres")]
+            (Backend::Postgres(_), Conn::Postgres(_)) => Ok(conn),
             _ => Err(Error::BackendMismatch {
                 store: self.backend(),
                 connection: conn.backend(),

@@ -7,8 +7,9 @@
 //!   finishes — and leases them to this relay.
 //! - A pool of delivery workers (a `ractor` factory with key-affine routing) hands each
 //!   envelope to a [`Transport`]: [`in_process::InProcessTransport`] for actors in this
-//!   process, [`http::HttpTransport`] for another process (which serves
-//!   [`http::router`] and stores what it receives in its own database), or your own.
+//!   process, `http::HttpTransport` for another process (which serves
+//!   `http::router` and stores what it receives in its own database; feature `http`),
+//!   or your own.
 //! - Outcomes are written back in batches: [`Delivery::Delivered`] marks the row
 //!   delivered; [`Delivery::Retry`] schedules another attempt with backoff until the
 //!   [`RetryPolicy`](agentsaga_core::RetryPolicy) budget is spent; [`Delivery::Reject`]
@@ -84,6 +85,7 @@ mod breaker;
 mod claimer;
 mod config;
 mod error;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod in_process;
 mod pacer;

@@ -21,7 +21,7 @@ pub enum Error {
 
     /// The relay could not start.
     #[error(transparent)]
-    Relay(#[from] agentsaga_relay::RelayError),
+    Relay(#[from] agentsaga_relay::Error),
 
     /// An actor could not be spawned.
     #[error("could not spawn an actor: {0}")]

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use agentsaga_core::propagation::{self, Propagator};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::trace::TraceContextExt;
+#[cfg(feature = "otlp")]
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -115,6 +117,12 @@ pub enum TelemetryError {
     /// `http/protobuf`.
     #[error("OTEL_EXPORTER_OTLP_PROTOCOL `{0}` is not supported: use grpc or http/protobuf")]
     UnsupportedProtocol(String),
+    /// An OTLP endpoint is configured, but this build has no exporter (the `otlp`
+    /// feature is off).
+    #[error(
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set, but agentsaga was built without the `otlp` feature"
+    )]
+    OtlpNotCompiled,
     /// The exporter could not be built (e.g. a malformed endpoint).
     #[error("cannot build the OTLP exporter: {0}")]
     Exporter(String),
@@ -140,6 +148,20 @@ pub fn init(default_service_name: &str) -> Result<Telemetry, TelemetryError> {
         let _ = tracing_subscriber::registry().with(console).try_init();
         return Ok(Telemetry { provider: None });
     }
+    otlp(default_service_name, console)
+}
+
+/// Without the `otlp` feature there is no exporter to build.
+#[cfg(not(feature = "otlp"))]
+fn otlp<L>(_: &str, _: L) -> Result<Telemetry, TelemetryError> {
+    Err(TelemetryError::OtlpNotCompiled)
+}
+
+#[cfg(feature = "otlp")]
+fn otlp<L>(default_service_name: &str, console: L) -> Result<Telemetry, TelemetryError>
+where
+    L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
     let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
         .unwrap_or_else(|_| "http/protobuf".into());

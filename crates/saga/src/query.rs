@@ -2,8 +2,8 @@
 
 use std::str::FromStr;
 
+use agentsaga_core::Store;
 use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Conn, ReadPool, Store};
 use serde::Serialize;
 
 use crate::{CompState, Error, Result, SagaId, SagaState, StepState};
@@ -88,9 +88,14 @@ macro_rules! impl_summary {
         }
     };
 }
-impl_summary!(sqlx::sqlite::SqliteRow, i64);
-impl_summary!(sqlx::postgres::PgRow, i32);
+agentsaga_core::if_sqlite! {
+    impl_summary!(sqlx::sqlite::SqliteRow, i64);
+}
+agentsaga_core::if_postgres! {
+    impl_summary!(sqlx::postgres::PgRow, i32);
+}
 
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 fn parse_id(s: &str) -> Result<SagaId> {
     s.parse()
         .map_err(|e| Error::Corrupt(format!("saga id `{s}`: {e}")))
@@ -127,45 +132,42 @@ pub async fn list(store: &Store, filter: &ListFilter) -> Result<Vec<SagaSummary>
 async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result<Vec<SagaSummary>> {
     let limit = i64::from(if f.limit == 0 { 100 } else { f.limit });
     let state = f.state.map(SagaState::as_str);
-    match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            let rows = sqlx::query(
-                "SELECT id, name, version, state, error, created_at, updated_at FROM saga_instances
+    agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
+        let rows = sqlx::query(
+            "SELECT id, name, version, state, error, created_at, updated_at FROM saga_instances
                  WHERE (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR state = ?2)
                    AND (?3 IS NULL OR name = ?3)
                  ORDER BY created_at DESC, id DESC LIMIT ?4",
-            )
-            .bind(id.map(|i| i.to_string()))
-            .bind(state)
-            .bind(f.name.as_deref())
-            .bind(limit)
-            .fetch_all(reader)
-            .await?;
-            rows.iter()
-                .map(|r| summary(parse_id(&r.try_get::<String, _>("id")?)?, r))
-                .collect()
-        }
-        ReadPool::Postgres(pool) => {
-            let rows = sqlx::query(
-                "SELECT id, name, version, state, error,
+        )
+        .bind(id.map(|i| i.to_string()))
+        .bind(state)
+        .bind(f.name.as_deref())
+        .bind(limit)
+        .fetch_all(reader)
+        .await?;
+        rows.iter()
+            .map(|r| summary(parse_id(&r.try_get::<String, _>("id")?)?, r))
+            .collect()
+    }, postgres(pool) => {
+        let rows = sqlx::query(
+            "SELECT id, name, version, state, error,
                     (extract(epoch FROM created_at) * 1000)::bigint AS created_at,
                     (extract(epoch FROM updated_at) * 1000)::bigint AS updated_at
                  FROM saga_instances
                  WHERE ($1::uuid IS NULL OR id = $1) AND ($2::text IS NULL OR state = $2)
                    AND ($3::text IS NULL OR name = $3)
                  ORDER BY created_at DESC, id DESC LIMIT $4",
-            )
-            .bind(id.map(|i| *i.as_uuid()))
-            .bind(state)
-            .bind(f.name.as_deref())
-            .bind(limit)
-            .fetch_all(pool)
-            .await?;
-            rows.iter()
-                .map(|r| summary(SagaId::from(r.try_get::<uuid::Uuid, _>("id")?), r))
-                .collect()
-        }
-    }
+        )
+        .bind(id.map(|i| *i.as_uuid()))
+        .bind(state)
+        .bind(f.name.as_deref())
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+        rows.iter()
+            .map(|r| summary(SagaId::from(r.try_get::<uuid::Uuid, _>("id")?), r))
+            .collect()
+    })
 }
 
 /// A saga's steps with the compensation ledger, in step order.
@@ -199,36 +201,33 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
             })
         }};
     }
-    match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            let rows = sqlx::query(
-                "SELECT idx, stage, name, destination, state, attempts, error,
+    agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
+        let rows = sqlx::query(
+            "SELECT idx, stage, name, destination, state, attempts, error,
                     compensation_destination, compensation_payload, compensation_state,
                     compensation_attempts, compensation_error, dispatched_at, replied_at,
                     compensated_at
                  FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
-            )
-            .bind(id.to_string())
-            .fetch_all(reader)
-            .await?;
-            rows.iter().map(|r| view!(r, i64)).collect()
-        }
-        ReadPool::Postgres(pool) => {
-            let rows = sqlx::query(
-                "SELECT idx, stage, name, destination, state, attempts, error,
+        )
+        .bind(id.to_string())
+        .fetch_all(reader)
+        .await?;
+        rows.iter().map(|r| view!(r, i64)).collect()
+    }, postgres(pool) => {
+        let rows = sqlx::query(
+            "SELECT idx, stage, name, destination, state, attempts, error,
                     compensation_destination, compensation_payload::text AS compensation_payload,
                     compensation_state, compensation_attempts, compensation_error,
                     (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
                     (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
                     (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
                  FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
-            )
-            .bind(id.as_uuid())
-            .fetch_all(pool)
-            .await?;
-            rows.iter().map(|r| view!(r, i32)).collect()
-        }
-    }
+        )
+        .bind(id.as_uuid())
+        .fetch_all(pool)
+        .await?;
+        rows.iter().map(|r| view!(r, i32)).collect()
+    })
 }
 
 /// How many sagas are in each state.
@@ -296,56 +295,53 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
     let mut pruned = Pruned::default();
     loop {
         let mut tx = store.begin().await?;
-        let (dead, sagas) = match tx.conn() {
-            Conn::Sqlite(c) => {
-                let cutoff = agentsaga_core::clock::now_ms().saturating_sub(older_ms);
-                let pick = "SELECT id FROM saga_instances
+        let (dead, sagas) = agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
+            let cutoff = agentsaga_core::clock::now_ms().saturating_sub(older_ms);
+            let pick = "SELECT id FROM saga_instances
                      WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < ?1
                      ORDER BY finished_at, id LIMIT ?2";
-                let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM outbox WHERE state = 'dead'
-                       AND json_extract(headers, '$.saga_id') IN ({pick})"
-                )))
-                .bind(cutoff)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-                let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM saga_instances WHERE id IN ({pick})"
-                )))
-                .bind(cutoff)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-                (dead, sagas)
-            }
-            Conn::Postgres(c) => {
-                let pick = "SELECT id FROM saga_instances
+            let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM outbox WHERE state = 'dead'
+                   AND json_extract(headers, '$.saga_id') IN ({pick})"
+            )))
+            .bind(cutoff)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+            let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM saga_instances WHERE id IN ({pick})"
+            )))
+            .bind(cutoff)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+            (dead, sagas)
+        }, postgres(c) => {
+            let pick = "SELECT id FROM saga_instances
                      WHERE state IN ('completed', 'compensated', 'aborted')
                        AND finished_at < now() - $1 * interval '1 millisecond'
                      ORDER BY finished_at, id LIMIT $2";
-                let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM outbox WHERE state = 'dead'
-                       AND headers->>'saga_id' IN (SELECT id::text FROM ({pick}) AS p)"
-                )))
-                .bind(older_ms)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-                let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM saga_instances WHERE id IN ({pick})"
-                )))
-                .bind(older_ms)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-                (dead, sagas)
-            }
-        };
+            let dead = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM outbox WHERE state = 'dead'
+                   AND headers->>'saga_id' IN (SELECT id::text FROM ({pick}) AS p)"
+            )))
+            .bind(older_ms)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+            let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM saga_instances WHERE id IN ({pick})"
+            )))
+            .bind(older_ms)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+            (dead, sagas)
+        });
         tx.commit().await?;
         pruned.sagas += sagas;
         pruned.dead_letters += dead;

@@ -17,7 +17,9 @@ use crate::{Envelope, Error, Message, MessageId, Result};
 /// The open database, of one backend or the other.
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
+    #[cfg(feature = "sqlite")]
     Sqlite(super::sqlite::Sqlite),
+    #[cfg(feature = "postgres")]
     Postgres(super::postgres::Postgres),
 }
 
@@ -25,7 +27,9 @@ pub(crate) enum Backend {
 macro_rules! on_backend {
     ($backend:expr, $b:ident => $body:expr) => {
         match $backend {
+            #[cfg(feature = "sqlite")]
             $crate::store::backend::Backend::Sqlite($b) => $body,
+            #[cfg(feature = "postgres")]
             $crate::store::backend::Backend::Postgres($b) => $body,
         }
     };
@@ -35,10 +39,12 @@ macro_rules! on_backend {
 macro_rules! on_conn {
     ($conn:expr, $d:ident, $c:ident => $body:expr) => {
         match $conn {
+            #[cfg(feature = "sqlite")]
             $crate::store::Conn::Sqlite($c) => {
                 type $d = $crate::store::sqlite::Sqlite;
                 $body
             }
+            #[cfg(feature = "postgres")]
             $crate::store::Conn::Postgres($c) => {
                 type $d = $crate::store::postgres::Postgres;
                 $body
@@ -162,12 +168,14 @@ where
     })
 }
 
+#[cfg(feature = "sqlite")]
 impl sqlx::Type<sqlx::Sqlite> for Attempts {
     fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
         <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Attempts {
     fn decode(
         value: sqlx::sqlite::SqliteValueRef<'r>,
@@ -177,12 +185,14 @@ impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Attempts {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl sqlx::Type<sqlx::Postgres> for Attempts {
     fn type_info() -> sqlx::postgres::PgTypeInfo {
         <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Attempts {
     fn decode(
         value: sqlx::postgres::PgValueRef<'r>,

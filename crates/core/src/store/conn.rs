@@ -1,6 +1,10 @@
 //! Connections and transactions of either backend.
 
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use sqlx::Transaction;
+#[cfg(feature = "postgres")]
+use sqlx::{PgConnection, Postgres};
+#[cfg(feature = "sqlite")]
+use sqlx::{Sqlite, SqliteConnection};
 
 use super::backend::Backend;
 use super::{Receipt, Store};
@@ -12,8 +16,10 @@ use crate::{Message, MessageId, Result};
 #[derive(Debug)]
 pub enum Conn<'a> {
     /// A SQLite connection.
+    #[cfg(feature = "sqlite")]
     Sqlite(&'a mut SqliteConnection),
     /// A PostgreSQL connection.
+    #[cfg(feature = "postgres")]
     Postgres(&'a mut PgConnection),
 }
 
@@ -21,18 +27,22 @@ impl Conn<'_> {
     /// `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
         match self {
+            #[cfg(feature = "sqlite")]
             Conn::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
             Conn::Postgres(_) => "postgres",
         }
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
     fn from(c: &'a mut SqliteConnection) -> Self {
         Conn::Sqlite(c)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<'a> From<&'a mut PgConnection> for Conn<'a> {
     fn from(c: &'a mut PgConnection) -> Self {
         Conn::Postgres(c)
@@ -41,7 +51,9 @@ impl<'a> From<&'a mut PgConnection> for Conn<'a> {
 
 #[derive(Debug)]
 enum Inner {
+    #[cfg(feature = "sqlite")]
     Sqlite(Transaction<'static, Sqlite>),
+    #[cfg(feature = "postgres")]
     Postgres(Transaction<'static, Postgres>),
 }
 
@@ -61,7 +73,9 @@ impl Tx {
             // upgrades can fail with SQLITE_BUSY whatever the busy timeout (another
             // process writing). In this process the single writer connection already
             // queues writers.
+            #[cfg(feature = "sqlite")]
             Backend::Sqlite(db) => Inner::Sqlite(db.writer.begin_with("BEGIN IMMEDIATE").await?),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
         };
         Ok(Self {
@@ -74,7 +88,9 @@ impl Tx {
     /// The connection, for the caller's own statements in this transaction.
     pub fn conn(&mut self) -> Conn<'_> {
         match &mut self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
         }
     }
@@ -135,7 +151,9 @@ impl Tx {
     /// written then.
     pub async fn commit(self) -> Result<()> {
         match self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.commit().await?,
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.commit().await?,
         }
         if self.enqueued {
@@ -150,11 +168,117 @@ impl Tx {
     /// [`Error::Database`](crate::Error::Database) on a database error.
     pub async fn rollback(self) -> Result<()> {
         match self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.rollback().await?,
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.rollback().await?,
         }
         Ok(())
     }
+}
+
+// The exported macros below exist in one version per set of compiled backends, so that
+// the arms they expand to are chosen by this crate's features, not by the caller's: a
+// crate above (the saga engine, your code) names both backends and gets the ones built.
+
+/// Matches a [`Conn`] with one arm per backend, keeping only the arms of the backends
+/// this build has: `match_conn!(conn, sqlite(c) => …, postgres(c) => …)`. The arm of
+/// a backend left out is never compiled, so it may name that backend's types.
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[macro_export]
+macro_rules! match_conn {
+    ($conn:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $conn {
+            $crate::Conn::Sqlite($s) => $sb,
+            $crate::Conn::Postgres($p) => $pb,
+        }
+    };
+}
+
+/// Matches a [`Conn`] with one arm per backend (this build: SQLite only).
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+#[macro_export]
+macro_rules! match_conn {
+    ($conn:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $conn {
+            $crate::Conn::Sqlite($s) => $sb,
+        }
+    };
+}
+
+/// Matches a [`Conn`] with one arm per backend (this build: PostgreSQL only).
+#[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
+#[macro_export]
+macro_rules! match_conn {
+    ($conn:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $conn {
+            $crate::Conn::Postgres($p) => $pb,
+        }
+    };
+}
+
+/// Matches a [`ReadPool`](crate::ReadPool) with one arm per backend, as
+/// [`match_conn!`](crate::match_conn) does for a [`Conn`].
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[macro_export]
+macro_rules! match_reader {
+    ($pool:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $pool {
+            $crate::ReadPool::Sqlite($s) => $sb,
+            $crate::ReadPool::Postgres($p) => $pb,
+        }
+    };
+}
+
+/// Matches a [`ReadPool`](crate::ReadPool) (this build: SQLite only).
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+#[macro_export]
+macro_rules! match_reader {
+    ($pool:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $pool {
+            $crate::ReadPool::Sqlite($s) => $sb,
+        }
+    };
+}
+
+/// Matches a [`ReadPool`](crate::ReadPool) (this build: PostgreSQL only).
+#[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
+#[macro_export]
+macro_rules! match_reader {
+    ($pool:expr, sqlite($s:ident) => $sb:expr, postgres($p:ident) => $pb:expr $(,)?) => {
+        match $pool {
+            $crate::ReadPool::Postgres($p) => $pb,
+        }
+    };
+}
+
+/// Keeps its items only in a build with the SQLite backend (the code of a crate above
+/// that names SQLite's types).
+#[cfg(feature = "sqlite")]
+#[macro_export]
+macro_rules! if_sqlite {
+    ($($item:item)*) => { $($item)* };
+}
+
+/// Keeps its items only in a build with the SQLite backend (this build has none).
+#[cfg(not(feature = "sqlite"))]
+#[macro_export]
+macro_rules! if_sqlite {
+    ($($item:item)*) => {};
+}
+
+/// Keeps its items only in a build with the PostgreSQL backend.
+#[cfg(feature = "postgres")]
+#[macro_export]
+macro_rules! if_postgres {
+    ($($item:item)*) => { $($item)* };
+}
+
+/// Keeps its items only in a build with the PostgreSQL backend (this build has none).
+#[cfg(not(feature = "postgres"))]
+#[macro_export]
+macro_rules! if_postgres {
+    ($($item:item)*) => {};
 }
 
 /// Runs the same code on a [`Conn`] of either backend: `$c` is the backend's
@@ -178,10 +302,7 @@ impl Tx {
 #[macro_export]
 macro_rules! with_conn {
     ($conn:expr, $c:ident => $body:expr) => {
-        match $conn {
-            $crate::Conn::Sqlite($c) => $body,
-            $crate::Conn::Postgres($c) => $body,
-        }
+        $crate::match_conn!($conn, sqlite($c) => $body, postgres($c) => $body)
     };
 }
 
@@ -190,9 +311,6 @@ macro_rules! with_conn {
 #[macro_export]
 macro_rules! with_reader {
     ($pool:expr, $p:ident => $body:expr) => {
-        match $pool {
-            $crate::ReadPool::Sqlite($p) => $body,
-            $crate::ReadPool::Postgres($p) => $body,
-        }
+        $crate::match_reader!($pool, sqlite($p) => $body, postgres($p) => $body)
     };
 }

@@ -3,12 +3,15 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "postgres")]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 
 /// The channel name used for cross-process wakeups on PostgreSQL.
+#[cfg(feature = "postgres")]
 pub(super) const NOTIFY_CHANNEL: &str = "agentsaga_outbox";
 
 /// A wakeup signal relays wait on. Cloning shares it.
@@ -19,12 +22,14 @@ pub struct Wakeups {
 }
 
 #[derive(Debug)]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // built by `postgres()` only
 struct Remote {
     dirty: AtomicBool,
     kick: Notify,
 }
 
 impl Wakeups {
+    #[cfg(feature = "sqlite")]
     pub(super) fn local() -> Self {
         Self {
             tx: Arc::new(watch::channel(0).0),
@@ -32,6 +37,7 @@ impl Wakeups {
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(super) fn postgres(pool: PgPool) -> Self {
         let this = Self {
             tx: Arc::new(watch::channel(0).0),
@@ -64,6 +70,7 @@ impl Wakeups {
 
 /// Sends at most one NOTIFY per `DEBOUNCE` however many commits happened: a NOTIFY
 /// inside each business transaction would serialise their commits on a global lock.
+#[cfg(feature = "postgres")]
 async fn notifier(remote: Arc<Remote>, pool: PgPool) {
     const DEBOUNCE: Duration = Duration::from_millis(2);
     loop {
@@ -90,6 +97,7 @@ async fn notifier(remote: Arc<Remote>, pool: PgPool) {
 }
 
 /// Turns NOTIFYs from other processes into local wakeups.
+#[cfg(feature = "postgres")]
 async fn listener(tx: std::sync::Weak<watch::Sender<u64>>, pool: PgPool) {
     let mut backoff = Duration::from_millis(100);
     loop {

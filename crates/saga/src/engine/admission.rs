@@ -1,6 +1,12 @@
 //! Admission control's SQL: the `saga_starts` queue of starts waiting for room, and
 //! the count of a saga name's sagas in flight, on each backend.
 
+// A build with one backend leaves the other's imports and arguments unused.
+#![cfg_attr(
+    not(all(feature = "sqlite", feature = "postgres")),
+    allow(unused_imports, unused_variables)
+)]
+
 use agentsaga_core::sqlx::{self, Row};
 use agentsaga_core::{Conn, Headers, Store};
 use serde_json::Value;
@@ -20,45 +26,39 @@ pub(crate) struct Waiting {
 
 /// Sagas of `name` in flight (running or compensating).
 pub(crate) async fn in_flight(conn: Conn<'_>, name: &str) -> Result<u64> {
-    let n: i64 = match conn {
-        Conn::Sqlite(c) => {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM saga_instances
-                 WHERE state IN ('running', 'compensating') AND name = ?1",
-            )
-            .bind(name)
-            .fetch_one(c)
-            .await?
-        }
-        Conn::Postgres(c) => {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM saga_instances
-                 WHERE state IN ('running', 'compensating') AND name = $1",
-            )
-            .bind(name)
-            .fetch_one(c)
-            .await?
-        }
-    };
+    let n: i64 = agentsaga_core::match_conn!(conn, sqlite(c) => {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM saga_instances
+             WHERE state IN ('running', 'compensating') AND name = ?1",
+        )
+        .bind(name)
+        .fetch_one(c)
+        .await?
+    }, postgres(c) => {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM saga_instances
+             WHERE state IN ('running', 'compensating') AND name = $1",
+        )
+        .bind(name)
+        .fetch_one(c)
+        .await?
+    });
     Ok(n as u64)
 }
 
 /// Are starts of `name` waiting?
 pub(crate) async fn any_waiting(conn: Conn<'_>, name: &str) -> Result<bool> {
-    Ok(match conn {
-        Conn::Sqlite(c) => {
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = ?1)")
-                .bind(name)
-                .fetch_one(c)
-                .await?
-        }
-        Conn::Postgres(c) => {
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = $1)")
-                .bind(name)
-                .fetch_one(c)
-                .await?
-        }
-    })
+    Ok(agentsaga_core::match_conn!(conn, sqlite(c) => {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = ?1)")
+            .bind(name)
+            .fetch_one(c)
+            .await?
+    }, postgres(c) => {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE name = $1)")
+            .bind(name)
+            .fetch_one(c)
+            .await?
+    }))
 }
 
 /// Queues a start.
@@ -71,33 +71,30 @@ pub(crate) async fn push(
     now_ms: i64,
 ) -> Result<()> {
     let headers = serde_json::to_string(headers)?;
-    match conn {
-        Conn::Sqlite(c) => {
-            sqlx::query(
-                "INSERT INTO saga_starts (id, name, data, headers, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .bind(id.to_string())
-            .bind(name)
-            .bind(data.to_string())
-            .bind(headers)
-            .bind(now_ms)
-            .execute(c)
-            .await?;
-        }
-        Conn::Postgres(c) => {
-            sqlx::query(
-                "INSERT INTO saga_starts (id, name, data, headers)
-                 VALUES ($1, $2, $3::jsonb, $4::jsonb)",
-            )
-            .bind(id.as_uuid())
-            .bind(name)
-            .bind(data.to_string())
-            .bind(headers)
-            .execute(c)
-            .await?;
-        }
-    }
+    agentsaga_core::match_conn!(conn, sqlite(c) => {
+        sqlx::query(
+            "INSERT INTO saga_starts (id, name, data, headers, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .bind(id.to_string())
+        .bind(name)
+        .bind(data.to_string())
+        .bind(headers)
+        .bind(now_ms)
+        .execute(c)
+        .await?;
+    }, postgres(c) => {
+        sqlx::query(
+            "INSERT INTO saga_starts (id, name, data, headers)
+             VALUES ($1, $2, $3::jsonb, $4::jsonb)",
+        )
+        .bind(id.as_uuid())
+        .bind(name)
+        .bind(data.to_string())
+        .bind(headers)
+        .execute(c)
+        .await?;
+    });
     Ok(())
 }
 
@@ -126,66 +123,63 @@ pub(crate) async fn pop(
         if room >= batch { room } else { 0 }
     };
     let mut out = Vec::new();
-    let in_flight = match conn {
-        Conn::Sqlite(c) => {
-            let n = in_flight(Conn::Sqlite(&mut *c), name).await?;
-            let rows = sqlx::query(
-                "DELETE FROM saga_starts WHERE seq IN
+    let in_flight = agentsaga_core::match_conn!(conn, sqlite(c) => {
+        let n = in_flight(Conn::Sqlite(&mut *c), name).await?;
+        let rows = sqlx::query(
+            "DELETE FROM saga_starts WHERE seq IN
                    (SELECT seq FROM saga_starts WHERE name = ?1 ORDER BY seq LIMIT ?2)
                  RETURNING seq, id, data, headers, created_at",
-            )
-            .bind(name)
-            .bind(room(n))
-            .fetch_all(&mut *c)
-            .await?;
-            for r in rows {
-                let id: String = r.try_get("id")?;
-                let data: String = r.try_get("data")?;
-                let headers: String = r.try_get("headers")?;
-                let created: i64 = r.try_get("created_at")?;
-                out.push(Waiting {
-                    seq: r.try_get("seq")?,
-                    id: id
-                        .parse()
-                        .map_err(|e| Error::Corrupt(format!("saga_starts id `{id}`: {e}")))?,
-                    data: serde_json::from_str(&data)?,
-                    headers: serde_json::from_str(&headers)?,
-                    waited_ms: (now_ms - created).max(0),
-                });
-            }
-            n
+        )
+        .bind(name)
+        .bind(room(n))
+        .fetch_all(&mut *c)
+        .await?;
+        for r in rows {
+            let id: String = r.try_get("id")?;
+            let data: String = r.try_get("data")?;
+            let headers: String = r.try_get("headers")?;
+            let created: i64 = r.try_get("created_at")?;
+            out.push(Waiting {
+                seq: r.try_get("seq")?,
+                id: id
+                    .parse()
+                    .map_err(|e| Error::Corrupt(format!("saga_starts id `{id}`: {e}")))?,
+                data: serde_json::from_str(&data)?,
+                headers: serde_json::from_str(&headers)?,
+                waited_ms: (now_ms - created).max(0),
+            });
         }
-        Conn::Postgres(c) => {
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agentsaga.admit:' || $1))")
-                .bind(name)
-                .execute(&mut *c)
-                .await?;
-            let n = in_flight(Conn::Postgres(&mut *c), name).await?;
-            let rows = sqlx::query(
-                "DELETE FROM saga_starts WHERE seq IN
+        n
+    }, postgres(c) => {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('agentsaga.admit:' || $1))")
+            .bind(name)
+            .execute(&mut *c)
+            .await?;
+        let n = in_flight(Conn::Postgres(&mut *c), name).await?;
+        let rows = sqlx::query(
+            "DELETE FROM saga_starts WHERE seq IN
                    (SELECT seq FROM saga_starts WHERE name = $1 ORDER BY seq LIMIT $2)
                  RETURNING seq, id, data::text AS data, headers::text AS headers,
                    (extract(epoch FROM now() - created_at) * 1000)::bigint AS waited",
-            )
-            .bind(name)
-            .bind(room(n))
-            .fetch_all(&mut *c)
-            .await?;
-            for r in rows {
-                let id: Uuid = r.try_get("id")?;
-                let data: String = r.try_get("data")?;
-                let headers: String = r.try_get("headers")?;
-                out.push(Waiting {
-                    seq: r.try_get("seq")?,
-                    id: SagaId::from(id),
-                    data: serde_json::from_str(&data)?,
-                    headers: serde_json::from_str(&headers)?,
-                    waited_ms: r.try_get::<i64, _>("waited")?.max(0),
-                });
-            }
-            n
+        )
+        .bind(name)
+        .bind(room(n))
+        .fetch_all(&mut *c)
+        .await?;
+        for r in rows {
+            let id: Uuid = r.try_get("id")?;
+            let data: String = r.try_get("data")?;
+            let headers: String = r.try_get("headers")?;
+            out.push(Waiting {
+                seq: r.try_get("seq")?,
+                id: SagaId::from(id),
+                data: serde_json::from_str(&data)?,
+                headers: serde_json::from_str(&headers)?,
+                waited_ms: r.try_get::<i64, _>("waited")?.max(0),
+            });
         }
-    };
+        n
+    });
     out.sort_by_key(|w| w.seq);
     Ok((in_flight, out))
 }
@@ -202,21 +196,19 @@ pub(crate) async fn waiting(store: &Store) -> Result<Vec<(String, u64)>> {
 
 /// Is `id` a start still waiting for room (read-only)?
 pub(crate) async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
-    use agentsaga_core::ReadPool;
-    Ok(match store.reader() {
-        ReadPool::Sqlite(reader) => {
+    Ok(
+        agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE id = ?1)")
                 .bind(id.to_string())
                 .fetch_one(reader)
                 .await?
-        }
-        ReadPool::Postgres(pool) => {
+        }, postgres(pool) => {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM saga_starts WHERE id = $1)")
                 .bind(id.as_uuid())
                 .fetch_one(pool)
                 .await?
-        }
-    })
+        }),
+    )
 }
 
 /// Runs `read` on a pooled read connection (SQLite's reader pool, or the Postgres

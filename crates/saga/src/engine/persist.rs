@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use agentsaga_core::sqlx::{self, PgConnection, Row, SqliteConnection};
+use agentsaga_core::sqlx::{self, Row};
 use agentsaga_core::{Conn, MessageId};
 use serde_json::Value;
 
@@ -33,6 +33,7 @@ fn json(s: Option<String>) -> Result<Option<Value>> {
 /// An integer column: `integer` (64 bits) on SQLite, `integer` (32 bits) on PostgreSQL.
 struct Int(i64);
 
+agentsaga_core::if_sqlite! {
 impl sqlx::Type<sqlx::Sqlite> for Int {
     fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
         <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
@@ -47,6 +48,9 @@ impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Int {
     }
 }
 
+}
+
+agentsaga_core::if_postgres! {
 impl sqlx::Type<sqlx::Postgres> for Int {
     fn type_info() -> sqlx::postgres::PgTypeInfo {
         <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
@@ -61,8 +65,11 @@ impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Int {
     }
 }
 
+}
+
 /// The columns of a step, as both backends' loads select them (ids as each backend
 /// stores them, JSON as text, times as Unix milliseconds).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 const STEP_SELECT: &str = "idx, stage, name, destination, state, attempts, command_id, timer_id,
     input, output, error, compensation_destination, compensation_payload,
     compensation_state, compensation_attempts, compensation_message_id, compensation_error,
@@ -153,10 +160,7 @@ where
 }
 
 pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>> {
-    match conn {
-        Conn::Sqlite(c) => load_sqlite(c, id).await,
-        Conn::Postgres(c) => load_postgres(c, id).await,
-    }
+    agentsaga_core::match_conn!(conn, sqlite(c) => load_sqlite(c, id).await, postgres(c) => load_postgres(c, id).await)
 }
 
 /// Saves the instance and the steps that changed since `before` (all if `None`).
@@ -174,11 +178,11 @@ pub(crate) async fn save(
         .values()
         .filter(|s| before.and_then(|b| b.steps.get(&s.idx)) != Some(*s))
         .collect();
-    match conn {
-        Conn::Sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await,
-        Conn::Postgres(c) => save_postgres(c, inst, &changed, now_ms).await,
-    }
+    agentsaga_core::match_conn!(conn, sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await, postgres(c) => save_postgres(c, inst, &changed, now_ms).await)
 }
+
+agentsaga_core::if_sqlite! {
+use agentsaga_core::sqlx::SqliteConnection;
 
 async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
     // One statement: the instance joined with its steps (one row per step, or one row
@@ -264,6 +268,10 @@ async fn save_sqlite(
     q.build().execute(&mut *c).await?;
     Ok(())
 }
+}
+
+agentsaga_core::if_postgres! {
+use agentsaga_core::sqlx::PgConnection;
 
 // Two statements, on purpose: the first locks the instance (waiting for a transaction
 // that holds it), the second reads the steps with a snapshot taken after that wait. One
@@ -377,4 +385,5 @@ async fn save_postgres(
     }
     q.build().execute(&mut *c).await?;
     Ok(())
+}
 }
