@@ -387,14 +387,14 @@ impl Engine {
                 }
             }
             Some((Outbound::Compensation { .. }, row)) => {
-                if row.comp_message_id != Some(env.id) {
+                if row.compensation_message_id != Some(env.id) {
                     Some(format!(
                         "the compensation of step `{}` was sent again since",
                         row.name
                     ))
                 } else if matches!(
-                    row.comp_state,
-                    Some(crate::CompState::Done | crate::CompState::Skipped)
+                    row.compensation_state,
+                    Some(crate::CompensationState::Done | crate::CompensationState::Skipped)
                 ) {
                     Some(format!("step `{}` is compensated already", row.name))
                 } else {

@@ -52,7 +52,7 @@ pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled};
 pub use error::{Error, Result};
 pub use id::SagaId;
 pub use protocol::StepOutcome;
-pub use state::{CompState, SagaEvent, SagaState, StepState};
+pub use state::{CompensationState, SagaEvent, SagaState, StepState};
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use agentsaga_core::Store;
 use agentsaga_core::sqlx::{self, Row};
 use serde::Serialize;
 
-use crate::{CompState, Error, Result, SagaId, SagaState, StepState};
+use crate::{CompensationState, Error, Result, SagaId, SagaState, StepState};
 
 /// One saga instance, as operators see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,7 +49,7 @@ pub struct StepView {
     /// Compensation payload (JSON text).
     pub compensation_payload: Option<String>,
     /// Where its compensation stands (`None`: nothing to undo yet).
-    pub compensation_state: Option<CompState>,
+    pub compensation_state: Option<CompensationState>,
     /// Compensation dispatches so far.
     pub compensation_attempts: i64,
     /// Last compensation error.
@@ -191,7 +191,7 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
                 compensation_payload: r.try_get("compensation_payload")?,
                 compensation_state: r
                     .try_get::<Option<String>, _>("compensation_state")?
-                    .map(|s| CompState::from_str(&s).map_err(Error::Corrupt))
+                    .map(|s| CompensationState::from_str(&s).map_err(Error::Corrupt))
                     .transpose()?,
                 compensation_attempts: r.try_get::<$int, _>("compensation_attempts")? as i64,
                 compensation_error: r.try_get("compensation_error")?,

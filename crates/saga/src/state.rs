@@ -143,7 +143,7 @@ pub enum StepState {
 /// A step's compensation-ledger state (`saga_steps.compensation_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CompState {
+pub enum CompensationState {
     /// Written with the step's dispatch; not needed yet.
     Recorded,
     /// The step declared nothing to undo.
@@ -176,17 +176,17 @@ macro_rules! str_enum {
     };
 }
 str_enum!(StepState { Dispatched => "dispatched", Succeeded => "succeeded", Failed => "failed" });
-str_enum!(CompState {
+str_enum!(CompensationState {
     Recorded => "recorded", NotNeeded => "not_needed", Dispatched => "dispatched",
     Done => "done", Skipped => "skipped", Failed => "failed",
 });
 
-impl CompState {
+impl CompensationState {
     /// Nothing left to do for this compensation.
     pub fn is_settled(self) -> bool {
         matches!(
             self,
-            CompState::NotNeeded | CompState::Done | CompState::Skipped
+            CompensationState::NotNeeded | CompensationState::Done | CompensationState::Skipped
         )
     }
 }

@@ -5,14 +5,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use agentsaga_core::queue::Claim;
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{Envelope, Receipt, RetryPolicy, Store, both_backends, header};
 use serde_json::{Value, json};
 
 use crate::protocol::{self, StepOutcome};
 use crate::{
-    CompState, Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step, StepState,
-    query,
+    CompensationState, Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step,
+    StepState, query,
 };
 
 type D = Value;
@@ -79,44 +79,37 @@ impl World {
         mut agent: impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome>,
         mut comp: impl FnMut(&mut fastrand::Rng, &Envelope) -> StepOutcome,
     ) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut terminal = 0;
-            for id in sagas {
-                let s = query::get(&self.store, *id).await.unwrap().unwrap();
-                if s.state.is_terminal() || s.state == SagaState::Stuck {
-                    terminal += 1;
+        let (store, destinations) = (self.store.clone(), self.destinations.clone());
+        testing::pump(
+            &store,
+            &destinations,
+            "the sagas finish",
+            Duration::from_secs(60),
+            async || {
+                let mut terminal = 0;
+                for id in sagas {
+                    let s = query::get(&store, *id).await.unwrap().unwrap();
+                    if s.state.is_terminal() || s.state == SagaState::Stuck {
+                        terminal += 1;
+                    }
                 }
-            }
-            if terminal == sagas.len() {
-                return;
-            }
-            assert!(std::time::Instant::now() < deadline, "sagas did not finish");
-            let claim = Claim {
-                owner: "t",
-                destinations: &self.destinations,
-                limit: 64,
-                lease: Duration::from_secs(60),
-            };
-            let mut batch = self.store.queue().claim(&claim).await.unwrap();
-            if batch.is_empty() {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                continue;
-            }
-            self.rng.shuffle(&mut batch);
-            let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
-            for env in &batch {
-                let times = if self.rng.f64() < self.duplicate_rate {
-                    2
-                } else {
-                    1
-                };
-                for _ in 0..times {
-                    self.deliver(env, &mut agent, &mut comp).await;
+                terminal == sagas.len()
+            },
+            async |batch| {
+                self.rng.shuffle(batch);
+                for env in batch.iter() {
+                    let times = if self.rng.f64() < self.duplicate_rate {
+                        2
+                    } else {
+                        1
+                    };
+                    for _ in 0..times {
+                        self.deliver(env, &mut agent, &mut comp).await;
+                    }
                 }
-            }
-            self.store.queue().mark_delivered("t", &seqs).await.unwrap();
-        }
+            },
+        )
+        .await;
     }
 
     async fn deliver(
@@ -202,7 +195,10 @@ async fn happy_path(backend: Backend) {
     assert_eq!(steps.len(), 5);
     assert!(steps.iter().all(|s| s.state == StepState::Succeeded));
     // The ledger was written with each dispatch, and never used.
-    assert_eq!(steps[0].compensation_state, Some(CompState::Recorded));
+    assert_eq!(
+        steps[0].compensation_state,
+        Some(CompensationState::Recorded)
+    );
     assert_eq!(
         steps[0]
             .compensation_payload
@@ -227,13 +223,7 @@ async fn concurrent_replies_of_a_parallel_stage(backend: Backend) {
     let mut w = World::new(backend, vec![trip()], 1).await;
     let id = w.start("trip", json!({"trip": 1})).await;
     let claim_all = |store: Store, destinations: Vec<String>| async move {
-        let claim = Claim {
-            owner: "t",
-            destinations: &destinations,
-            limit: 64,
-            lease: Duration::from_secs(60),
-        };
-        let batch = store.queue().claim(&claim).await.unwrap();
+        let batch = testing::claim(&store, &destinations, 64).await;
         let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
         store.queue().mark_delivered("t", &seqs).await.unwrap();
         batch
@@ -390,7 +380,7 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
         "{s:?}"
     );
     let steps = query::steps(&w.store, id).await.unwrap();
-    assert_eq!(steps[0].compensation_state, Some(CompState::Failed));
+    assert_eq!(steps[0].compensation_state, Some(CompensationState::Failed));
     assert_eq!(steps[0].compensation_attempts, 10);
 
     // Abort refuses (a compensation failed) and changes nothing.
@@ -420,7 +410,10 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
     );
     tx.commit().await.unwrap();
     let steps = query::steps(&w.store, id).await.unwrap();
-    assert_eq!(steps[0].compensation_state, Some(CompState::Skipped));
+    assert_eq!(
+        steps[0].compensation_state,
+        Some(CompensationState::Skipped)
+    );
     assert!(
         steps[0]
             .compensation_error
@@ -745,14 +738,7 @@ both_backends!(deadline_tests, deadline_aborts_a_saga_that_hangs);
 
 /// Claims the ready rows of `destination` (leased to "t").
 async fn claim_of(store: &Store, destination: &str) -> Vec<Envelope> {
-    let destinations = vec![destination.to_owned()];
-    let claim = Claim {
-        owner: "t",
-        destinations: &destinations,
-        limit: 10,
-        lease: Duration::from_secs(60),
-    };
-    store.queue().claim(&claim).await.unwrap()
+    testing::claim(store, &[destination.to_owned()], 10).await
 }
 
 /// The saga of `start_timeout_tests`: one undoable step with a 50 ms start timeout and

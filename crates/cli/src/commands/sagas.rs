@@ -214,7 +214,7 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
         outln!();
         if steps
             .iter()
-            .any(|s| s.compensation_state == Some(agentsaga_saga::CompState::Failed))
+            .any(|s| s.compensation_state == Some(agentsaga_saga::CompensationState::Failed))
         {
             outln!(
                 "a compensation failed: `agentsaga sagas retry {id}` to try it again, or undo \

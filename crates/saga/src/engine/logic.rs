@@ -124,7 +124,10 @@ impl Ctx<'_> {
     /// ledger alone (the pivot and the steps after it are exactly the rows without a
     /// compensation entry), so operators can act without the definition.
     fn past_pivot(&self) -> bool {
-        self.inst.steps.values().any(|r| r.comp_state.is_none())
+        self.inst
+            .steps
+            .values()
+            .any(|r| r.compensation_state.is_none())
     }
 }
 

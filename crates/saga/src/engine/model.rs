@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use agentsaga_core::MessageId;
 use serde_json::Value;
 
-use crate::{CompState, SagaId, SagaState, StepState};
+use crate::{CompensationState, SagaId, SagaState, StepState};
 
 /// A saga instance as stored in `saga_instances`, with its `saga_steps`.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,12 +36,12 @@ pub(crate) struct StepRow {
     pub(crate) input: Option<Value>,
     pub(crate) output: Option<Value>,
     pub(crate) error: Option<String>,
-    pub(crate) comp_destination: Option<String>,
-    pub(crate) comp_payload: Option<Value>,
-    pub(crate) comp_state: Option<CompState>,
-    pub(crate) comp_attempts: u32,
-    pub(crate) comp_message_id: Option<MessageId>,
-    pub(crate) comp_error: Option<String>,
+    pub(crate) compensation_destination: Option<String>,
+    pub(crate) compensation_payload: Option<Value>,
+    pub(crate) compensation_state: Option<CompensationState>,
+    pub(crate) compensation_attempts: u32,
+    pub(crate) compensation_message_id: Option<MessageId>,
+    pub(crate) compensation_error: Option<String>,
     pub(crate) deadline_ms: Option<i64>,
     pub(crate) dispatched_at: Option<i64>,
     pub(crate) replied_at: Option<i64>,
@@ -53,7 +53,7 @@ impl Instance {
     pub(crate) fn failed_compensation(&self) -> Option<usize> {
         self.steps
             .values()
-            .find(|r| r.comp_state == Some(CompState::Failed))
+            .find(|r| r.compensation_state == Some(CompensationState::Failed))
             .map(|r| r.idx)
     }
 }

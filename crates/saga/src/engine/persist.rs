@@ -121,15 +121,15 @@ where
         input: json(r.try_get("input")?)?,
         output: json(r.try_get("output")?)?,
         error: r.try_get("error")?,
-        comp_destination: r.try_get("compensation_destination")?,
-        comp_payload: json(r.try_get("compensation_payload")?)?,
-        comp_state: r
+        compensation_destination: r.try_get("compensation_destination")?,
+        compensation_payload: json(r.try_get("compensation_payload")?)?,
+        compensation_state: r
             .try_get::<Option<String>, _>("compensation_state")?
             .map(|s| parse(&s, "compensation state"))
             .transpose()?,
-        comp_attempts: int("compensation_attempts")? as u32,
-        comp_message_id: r.try_get("compensation_message_id")?,
-        comp_error: r.try_get("compensation_error")?,
+        compensation_attempts: int("compensation_attempts")? as u32,
+        compensation_message_id: r.try_get("compensation_message_id")?,
+        compensation_error: r.try_get("compensation_error")?,
         deadline_ms: r.try_get("deadline")?,
         dispatched_at: r.try_get("dispatched_at")?,
         replied_at: r.try_get("replied_at")?,
@@ -253,12 +253,12 @@ async fn save_sqlite(
             .push_bind(s.input.as_ref().map(Value::to_string))
             .push_bind(s.output.as_ref().map(Value::to_string))
             .push_bind(s.error.as_deref())
-            .push_bind(s.comp_destination.as_deref())
-            .push_bind(s.comp_payload.as_ref().map(Value::to_string))
-            .push_bind(s.comp_state.map(|c| c.as_str()))
-            .push_bind(i64::from(s.comp_attempts))
-            .push_bind(s.comp_message_id)
-            .push_bind(s.comp_error.as_deref())
+            .push_bind(s.compensation_destination.as_deref())
+            .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
+            .push_bind(s.compensation_state.map(|c| c.as_str()))
+            .push_bind(i64::from(s.compensation_attempts))
+            .push_bind(s.compensation_message_id)
+            .push_bind(s.compensation_error.as_deref())
             .push_bind(s.deadline_ms)
             .push_bind(s.dispatched_at)
             .push_bind(s.replied_at)
@@ -361,13 +361,13 @@ async fn save_postgres(
                 .push_bind(s.output.as_ref().map(Value::to_string))
                 .push_unseparated("::jsonb")
                 .push_bind(s.error.as_deref())
-                .push_bind(s.comp_destination.as_deref())
-                .push_bind(s.comp_payload.as_ref().map(Value::to_string))
+                .push_bind(s.compensation_destination.as_deref())
+                .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
                 .push_unseparated("::jsonb")
-                .push_bind(s.comp_state.map(|c| c.as_str()))
-                .push_bind(s.comp_attempts as i32)
-                .push_bind(s.comp_message_id)
-                .push_bind(s.comp_error.as_deref())
+                .push_bind(s.compensation_state.map(|c| c.as_str()))
+                .push_bind(s.compensation_attempts as i32)
+                .push_bind(s.compensation_message_id)
+                .push_bind(s.compensation_error.as_deref())
                 .push("to_timestamp(")
                 .push_bind_unseparated(s.deadline_ms)
                 .push_unseparated(" / 1000.0)")

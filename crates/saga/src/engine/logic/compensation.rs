@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Ctx;
 use crate::engine::model::StepRow;
 use crate::protocol::StepOutcome;
-use crate::{CompState, Error, Result, SagaEvent, SagaState};
+use crate::{CompensationState, Error, Result, SagaEvent, SagaState};
 
 impl Ctx<'_> {
     /// Leaves the forward path on `event` (a failed step, an abort): timers of the
@@ -30,8 +30,12 @@ impl Ctx<'_> {
     pub(super) fn advance_compensation(&mut self) -> Result<()> {
         let open = |r: &StepRow| {
             matches!(
-                r.comp_state,
-                Some(CompState::Recorded | CompState::Dispatched | CompState::Failed)
+                r.compensation_state,
+                Some(
+                    CompensationState::Recorded
+                        | CompensationState::Dispatched
+                        | CompensationState::Failed
+                )
             )
         };
         let Some(stage) = self
@@ -48,7 +52,9 @@ impl Ctx<'_> {
             .inst
             .steps
             .values()
-            .filter(|r| r.stage == stage && r.comp_state == Some(CompState::Recorded))
+            .filter(|r| {
+                r.stage == stage && r.compensation_state == Some(CompensationState::Recorded)
+            })
             .map(|r| r.idx)
             .collect();
         for idx in idxs {
@@ -61,7 +67,9 @@ impl Ctx<'_> {
     fn dispatch_compensation(&mut self, idx: usize, delay: Duration) -> Result<()> {
         let orchestrator = self.orchestrator();
         let row = self.inst.steps.get(&idx).expect("ledger row");
-        let (Some(dest), Some(payload)) = (&row.comp_destination, &row.comp_payload) else {
+        let (Some(dest), Some(payload)) =
+            (&row.compensation_destination, &row.compensation_payload)
+        else {
             return Err(Error::Corrupt(format!(
                 "step {idx} has no compensation recorded"
             )));
@@ -70,9 +78,9 @@ impl Ctx<'_> {
             .address(idx, &orchestrator)
             .compensation(dest, payload, delay)?;
         let row = self.inst.steps.get_mut(&idx).expect("ledger row");
-        row.comp_state = Some(CompState::Dispatched);
-        row.comp_attempts += 1;
-        row.comp_message_id = Some(msg.message_id());
+        row.compensation_state = Some(CompensationState::Dispatched);
+        row.compensation_attempts += 1;
+        row.compensation_message_id = Some(msg.message_id());
         self.fx.compensating.get_or_insert_with(|| row.name.clone());
         self.fx.send.push(msg);
         Ok(())
@@ -88,21 +96,21 @@ impl Ctx<'_> {
         }
         let now = self.now_ms;
         let row = self.inst.steps.get_mut(&idx).expect("checked by caller");
-        if row.comp_state != Some(CompState::Dispatched) {
+        if row.compensation_state != Some(CompensationState::Dispatched) {
             return self.ignore(format!("duplicate compensation reply for step {idx}"));
         }
         match out {
             StepOutcome::Ok(_) => {
-                row.comp_state = Some(CompState::Done);
-                row.comp_error = None;
+                row.compensation_state = Some(CompensationState::Done);
+                row.compensation_error = None;
                 row.compensated_at = Some(now);
                 self.advance_compensation()
             }
             StepOutcome::Retryable(e) | StepOutcome::Fatal(e) => {
-                row.comp_error = Some(e.clone());
-                let attempts = row.comp_attempts;
+                row.compensation_error = Some(e.clone());
+                let attempts = row.compensation_attempts;
                 if self.compensation_retry.exhausted(attempts) {
-                    row.comp_state = Some(CompState::Failed);
+                    row.compensation_state = Some(CompensationState::Failed);
                     let name = row.name.clone();
                     self.inst.error = Some(format!(
                         "compensation of step `{name}` failed {attempts} times: {e}"

@@ -16,7 +16,7 @@ impl Ctx<'_> {
         let Some(row) = self.inst.steps.get(&idx) else {
             return self.ignore(format!("notice for step {idx}, never dispatched"));
         };
-        if row.comp_message_id == Some(message) {
+        if row.compensation_message_id == Some(message) {
             return self.on_compensation_reply(idx, StepOutcome::Retryable(why));
         }
         if row.command_id != Some(message) || row.state != StepState::Dispatched {

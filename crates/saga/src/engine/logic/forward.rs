@@ -9,7 +9,7 @@ use super::{Ctx, millis};
 use crate::definition::Undo;
 use crate::engine::model::StepRow;
 use crate::protocol::{self, StepOutcome};
-use crate::{CompState, Error, Result, SagaEvent, SagaState, StepState};
+use crate::{CompensationState, Error, Result, SagaEvent, SagaState, StepState};
 
 impl Ctx<'_> {
     /// Starts the saga, which `waited` for admission: its deadline counts from when
@@ -47,15 +47,16 @@ impl Ctx<'_> {
         let stage = def.steps().nth(idx).map(|(s, _)| s).unwrap_or_default();
         let command = (sd.command)(&self.inst.data)?;
         if !self.inst.steps.contains_key(&idx) {
-            let (comp_state, comp_destination, comp_payload) = match &sd.undo {
-                Undo::Never => (None, None, None),
-                Undo::Nothing => (Some(CompState::NotNeeded), None, None),
-                Undo::Command { destination, build } => (
-                    Some(CompState::Recorded),
-                    Some(destination.clone()),
-                    Some(build(&self.inst.data)?),
-                ),
-            };
+            let (compensation_state, compensation_destination, compensation_payload) =
+                match &sd.undo {
+                    Undo::Never => (None, None, None),
+                    Undo::Nothing => (Some(CompensationState::NotNeeded), None, None),
+                    Undo::Command { destination, build } => (
+                        Some(CompensationState::Recorded),
+                        Some(destination.clone()),
+                        Some(build(&self.inst.data)?),
+                    ),
+                };
             self.inst.steps.insert(
                 idx,
                 StepRow {
@@ -70,12 +71,12 @@ impl Ctx<'_> {
                     input: None,
                     output: None,
                     error: None,
-                    comp_destination,
-                    comp_payload,
-                    comp_state,
-                    comp_attempts: 0,
-                    comp_message_id: None,
-                    comp_error: None,
+                    compensation_destination,
+                    compensation_payload,
+                    compensation_state,
+                    compensation_attempts: 0,
+                    compensation_message_id: None,
+                    compensation_error: None,
                     deadline_ms: None,
                     dispatched_at: None,
                     replied_at: None,
@@ -118,7 +119,7 @@ impl Ctx<'_> {
         let Some(row) = self.inst.steps.get(&idx) else {
             return self.ignore(format!("reply for step {idx}, which was never dispatched"));
         };
-        if row.comp_message_id == Some(causation) {
+        if row.compensation_message_id == Some(causation) {
             return self.on_compensation_reply(idx, out);
         }
         if row.command_id != Some(causation) || row.state != StepState::Dispatched {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::Ctx;
-use crate::{CompState, Error, Result, SagaEvent, SagaState, StepState};
+use crate::{CompensationState, Error, Result, SagaEvent, SagaState, StepState};
 
 impl Ctx<'_> {
     /// Abort: compensate a running saga still before its pivot, or end one stuck
@@ -41,8 +41,8 @@ impl Ctx<'_> {
         }
         if let Some(idx) = self.inst.failed_compensation() {
             let row = self.inst.steps.get_mut(&idx).expect("found");
-            row.comp_state = Some(CompState::Recorded);
-            row.comp_attempts = 0;
+            row.compensation_state = Some(CompensationState::Recorded);
+            row.compensation_attempts = 0;
             self.transition(SagaEvent::Retry)?;
             return self.advance_compensation();
         }
@@ -79,11 +79,11 @@ impl Ctx<'_> {
         };
         let now = self.now_ms;
         let row = self.inst.steps.get_mut(&idx).expect("found");
-        row.comp_state = Some(CompState::Skipped);
+        row.compensation_state = Some(CompensationState::Skipped);
         row.compensated_at = Some(now);
-        row.comp_error = Some(format!(
+        row.compensation_error = Some(format!(
             "{} (skipped by an operator)",
-            row.comp_error.clone().unwrap_or_default()
+            row.compensation_error.clone().unwrap_or_default()
         ));
         self.transition(SagaEvent::Skip)?;
         self.advance_compensation()

@@ -21,7 +21,8 @@ use crate::engine::model::{Instance, StepRow};
 use crate::protocol::{self, Inbound, StepOutcome, envelope};
 use crate::state::all::{EVENTS, ROWS, STATES};
 use crate::{
-    CompState, Error, Result, Saga, SagaDefinition, SagaEvent, SagaId, SagaState, Step, StepState,
+    CompensationState, Error, Result, Saga, SagaDefinition, SagaEvent, SagaId, SagaState, Step,
+    StepState,
 };
 
 type D = Value;
@@ -308,8 +309,8 @@ fn happy_path() -> Sim {
     // The ledger entry is written with the dispatch.
     let row = s.row(FLIGHT);
     assert_eq!(row.state, StepState::Dispatched);
-    assert_eq!(row.comp_state, Some(CompState::Recorded));
-    assert_eq!(row.comp_payload, Some(json!({ "cancel": 7 })));
+    assert_eq!(row.compensation_state, Some(CompensationState::Recorded));
+    assert_eq!(row.compensation_payload, Some(json!({ "cancel": 7 })));
     assert_eq!(row.command_id, Some(cmd.id));
     assert_eq!(row.dispatched_at, Some(NOW));
     assert_eq!(row.deadline_ms, Some(NOW + 5_000));
@@ -333,7 +334,7 @@ fn happy_path() -> Sim {
     let fx = s.reply(CAR, ok());
     assert_eq!(sent(&fx), ["command#3 -> charge-agent"]);
     assert_eq!(
-        s.row(CHARGE).comp_state,
+        s.row(CHARGE).compensation_state,
         None,
         "the pivot has no compensation"
     );
@@ -404,7 +405,7 @@ fn fatal_before_the_pivot_compensates_in_reverse() -> Sim {
     assert_eq!(s.state(), SagaState::Compensated);
     assert!(s.inst.finished);
     for i in [FLIGHT, HOTEL, CAR] {
-        assert_eq!(s.row(i).comp_state, Some(CompState::Done));
+        assert_eq!(s.row(i).compensation_state, Some(CompensationState::Done));
         assert_eq!(s.row(i).compensated_at, Some(NOW));
     }
     assert_eq!(s.inst.steps.len(), 3, "the pivot was never dispatched");
@@ -668,7 +669,10 @@ fn stuck_compensation_retried_then_skipped() -> Sim {
         [(SagaState::Compensating, SagaEvent::CompensationExhausted)]
     );
     assert_eq!(s.state(), SagaState::Stuck);
-    assert_eq!(s.row(HOTEL).comp_state, Some(CompState::Failed));
+    assert_eq!(
+        s.row(HOTEL).compensation_state,
+        Some(CompensationState::Failed)
+    );
     assert_eq!(
         s.error(),
         "compensation of step `hotel` failed 3 times: cancel API down"
@@ -682,7 +686,7 @@ fn stuck_compensation_retried_then_skipped() -> Sim {
     let fx = s.retry().unwrap();
     assert_eq!(fx.transitions, [(SagaState::Stuck, SagaEvent::Retry)]);
     assert_eq!(sent(&fx), ["compensate#1 -> hotel-agent"]);
-    assert_eq!(s.row(HOTEL).comp_attempts, 1, "a fresh budget");
+    assert_eq!(s.row(HOTEL).compensation_attempts, 1, "a fresh budget");
     for _ in 0..3 {
         s.reply_compensation(HOTEL, fatal("still down"));
     }
@@ -690,10 +694,13 @@ fn stuck_compensation_retried_then_skipped() -> Sim {
 
     let fx = s.skip().unwrap();
     assert_eq!(fx.transitions, [(SagaState::Stuck, SagaEvent::Skip)]);
-    assert_eq!(s.row(HOTEL).comp_state, Some(CompState::Skipped));
+    assert_eq!(
+        s.row(HOTEL).compensation_state,
+        Some(CompensationState::Skipped)
+    );
     assert!(
         s.row(HOTEL)
-            .comp_error
+            .compensation_error
             .as_deref()
             .unwrap()
             .ends_with("(skipped by an operator)")
@@ -714,7 +721,10 @@ fn nothing_to_undo_is_compensated_at_once() -> Sim {
     let mut s = Sim::new(def);
     let fx = s.start();
     assert_eq!(sent(&fx), ["command#0 -> reader"]);
-    assert_eq!(s.row(0).comp_state, Some(CompState::NotNeeded));
+    assert_eq!(
+        s.row(0).compensation_state,
+        Some(CompensationState::NotNeeded)
+    );
     s.reply(0, ok());
     let fx = s.reply(1, fatal("disk full"));
     assert_eq!(
