@@ -1,5 +1,6 @@
 //! Test support: fresh databases for both backends and a throwaway PostgreSQL
-//! server per test binary.
+//! server per test binary; the outbox driven by hand ([`envelope`], [`claim`],
+//! [`pump`]); one bounded wait ([`wait_until`]).
 //!
 //! Enabled by the `testing` feature. The PostgreSQL server is started on first
 //! use (see [`pg_server`]) from the binaries in `/usr/lib/postgresql/15/bin`
@@ -22,9 +23,11 @@
 //! ```
 
 mod pg;
+mod relay;
 mod watchdog;
 
 pub use pg::{PgServer, pg_server};
+pub use relay::{claim, envelope, pump};
 
 use std::fs;
 use std::path::PathBuf;

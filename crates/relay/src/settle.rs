@@ -158,24 +158,15 @@ impl Outcomes {
 mod tests {
     use std::time::Duration;
 
-    use agentsaga_core::{MessageId, header};
+    use agentsaga_core::{header, testing};
 
     use super::*;
 
     fn envelope(attempts: u32, reply_to: Option<&str>) -> Envelope {
-        let mut headers = agentsaga_core::Headers::new();
-        if let Some(r) = reply_to {
-            headers.insert(header::REPLY_TO.into(), r.into());
-        }
         Envelope {
-            seq: 1,
-            id: MessageId::new(),
-            destination: "d".into(),
-            key: None,
-            payload: "null".into(),
-            headers,
             attempts,
             created_at_ms: 1_000,
+            ..testing::envelope("d", "null", reply_to.map(|r| (header::REPLY_TO, r)))
         }
     }
 

@@ -207,13 +207,8 @@ mod tests {
     fn envelope(key: Option<&str>) -> Envelope {
         Envelope {
             seq: 7,
-            id: agentsaga_core::MessageId::new(),
-            destination: "d".into(),
             key: key.map(str::to_owned),
-            payload: "null".into(),
-            headers: Default::default(),
-            attempts: 1,
-            created_at_ms: 0,
+            ..agentsaga_core::testing::envelope("d", "null", [])
         }
     }
 

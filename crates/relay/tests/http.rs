@@ -2,13 +2,13 @@
 //! router of store B, served in-process on 127.0.0.1. Every test body runs on SQLite
 //! and PostgreSQL.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{Envelope, Message, MessageId, ReadPool, RetryPolicy, Store, sqlx};
 use agentsaga_relay::http::{self, HttpTransport, OUTBOX_PATH, ReceiverConfig};
 use agentsaga_relay::{Delivery, Error, Relay, RelayConfig, Transport};
@@ -308,13 +308,9 @@ agentsaga_core::both_backends!(receiver_down, receiver_down_for_a_while);
 fn envelope(destination: &str, payload: &str) -> Envelope {
     Envelope {
         seq: 7,
-        id: MessageId::new(),
-        destination: destination.to_owned(),
         key: Some("order-1".to_owned()),
-        payload: payload.to_owned(),
-        headers: BTreeMap::from([("reply_to".to_owned(), "orders".to_owned())]),
-        attempts: 1,
         created_at_ms: 1_700_000_000_000,
+        ..testing::envelope(destination, payload, [("reply_to", "orders")])
     }
 }
 

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agentsaga_core::queue::{Claim, DeadLetter};
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::queue::DeadLetter;
+use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{Message, MessageId, Receipt, RetryPolicy, Store};
 use agentsaga_saga::protocol::{self, StepOutcome};
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step, query};
@@ -177,16 +177,7 @@ pub async fn prepare(backend: Backend) -> Prepared {
     tx.enqueue_batch(&[mailer, sms]).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let destinations = vec!["mailer".to_owned(), "sms".to_owned()];
-    let claimed = store
-        .queue()
-        .claim(&Claim {
-            owner: "t",
-            destinations: &destinations,
-            limit: 10,
-            lease: Duration::from_secs(60),
-        })
-        .await
-        .expect("claim");
+    let claimed = testing::claim(&store, &destinations, 10).await;
     assert_eq!(claimed.len(), 2);
     let dead: Vec<DeadLetter> = claimed
         .iter()
@@ -223,50 +214,39 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
     for d in engine.definitions() {
         destinations.extend(d.agent_destinations());
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut settled = 0;
-        for id in ids {
-            let s = query::get(store, *id).await.expect("get").expect("saga");
-            if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
-                settled += 1;
+    testing::pump(
+        store,
+        &destinations,
+        "the sagas settle",
+        Duration::from_secs(30),
+        async || {
+            let mut settled = 0;
+            for id in ids {
+                let s = query::get(store, *id).await.expect("get").expect("saga");
+                if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
+                    settled += 1;
+                }
             }
-        }
-        if settled == ids.len() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the sagas did not settle");
-        let claim = Claim {
-            owner: "t",
-            destinations: &destinations,
-            limit: 64,
-            lease: Duration::from_secs(60),
-        };
-        let batch = store.queue().claim(&claim).await.expect("claim");
-        if batch.is_empty() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            continue;
-        }
-        for env in &batch {
-            let mut tx = store.begin().await.expect("begin");
-            if env.destination.starts_with("saga.") {
-                engine.handle(&mut tx, env).await.expect("handle");
-            } else if tx.receive(&env.destination, env.id).await.expect("receive") == Receipt::First
-            {
-                let reply = protocol::reply(env, &agent(env))
-                    .expect("reply")
-                    .expect("reply_to");
-                tx.enqueue(&reply).await.expect("enqueue reply");
+            settled == ids.len()
+        },
+        async |batch| {
+            for env in batch.iter() {
+                let mut tx = store.begin().await.expect("begin");
+                if env.destination.starts_with("saga.") {
+                    engine.handle(&mut tx, env).await.expect("handle");
+                } else if tx.receive(&env.destination, env.id).await.expect("receive")
+                    == Receipt::First
+                {
+                    let reply = protocol::reply(env, &agent(env))
+                        .expect("reply")
+                        .expect("reply_to");
+                    tx.enqueue(&reply).await.expect("enqueue reply");
+                }
+                tx.commit().await.expect("commit");
             }
-            tx.commit().await.expect("commit");
-        }
-        let seqs: Vec<i64> = batch.iter().map(|e| e.seq).collect();
-        store
-            .queue()
-            .mark_delivered("t", &seqs)
-            .await
-            .expect("delivered");
-    }
+        },
+    )
+    .await;
 }
 
 /// The file behind a `sqlite://` URL.

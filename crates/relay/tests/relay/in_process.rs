@@ -4,8 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentsaga_core::testing::Backend;
-use agentsaga_core::{Envelope, MessageId, RetryPolicy};
+use agentsaga_core::testing::{Backend, envelope};
+use agentsaga_core::{Envelope, RetryPolicy};
 use agentsaga_relay::in_process::{Deliver, InProcessTransport};
 use agentsaga_relay::{Delivery, Relay, Transport};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -126,19 +126,6 @@ async fn actors_receive_through_the_relay(backend: Backend) {
 }
 agentsaga_core::both_backends!(through_the_relay, actors_receive_through_the_relay);
 
-fn envelope(destination: &str) -> Envelope {
-    Envelope {
-        seq: 1,
-        id: MessageId::new(),
-        destination: destination.into(),
-        key: None,
-        payload: "null".into(),
-        headers: Default::default(),
-        attempts: 1,
-        created_at_ms: 0,
-    }
-}
-
 fn is_retry_with(d: &Delivery, needle: &str) -> bool {
     matches!(d, Delivery::Retry { reason, after: None } if reason.contains(needle))
 }
@@ -148,7 +135,7 @@ async fn silence_death_and_refusals_are_outcomes() {
     let seen = Seen::default();
     let transport = InProcessTransport::new().timeout(Duration::from_millis(100));
 
-    let d = transport.deliver(&envelope("x")).await;
+    let d = transport.deliver(&envelope("x", "null", [])).await;
     assert!(is_retry_with(&d, "no actor for destination x"), "{d:?}");
 
     transport.register(
@@ -156,12 +143,12 @@ async fn silence_death_and_refusals_are_outcomes() {
         recorder("r", &seen, Some(Delivery::reject("nope"))).await,
     );
     assert_eq!(
-        transport.deliver(&envelope("refuses")).await,
+        transport.deliver(&envelope("refuses", "null", [])).await,
         Delivery::reject("nope")
     );
 
     transport.register("silent", recorder("s", &seen, None).await);
-    let d = transport.deliver(&envelope("silent")).await;
+    let d = transport.deliver(&envelope("silent", "null", [])).await;
     assert!(is_retry_with(&d, "did not answer within"), "{d:?}");
 
     let dead = recorder("d", &seen, Some(Delivery::Delivered)).await;
@@ -171,7 +158,7 @@ async fn silence_death_and_refusals_are_outcomes() {
         dead.get_status() == ractor::ActorStatus::Stopped
     })
     .await;
-    let d = transport.deliver(&envelope("dead")).await;
+    let d = transport.deliver(&envelope("dead", "null", [])).await;
     assert!(matches!(d, Delivery::Retry { .. }), "{d:?}");
     // Its replacement takes over.
     transport.register(
@@ -179,7 +166,7 @@ async fn silence_death_and_refusals_are_outcomes() {
         recorder("d2", &seen, Some(Delivery::Delivered)).await,
     );
     assert_eq!(
-        transport.deliver(&envelope("dead")).await,
+        transport.deliver(&envelope("dead", "null", [])).await,
         Delivery::Delivered
     );
 
