@@ -86,18 +86,25 @@ impl DeliveryFailed {
 ///     .json(&serde_json::json!({ "reserve": "LH123" }))?
 ///     .header("reply_to", "orchestrator")
 ///     .delay(Duration::from_secs(5));
-/// assert_eq!(msg.destination(), "flights");
+/// assert_eq!(msg.destination, "flights");
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct Message {
-    pub(crate) id: MessageId,
-    pub(crate) destination: String,
-    pub(crate) key: Option<String>,
-    pub(crate) payload: String,
-    pub(crate) headers: Headers,
-    pub(crate) delay: Duration,
+    /// Its id (a fresh UUIDv7 unless set with [`id`](Self::id)).
+    pub id: MessageId,
+    /// Where it goes.
+    pub destination: String,
+    /// The ordering key, if any: messages of one key are delivered one at a time, in
+    /// order.
+    pub key: Option<String>,
+    /// The payload as JSON text (checked to be JSON when it is enqueued).
+    pub payload: String,
+    /// Its headers.
+    pub headers: Headers,
+    /// How long after the enqueuing transaction it becomes deliverable.
+    pub delay: Duration,
 }
 
 impl Message {
@@ -157,36 +164,6 @@ impl Message {
     pub fn id(mut self, id: MessageId) -> Self {
         self.id = id;
         self
-    }
-
-    /// The message id.
-    pub fn message_id(&self) -> MessageId {
-        self.id
-    }
-
-    /// The destination.
-    pub fn destination(&self) -> &str {
-        &self.destination
-    }
-
-    /// The ordering key, if any.
-    pub fn ordering_key(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-
-    /// The payload as JSON text.
-    pub fn payload(&self) -> &str {
-        &self.payload
-    }
-
-    /// The headers.
-    pub fn header_map(&self) -> &Headers {
-        &self.headers
-    }
-
-    /// The delay before the message becomes deliverable.
-    pub fn delay_duration(&self) -> Duration {
-        self.delay
     }
 
     /// Size counted against the store's message limit: payload plus headers.

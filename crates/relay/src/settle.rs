@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(o.dead.len(), 1);
         assert_eq!(o.dead[0].reason, "last");
         let notice = o.dead[0].notice.as_ref().expect("reply_to gets a notice");
-        assert_eq!(notice.destination(), "orch");
+        assert_eq!(notice.destination, "orch");
     }
 
     #[test]

@@ -196,7 +196,7 @@ impl Transport for Collect {
 }
 
 fn ids(messages: &[Message]) -> HashSet<MessageId> {
-    messages.iter().map(Message::message_id).collect()
+    messages.iter().map(|m| m.id).collect()
 }
 
 /// Asserts that B holds exactly `sent`, once each, with their keys.
@@ -206,12 +206,12 @@ async fn assert_received_once(b: &Store, sent: &[Message]) {
     let received: HashSet<MessageId> = rows.iter().map(|(id, _)| *id).collect();
     assert_eq!(received, ids(sent), "B holds other ids than A sent");
     for m in sent {
-        let (_, key) = rows.iter().find(|(id, _)| *id == m.message_id()).unwrap();
+        let (_, key) = rows.iter().find(|(id, _)| *id == m.id).unwrap();
         assert_eq!(
             key.as_deref(),
-            m.ordering_key(),
+            m.key.as_deref(),
             "key of {}",
-            m.message_id()
+            m.id
         );
     }
 }
@@ -245,14 +245,14 @@ async fn two_stores_exactly_once(backend: Backend) {
     for m in &sent {
         let e = got
             .iter()
-            .find(|e| e.id == m.message_id())
+            .find(|e| e.id == m.id)
             .expect("arrived");
         assert_eq!(e.destination, "remote");
-        assert_eq!(e.key.as_deref(), m.ordering_key());
+        assert_eq!(e.key.as_deref(), m.key.as_deref());
         let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
-        let sent_payload: serde_json::Value = serde_json::from_str(m.payload()).unwrap();
+        let sent_payload: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
         assert_eq!(payload, sent_payload);
-        assert_eq!(e.header("n"), m.header_map().get("n").map(String::as_str));
+        assert_eq!(e.header("n"), m.headers.get("n").map(String::as_str));
     }
     relay_a.shutdown().await;
     relay_b.shutdown().await;

@@ -380,11 +380,11 @@ pub fn reply(command: &Envelope, outcome: &StepOutcome) -> agentsaga_core::Resul
 pub(crate) fn envelope(msg: &Message) -> Envelope {
     Envelope {
         seq: 1,
-        id: msg.message_id(),
-        destination: msg.destination().to_owned(),
-        key: msg.ordering_key().map(str::to_owned),
-        payload: msg.payload().to_owned(),
-        headers: msg.header_map().clone(),
+        id: msg.id,
+        destination: msg.destination.clone(),
+        key: msg.key.clone(),
+        payload: msg.payload.clone(),
+        headers: msg.headers.clone(),
         attempts: 1,
         created_at_ms: 0,
     }
@@ -438,7 +438,7 @@ mod tests {
             .compensation("hotels", &json!("cancel"), Duration::ZERO)
             .unwrap();
         let env = envelope(&undo);
-        assert_eq!(env.key, cmd.ordering_key().map(str::to_owned), "same key");
+        assert_eq!(env.key, cmd.key.clone(), "same key");
         assert_eq!(env.header(header::TIMEOUT_MS), None);
         assert_eq!(
             env.header(header::IDEMPOTENCY_KEY),
@@ -458,7 +458,7 @@ mod tests {
             .command("hotels", &json!(null), Duration::ZERO, None)
             .unwrap();
         let cmd_env = envelope(&cmd);
-        let id = cmd.message_id();
+        let id = cmd.id;
 
         let ok = StepOutcome::Ok(json!("room 7"));
         let r = envelope(&reply(&cmd_env, &ok).unwrap().unwrap());

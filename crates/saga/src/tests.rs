@@ -496,7 +496,7 @@ async fn abort_running_and_versions(backend: Backend) {
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
     let reply = protocol::reply(&cmd, &ok()).unwrap().unwrap();
-    assert_eq!(reply.destination(), "saga.trip.v1");
+    assert_eq!(reply.destination, "saga.trip.v1");
     tx.enqueue(&reply).await.unwrap();
     tx.commit().await.unwrap();
     let orch = vec!["saga.trip.v1".to_string()];

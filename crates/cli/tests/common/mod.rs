@@ -173,7 +173,7 @@ pub async fn prepare(backend: Backend) -> Prepared {
     let sms = Message::to("sms")
         .json(&json!({"to": "+100"}))
         .expect("json");
-    let (dead_mailer, dead_sms) = (mailer.message_id(), sms.message_id());
+    let (dead_mailer, dead_sms) = (mailer.id, sms.id);
     tx.enqueue_batch(&[mailer, sms]).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let destinations = vec!["mailer".to_owned(), "sms".to_owned()];

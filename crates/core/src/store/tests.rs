@@ -55,7 +55,7 @@ async fn rollback_and_commit(backend: Backend) {
     enqueue_one(&store, &msg).await;
     let got = claim_n(&store, "r", &d, 10).await;
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].id, msg.message_id());
+    assert_eq!(got[0].id, msg.id);
     assert_eq!(got[0].attempts, 1);
     assert_eq!(got[0].decode::<serde_json::Value>().unwrap()["n"], 2);
     assert!(
@@ -453,7 +453,7 @@ async fn retry_dead_redrive(backend: Backend) {
             continue;
         }
         assert_eq!(got.len(), 1, "the second message of the key waits");
-        assert_eq!(got[0].id, msg.message_id());
+        assert_eq!(got[0].id, msg.id);
         let n = got[0].attempts;
         if policy.exhausted(n) {
             attempts = n;
@@ -520,7 +520,7 @@ async fn retry_dead_redrive(backend: Backend) {
         .await
         .unwrap();
 
-    store.admin().redrive(msg.message_id()).await.unwrap();
+    store.admin().redrive(msg.id).await.unwrap();
     let back = claim_n(&store, "r", &d, 10).await;
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].attempts, 1, "attempts reset");

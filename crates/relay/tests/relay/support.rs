@@ -214,7 +214,7 @@ pub(crate) async fn enqueue(store: &Store, messages: &[Message]) -> Vec<MessageI
         tx.enqueue(m).await.expect("enqueue");
     }
     tx.commit().await.expect("commit");
-    messages.iter().map(Message::message_id).collect()
+    messages.iter().map(|m| m.id).collect()
 }
 
 pub(crate) fn msg(destination: &str, key: Option<&str>, payload: serde_json::Value) -> Message {

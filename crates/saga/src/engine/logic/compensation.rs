@@ -80,7 +80,7 @@ impl Ctx<'_> {
         let row = self.inst.steps.get_mut(&idx).expect("ledger row");
         row.compensation_state = Some(CompensationState::Dispatched);
         row.compensation_attempts += 1;
-        row.compensation_message_id = Some(msg.message_id());
+        row.compensation_message_id = Some(msg.id);
         self.fx.compensating.get_or_insert_with(|| row.name.clone());
         self.fx.send.push(msg);
         Ok(())

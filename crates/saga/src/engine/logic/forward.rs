@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agentsaga_core::{Message, MessageId};
+use agentsaga_core::MessageId;
 
 use super::{Ctx, millis};
 use crate::definition::Undo;
@@ -91,19 +91,19 @@ impl Ctx<'_> {
         // orchestrator keeps a timer only for the optional schedule-to-start bound.
         let timer = sd
             .start_timeout
-            .map(|t| address.start_timer(msg.message_id(), delay + t));
+            .map(|t| address.start_timer(msg.id, delay + t));
         let now = self.now_ms;
         let row = self.inst.steps.get_mut(&idx).expect("inserted above");
         row.state = StepState::Dispatched;
         row.attempts += 1;
         row.input = Some(command);
-        row.command_id = Some(msg.message_id());
+        row.command_id = Some(msg.id);
         row.dispatched_at = Some(now);
         row.deadline_ms = sd.start_timeout.map(|t| now + millis(delay + t));
         if let Some(old) = row.timer_id.take() {
             self.fx.cancel.push(old);
         }
-        row.timer_id = timer.as_ref().map(Message::message_id);
+        row.timer_id = timer.as_ref().map(|t| t.id);
         self.fx.send.push(msg);
         self.fx.send.extend(timer);
         Ok(())

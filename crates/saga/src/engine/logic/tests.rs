@@ -79,11 +79,11 @@ fn trip() -> SagaDefinition {
 /// One message, for the eye: `kind#step -> destination` (`kind -> destination` without
 /// a step).
 fn show(m: &Message) -> String {
-    let h = m.header_map();
+    let h = &m.headers;
     let kind = h.get(header::KIND).map_or("?", String::as_str);
     match h.get(protocol::STEP) {
-        Some(step) => format!("{kind}#{step} -> {}", m.destination()),
-        None => format!("{kind} -> {}", m.destination()),
+        Some(step) => format!("{kind}#{step} -> {}", m.destination),
+        None => format!("{kind} -> {}", m.destination),
     }
 }
 
@@ -168,7 +168,7 @@ impl Sim {
             .iter()
             .rev()
             .find(|m| {
-                let h = m.header_map();
+                let h = &m.headers;
                 h.get(header::KIND).map(String::as_str) == Some(kind)
                     && h.get(protocol::STEP) == Some(&step)
             })
@@ -219,7 +219,7 @@ impl Sim {
             .iter()
             .rev()
             .find(|m| {
-                let h = m.header_map();
+                let h = &m.headers;
                 h.get(header::KIND).map(String::as_str) == Some(kind)
                     && h.get(protocol::STEP).cloned() == idx.map(|i| i.to_string())
             })
@@ -301,8 +301,8 @@ fn happy_path() -> Sim {
             "start_timeout#0 -> saga.trip.v1",
         ]
     );
-    assert_eq!(fx.send[0].delay_duration(), Duration::from_secs(60));
-    assert_eq!(fx.send[2].delay_duration(), Duration::from_secs(5));
+    assert_eq!(fx.send[0].delay, Duration::from_secs(60));
+    assert_eq!(fx.send[2].delay, Duration::from_secs(5));
     let cmd = s.command(FLIGHT);
     assert_eq!(cmd.header(header::TIMEOUT_MS), Some("300"));
     assert_eq!(cmd.payload, r#"{"book":7}"#);
@@ -439,18 +439,18 @@ fn retryable_until_exhausted() -> Sim {
             "start_timeout#0 -> saga.trip.v1"
         ]
     );
-    let backoff = fx.send[0].delay_duration();
+    let backoff = fx.send[0].delay;
     assert!(backoff <= fast().ceiling(1), "a backoff: {backoff:?}");
     assert_eq!(
-        fx.send[1].delay_duration(),
+        fx.send[1].delay,
         backoff + Duration::from_secs(5),
         "the start timer counts from the new dispatch"
     );
     assert_eq!(fx.cancel, [first_timer], "the old start timer goes");
-    assert_ne!(fx.send[0].message_id(), first.id, "a new message");
+    assert_ne!(fx.send[0].id, first.id, "a new message");
     assert_eq!(
         fx.send[0]
-            .header_map()
+            .headers
             .get(header::IDEMPOTENCY_KEY)
             .unwrap(),
         first.header(header::IDEMPOTENCY_KEY).unwrap(),
@@ -659,7 +659,7 @@ fn stuck_compensation_retried_then_skipped() -> Sim {
     // The hotel's undo: a failure, a timeout, a failure: three attempts.
     let fx = s.reply_compensation(HOTEL, fatal("cancel API down"));
     assert_eq!(sent(&fx), ["compensate#1 -> hotel-agent"]);
-    assert!(fx.send[0].delay_duration() <= fast().ceiling(1));
+    assert!(fx.send[0].delay <= fast().ceiling(1));
     let undo = s.compensation(HOTEL);
     let fx = s.time_out(&undo);
     assert_eq!(sent(&fx), ["compensate#1 -> hotel-agent"]);
