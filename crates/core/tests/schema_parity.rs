@@ -43,7 +43,7 @@ const INTENDED: &[(Only, &str, &str)] = &[
     (
         Only::Postgres,
         "function agentsaga_ack_and_claim",
-        "0004_queue_plans: acknowledge and claim in one round trip; SQLite has no round trips",
+        "0004_queue_plans, 0006: acknowledge and claim in one round trip; SQLite has no round trips",
     ),
 ];
 

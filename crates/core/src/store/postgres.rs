@@ -192,8 +192,8 @@ impl Dialect for Postgres {
         delivered: &[i64],
         claim: &Claim<'_>,
     ) -> Result<(u64, Vec<Envelope>)> {
-        // `agentsaga_ack_and_claim` (migration 0004): its first row carries the count of
-        // rows marked delivered in its `attempts` column, the claimed rows follow.
+        // `agentsaga_ack_and_claim` (migrations 0004, 0006): its first row carries the
+        // count of rows marked delivered in `acked`, the claimed rows follow.
         let rows = sqlx::query("SELECT * FROM agentsaga_ack_and_claim($1, $2, $3, $4, $5)")
             .bind(claim.owner)
             .bind(delivered)
@@ -205,10 +205,9 @@ impl Dialect for Postgres {
         let mut acked = 0;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
-            if row.try_get::<Option<i64>, _>("seq")?.is_some() {
-                claimed.push(envelope(row)?);
-            } else {
-                acked = u64::try_from(row.try_get::<i32, _>("attempts")?).unwrap_or(0);
+            match row.try_get::<Option<i64>, _>("acked")? {
+                Some(n) => acked = u64::try_from(n).unwrap_or(0),
+                None => claimed.push(envelope(row)?),
             }
         }
         Ok((acked, claimed))
