@@ -16,6 +16,7 @@ mod operator;
 #[cfg(test)]
 mod tests;
 
+use agentsaga_core::clock::millis;
 use agentsaga_core::{Message, MessageId, RetryPolicy};
 
 use super::model::Instance;
@@ -129,8 +130,4 @@ impl Ctx<'_> {
             .values()
             .any(|r| r.compensation_state.is_none())
     }
-}
-
-fn millis(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
