@@ -88,6 +88,9 @@ pub(crate) enum SagasCommand {
         /// Only sagas of this name.
         #[arg(long, value_name = "N")]
         name: Option<String>,
+        /// Only the saga started with this idempotency key.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
         /// At most this many.
         #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,

@@ -16,6 +16,7 @@ const SAGA_KEYS: &[&str] = &[
     "name",
     "version",
     "state",
+    "key",
     "error",
     "created_at",
     "created_at_ms",
@@ -142,6 +143,16 @@ async fn read_commands(backend: Backend) {
     let table = ok(url, &["sagas", "list", "--state", "completed"]);
     assert!(table.starts_with("ID"), "{table}");
     assert!(table.contains(&p.completed.to_string()), "{table}");
+    assert!(table.contains("req-ok"), "the key shows: {table}");
+    // The completed saga was started with an idempotency key: shown, and a filter.
+    let keyed = json(url, &["sagas", "list", "--key", "req-ok", "--json"]);
+    let keyed = keyed["sagas"].as_array().unwrap();
+    assert_eq!(keyed.len(), 1);
+    assert_eq!(keyed[0]["id"], p.completed.to_string().as_str());
+    assert_eq!(keyed[0]["key"], "req-ok");
+    assert_eq!(show(url, &p.completed.to_string())["saga"]["key"], "req-ok");
+    let unkeyed = show(url, &p.stuck[0].to_string());
+    assert_eq!(unkeyed["saga"]["key"], json!(null));
 
     let id = p.stuck[0].to_string();
     let doc = show(url, &id);

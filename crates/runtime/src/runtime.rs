@@ -428,15 +428,49 @@ impl Runtime {
     /// [`agentsaga_saga::Error::UnknownSaga`] (as [`Error::Saga`]) for an unregistered
     /// name; store errors.
     pub async fn start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
+        self.start_keyed(name, None, data).await
+    }
+
+    /// [`start_saga`](Self::start_saga) with the caller's idempotency key (an order
+    /// id, a request id): the first start of `name` with `key` starts the saga, and
+    /// every later one (a retried request, a second process racing the first) starts
+    /// nothing and returns the first saga's id, whatever that saga's state. The key
+    /// is kept with the saga (`agentsaga sagas list --key K`) until retention prunes
+    /// the finished saga.
+    ///
+    /// # Errors
+    /// [`agentsaga_saga::Error::InvalidKey`] for an empty key or one longer than
+    /// [`agentsaga_saga::MAX_KEY_BYTES`]; as [`start_saga`](Self::start_saga).
+    pub async fn start_saga_with_key<D: Serialize>(
+        &self,
+        name: &str,
+        key: &str,
+        data: &D,
+    ) -> Result<SagaId> {
+        self.start_keyed(name, Some(key), data).await
+    }
+
+    async fn start_keyed<D: Serialize>(
+        &self,
+        name: &str,
+        key: Option<&str>,
+        data: &D,
+    ) -> Result<SagaId> {
         let data = serde_json::to_value(data).map_err(agentsaga_saga::Error::from)?;
         let mut tx = self.store.begin().await?;
-        let accepted = self.engine.accept(&mut tx, name, data).await?;
+        let accepted = self.engine.accept_keyed(&mut tx, name, key, data).await?;
         tx.commit().await?;
         match accepted {
             Accepted::Started(id) => Ok(id),
             Accepted::Waiting(id) => {
                 self.admission.poke();
                 self.admission.started(&self.store, id).await?;
+                Ok(id)
+            }
+            Accepted::Existing(id) => {
+                if Engine::is_waiting(&self.store, id).await? {
+                    self.admission.started(&self.store, id).await?;
+                }
                 Ok(id)
             }
         }
@@ -470,8 +504,35 @@ impl Runtime {
         name: &str,
         data: &D,
     ) -> Result<SagaId> {
+        self.start_in_keyed(tx, name, None, data).await
+    }
+
+    /// [`start_saga_in`](Self::start_saga_in) with the caller's idempotency key, as
+    /// [`start_saga_with_key`](Self::start_saga_with_key): inside the caller's
+    /// transaction, a key already taken (committed, or by a transaction that commits
+    /// while this one waits for it) starts nothing and returns the first saga's id.
+    ///
+    /// # Errors
+    /// As [`start_saga_with_key`](Self::start_saga_with_key).
+    pub async fn start_saga_in_with_key<D: Serialize>(
+        &self,
+        tx: &mut Tx,
+        name: &str,
+        key: &str,
+        data: &D,
+    ) -> Result<SagaId> {
+        self.start_in_keyed(tx, name, Some(key), data).await
+    }
+
+    async fn start_in_keyed<D: Serialize>(
+        &self,
+        tx: &mut Tx,
+        name: &str,
+        key: Option<&str>,
+        data: &D,
+    ) -> Result<SagaId> {
         let data = serde_json::to_value(data).map_err(agentsaga_saga::Error::from)?;
-        let accepted = self.engine.accept(tx, name, data).await?;
+        let accepted = self.engine.accept_keyed(tx, name, key, data).await?;
         if let Accepted::Waiting(_) = accepted {
             self.admission.poke();
         }

@@ -44,16 +44,22 @@ pub enum Accepted {
     /// (in `saga_starts`) and will be started, in order, as sagas finish. The id is the
     /// saga's own.
     Waiting(SagaId),
+    /// A saga of this name was already started with this key: nothing was written, and
+    /// the id is that saga's (running, finished, or waiting for room).
+    Existing(SagaId),
 }
 
 impl Accepted {
-    /// The saga's id, either way.
+    /// The saga's id, whichever it is.
     pub fn id(self) -> SagaId {
         match self {
-            Accepted::Started(id) | Accepted::Waiting(id) => id,
+            Accepted::Started(id) | Accepted::Waiting(id) | Accepted::Existing(id) => id,
         }
     }
 }
+
+/// The longest idempotency key a start accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
 
 /// Sagas in flight per saga name unless configured otherwise (admission control).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1000;
@@ -214,19 +220,49 @@ impl Engine {
     /// # Errors
     /// As [`start`](Self::start).
     pub async fn accept(&self, tx: &mut Tx, name: &str, data: Value) -> Result<Accepted> {
+        self.accept_keyed(tx, name, None, data).await
+    }
+
+    /// [`accept`](Self::accept) with the caller's idempotency key: the first start of
+    /// `name` with `key` starts (or queues) a saga and records the key with it, in
+    /// `tx`; every later one, also from another process or racing in another
+    /// transaction, writes nothing and answers [`Accepted::Existing`] with the first
+    /// saga's id. `None` is a start without a key.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] for an empty key or one over 256 bytes (nothing written);
+    /// as [`start`](Self::start).
+    pub async fn accept_keyed(
+        &self,
+        tx: &mut Tx,
+        name: &str,
+        key: Option<&str>,
+        data: Value,
+    ) -> Result<Accepted> {
         let version = self.version_of(name)?;
+        let id = SagaId::new();
+        if let Some(key) = key {
+            if key.is_empty() || key.len() > MAX_KEY_BYTES {
+                return Err(Error::InvalidKey {
+                    key: key.chars().take(64).collect(),
+                    reason: format!("a key is 1 to {MAX_KEY_BYTES} bytes"),
+                });
+            }
+            if let Some(existing) = admission::claim_key(tx.conn(), name, key, id, now_ms()).await?
+            {
+                return Ok(Accepted::Existing(existing));
+            }
+        }
         if let Some(bound) = self.max_in_flight(name)
             && (admission::any_waiting(tx.conn(), name).await?
                 || self.in_flight_estimate(tx, name).await? >= bound as u64)
         {
-            let id = SagaId::new();
             let mut headers = Headers::new();
             agentsaga_core::propagation::inject_current(&mut headers);
             admission::push(tx.conn(), id, name, &data, &headers, now_ms()).await?;
             tracing::debug!(saga.id = %id, saga.name = %name, "saga start waits for room");
             return Ok(Accepted::Waiting(id));
         }
-        let id = SagaId::new();
         self.start_now(tx, id, name, version, data, 0, None).await?;
         if let Some(seen) = self
             .in_flight_seen

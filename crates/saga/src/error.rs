@@ -57,6 +57,15 @@ pub enum Error {
         bound: usize,
     },
 
+    /// An idempotency key a start cannot use. Nothing was written.
+    #[error("invalid saga key `{key}`: {reason}")]
+    InvalidKey {
+        /// The key (at most its first 64 characters).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// An event that the saga lifecycle's transition table does not allow in the
     /// saga's state: the engine's bug, or a row changed behind its back. Nothing of
     /// the transaction that met it may stay: roll it back.

@@ -48,7 +48,7 @@ pub use definition::{
     AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
     orchestrator_destination,
 };
-pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled};
+pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES};
 pub use error::{Error, Result};
 pub use id::SagaId;
 pub use protocol::StepOutcome;

@@ -21,6 +21,8 @@ pub struct SagaSummary {
     pub state: SagaState,
     /// The last error, if any.
     pub error: Option<String>,
+    /// The caller's idempotency key it was started with, if any.
+    pub key: Option<String>,
     /// Created, Unix ms.
     pub created_at_ms: i64,
     /// Last change, Unix ms.
@@ -81,6 +83,7 @@ macro_rules! impl_summary {
                     version: self.try_get::<$version, _>("version")? as i32,
                     state: SagaState::from_str(&state).map_err(Error::Corrupt)?,
                     error: self.try_get("error")?,
+                    key: self.try_get("key")?,
                     created_at_ms: self.try_get("created_at")?,
                     updated_at_ms: self.try_get("updated_at")?,
                 })
@@ -108,6 +111,8 @@ pub struct ListFilter {
     pub state: Option<SagaState>,
     /// Only this saga name.
     pub name: Option<String>,
+    /// Only the saga started with this idempotency key.
+    pub key: Option<String>,
     /// At most this many (newest first). 0 means 100.
     pub limit: u32,
 }
@@ -134,15 +139,17 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     let state = f.state.map(SagaState::as_str);
     agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
         let rows = sqlx::query(
-            "SELECT id, name, version, state, error, created_at, updated_at FROM saga_instances
-                 WHERE (?1 IS NULL OR id = ?1) AND (?2 IS NULL OR state = ?2)
-                   AND (?3 IS NULL OR name = ?3)
-                 ORDER BY created_at DESC, id DESC LIMIT ?4",
+            "SELECT i.id, i.name, i.version, i.state, i.error, k.key, i.created_at, i.updated_at
+                 FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
+                 WHERE (?1 IS NULL OR i.id = ?1) AND (?2 IS NULL OR i.state = ?2)
+                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)
+                 ORDER BY i.created_at DESC, i.id DESC LIMIT ?4",
         )
         .bind(id.map(|i| i.to_string()))
         .bind(state)
         .bind(f.name.as_deref())
         .bind(limit)
+        .bind(f.key.as_deref())
         .fetch_all(reader)
         .await?;
         rows.iter()
@@ -150,18 +157,19 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
             .collect()
     }, postgres(pool) => {
         let rows = sqlx::query(
-            "SELECT id, name, version, state, error,
-                    (extract(epoch FROM created_at) * 1000)::bigint AS created_at,
-                    (extract(epoch FROM updated_at) * 1000)::bigint AS updated_at
-                 FROM saga_instances
-                 WHERE ($1::uuid IS NULL OR id = $1) AND ($2::text IS NULL OR state = $2)
-                   AND ($3::text IS NULL OR name = $3)
-                 ORDER BY created_at DESC, id DESC LIMIT $4",
+            "SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+                    (extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
+                    (extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at
+                 FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
+                 WHERE ($1::uuid IS NULL OR i.id = $1) AND ($2::text IS NULL OR i.state = $2)
+                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)
+                 ORDER BY i.created_at DESC, i.id DESC LIMIT $4",
         )
         .bind(id.map(|i| *i.as_uuid()))
         .bind(state)
         .bind(f.name.as_deref())
         .bind(limit)
+        .bind(f.key.as_deref())
         .fetch_all(pool)
         .await?;
         rows.iter()
@@ -261,8 +269,8 @@ pub async fn unfinished(store: &Store) -> Result<Vec<SagaSummary>> {
                 store,
                 &ListFilter {
                     state: Some(state),
-                    name: None,
                     limit: u32::MAX,
+                    ..ListFilter::default()
                 },
             )
             .await?,
@@ -284,7 +292,8 @@ pub struct Pruned {
 const PRUNE_BATCH: i64 = 500;
 
 /// Deletes the sagas that finished (completed, compensated or aborted) more than
-/// `older_than` ago, with their steps and their dead letters, in batches of 500 (each
+/// `older_than` ago, with their steps, their dead letters and their idempotency keys
+/// (a start with such a key afterwards starts a new saga), in batches of 500 (each
 /// batch a short write: SQLite's write lock is never held long). Running and stuck
 /// sagas are never touched.
 ///
@@ -309,6 +318,14 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
             .execute(&mut *c)
             .await?
             .rows_affected();
+            // Their idempotency keys go with them: a later start with one starts anew.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM saga_keys WHERE saga_id IN ({pick})"
+            )))
+            .bind(cutoff)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?;
             let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM saga_instances WHERE id IN ({pick})"
             )))
@@ -332,6 +349,14 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
             .execute(&mut *c)
             .await?
             .rows_affected();
+            // Their idempotency keys go with them: a later start with one starts anew.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM saga_keys WHERE saga_id IN ({pick})"
+            )))
+            .bind(older_ms)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *c)
+            .await?;
             let sagas = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM saga_instances WHERE id IN ({pick})"
             )))

@@ -24,9 +24,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sagas(SagasCommand::List {
             state,
             name,
+            key,
             limit,
             json,
-        }) => sagas::list(&store, state, name, limit, json.json).await,
+        }) => sagas::list(&store, state, name, key, limit, json.json).await,
         Command::Sagas(SagasCommand::Show { id, json }) => sagas::show(&store, id, json.json).await,
         Command::Sagas(SagasCommand::Abort(a)) => {
             saga_actions::run(&store, saga_actions::Action::Abort, a.id).await

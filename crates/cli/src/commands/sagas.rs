@@ -16,6 +16,7 @@ struct SagaDoc {
     version: i32,
     state: &'static str,
     error: Option<String>,
+    key: Option<String>,
     created_at: String,
     created_at_ms: i64,
     updated_at: String,
@@ -30,6 +31,7 @@ impl From<&SagaSummary> for SagaDoc {
             version: s.version,
             state: s.state.as_str(),
             error: s.error.clone(),
+            key: s.key.clone(),
             created_at: rfc3339(s.created_at_ms),
             created_at_ms: s.created_at_ms,
             updated_at: rfc3339(s.updated_at_ms),
@@ -101,10 +103,16 @@ pub(super) async fn list(
     store: &Store,
     state: Option<SagaState>,
     name: Option<String>,
+    key: Option<String>,
     limit: u32,
     json: bool,
 ) -> anyhow::Result<()> {
-    let filter = ListFilter { state, name, limit };
+    let filter = ListFilter {
+        state,
+        name,
+        key,
+        limit,
+    };
     let sagas = query::list(store, &filter).await?;
     if json {
         return print_json(&ListDoc {
@@ -116,7 +124,7 @@ pub(super) async fn list(
         return Ok(());
     }
     let mut table = Table::new(&[
-        "ID", "NAME", "VERSION", "STATE", "CREATED", "UPDATED", "ERROR",
+        "ID", "NAME", "VERSION", "STATE", "KEY", "CREATED", "UPDATED", "ERROR",
     ])
     .right(&[2]);
     for s in &sagas {
@@ -125,6 +133,7 @@ pub(super) async fn list(
             s.name.clone(),
             s.version.to_string(),
             s.state.to_string(),
+            truncate(&or_dash(s.key.as_deref()), 40),
             rfc3339(s.created_at_ms),
             rfc3339(s.updated_at_ms),
             truncate(&or_dash(s.error.as_deref()), 60),
@@ -148,6 +157,7 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
     outln!("saga     {}", saga.id);
     outln!("name     {} (version {})", saga.name, saga.version);
     outln!("state    {}", saga.state);
+    outln!("key      {}", or_dash(saga.key.as_deref()));
     outln!("error    {}", or_dash(saga.error.as_deref()));
     outln!("created  {}", rfc3339(saga.created_at_ms));
     outln!("updated  {}", rfc3339(saga.updated_at_ms));

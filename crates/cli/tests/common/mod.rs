@@ -154,11 +154,14 @@ pub async fn prepare(backend: Backend) -> Prepared {
     let mut ids = Vec::new();
     for case in ["ok", "declined", "stuck", "stuck", "after_pivot"] {
         let mut tx = store.begin().await.expect("begin");
+        // The completed one is started with an idempotency key.
+        let key = (case == "ok").then_some("req-ok");
         ids.push(
             engine
-                .start(&mut tx, "trip", &json!({"case": case}))
+                .accept_keyed(&mut tx, "trip", key, json!({"case": case}))
                 .await
-                .expect("start"),
+                .expect("start")
+                .id(),
         );
         tx.commit().await.expect("commit");
     }

@@ -24,6 +24,67 @@ pub(crate) struct Waiting {
     pub(crate) waited_ms: i64,
 }
 
+/// Claims (`name`, `key`) for saga `id`, in the caller's transaction. Returns the id
+/// of the saga that holds the key already, if any (then nothing was written). Racing
+/// claims take turns on the primary key: PostgreSQL makes the second wait for the
+/// first's transaction, then sees its row; SQLite's single writer orders them.
+pub(crate) async fn claim_key(
+    conn: Conn<'_>,
+    name: &str,
+    key: &str,
+    id: SagaId,
+    now_ms: i64,
+) -> Result<Option<SagaId>> {
+    agentsaga_core::match_conn!(conn, sqlite(c) => {
+        let inserted = sqlx::query(
+            "INSERT INTO saga_keys (name, key, saga_id, created_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (name, key) DO NOTHING",
+        )
+        .bind(name)
+        .bind(key)
+        .bind(id.to_string())
+        .bind(now_ms)
+        .execute(&mut *c)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(None);
+        }
+        let held: String = sqlx::query_scalar(
+            "SELECT saga_id FROM saga_keys WHERE name = ?1 AND key = ?2",
+        )
+        .bind(name)
+        .bind(key)
+        .fetch_one(&mut *c)
+        .await?;
+        Ok(Some(held.parse().map_err(|e| {
+            Error::Corrupt(format!("saga_keys.saga_id `{held}`: {e}"))
+        })?))
+    }, postgres(c) => {
+        let inserted = sqlx::query(
+            "INSERT INTO saga_keys (name, key, saga_id) VALUES ($1, $2, $3)
+             ON CONFLICT (name, key) DO NOTHING",
+        )
+        .bind(name)
+        .bind(key)
+        .bind(id.as_uuid())
+        .execute(&mut *c)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(None);
+        }
+        let held: Uuid = sqlx::query_scalar(
+            "SELECT saga_id FROM saga_keys WHERE name = $1 AND key = $2",
+        )
+        .bind(name)
+        .bind(key)
+        .fetch_one(&mut *c)
+        .await?;
+        Ok(Some(SagaId::from(held)))
+    })
+}
+
 /// Sagas of `name` in flight (running or compensating).
 pub(crate) async fn in_flight(conn: Conn<'_>, name: &str) -> Result<u64> {
     let n: i64 = agentsaga_core::match_conn!(conn, sqlite(c) => {
