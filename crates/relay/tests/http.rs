@@ -207,12 +207,7 @@ async fn assert_received_once(b: &Store, sent: &[Message]) {
     assert_eq!(received, ids(sent), "B holds other ids than A sent");
     for m in sent {
         let (_, key) = rows.iter().find(|(id, _)| *id == m.id).unwrap();
-        assert_eq!(
-            key.as_deref(),
-            m.key.as_deref(),
-            "key of {}",
-            m.id
-        );
+        assert_eq!(key.as_deref(), m.key.as_deref(), "key of {}", m.id);
     }
 }
 
@@ -243,10 +238,7 @@ async fn two_stores_exactly_once(backend: Backend) {
     let got = local.envelopes();
     assert_eq!(got.len(), 50, "B's relay delivered some twice");
     for m in &sent {
-        let e = got
-            .iter()
-            .find(|e| e.id == m.id)
-            .expect("arrived");
+        let e = got.iter().find(|e| e.id == m.id).expect("arrived");
         assert_eq!(e.destination, "remote");
         assert_eq!(e.key.as_deref(), m.key.as_deref());
         let payload: serde_json::Value = serde_json::from_str(&e.payload).unwrap();

@@ -449,10 +449,7 @@ fn retryable_until_exhausted() -> Sim {
     assert_eq!(fx.cancel, [first_timer], "the old start timer goes");
     assert_ne!(fx.send[0].id, first.id, "a new message");
     assert_eq!(
-        fx.send[0]
-            .headers
-            .get(header::IDEMPOTENCY_KEY)
-            .unwrap(),
+        fx.send[0].headers.get(header::IDEMPOTENCY_KEY).unwrap(),
         first.header(header::IDEMPOTENCY_KEY).unwrap(),
         "one idempotency key for every attempt"
     );
