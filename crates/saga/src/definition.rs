@@ -33,6 +33,10 @@ use crate::{Error, Result};
 
 type BuildFn = Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>;
 type FoldFn = Arc<dyn Fn(&mut Value, Value) -> Result<()> + Send + Sync>;
+/// Builds a compensation from the saga data and the step's reply (`None`: the step did
+/// not succeed). `Err` says why it cannot be built (a reply of another type...).
+pub(crate) type UndoFn =
+    Arc<dyn Fn(&Value, Option<&Value>) -> std::result::Result<Value, String> + Send + Sync>;
 
 /// Typestate: the step has not said how to undo it.
 #[derive(Debug)]
@@ -57,8 +61,25 @@ pub(crate) enum Undo {
     Never,
     /// Declared: nothing to undo (a read-only step).
     Nothing,
-    /// A command to a destination.
+    /// A command to a destination, built from the saga data when the step is
+    /// dispatched (and recorded in the ledger then).
     Command { destination: String, build: BuildFn },
+    /// A command to a destination, built when the compensation is dispatched, from the
+    /// saga data and the step's reply. The ledger records at the step's dispatch that
+    /// the step must be undone; the payload is recorded when it is built.
+    FromReply { destination: String, build: UndoFn },
+}
+
+impl Undo {
+    /// Where its compensation goes, if it has one.
+    pub(crate) fn destination(&self) -> Option<&str> {
+        match self {
+            Undo::Never | Undo::Nothing => None,
+            Undo::Command { destination, .. } | Undo::FromReply { destination, .. } => {
+                Some(destination)
+            }
+        }
+    }
 }
 
 /// A step with its types erased: what the engine runs.
@@ -132,6 +153,8 @@ where
 
     /// Undo with the command `build(data)` sent to `destination`. It is recorded in the
     /// ledger when the step is dispatched, and must treat "nothing to undo" as success.
+    /// To name what the step created, build it from the step's reply with
+    /// [`compensate_with`](Self::compensate_with).
     pub fn compensate<C, F>(mut self, destination: impl Into<String>, build: F) -> Step<D, Undoable>
     where
         C: Serialize,
@@ -140,6 +163,73 @@ where
         self.def.undo = Undo::Command {
             destination: destination.into(),
             build: Arc::new(move |v: &Value| Ok(serde_json::to_value(build(&data::<D>(v)?))?)),
+        };
+        Step {
+            def: self.def,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Undo with the command `build(data, reply)` sent to `destination`, built when the
+    /// compensation is dispatched, so that it can name what the step created (a
+    /// reservation id, a calendar event id, a draft id):
+    ///
+    /// ```
+    /// # use agentsaga_saga::{Saga, Step};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize)] struct Trip { day: u32 }
+    /// #[derive(Deserialize)]
+    /// struct Slot { event_id: String }
+    ///
+    /// let step = Step::<Trip>::new("book_slot", "calendar")
+    ///     .command(|t: &Trip| serde_json::json!({ "book": t.day }))
+    ///     .compensate_with("calendar", |t: &Trip, slot: Option<&Slot>| match slot {
+    ///         Some(slot) => serde_json::json!({ "cancel": slot.event_id }),
+    ///         // Outcome unknown: find what this saga may have booked some other way.
+    ///         None => serde_json::json!({ "cancel_any_on": t.day }),
+    ///     });
+    /// # let _ = Saga::<Trip>::builder("s", 1).step(step).build().unwrap();
+    /// ```
+    ///
+    /// `reply` is the step's reply, decoded as `R`, when the step succeeded before the
+    /// saga turned back; `None` when its outcome is unknown: it failed, timed out, was
+    /// not started in time, was dead-lettered, or was still in flight when the saga
+    /// turned back (its command may yet run: the compensation, which shares its
+    /// ordering key, is delivered after it). So the compensation must still treat
+    /// "nothing to undo" as success, and for `None` find what the step may have done by
+    /// other means (the saga id, the idempotency key).
+    ///
+    /// The ledger records that the step must be undone, and where to, in the
+    /// transaction that dispatches the step, as for [`compensate`](Self::compensate);
+    /// the payload is built, and recorded in the ledger, when the compensation is first
+    /// dispatched (its retries send that same payload). Building it needs this
+    /// definition: a process without it (the `agentsaga` CLI aborting a saga) asks the
+    /// saga's orchestrator to build and send it. A reply that succeeded but does not
+    /// decode as `R` cannot be undone this way: the compensation fails at once and the
+    /// saga is `stuck`, with the reason, for an operator (undo by hand and `skip`).
+    pub fn compensate_with<R, C, F>(
+        mut self,
+        destination: impl Into<String>,
+        build: F,
+    ) -> Step<D, Undoable>
+    where
+        R: DeserializeOwned,
+        C: Serialize,
+        F: Fn(&D, Option<&R>) -> C + Send + Sync + 'static,
+    {
+        self.def.undo = Undo::FromReply {
+            destination: destination.into(),
+            build: Arc::new(move |v: &Value, reply: Option<&Value>| {
+                let d = data::<D>(v).map_err(|e| format!("the saga data does not decode: {e}"))?;
+                let reply = reply.map(R::deserialize).transpose().map_err(|e| {
+                    format!(
+                        "the step's reply does not decode as `{}`: {e}",
+                        std::any::type_name::<R>()
+                    )
+                })?;
+                serde_json::to_value(build(&d, reply.as_ref()))
+                    .map_err(|e| format!("the compensation does not encode: {e}"))
+            }),
         };
         Step {
             def: self.def,
@@ -380,8 +470,8 @@ impl SagaDefinition {
         let mut out: Vec<String> = Vec::new();
         for s in self.stages.iter().flatten() {
             out.push(s.destination.clone());
-            if let Undo::Command { destination, .. } = &s.undo {
-                out.push(destination.clone());
+            if let Some(destination) = s.undo.destination() {
+                out.push(destination.to_owned());
             }
         }
         out.sort();

@@ -26,7 +26,8 @@
 //! | `kind` | from → to | headers besides `saga_id`, `kind` | payload |
 //! |---|---|---|---|
 //! | `command` | orchestrator → agent | `step`, `step_name`, `reply_to`, `idempotency_key`, `timeout_ms`? | the step's command |
-//! | `compensate` | orchestrator → agent | `step`, `step_name`, `reply_to`, `idempotency_key` | the compensation recorded at dispatch |
+//! | `compensate` | orchestrator → agent | `step`, `step_name`, `reply_to`, `idempotency_key` | the compensation recorded at the step's dispatch, or built at its own from the step's reply |
+//! | `build_compensation` | orchestrator without the definition → one with it | `step`, `step_name` | `null` |
 //! | `reply` | agent → orchestrator ([`reply`]) | `step`, `step_name`, `causation_id` | a [`StepOutcome`] |
 //! | `timeout` | agent → orchestrator ([`timed_out`]) | `step`, `step_name`, `causation_id` | `null` |
 //! | `start_timeout` | orchestrator → itself, delayed | `step`, `step_name`, `causation_id` | `null` |
@@ -35,6 +36,11 @@
 //!
 //! A step's command and its compensation share the ordering key
 //! `<saga id>:<step>`, so that an undo never overtakes its do.
+//!
+//! `build_compensation` is how a process that lacks the saga's definition (the CLI
+//! aborting a saga) dispatches a compensation built from its step's reply: it asks the
+//! saga's orchestrator destination, consumed only by processes that have the
+//! definition, to build the compensation and send it.
 
 use std::time::Duration;
 
@@ -60,6 +66,9 @@ pub const KIND_TIMEOUT: &str = "timeout";
 pub const KIND_START_TIMEOUT: &str = "start_timeout";
 /// `kind` of the saga's deadline timer.
 pub const KIND_DEADLINE: &str = "deadline";
+/// `kind` of a request to build and send a step's compensation (from its reply), sent
+/// to the saga's orchestrator by a process without the saga's definition.
+pub const KIND_BUILD_COMPENSATION: &str = "build_compensation";
 
 /// An agent's answer to a command or a compensation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +142,14 @@ pub enum Inbound {
     },
     /// The saga's deadline timer.
     Deadline,
+    /// A process without the saga's definition asks for step `step`'s compensation to
+    /// be built (from the step's reply) and sent.
+    BuildCompensation {
+        /// The step's index.
+        step: usize,
+        /// The request itself (the ledger names it while it is pending).
+        request: MessageId,
+    },
 }
 
 impl Inbound {
@@ -185,6 +202,10 @@ impl Inbound {
                 }
             }
             KIND_DEADLINE => Inbound::Deadline,
+            KIND_BUILD_COMPENSATION => Inbound::BuildCompensation {
+                step: step()?,
+                request: env.id,
+            },
             other => return Err(Error::Malformed(format!("unknown message kind `{other}`"))),
         })
     }
@@ -320,6 +341,12 @@ impl StepAddress<'_> {
         delay: Duration,
     ) -> Result<Message> {
         self.agent_bound(KIND_COMPENSATE, destination, payload, delay)
+    }
+
+    /// The request that the saga's orchestrator build the step's compensation and send
+    /// it (the sender lacks the definition).
+    pub(crate) fn build_compensation(&self) -> Message {
+        self.headers(Message::to(self.orchestrator), KIND_BUILD_COMPENSATION)
     }
 
     /// The schedule-to-start timer of `command`, due `after` from now.
@@ -513,6 +540,19 @@ mod tests {
         ));
         assert_eq!(saga_id(&dl).unwrap(), saga);
         assert_eq!(Inbound::parse(&dl).unwrap(), Inbound::Deadline);
+
+        let b = envelope(&address(saga).build_compensation());
+        assert_eq!(b.destination, "saga.trip.v1");
+        assert_eq!(b.key, None, "not held up behind the step's messages");
+        assert_eq!(saga_id(&b).unwrap(), saga);
+        assert_eq!(
+            Inbound::parse(&b).unwrap(),
+            Inbound::BuildCompensation {
+                step: 2,
+                request: b.id
+            }
+        );
+        assert_eq!(Outbound::parse(&b), None, "not sent to agents");
     }
 
     #[test]

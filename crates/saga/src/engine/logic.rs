@@ -78,6 +78,9 @@ impl Ctx<'_> {
                 format!("delivery to `{destination}` failed: {reason}"),
             ),
             Inbound::Deadline => self.on_deadline(),
+            Inbound::BuildCompensation { step, request } => {
+                self.on_build_compensation(step, request)
+            }
         }
     }
 

@@ -81,11 +81,13 @@ const STEP_INSERT: &str = "INSERT INTO saga_steps (saga_id, idx, stage, name, de
     compensation_payload, compensation_state, compensation_attempts, compensation_message_id,
     compensation_error, deadline, dispatched_at, replied_at, compensated_at) ";
 
-/// What a save changes in a step that exists (its identity and definition stay).
+/// What a save changes in a step that exists (its identity and definition stay; a
+/// compensation built from the step's reply gets its payload when it is dispatched).
 const STEP_UPSERT: &str = " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
     attempts = excluded.attempts, command_id = excluded.command_id,
     timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
-    error = excluded.error, compensation_state = excluded.compensation_state,
+    error = excluded.error, compensation_payload = excluded.compensation_payload,
+    compensation_state = excluded.compensation_state,
     compensation_attempts = excluded.compensation_attempts,
     compensation_message_id = excluded.compensation_message_id,
     compensation_error = excluded.compensation_error, deadline = excluded.deadline,

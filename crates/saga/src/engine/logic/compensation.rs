@@ -1,13 +1,22 @@
 //! Compensation: the steps taken are undone from the ledger, the latest stage first
 //! (a stage's compensations together), each retried per the compensation policy; when
 //! one exhausts it the saga is stuck.
+//!
+//! A compensation built from its step's reply (`compensate_with`) has no payload in
+//! the ledger until it is first dispatched: it is built then, from the saga data and
+//! the reply (`None` unless the step succeeded), and recorded. Building needs the
+//! definition; a process without it (an operator's) asks the saga's orchestrator to
+//! build and send it. One that cannot be built leaves the saga stuck, with the reason.
 
 use std::time::Duration;
 
+use agentsaga_core::MessageId;
+
 use super::Ctx;
+use crate::definition::Undo;
 use crate::engine::model::StepRow;
 use crate::protocol::StepOutcome;
-use crate::{CompensationState, Error, Result, SagaEvent, SagaState};
+use crate::{CompensationState, Error, Result, SagaEvent, SagaState, StepState};
 
 impl Ctx<'_> {
     /// Leaves the forward path on `event` (a failed step, an abort): timers of the
@@ -57,32 +66,120 @@ impl Ctx<'_> {
             })
             .map(|r| r.idx)
             .collect();
+        // All of the stage's payloads first: when one cannot be built, none goes out
+        // (the saga is stuck, and a retry or skip dispatches the stage as a whole).
+        if !self.build_compensations(&idxs)? {
+            return Ok(());
+        }
         for idx in idxs {
             self.dispatch_compensation(idx, Duration::ZERO)?;
         }
         Ok(())
     }
 
-    /// Sends step `idx`'s compensation, as the ledger recorded it, after `delay`.
+    /// Builds from their step's reply, and records in the ledger, the compensations of
+    /// `idxs` that are built so and not built yet. Without the definition nothing is
+    /// built here (the orchestrator that has it will be asked). `false`, with the saga
+    /// stuck, if one cannot be built; nothing is recorded then.
+    fn build_compensations(&mut self, idxs: &[usize]) -> Result<bool> {
+        let Some(def) = self.def else {
+            return Ok(true);
+        };
+        let mut built = Vec::new();
+        for &idx in idxs {
+            let row = self.inst.steps.get(&idx).expect("ledger row");
+            if row.compensation_payload.is_some() {
+                continue;
+            }
+            let Some(Undo::FromReply { build, .. }) = def.step(idx).map(|s| &s.undo) else {
+                return Err(Error::Corrupt(format!(
+                    "step {idx} has no compensation recorded, and its definition builds none"
+                )));
+            };
+            // The reply only of a step that succeeded: any other outcome is unknown.
+            let reply = row
+                .output
+                .as_ref()
+                .filter(|_| row.state == StepState::Succeeded);
+            match build(&self.inst.data, reply) {
+                Ok(payload) => built.push((idx, payload)),
+                Err(why) => {
+                    self.cannot_build(idx, why)?;
+                    return Ok(false);
+                }
+            }
+        }
+        for (idx, payload) in built {
+            let row = self.inst.steps.get_mut(&idx).expect("ledger row");
+            row.compensation_payload = Some(payload);
+        }
+        Ok(true)
+    }
+
+    /// Step `idx`'s compensation cannot be built (its step's reply is not what the
+    /// compensation decodes): no retry can help, the saga is stuck for an operator.
+    fn cannot_build(&mut self, idx: usize, why: String) -> Result<()> {
+        let row = self.inst.steps.get_mut(&idx).expect("ledger row");
+        row.compensation_state = Some(CompensationState::Failed);
+        row.compensation_error = Some(why.clone());
+        self.inst.error = Some(format!(
+            "compensation of step `{}` cannot be built: {why}",
+            row.name
+        ));
+        self.transition(SagaEvent::CompensationExhausted)
+    }
+
+    /// Sends step `idx`'s compensation, as the ledger recorded it, after `delay`; one
+    /// that is built from its step's reply and not built yet (this process lacks the
+    /// definition) is asked of the saga's orchestrator instead.
     fn dispatch_compensation(&mut self, idx: usize, delay: Duration) -> Result<()> {
         let orchestrator = self.orchestrator();
         let row = self.inst.steps.get(&idx).expect("ledger row");
-        let (Some(dest), Some(payload)) =
-            (&row.compensation_destination, &row.compensation_payload)
-        else {
+        let Some(dest) = &row.compensation_destination else {
             return Err(Error::Corrupt(format!(
                 "step {idx} has no compensation recorded"
             )));
         };
-        let msg = self
-            .address(idx, &orchestrator)
-            .compensation(dest, payload, delay)?;
+        let address = self.address(idx, &orchestrator);
+        let Some(payload) = &row.compensation_payload else {
+            if self.def.is_some() {
+                return Err(Error::Corrupt(format!(
+                    "step {idx}'s compensation was not built"
+                )));
+            }
+            let request = address.build_compensation().delay(delay);
+            let row = self.inst.steps.get_mut(&idx).expect("ledger row");
+            row.compensation_state = Some(CompensationState::Dispatched);
+            row.compensation_message_id = Some(request.id);
+            self.fx.compensating.get_or_insert_with(|| row.name.clone());
+            self.fx.send.push(request);
+            return Ok(());
+        };
+        let msg = address.compensation(dest, payload, delay)?;
         let row = self.inst.steps.get_mut(&idx).expect("ledger row");
         row.compensation_state = Some(CompensationState::Dispatched);
         row.compensation_attempts += 1;
         row.compensation_message_id = Some(msg.id);
         self.fx.compensating.get_or_insert_with(|| row.name.clone());
         self.fx.send.push(msg);
+        Ok(())
+    }
+
+    /// A process without the definition asked for step `idx`'s compensation to be
+    /// built from its reply and sent: done, unless the request is stale.
+    pub(super) fn on_build_compensation(&mut self, idx: usize, request: MessageId) -> Result<()> {
+        let pending = self.inst.steps.get(&idx).is_some_and(|r| {
+            r.compensation_message_id == Some(request)
+                && r.compensation_state == Some(CompensationState::Dispatched)
+        });
+        if !pending || self.inst.state != SagaState::Compensating {
+            return self.ignore(format!(
+                "stale request to build the compensation of step {idx}"
+            ));
+        }
+        if self.build_compensations(&[idx])? {
+            self.dispatch_compensation(idx, Duration::ZERO)?;
+        }
         Ok(())
     }
 

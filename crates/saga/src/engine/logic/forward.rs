@@ -37,7 +37,7 @@ impl Ctx<'_> {
 
     /// Sends step `idx`'s command (again) after `delay`, with its start timer. The
     /// first dispatch also writes the compensation-ledger entry, in this same
-    /// transaction.
+    /// transaction (without its payload for a compensation built from the reply).
     pub(super) fn dispatch_step(&mut self, idx: usize, delay: Duration) -> Result<()> {
         let def = self.def()?;
         let sd = def
@@ -55,6 +55,13 @@ impl Ctx<'_> {
                         Some(CompensationState::Recorded),
                         Some(destination.clone()),
                         Some(build(&self.inst.data)?),
+                    ),
+                    // That the step must be undone is recorded now; its payload, when
+                    // the compensation is dispatched, from the step's reply.
+                    Undo::FromReply { destination, .. } => (
+                        Some(CompensationState::Recorded),
+                        Some(destination.clone()),
+                        None,
                     ),
                 };
             self.inst.steps.insert(
