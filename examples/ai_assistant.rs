@@ -15,6 +15,12 @@
 //! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
 //! `assistant_crm_records`, one row per saga at most.
 //!
+//! The calendar slot and the draft answer with their id (`event_id`, `draft_id`), and
+//! their undo names it: the compensation is built from the step's reply
+//! (`compensate_with`) when it is dispatched. When the step's outcome is unknown (it
+//! failed, timed out, or was still in flight when the saga turned back) the undo
+//! carries no id and undoes whatever the saga made there, if anything.
+//!
 //! `research` and `draft_email` are [`CallingAgent`]s: each asks an OpenAI-compatible
 //! chat-completions endpoint (`POST {base}/chat/completions`, `Authorization: Bearer
 //! {key}`, the step's idempotency key as `Idempotency-Key`, the answer read from
@@ -92,7 +98,86 @@ struct Request {
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Command {
     Do(Request),
-    Undo,
+    /// Undo what the step made: the row its reply named; `None` when its outcome is
+    /// unknown.
+    Undo {
+        #[serde(default)]
+        id: Option<String>,
+    },
+}
+
+/// What an agent made: its text, and for an effect that can be undone, the id of its
+/// row (what the undo names).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Made {
+    text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+}
+
+/// The compensation of a step whose reply is a [`Made`].
+fn undo(_: &Request, made: Option<&Made>) -> Command {
+    Command::Undo {
+        id: made.and_then(|m| m.id.clone()),
+    }
+}
+
+/// Where an agent records what it made (a row per saga, with a `status`), and how that
+/// is undone.
+#[derive(Clone, Copy)]
+struct Effect {
+    table: &'static str,
+    /// The row's `INSERT`, once per saga: `$1` the saga, `$2` the text, and for an
+    /// undoable effect `$3` its id.
+    insert: &'static str,
+    /// An undoable effect: the column of its id, and the status that undoes it.
+    undo: Option<(&'static str, &'static str)>,
+}
+
+impl Effect {
+    /// Records what was made, once per saga (a command sent again finds the saga's
+    /// row), with the id of the saga's row if it has one.
+    async fn record(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        text: String,
+    ) -> Result<Made, StepError> {
+        let Some((id_column, _)) = self.undo else {
+            support::exec(ctx.conn(), self.insert, &[saga, &text]).await?;
+            return Ok(Made { text, id: None });
+        };
+        let id = ctx.message_id().to_string();
+        support::exec(ctx.conn(), self.insert, &[saga, &text, &id]).await?;
+        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = $1", self.table);
+        let id = support::fetch_text(ctx.conn(), &sql, &[saga]).await?;
+        Ok(Made { text, id })
+    }
+
+    /// Undoes what the step made: the row its reply named, or, when its outcome is
+    /// unknown, whatever row the saga has here. Nothing to undo is success.
+    async fn undo(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        id: Option<String>,
+    ) -> Result<Made, StepError> {
+        if let Some((id_column, undone)) = self.undo {
+            let (column, key) = match &id {
+                Some(id) => (id_column, id.as_str()),
+                None => ("saga_id", saga),
+            };
+            let sql = format!(
+                "UPDATE {} SET status = '{undone}' WHERE {column} = $1",
+                self.table
+            );
+            support::exec(ctx.conn(), &sql, &[key]).await?;
+        }
+        Ok(Made {
+            text: "undone".into(),
+            id,
+        })
+    }
 }
 
 fn saga_of(ctx: &CallContext<'_>) -> Result<String, StepError> {
@@ -302,17 +387,18 @@ impl Writing {
         }
     }
 
-    /// (insert of the effect, its undo)
-    fn sql(self) -> (&'static str, Option<&'static str>) {
+    fn effect(self) -> Effect {
         match self {
-            Writing::Research => (
-                "INSERT INTO assistant_research (saga_id, status, summary) VALUES ($1, 'done', $2) ON CONFLICT (saga_id) DO NOTHING",
-                None,
-            ),
-            Writing::Draft => (
-                "INSERT INTO assistant_drafts (saga_id, status, body) VALUES ($1, 'drafted', $2) ON CONFLICT (saga_id) DO NOTHING",
-                Some("UPDATE assistant_drafts SET status = 'discarded' WHERE saga_id = $1"),
-            ),
+            Writing::Research => Effect {
+                table: "assistant_research",
+                insert: "INSERT INTO assistant_research (saga_id, status, summary) VALUES ($1, 'done', $2) ON CONFLICT (saga_id) DO NOTHING",
+                undo: None,
+            },
+            Writing::Draft => Effect {
+                table: "assistant_drafts",
+                insert: "INSERT INTO assistant_drafts (saga_id, status, body, draft_id) VALUES ($1, 'drafted', $2, $3) ON CONFLICT (saga_id) DO NOTHING",
+                undo: Some(("draft_id", "discarded")),
+            },
         }
     }
 }
@@ -327,7 +413,7 @@ impl CallingAgent for LlmAgent {
     type Command = Command;
     /// The model's text; none for an undo, which asks no one.
     type Output = Option<String>;
-    type Reply = String;
+    type Reply = Made;
 
     fn destination(&self) -> &str {
         self.writing.destination()
@@ -335,7 +421,7 @@ impl CallingAgent for LlmAgent {
 
     async fn call(&self, ctx: &CallContext<'_>, cmd: &Command) -> Result<Self::Output, StepError> {
         match cmd {
-            Command::Undo => Ok(None),
+            Command::Undo { .. } => Ok(None),
             Command::Do(req) => {
                 let (system, user) = self.writing.prompt(req);
                 self.llm.chat(ctx, system, &user).await.map(Some)
@@ -348,20 +434,12 @@ impl CallingAgent for LlmAgent {
         ctx: &mut AgentContext<'_>,
         cmd: Command,
         output: Option<String>,
-    ) -> Result<String, StepError> {
+    ) -> Result<Made, StepError> {
         let saga = saga_of(ctx)?;
-        let (insert, undo) = self.writing.sql();
+        let effect = self.writing.effect();
         match (cmd, output) {
-            (Command::Undo, _) => {
-                if let Some(undo) = undo {
-                    support::exec(ctx.conn(), undo, &[&saga]).await?;
-                }
-                Ok("undone".into())
-            }
-            (Command::Do(_), Some(text)) => {
-                support::exec(ctx.conn(), insert, &[&saga, &text]).await?;
-                Ok(text)
-            }
+            (Command::Undo { id }, _) => effect.undo(ctx, &saga, id).await,
+            (Command::Do(_), Some(text)) => effect.record(ctx, &saga, text).await,
             (Command::Do(_), None) => Err(StepError::fatal("the LLM call brought nothing back")),
         }
     }
@@ -386,21 +464,23 @@ impl Skill {
         }
     }
 
-    /// (insert of the effect, its undo)
-    fn sql(self) -> (&'static str, Option<&'static str>) {
+    fn effect(self) -> Effect {
         match self {
-            Skill::Calendar => (
-                "INSERT INTO assistant_calendar_slots (saga_id, status, slot) VALUES ($1, 'reserved', $2) ON CONFLICT (saga_id) DO NOTHING",
-                Some("UPDATE assistant_calendar_slots SET status = 'cancelled' WHERE saga_id = $1"),
-            ),
-            Skill::Email => (
-                "INSERT INTO assistant_emails (saga_id, status, body) VALUES ($1, 'sent', $2) ON CONFLICT (saga_id) DO NOTHING",
-                None,
-            ),
-            Skill::Crm => (
-                "INSERT INTO assistant_crm_records (saga_id, status, note) VALUES ($1, 'created', $2) ON CONFLICT (saga_id) DO NOTHING",
-                None,
-            ),
+            Skill::Calendar => Effect {
+                table: "assistant_calendar_slots",
+                insert: "INSERT INTO assistant_calendar_slots (saga_id, status, slot, event_id) VALUES ($1, 'reserved', $2, $3) ON CONFLICT (saga_id) DO NOTHING",
+                undo: Some(("event_id", "cancelled")),
+            },
+            Skill::Email => Effect {
+                table: "assistant_emails",
+                insert: "INSERT INTO assistant_emails (saga_id, status, body) VALUES ($1, 'sent', $2) ON CONFLICT (saga_id) DO NOTHING",
+                undo: None,
+            },
+            Skill::Crm => Effect {
+                table: "assistant_crm_records",
+                insert: "INSERT INTO assistant_crm_records (saga_id, status, note) VALUES ($1, 'created', $2) ON CONFLICT (saga_id) DO NOTHING",
+                undo: None,
+            },
         }
     }
 }
@@ -414,22 +494,17 @@ struct SkillAgent {
 #[async_trait::async_trait]
 impl Agent for SkillAgent {
     type Command = Command;
-    type Reply = String;
+    type Reply = Made;
 
     fn destination(&self) -> &str {
         self.skill.destination()
     }
 
-    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Command) -> Result<String, StepError> {
+    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Command) -> Result<Made, StepError> {
         let saga = saga_of(ctx)?;
-        let (insert, undo) = self.skill.sql();
+        let effect = self.skill.effect();
         let req = match cmd {
-            Command::Undo => {
-                if let Some(undo) = undo {
-                    support::exec(ctx.conn(), undo, &[&saga]).await?;
-                }
-                return Ok("undone".into());
-            }
+            Command::Undo { id } => return effect.undo(ctx, &saga, id).await,
             Command::Do(req) => req,
         };
         let r = support::roll(
@@ -459,15 +534,14 @@ impl Agent for SkillAgent {
             Skill::Email => req.draft.clone().unwrap_or_default(),
             Skill::Crm => format!("contacted {}", req.company),
         };
-        support::exec(ctx.conn(), insert, &[&saga, &produced]).await?;
-        Ok(produced)
+        effect.record(ctx, &saga, produced).await
     }
 }
 
 const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS assistant_research (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'done'), summary TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_calendar_slots (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('reserved', 'cancelled')), slot TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS assistant_calendar_slots (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('reserved', 'cancelled')), slot TEXT NOT NULL, event_id TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL, draft_id TEXT NOT NULL UNIQUE)",
     "CREATE TABLE IF NOT EXISTS assistant_emails (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'), body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
     llm_stub::CALLS_DDL,
@@ -484,18 +558,19 @@ fn definition(timeout: Duration) -> anyhow::Result<agentsaga::saga::SagaDefiniti
     Ok(Saga::<Request>::builder("ai_assistant", 1)
         .step(
             step("research", Writing::Research.destination())
-                .on_reply(|r: &mut Request, findings: String| r.findings = Some(findings))
+                .on_reply(|r: &mut Request, findings: Made| r.findings = Some(findings.text))
                 .nothing_to_undo(),
         )
+        // Each undo names the row its step's reply gave (`cancel_slot`, `discard_draft`).
         .step(
             step("reserve_calendar_slot", Skill::Calendar.destination())
-                .on_reply(|r: &mut Request, slot: String| r.slot = Some(slot))
-                .compensate(Skill::Calendar.destination(), |_: &Request| Command::Undo),
+                .on_reply(|r: &mut Request, slot: Made| r.slot = Some(slot.text))
+                .compensate_with(Skill::Calendar.destination(), undo),
         )
         .step(
             step("draft_email", Writing::Draft.destination())
-                .on_reply(|r: &mut Request, draft: String| r.draft = Some(draft))
-                .compensate(Writing::Draft.destination(), |_: &Request| Command::Undo),
+                .on_reply(|r: &mut Request, draft: Made| r.draft = Some(draft.text))
+                .compensate_with(Writing::Draft.destination(), undo),
         )
         .pivot(step("send_email", Skill::Email.destination()))
         .step(step("create_crm_record", Skill::Crm.destination()))

@@ -9,14 +9,20 @@
 //!
 //! What to look at: the summary (completed, compensated, stuck), then the tables
 //! `trip_flights`, `trip_hotels`, `trip_cars`, `trip_payments`, `trip_confirmations`
-//! (one row per saga at most, with a `status`), and `saga_steps` for the compensation
-//! ledger. Kill it with `kill -9` at any moment and run it again with `--sagas 0`:
+//! (one row per saga at most, with a `status`; a reservation also has its
+//! `reservation_id`), and `saga_steps` for the compensation ledger. Kill it with `kill -9` at any moment and run it again with `--sagas 0`:
 //! every saga still ends completed or compensated, and no effect exists twice.
 //!
 //! Steps: `reserve_flight`, then `reserve_hotel` and `reserve_car` in parallel (each
 //! with a cancel compensation), `charge_payment` (the pivot: a declined card is fatal
 //! and compensates the reservations), `send_confirmation` (after the pivot, retried
 //! until it succeeds).
+//!
+//! A reservation answers with its `reservation_id`, and its cancellation names it: the
+//! compensation is built from the step's reply (`compensate_with`) when it is
+//! dispatched. When the reservation's outcome is unknown (it failed, timed out, or was
+//! still in flight when the saga turned back) the cancellation carries no id and
+//! cancels whatever the saga reserved there, if anything.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -48,11 +54,18 @@ struct Trip {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Booking {
-    Reserve { customer: u64 },
-    Cancel,
+    Reserve {
+        customer: u64,
+    },
+    /// The reservation the step's reply named; `None` when its outcome is unknown.
+    Cancel {
+        #[serde(default)]
+        reservation_id: Option<String>,
+    },
 }
 
-/// `trip_flights`, `trip_hotels`, `trip_cars`: one row per saga, booked or cancelled.
+/// `trip_flights`, `trip_hotels`, `trip_cars`: one row per saga, booked or cancelled,
+/// with its `reservation_id` (what the reservation answers, and its cancellation names).
 struct BookingAgent {
     destination: &'static str,
     table: &'static str,
@@ -63,6 +76,7 @@ struct BookingAgent {
 #[async_trait::async_trait]
 impl Agent for BookingAgent {
     type Command = Booking;
+    /// The reservation id (nothing useful for a cancellation).
     type Reply = String;
 
     fn destination(&self) -> &str {
@@ -89,16 +103,37 @@ impl Agent for BookingAgent {
                     )));
                 }
                 // Idempotent on the saga: a command sent again after a timeout finds
-                // the row and books nothing twice.
+                // the row, books nothing twice, and answers the id booked first.
+                let id = format!("{}-{}", self.destination, ctx.message_id());
                 let sql = format!(
-                    "INSERT INTO {} (saga_id, status) VALUES ($1, 'booked') ON CONFLICT (saga_id) DO NOTHING",
+                    "INSERT INTO {} (saga_id, reservation_id, status) VALUES ($1, $2, 'booked') ON CONFLICT (saga_id) DO NOTHING",
                     self.table
                 );
-                support::exec(ctx.conn(), &sql, &[&saga]).await?;
-                Ok(format!("{}:{saga}", self.destination))
+                support::exec(ctx.conn(), &sql, &[&saga, &id]).await?;
+                let sql = format!(
+                    "SELECT reservation_id FROM {} WHERE saga_id = $1",
+                    self.table
+                );
+                support::fetch_text(ctx.conn(), &sql, &[&saga])
+                    .await?
+                    .ok_or_else(|| StepError::retryable("the reservation vanished"))
             }
-            Booking::Cancel => {
-                // Nothing booked (the reservation failed or never arrived) is success.
+            Booking::Cancel {
+                reservation_id: Some(id),
+            } => {
+                let sql = format!(
+                    "UPDATE {} SET status = 'cancelled' WHERE reservation_id = $1",
+                    self.table
+                );
+                support::exec(ctx.conn(), &sql, &[&id]).await?;
+                Ok("cancelled".into())
+            }
+            Booking::Cancel {
+                reservation_id: None,
+            } => {
+                // The reservation's outcome is unknown: whatever this saga booked here
+                // goes (its command, if it ran at all, ran before this: they share an
+                // ordering key). Nothing booked is success.
                 let sql = format!(
                     "UPDATE {} SET status = 'cancelled' WHERE saga_id = $1",
                     self.table
@@ -181,9 +216,9 @@ impl Agent for ConfirmationAgent {
 }
 
 const DDL: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS trip_flights (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
-    "CREATE TABLE IF NOT EXISTS trip_hotels (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
-    "CREATE TABLE IF NOT EXISTS trip_cars (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_flights (saga_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_hotels (saga_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
+    "CREATE TABLE IF NOT EXISTS trip_cars (saga_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
     "CREATE TABLE IF NOT EXISTS trip_payments (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'charged'), amount_cents TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS trip_confirmations (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'))",
 ];
@@ -196,7 +231,12 @@ fn definition() -> anyhow::Result<agentsaga::saga::SagaDefinition> {
                 customer: t.customer,
             })
             .on_reply(|t: &mut Trip, booking: String| t.bookings.push(booking))
-            .compensate(destination, |_: &Trip| Booking::Cancel)
+            // Built when the cancellation is dispatched: the id this reservation gave.
+            .compensate_with(destination, |_: &Trip, id: Option<&String>| {
+                Booking::Cancel {
+                    reservation_id: id.cloned(),
+                }
+            })
             .retry(retry)
             .timeout(Duration::from_secs(20))
     };

@@ -93,6 +93,31 @@ pub async fn exec(conn: Conn<'_>, sql: &str, params: &[&str]) -> Result<u64, sql
     }
 }
 
+/// The first column of the row `sql` returns, as text (`None`: no row), on either
+/// backend (`$1`-style parameters, as [`exec`]).
+pub async fn fetch_text(
+    conn: Conn<'_>,
+    sql: &str,
+    params: &[&str],
+) -> Result<Option<String>, sqlx::Error> {
+    match conn {
+        Conn::Sqlite(c) => {
+            let mut q = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()));
+            for p in params {
+                q = q.bind(*p);
+            }
+            q.fetch_optional(c).await
+        }
+        Conn::Postgres(c) => {
+            let mut q = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()));
+            for p in params {
+                q = q.bind(*p);
+            }
+            q.fetch_optional(c).await
+        }
+    }
+}
+
 /// Creates the example's tables if missing (portable DDL). Two processes starting
 /// together can race on PostgreSQL's catalog even with IF NOT EXISTS: try again.
 pub async fn create_tables(store: &Store, ddl: &[&str]) -> anyhow::Result<()> {
