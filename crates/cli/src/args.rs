@@ -91,11 +91,29 @@ pub(crate) enum SagasCommand {
         /// Only the saga started with this idempotency key.
         #[arg(long, value_name = "KEY")]
         key: Option<String>,
+        /// Only sagas parked at a wait for a signal.
+        #[arg(long)]
+        waiting: bool,
         /// At most this many.
         #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
         #[command(flatten)]
         json: JsonFlag,
+    },
+    /// Send a saga the signal it waits for (an approval, an outside event): approve
+    /// with `--data JSON` (the payload folded into its data), or `--reject REASON`.
+    Signal {
+        /// The saga id (a UUID).
+        #[arg(value_parser = parse_saga_id)]
+        id: SagaId,
+        /// The signal's name (the `Step::wait_for` name).
+        name: String,
+        /// The approval's payload, as JSON (default `null`).
+        #[arg(long, value_name = "JSON", conflicts_with = "reject")]
+        data: Option<String>,
+        /// Reject instead of approving, with this reason.
+        #[arg(long, value_name = "REASON")]
+        reject: Option<String>,
     },
     /// One saga and its steps as a timeline, with the compensation ledger.
     Show {

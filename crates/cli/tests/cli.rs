@@ -17,6 +17,7 @@ const SAGA_KEYS: &[&str] = &[
     "version",
     "state",
     "key",
+    "waiting_for",
     "error",
     "created_at",
     "created_at_ms",
@@ -487,3 +488,99 @@ async fn moot_dead_letters_are_not_redriven(backend: Backend) {
     assert!(fails(&url, &["dead", "show", &dead]).contains("not found"));
 }
 both_backends!(moot_tests, moot_dead_letters_are_not_redriven);
+
+// `sagas signal`: a saga parked at a wait is listed as waiting (`--waiting`, the
+// `waiting_for` field); the signal approves it once (a second one changes nothing);
+// a name it never waits for, or a finished saga, is refused with nothing written.
+async fn signals(backend: Backend) {
+    use agentsaga_saga::{Engine, Saga, SagaState, Step, query};
+    let url = fresh_url(backend).await;
+    let store = agentsaga_core::Store::connect(&url).await.unwrap();
+    let mail = Saga::<serde_json::Value>::builder("mail", 1)
+        .step(Step::new("draft", "drafts").nothing_to_undo())
+        .step(
+            Step::wait_for("approval")
+                .on_reply(|d: &mut serde_json::Value, a: serde_json::Value| d["approved"] = a),
+        )
+        .pivot(Step::new("send", "sender"))
+        .build()
+        .unwrap();
+    let engine = Engine::new([mail]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "mail", &json!({ "to": "ann" }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    common::pump_until(&store, &engine, "the saga waits", async || {
+        query::get(&store, id)
+            .await
+            .unwrap()
+            .unwrap()
+            .waiting_for
+            .is_some()
+    })
+    .await;
+
+    let waiting = json(&url, &["sagas", "list", "--waiting", "--json"]);
+    let waiting = waiting["sagas"].as_array().unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0]["id"], id.to_string().as_str());
+    assert_eq!(waiting[0]["waiting_for"], "approval");
+    assert_eq!(
+        show(&url, &id.to_string())["saga"]["waiting_for"],
+        "approval"
+    );
+    let table = ok(&url, &["sagas", "list"]);
+    assert!(
+        table.contains("WAITING") && table.contains("approval"),
+        "{table}"
+    );
+
+    let bad = fails(&url, &["sagas", "signal", &id.to_string(), "payment"]);
+    assert!(bad.contains("never waits for `payment`"), "{bad}");
+    let bad = fails(
+        &url,
+        &[
+            "sagas",
+            "signal",
+            &id.to_string(),
+            "approval",
+            "--data",
+            "{not json",
+        ],
+    );
+    assert!(bad.contains("--data is not JSON"), "{bad}");
+    let sent = ok(
+        &url,
+        &[
+            "sagas",
+            "signal",
+            &id.to_string(),
+            "approval",
+            "--data",
+            r#"{"by":"ops"}"#,
+        ],
+    );
+    assert!(sent.contains("signal `approval` sent"), "{sent}");
+    let again = ok(
+        &url,
+        &[
+            "sagas",
+            "signal",
+            &id.to_string(),
+            "approval",
+            "--reject",
+            "no",
+        ],
+    );
+    assert!(again.contains("nothing changed"), "{again}");
+
+    common::pump(&store, &engine, &[id]).await;
+    let saga = query::get(&store, id).await.unwrap().unwrap();
+    assert_eq!(saga.state, SagaState::Completed);
+    let refused = fails(&url, &["sagas", "signal", &id.to_string(), "approval"]);
+    assert!(refused.contains("the saga is completed"), "{refused}");
+    store.close().await;
+}
+both_backends!(signal_tests, signals);

@@ -8,7 +8,9 @@ use agentsaga_core::RetryPolicy;
 use agentsaga_core::{Store, StoreConfig, Tx};
 use agentsaga_relay::in_process::InProcessTransport;
 use agentsaga_relay::{Relay, RelayConfig};
-use agentsaga_saga::{Accepted, Engine, SagaDefinition, SagaId, SagaState, query};
+use agentsaga_saga::{
+    Accepted, Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt, query,
+};
 use ractor::{Actor, ActorRef};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -537,6 +539,37 @@ impl Runtime {
             self.admission.poke();
         }
         Ok(accepted.id())
+    }
+
+    /// Sends signal `name` to saga `id` (a person's approval, an outside event) in a
+    /// transaction of its own. A saga parked at `Step::wait_for(name)` goes on; one
+    /// that has not reached that wait yet uses the signal when it does; a second signal
+    /// for the same wait changes nothing ([`SignalReceipt::Duplicate`]).
+    ///
+    /// # Errors
+    /// [`agentsaga_saga::Error::NotFound`] for an unknown saga,
+    /// [`agentsaga_saga::Error::SignalRefused`] for a finished saga or a name it never
+    /// waits for (as [`Error::Saga`]; nothing written); store errors.
+    pub async fn signal(&self, id: SagaId, name: &str, signal: Signal) -> Result<SignalReceipt> {
+        let mut tx = self.store.begin().await?;
+        let receipt = Engine::signal(&mut tx, id, name, signal).await?;
+        tx.commit().await?;
+        Ok(receipt)
+    }
+
+    /// [`signal`](Self::signal) inside the caller's transaction: the signal exists
+    /// exactly when that transaction commits.
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal).
+    pub async fn signal_in(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+    ) -> Result<SignalReceipt> {
+        Ok(Engine::signal(tx, id, name, signal).await?)
     }
 
     /// Waits until saga `id` is completed, compensated, aborted or stuck, and returns

@@ -94,6 +94,8 @@ pub struct StepDef {
     pub(crate) timeout: Option<Duration>,
     pub(crate) start_timeout: Option<Duration>,
     pub(crate) pivot: bool,
+    /// A wait for this signal instead of a command (`Step::wait_for`).
+    pub(crate) wait: Option<String>,
 }
 
 impl StepDef {
@@ -110,6 +112,11 @@ impl StepDef {
     /// Whether it is the saga's pivot.
     pub fn is_pivot(&self) -> bool {
         self.pivot
+    }
+
+    /// The signal it waits for, if it is a wait (`Step::wait_for`).
+    pub fn waits_for(&self) -> Option<&str> {
+        self.wait.as_deref()
     }
 }
 
@@ -146,6 +153,7 @@ where
                 timeout: None,
                 start_timeout: None,
                 pivot: false,
+                wait: None,
             },
             _marker: PhantomData,
         }
@@ -251,6 +259,34 @@ impl<D, U> Step<D, U>
 where
     D: Serialize + DeserializeOwned + Send + Sync + 'static,
 {
+    /// A step that waits for the signal `name` (a person's approval, an outside event)
+    /// instead of sending a command: the saga parks there, holding nothing, until
+    /// `Runtime::signal(id, name, …)` (or `agentsaga sagas signal`) sends it. An
+    /// approval's payload folds into the data through [`on_reply`](Self::on_reply); a
+    /// rejection fails the step (before the pivot the saga compensates, at or after it
+    /// the saga is stuck), and so does its [`timeout`](Self::timeout), counted from
+    /// when the saga reaches the wait. A signal sent before the saga gets there is kept
+    /// and used when it does. A wait has nothing to undo, so it stands before the pivot
+    /// or after it as it is.
+    pub fn wait_for(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Self {
+            def: StepDef {
+                destination: format!("signal:{name}"),
+                name: name.clone(),
+                command: Arc::new(|_: &Value| Ok(Value::Null)),
+                fold: None,
+                undo: Undo::Nothing,
+                retry: RetryPolicy::default(),
+                timeout: None,
+                start_timeout: None,
+                pivot: false,
+                wait: Some(name),
+            },
+            _marker: PhantomData,
+        }
+    }
+
     /// The command sent to the agent, built from the saga data.
     pub fn command<C, F>(mut self, build: F) -> Self
     where
@@ -469,7 +505,9 @@ impl SagaDefinition {
     pub fn agent_destinations(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for s in self.stages.iter().flatten() {
-            out.push(s.destination.clone());
+            if s.wait.is_none() {
+                out.push(s.destination.clone());
+            }
             if let Some(destination) = s.undo.destination() {
                 out.push(destination.to_owned());
             }
@@ -477,6 +515,15 @@ impl SagaDefinition {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// The signals its waits wait for, in step order.
+    pub fn waits(&self) -> Vec<&str> {
+        self.stages
+            .iter()
+            .flatten()
+            .filter_map(|s| s.wait.as_deref())
+            .collect()
     }
 
     /// The steps in order, with their stage (parallel group) index.

@@ -5,6 +5,7 @@ mod admission;
 mod logic;
 mod model;
 mod persist;
+mod signals;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use tracing::Instrument;
 
 use self::logic::{Ctx, Effects};
 use self::model::Instance;
+pub use self::signals::{Signal, SignalReceipt};
 use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 
@@ -191,6 +193,7 @@ impl Engine {
             now_ms: now_ms(),
             fx: Effects::default(),
             rng: fastrand::Rng::new(),
+            signals: BTreeMap::new(),
         }
     }
 
@@ -485,7 +488,34 @@ impl Engine {
         let mut ctx = self.ctx(&mut inst);
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
         let fx = std::mem::take(&mut ctx.fx);
-        self.write(tx, &inst, None, fx).instrument(span).await
+        let waits = self
+            .defs
+            .get(&(name.to_owned(), version))
+            .map(|d| d.waits())
+            .unwrap_or_default();
+        async {
+            self.write(tx, &inst, None, fx).await?;
+            signals::register(tx.conn(), id, &waits).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The signals saga `inst` has received, if its definition waits for any (no
+    /// read otherwise).
+    async fn signals_of(
+        &self,
+        tx: &mut Tx,
+        inst: &Instance,
+    ) -> Result<BTreeMap<String, protocol::StepOutcome>> {
+        let waits = self
+            .defs
+            .get(&(inst.name.clone(), inst.version))
+            .is_some_and(|d| !d.waits().is_empty());
+        if !waits {
+            return Ok(BTreeMap::new());
+        }
+        signals::received(tx.conn(), inst.id).await
     }
 
     async fn write(
@@ -565,7 +595,9 @@ impl Engine {
             _ => None,
         };
         let before = inst.clone();
+        let signals = self.signals_of(tx, &inst).await?;
         let mut ctx = self.ctx(&mut inst);
+        ctx.signals = signals;
         match started_in_time {
             Some(step) => ctx.ignore(format!("step {step} started in time"))?,
             None => ctx.receive(inbound)?,
@@ -627,6 +659,34 @@ impl Engine {
         self.finish_handle(tx, saga, inst, before, fx).await
     }
 
+    /// Sends signal `name` to saga `id`, in `tx`: recorded in `saga_signals` and
+    /// delivered to the saga's orchestrator when `tx` commits. A saga waiting for it
+    /// goes on; one that has not reached its wait yet uses it when it does; a second
+    /// signal for a wait that has had one changes nothing ([`SignalReceipt::Duplicate`]).
+    /// Needs no saga definition (the CLI sends signals).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown saga; [`Error::SignalRefused`] for a finished
+    /// saga or a name it never waits for (nothing written either way); store errors.
+    pub async fn signal(
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+    ) -> Result<SignalReceipt> {
+        let outcome = match signal {
+            Signal::Approve(value) => protocol::StepOutcome::Ok(value),
+            Signal::Reject(reason) => {
+                protocol::StepOutcome::Fatal(format!("signal `{name}` rejected: {reason}"))
+            }
+        };
+        let (receipt, wake) = signals::record(tx.conn(), id, name, &outcome, now_ms()).await?;
+        if let Some(wake) = wake {
+            tx.enqueue(&wake).await?;
+        }
+        Ok(receipt)
+    }
+
     /// Operator: abort a running saga (compensate what it did), or give up on one
     /// stuck after its pivot (`aborted`).
     ///
@@ -664,7 +724,9 @@ impl Engine {
             .await?
             .ok_or(Error::NotFound(id))?;
         let before = inst.clone();
+        let signals = self.signals_of(tx, &inst).await?;
         let mut ctx = self.ctx(&mut inst);
+        ctx.signals = signals;
         op(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);
         self.write(tx, &inst, Some(&before), fx).await?;

@@ -57,6 +57,18 @@ pub enum Error {
         bound: usize,
     },
 
+    /// A signal the saga cannot take: it is finished, or it never waits for that name.
+    /// Nothing was written.
+    #[error("signal `{name}` for saga {saga} refused: {reason}")]
+    SignalRefused {
+        /// The saga.
+        saga: SagaId,
+        /// The signal's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+
     /// An idempotency key a start cannot use. Nothing was written.
     #[error("invalid saga key `{key}`: {reason}")]
     InvalidKey {

@@ -48,7 +48,9 @@ pub use definition::{
     AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
     orchestrator_destination,
 };
-pub use engine::{Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES};
+pub use engine::{
+    Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, Signal, SignalReceipt,
+};
 pub use error::{Error, Result};
 pub use id::SagaId;
 pub use protocol::StepOutcome;

@@ -32,6 +32,8 @@
 //! | `timeout` | agent → orchestrator ([`timed_out`]) | `step`, `step_name`, `causation_id` | `null` |
 //! | `start_timeout` | orchestrator → itself, delayed | `step`, `step_name`, `causation_id` | `null` |
 //! | `deadline` | orchestrator → itself, delayed | — | `null` |
+//! | `timeout` (a wait's) | orchestrator → itself, delayed | `step`, `step_name`, `causation_id` (the wait's id) | `null` |
+//! | `signal` | `Engine::signal` (runtime, CLI) → orchestrator | `signal` (the wait's name) | `null`: the outcome is in `saga_signals` |
 //! | `delivery_failed` | relay → orchestrator | the dead letter's own, `causation_id` | [`DeliveryFailed`] |
 //!
 //! A step's command and its compensation share the ordering key
@@ -69,6 +71,11 @@ pub const KIND_DEADLINE: &str = "deadline";
 /// `kind` of a request to build and send a step's compensation (from its reply), sent
 /// to the saga's orchestrator by a process without the saga's definition.
 pub const KIND_BUILD_COMPENSATION: &str = "build_compensation";
+/// `kind` of the wake-up a signal sends its saga's orchestrator (the signal itself is
+/// in `saga_signals`).
+pub const KIND_SIGNAL: &str = "signal";
+/// Header: the name of the signal a `signal` message announces.
+pub const SIGNAL: &str = "signal";
 
 /// An agent's answer to a command or a compensation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,7 +99,7 @@ impl StepOutcome {
     }
 
     /// Decodes a reply's payload; one that is not a `StepOutcome` counts as fatal.
-    fn from_payload(payload: &str) -> StepOutcome {
+    pub(crate) fn from_payload(payload: &str) -> StepOutcome {
         serde_json::from_str::<StepOutcome>(payload)
             .unwrap_or_else(|e| StepOutcome::Fatal(format!("the reply is not a step outcome: {e}")))
     }
@@ -139,6 +146,11 @@ pub enum Inbound {
         destination: String,
         /// Why it was given up on.
         reason: String,
+    },
+    /// Signal `name` was recorded for the saga (its outcome is in `saga_signals`).
+    Signal {
+        /// The wait's name.
+        name: String,
     },
     /// The saga's deadline timer.
     Deadline,
@@ -202,6 +214,14 @@ impl Inbound {
                 }
             }
             KIND_DEADLINE => Inbound::Deadline,
+            KIND_SIGNAL => Inbound::Signal {
+                name: env
+                    .header(SIGNAL)
+                    .ok_or_else(|| {
+                        Error::Malformed(format!("signal message {} has no signal header", env.id))
+                    })?
+                    .to_owned(),
+            },
             KIND_BUILD_COMPENSATION => Inbound::BuildCompensation {
                 step: step()?,
                 request: env.id,
@@ -347,6 +367,14 @@ impl StepAddress<'_> {
     /// it (the sender lacks the definition).
     pub(crate) fn build_compensation(&self) -> Message {
         self.headers(Message::to(self.orchestrator), KIND_BUILD_COMPENSATION)
+    }
+
+    /// The timeout of the step's wait `wait` (its id, the cause a signal answers), due
+    /// `after` from now: the same `timeout` an agent sends when it gives up.
+    pub(crate) fn wait_timer(&self, wait: MessageId, after: Duration) -> Message {
+        self.headers(Message::to(self.orchestrator), KIND_TIMEOUT)
+            .header(header::CAUSATION_ID, wait.to_string())
+            .delay(after)
     }
 
     /// The schedule-to-start timer of `command`, due `after` from now.

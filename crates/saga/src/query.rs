@@ -23,6 +23,8 @@ pub struct SagaSummary {
     pub error: Option<String>,
     /// The caller's idempotency key it was started with, if any.
     pub key: Option<String>,
+    /// The signal it waits for now (`Step::wait_for`), if it is parked at a wait.
+    pub waiting_for: Option<String>,
     /// Created, Unix ms.
     pub created_at_ms: i64,
     /// Last change, Unix ms.
@@ -84,6 +86,7 @@ macro_rules! impl_summary {
                     state: SagaState::from_str(&state).map_err(Error::Corrupt)?,
                     error: self.try_get("error")?,
                     key: self.try_get("key")?,
+                    waiting_for: self.try_get("waiting_for")?,
                     created_at_ms: self.try_get("created_at")?,
                     updated_at_ms: self.try_get("updated_at")?,
                 })
@@ -113,6 +116,8 @@ pub struct ListFilter {
     pub name: Option<String>,
     /// Only the saga started with this idempotency key.
     pub key: Option<String>,
+    /// Only sagas parked at a wait for a signal.
+    pub waiting: bool,
     /// At most this many (newest first). 0 means 100.
     pub limit: u32,
 }
@@ -139,17 +144,20 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     let state = f.state.map(SagaState::as_str);
     agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
         let rows = sqlx::query(
-            "SELECT i.id, i.name, i.version, i.state, i.error, k.key, i.created_at, i.updated_at
+            "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+                    i.created_at, i.updated_at, (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE (?1 IS NULL OR i.id = ?1) AND (?2 IS NULL OR i.state = ?2)
-                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)
-                 ORDER BY i.created_at DESC, i.id DESC LIMIT ?4",
+                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)) AS v
+                 WHERE (NOT ?6 OR v.waiting_for IS NOT NULL)
+                 ORDER BY v.created_at DESC, v.id DESC LIMIT ?4",
         )
         .bind(id.map(|i| i.to_string()))
         .bind(state)
         .bind(f.name.as_deref())
         .bind(limit)
         .bind(f.key.as_deref())
+        .bind(f.waiting)
         .fetch_all(reader)
         .await?;
         rows.iter()
@@ -157,19 +165,22 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
             .collect()
     }, postgres(pool) => {
         let rows = sqlx::query(
-            "SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+            "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
                     (extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
-                    (extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at
+                    (extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at,
+                    (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE ($1::uuid IS NULL OR i.id = $1) AND ($2::text IS NULL OR i.state = $2)
-                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)
-                 ORDER BY i.created_at DESC, i.id DESC LIMIT $4",
+                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)) AS v
+                 WHERE (NOT $6 OR v.waiting_for IS NOT NULL)
+                 ORDER BY v.created_at DESC, v.id DESC LIMIT $4",
         )
         .bind(id.map(|i| *i.as_uuid()))
         .bind(state)
         .bind(f.name.as_deref())
         .bind(limit)
         .bind(f.key.as_deref())
+        .bind(f.waiting)
         .fetch_all(pool)
         .await?;
         rows.iter()

@@ -25,9 +25,16 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             state,
             name,
             key,
+            waiting,
             limit,
             json,
-        }) => sagas::list(&store, state, name, key, limit, json.json).await,
+        }) => sagas::list(&store, state, name, key, waiting, limit, json.json).await,
+        Command::Sagas(SagasCommand::Signal {
+            id,
+            name,
+            data,
+            reject,
+        }) => sagas::signal(&store, id, &name, data, reject).await,
         Command::Sagas(SagasCommand::Show { id, json }) => sagas::show(&store, id, json.json).await,
         Command::Sagas(SagasCommand::Abort(a)) => {
             saga_actions::run(&store, saga_actions::Action::Abort, a.id).await

@@ -2,7 +2,7 @@
 
 use agentsaga_core::Store;
 use agentsaga_saga::query::{self, ListFilter, SagaSummary, StepView};
-use agentsaga_saga::{SagaId, SagaState};
+use agentsaga_saga::{Engine, SagaId, SagaState, Signal, SignalReceipt};
 use serde::Serialize;
 
 use super::{json_value, print_json};
@@ -17,6 +17,7 @@ struct SagaDoc {
     state: &'static str,
     error: Option<String>,
     key: Option<String>,
+    waiting_for: Option<String>,
     created_at: String,
     created_at_ms: i64,
     updated_at: String,
@@ -32,6 +33,7 @@ impl From<&SagaSummary> for SagaDoc {
             state: s.state.as_str(),
             error: s.error.clone(),
             key: s.key.clone(),
+            waiting_for: s.waiting_for.clone(),
             created_at: rfc3339(s.created_at_ms),
             created_at_ms: s.created_at_ms,
             updated_at: rfc3339(s.updated_at_ms),
@@ -104,6 +106,7 @@ pub(super) async fn list(
     state: Option<SagaState>,
     name: Option<String>,
     key: Option<String>,
+    waiting: bool,
     limit: u32,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -111,6 +114,7 @@ pub(super) async fn list(
         state,
         name,
         key,
+        waiting,
         limit,
     };
     let sagas = query::list(store, &filter).await?;
@@ -124,7 +128,7 @@ pub(super) async fn list(
         return Ok(());
     }
     let mut table = Table::new(&[
-        "ID", "NAME", "VERSION", "STATE", "KEY", "CREATED", "UPDATED", "ERROR",
+        "ID", "NAME", "VERSION", "STATE", "WAITING", "KEY", "CREATED", "UPDATED", "ERROR",
     ])
     .right(&[2]);
     for s in &sagas {
@@ -133,6 +137,7 @@ pub(super) async fn list(
             s.name.clone(),
             s.version.to_string(),
             s.state.to_string(),
+            or_dash(s.waiting_for.as_deref()),
             truncate(&or_dash(s.key.as_deref()), 40),
             rfc3339(s.created_at_ms),
             rfc3339(s.updated_at_ms),
@@ -158,6 +163,9 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
     outln!("name     {} (version {})", saga.name, saga.version);
     outln!("state    {}", saga.state);
     outln!("key      {}", or_dash(saga.key.as_deref()));
+    if let Some(signal) = &saga.waiting_for {
+        outln!("waiting  for signal `{signal}`");
+    }
     outln!("error    {}", or_dash(saga.error.as_deref()));
     outln!("created  {}", rfc3339(saga.created_at_ms));
     outln!("updated  {}", rfc3339(saga.updated_at_ms));
@@ -235,6 +243,33 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
                 "a step after the pivot failed: retry it from a process that has the saga's \
                  definition, or give up with `agentsaga sagas abort {id}`"
             );
+        }
+    }
+    Ok(())
+}
+
+/// `sagas signal ID NAME [--data JSON | --reject REASON]`.
+pub(super) async fn signal(
+    store: &Store,
+    id: SagaId,
+    name: &str,
+    data: Option<String>,
+    reject: Option<String>,
+) -> anyhow::Result<()> {
+    let signal = match (reject, data) {
+        (Some(reason), _) => Signal::Reject(reason),
+        (None, Some(data)) => Signal::Approve(
+            serde_json::from_str(&data).map_err(|e| anyhow::anyhow!("--data is not JSON: {e}"))?,
+        ),
+        (None, None) => Signal::Approve(serde_json::Value::Null),
+    };
+    let mut tx = store.begin().await?;
+    let receipt = Engine::signal(&mut tx, id, name, signal).await?;
+    tx.commit().await?;
+    match receipt {
+        SignalReceipt::Recorded => outln!("signal `{name}` sent to saga {id}"),
+        SignalReceipt::Duplicate => {
+            outln!("saga {id} already had its signal `{name}`: nothing changed");
         }
     }
     Ok(())

@@ -213,6 +213,26 @@ pub async fn prepare(backend: Backend) -> Prepared {
 /// Delivers every ready message (agents answer per [`agent`]) until every saga in
 /// `ids` is terminal or stuck.
 pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
+    pump_until(store, engine, "the sagas settle", async || {
+        let mut settled = 0;
+        for id in ids {
+            let s = query::get(store, *id).await.expect("get").expect("saga");
+            if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
+                settled += 1;
+            }
+        }
+        settled == ids.len()
+    })
+    .await;
+}
+
+/// Delivers every ready message (agents answer per [`agent`]) until `done`.
+pub async fn pump_until(
+    store: &Store,
+    engine: &Engine,
+    what: &str,
+    done: impl AsyncFnMut() -> bool,
+) {
     let mut destinations = engine.orchestrator_destinations();
     for d in engine.definitions() {
         destinations.extend(d.agent_destinations());
@@ -220,18 +240,9 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
     testing::pump(
         store,
         &destinations,
-        "the sagas settle",
+        what,
         Duration::from_secs(30),
-        async || {
-            let mut settled = 0;
-            for id in ids {
-                let s = query::get(store, *id).await.expect("get").expect("saga");
-                if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
-                    settled += 1;
-                }
-            }
-            settled == ids.len()
-        },
+        done,
         async |batch| {
             for env in batch.iter() {
                 let mut tx = store.begin().await.expect("begin");

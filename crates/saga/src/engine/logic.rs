@@ -15,12 +15,15 @@ mod forward;
 mod operator;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 use agentsaga_core::clock::millis;
 use agentsaga_core::{Message, MessageId, RetryPolicy};
 
+use std::collections::BTreeMap;
+
 use super::model::Instance;
-use crate::protocol::{Inbound, StepAddress};
+use crate::protocol::{Inbound, StepAddress, StepOutcome};
 use crate::{Error, Result, SagaDefinition, SagaEvent, SagaState};
 
 /// What one transaction must write besides the instance: messages, and pending
@@ -47,6 +50,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now_ms: i64,
     pub(crate) fx: Effects,
     pub(crate) rng: fastrand::Rng,
+    /// The signals the saga has received, by wait name (loaded only for a saga whose
+    /// definition waits).
+    pub(crate) signals: BTreeMap<String, StepOutcome>,
 }
 
 impl Ctx<'_> {
@@ -81,6 +87,7 @@ impl Ctx<'_> {
             Inbound::BuildCompensation { step, request } => {
                 self.on_build_compensation(step, request)
             }
+            Inbound::Signal { name } => self.on_signal(&name),
         }
     }
 

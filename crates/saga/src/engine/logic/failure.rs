@@ -29,8 +29,13 @@ impl Ctx<'_> {
         let sd = def
             .step(idx)
             .ok_or_else(|| Error::Corrupt(format!("no step {idx}")))?;
-        let (forward_only, policy, attempts) =
-            (sd.pivot || def.after_pivot(idx), sd.retry, row.attempts);
+        // A wait that timed out is not waited for again: at or after the pivot the
+        // saga is stuck for an operator, as for a failed step.
+        let (forward_only, policy, attempts) = (
+            (sd.pivot || def.after_pivot(idx)) && sd.wait.is_none(),
+            sd.retry,
+            row.attempts,
+        );
         if forward_only {
             // Forward only: the command goes again (the agent must be idempotent on the
             // saga id — its inbox sees a new message id).

@@ -131,6 +131,8 @@ struct Sim {
     /// Every lifecycle transition taken, in order.
     taken: Vec<(SagaState, SagaEvent)>,
     seed: u64,
+    /// The signals received (as the engine loads them from `saga_signals`).
+    signals: BTreeMap<String, StepOutcome>,
 }
 
 impl Sim {
@@ -154,6 +156,7 @@ impl Sim {
             outbox: Vec::new(),
             taken: Vec::new(),
             seed: 0,
+            signals: BTreeMap::new(),
         }
     }
 
@@ -168,6 +171,7 @@ impl Sim {
             now_ms: NOW,
             fx: Effects::default(),
             rng: fastrand::Rng::with_seed(self.seed),
+            signals: self.signals.clone(),
         };
         decide(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);

@@ -1,0 +1,96 @@
+//! Waits: a step that waits for a named signal (a person's approval, an outside event)
+//! instead of sending a command. The saga parks: nothing runs for it until the signal
+//! (or the wait's timeout) arrives as a message to its orchestrator.
+
+use std::time::Duration;
+
+use agentsaga_core::MessageId;
+
+use super::{Ctx, millis};
+use crate::definition::StepDef;
+use crate::engine::model::StepRow;
+use crate::{CompensationState, Result, SagaState, StepState};
+
+impl Ctx<'_> {
+    /// Step `idx` is the wait for `name`: it is dispatched with an id of its own (the
+    /// cause a signal answers), and with a timer if it has a timeout. A signal that
+    /// came first is used at once.
+    pub(super) fn dispatch_wait(
+        &mut self,
+        idx: usize,
+        stage: usize,
+        sd: &StepDef,
+        name: &str,
+    ) -> Result<()> {
+        let wait = MessageId::new();
+        let now = self.now_ms;
+        let row = self.inst.steps.entry(idx).or_insert_with(|| StepRow {
+            idx,
+            stage,
+            name: sd.name.clone(),
+            destination: sd.destination.clone(),
+            state: StepState::Dispatched,
+            attempts: 0,
+            command_id: None,
+            timer_id: None,
+            input: None,
+            output: None,
+            error: None,
+            compensation_destination: None,
+            compensation_payload: None,
+            compensation_state: Some(CompensationState::NotNeeded),
+            compensation_attempts: 0,
+            compensation_message_id: None,
+            compensation_error: None,
+            deadline_ms: None,
+            dispatched_at: None,
+            replied_at: None,
+            compensated_at: None,
+        });
+        row.state = StepState::Dispatched;
+        row.attempts += 1;
+        row.command_id = Some(wait);
+        row.dispatched_at = Some(now);
+        row.deadline_ms = sd.timeout.map(|t| now + millis(t));
+        let old = row.timer_id.take();
+        self.fx.cancel.extend(old);
+        if let Some(outcome) = self.signals.get(name).cloned() {
+            return self.on_reply(idx, wait, outcome);
+        }
+        if let Some(timeout) = sd.timeout {
+            let orchestrator = self.orchestrator();
+            let timer = self
+                .address(idx, &orchestrator)
+                .wait_timer(wait, timeout.max(Duration::from_millis(1)));
+            if let Some(row) = self.inst.steps.get_mut(&idx) {
+                row.timer_id = Some(timer.id);
+            }
+            self.fx.send.push(timer);
+        }
+        Ok(())
+    }
+
+    /// Signal `name` arrived for this saga: if the saga waits for it now, it goes on
+    /// (approved: the payload folds into the data like a reply; rejected: the step
+    /// fails). Otherwise it stays recorded for when the saga gets there.
+    pub(crate) fn on_signal(&mut self, name: &str) -> Result<()> {
+        if self.inst.state != SagaState::Running {
+            return self.ignore(format!("signal `{name}` while {}", self.inst.state));
+        }
+        let def = self.def()?;
+        let waiting = def.stage_range(self.inst.stage).find(|&i| {
+            def.step(i).and_then(|s| s.wait.as_deref()) == Some(name)
+                && self.inst.steps.get(&i).map(|r| r.state) == Some(StepState::Dispatched)
+        });
+        let Some(idx) = waiting else {
+            return self.ignore(format!("signal `{name}` kept until the saga waits for it"));
+        };
+        let (Some(wait), Some(outcome)) = (
+            self.inst.steps.get(&idx).and_then(|r| r.command_id),
+            self.signals.get(name).cloned(),
+        ) else {
+            return self.ignore(format!("signal `{name}` not recorded"));
+        };
+        self.on_reply(idx, wait, outcome)
+    }
+}
