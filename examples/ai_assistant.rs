@@ -2,15 +2,19 @@
 //! specialised agents, two of which ask an LLM.
 //!
 //! ```sh
-//! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1
-//! cargo run --release --example ai_assistant -- --sagas 0      # finish a killed run
+//! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1 --auto-approve
+//! cargo run --release --example ai_assistant -- --sagas 5     # ends with 5 waiting for approval
+//! cargo run -p agentsaga-cli -- --database-url sqlite://ai_assistant.db sagas signal ID approval --data '{"by":"you"}'
+//! cargo run --release --example ai_assistant -- --sagas 0      # finish what was approved (or killed)
 //! OPENAI_API_KEY=sk-… cargo run --release --example ai_assistant -- \
 //!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
 //! ```
 //!
 //! Steps: `research` (read-only: nothing to undo), `reserve_calendar_slot`
 //! (compensation `cancel_slot`), `draft_email` (compensation `discard_draft`),
-//! `send_email` (the pivot: an email cannot be unsent), `create_crm_record` (after the
+//! a wait for a person's `approval` (`Step::wait_for`: the saga parks, holding nothing,
+//! until the signal comes; `--auto-approve` sends it at once), `send_email` (the pivot:
+//! an email cannot be unsent), `create_crm_record` (after the
 //! pivot, retried until it succeeds). Effects live in `assistant_research`,
 //! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
 //! `assistant_crm_records`, one row per saga at most.
@@ -79,6 +83,17 @@ struct Args {
     /// Tests: each step's timeout, in milliseconds (an LLM request gets 3/4 of it).
     #[arg(long, default_value_t = 20_000, hide = true)]
     step_timeout_ms: u64,
+    /// Approve every email as soon as its saga waits for the approval. Without it the
+    /// run ends once every saga is finished or waits for a person, and says how to
+    /// approve one (`agentsaga sagas signal`).
+    #[arg(long)]
+    auto_approve: bool,
+}
+
+/// What the approver says (`--data` of `agentsaga sagas signal … approval`).
+#[derive(Debug, Deserialize)]
+struct Approval {
+    by: String,
 }
 
 /// The saga's data: the request, and what the agents produced.
@@ -91,6 +106,9 @@ struct Request {
     slot: Option<String>,
     #[serde(default)]
     draft: Option<String>,
+    /// Who approved the email (the `approval` signal).
+    #[serde(default)]
+    approved_by: Option<String>,
 }
 
 /// A command that is either done or undone by the same agent.
@@ -572,9 +590,45 @@ fn definition(timeout: Duration) -> anyhow::Result<agentsaga::saga::SagaDefiniti
                 .on_reply(|r: &mut Request, draft: Made| r.draft = Some(draft.text))
                 .compensate_with(Writing::Draft.destination(), undo),
         )
+        // A person approves the email before it goes (`--auto-approve`, or
+        // `agentsaga sagas signal ID approval --data '{"by":"you"}'`).
+        .step(
+            Step::wait_for("approval")
+                .on_reply(|r: &mut Request, a: Approval| r.approved_by = Some(a.by)),
+        )
         .pivot(step("send_email", Skill::Email.destination()))
         .step(step("create_crm_record", Skill::Crm.destination()))
         .build()?)
+}
+
+/// `--auto-approve`: approves each saga that waits for its approval, as a person would.
+async fn auto_approve(store: Store) {
+    use agentsaga::saga::query::{self, ListFilter};
+    use agentsaga::saga::{Engine, Signal};
+    loop {
+        let waiting = query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                limit: 1000,
+                ..ListFilter::default()
+            },
+        )
+        .await;
+        for saga in waiting.unwrap_or_default() {
+            let approve = async {
+                let mut tx = store.begin().await?;
+                let signal = Signal::Approve(serde_json::json!({ "by": "auto-approve" }));
+                Engine::signal(&mut tx, saga.id, "approval", signal).await?;
+                tx.commit().await?;
+                anyhow::Ok(())
+            };
+            if let Err(e) = approve.await {
+                tracing::warn!(saga.id = %saga.id, error = %e, "auto-approve failed; trying again");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::main]
@@ -640,14 +694,28 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     let runtime = support::configure(builder, common).start().await?;
+    let approver = args
+        .auto_approve
+        .then(|| tokio::spawn(auto_approve(runtime.store().clone())));
     let companies = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
-    support::run(runtime, common, &url, DDL, "ai_assistant", |i| Request {
+    // Request `i` is started with the key `request-<i>`: a rerun of the same requests
+    // starts nothing new. Without `--auto-approve` the run ends when every saga is
+    // finished or waits for a person.
+    let mut saga = support::Saga::named("ai_assistant").keyed(|i| format!("request-{i}"));
+    if !args.auto_approve {
+        saga = saga.waits_for_signals();
+    }
+    support::run(runtime, common, &url, DDL, saga, |i| Request {
         company: format!("{} #{i}", companies[(i % 6) as usize]),
         findings: None,
         slot: None,
         draft: None,
+        approved_by: None,
     })
     .await?;
+    if let Some(approver) = approver {
+        approver.abort();
+    }
     drop(stub);
     telemetry.shutdown().await;
     Ok(())

@@ -293,11 +293,18 @@ async fn main() -> anyhow::Result<()> {
         .saga(definition()?);
     let runtime = support::configure(runtime, common).start().await?;
     let mut rng = fastrand::Rng::with_seed(seed);
-    support::run(runtime, common, &url, DDL, "trip_booking", |i| Trip {
-        customer: i,
-        amount_cents: rng.u64(5_000..200_000),
-        bookings: vec![],
-    })
+    support::run(
+        runtime,
+        common,
+        &url,
+        DDL,
+        support::Saga::named("trip_booking"),
+        |i| Trip {
+            customer: i,
+            amount_cents: rng.u64(5_000..200_000),
+            bookings: vec![],
+        },
+    )
     .await?;
     telemetry.shutdown().await;
     Ok(())

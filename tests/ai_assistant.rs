@@ -31,7 +31,15 @@ fn no_openai(cmd: &mut Command) {
     }
 }
 
+/// A run that approves every email itself (`--auto-approve`).
 fn assistant(url: &str, args: &[&str]) -> String {
+    let mut args = args.to_vec();
+    args.push("--auto-approve");
+    support::run_with("ai_assistant", url, &args, no_openai)
+}
+
+/// A run that leaves the approvals to a person.
+fn assistant_unapproved(url: &str, args: &[&str]) -> String {
     support::run_with("ai_assistant", url, args, no_openai)
 }
 
@@ -342,7 +350,15 @@ async fn survives_kill_9(backend: Backend) {
         let mut child = support::spawn_with(
             "ai_assistant",
             &url,
-            &["--sagas", sagas, "--fail-rate", "0.2", "--seed", "8"],
+            &[
+                "--sagas",
+                sagas,
+                "--fail-rate",
+                "0.2",
+                "--seed",
+                "8",
+                "--auto-approve",
+            ],
             no_openai,
         );
         std::thread::sleep(Duration::from_millis(wait_ms));
@@ -361,3 +377,74 @@ async fn survives_kill_9(backend: Backend) {
     check_keys(&llm_calls(&store).await);
 }
 both_backends!(kill_9_tests, survives_kill_9);
+
+// Without `--auto-approve` the run ends with every saga waiting for a person, and says
+// how to approve one; a person's approval (here through `Engine::signal`, as the CLI
+// sends it) lets that saga finish on the next run; a rerun of the same requests starts
+// nothing new (each was started with the key `request-<i>`), and an auto-approving
+// run finishes the rest.
+async fn approvals_and_reruns(backend: Backend) {
+    use agentsaga::saga::query::ListFilter;
+    use agentsaga::saga::{Engine, Signal};
+    let url = fresh_url(backend).await;
+    let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
+    assert!(out.contains("waiting for a signal   : 6"), "{out}");
+    assert!(out.contains("sagas signal"), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let waiting = |store: Store| async move {
+        query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                ..ListFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let parked = waiting(store.clone()).await;
+    assert_eq!(parked.len(), 6);
+    assert!(
+        parked
+            .iter()
+            .all(|s| s.waiting_for.as_deref() == Some("approval"))
+    );
+    assert!(
+        support::statuses(&store, "assistant_emails")
+            .await
+            .is_empty(),
+        "nothing sent"
+    );
+
+    let approved = parked[0].id;
+    let mut tx = store.begin().await.unwrap();
+    Engine::signal(
+        &mut tx,
+        approved,
+        "approval",
+        Signal::Approve(serde_json::json!({ "by": "ann" })),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    // The same six requests again: nothing new starts; the approved one finishes.
+    let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
+    assert!(out.contains("waiting for a signal   : 5"), "{out}");
+    let all = query::list(&store, &ListFilter::default()).await.unwrap();
+    assert_eq!(all.len(), 6, "a rerun starts nothing new");
+    assert!(
+        all.iter()
+            .all(|s| s.key.as_deref().is_some_and(|k| k.starts_with("request-")))
+    );
+    let emails = support::statuses(&store, "assistant_emails").await;
+    assert_eq!(emails.keys().collect::<Vec<_>>(), [&approved.to_string()]);
+
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "3"]);
+    assert_eq!(
+        support::check_invariants(&store, UNDOABLE, FORWARD).await,
+        (6, 0)
+    );
+    assert!(waiting(store.clone()).await.is_empty());
+}
+both_backends!(approval_tests, approvals_and_reruns);

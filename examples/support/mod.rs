@@ -172,9 +172,23 @@ pub fn unfinished(c: &std::collections::BTreeMap<SagaState, u64>) -> u64 {
         + c.get(&SagaState::Compensating).copied().unwrap_or(0)
 }
 
-/// Waits until no saga is running or compensating and no start waits, with a
-/// progress bar.
-pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
+/// Sagas parked at a wait for a signal (a person's approval).
+pub async fn parked(store: &Store) -> anyhow::Result<u64> {
+    let list = query::list(
+        store,
+        &query::ListFilter {
+            waiting: true,
+            limit: u32::MAX,
+            ..query::ListFilter::default()
+        },
+    )
+    .await?;
+    Ok(list.len() as u64)
+}
+
+/// Waits until no saga is running or compensating (sagas parked at a wait for a signal
+/// aside, when `signals`) and no start waits, with a progress bar.
+pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Result<()> {
     let start_left = unfinished(&counts(store).await?) + waiting(store).await?;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
@@ -193,10 +207,14 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
     loop {
         // The database may go away for a while: say so, back off, and carry on.
         let counted = match counts(store).await {
-            Ok(c) => waiting(store).await.map(|w| (c, w)),
+            Ok(c) => match waiting(store).await {
+                Ok(w) if signals => parked(store).await.map(|p| (c, w, p)),
+                Ok(w) => Ok((c, w, 0)),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
-        let (c, waiting_starts) = match counted {
+        let (c, waiting_starts, parked) = match counted {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "database unavailable; retrying");
@@ -206,7 +224,7 @@ pub async fn wait_all(store: &Store, quiet: bool) -> anyhow::Result<()> {
             }
         };
         backoff = Duration::from_millis(100);
-        let left = unfinished(&c) + waiting_starts;
+        let left = (unfinished(&c) + waiting_starts).saturating_sub(parked);
         bar.set_position(start_left.saturating_sub(left));
         bar.set_message(format!(
             "(completed {}, compensated {}, stuck {})",
@@ -296,12 +314,42 @@ pub fn configure(builder: RuntimeBuilder, common: &CommonArgs) -> RuntimeBuilder
 /// Creates the tables, starts `--sagas` sagas of `saga` (50 per transaction, so a
 /// kill leaves whole batches), waits for every unfinished saga, prints the summary and
 /// shuts down.
+/// Which saga [`run`] starts, and how.
+pub struct Saga {
+    name: &'static str,
+    key: Option<Box<dyn Fn(u64) -> String>>,
+    signals: bool,
+}
+
+impl Saga {
+    /// The saga `name`, started without a key.
+    pub fn named(name: &'static str) -> Self {
+        Self {
+            name,
+            key: None,
+            signals: false,
+        }
+    }
+
+    /// Start saga `i` with the idempotency key `key(i)`: a rerun starts nothing new.
+    pub fn keyed(mut self, key: impl Fn(u64) -> String + 'static) -> Self {
+        self.key = Some(Box::new(key));
+        self
+    }
+
+    /// Its sagas may park at a wait for a signal: the run ends with them waiting.
+    pub fn waits_for_signals(mut self) -> Self {
+        self.signals = true;
+        self
+    }
+}
+
 pub async fn run<T: serde::Serialize>(
     runtime: Runtime,
     common: &CommonArgs,
     url: &str,
     ddl: &[&str],
-    saga: &str,
+    saga: Saga,
     mut data: impl FnMut(u64) -> T,
 ) -> anyhow::Result<()> {
     if let Some(addr) = runtime.metrics_addr() {
@@ -314,13 +362,42 @@ pub async fn run<T: serde::Serialize>(
         let batch = (common.sagas - n).min(50);
         let mut tx = runtime.store().begin().await?;
         for i in n..n + batch {
-            runtime.start_saga_in(&mut tx, saga, &data(i)).await?;
+            match &saga.key {
+                Some(key) => {
+                    runtime
+                        .start_saga_in_with_key(&mut tx, saga.name, &key(i), &data(i))
+                        .await?
+                }
+                None => runtime.start_saga_in(&mut tx, saga.name, &data(i)).await?,
+            };
         }
         tx.commit().await?;
         n += batch;
     }
-    wait_all(runtime.store(), common.quiet).await?;
+    wait_all(runtime.store(), common.quiet, saga.signals).await?;
     summary(runtime.store(), common.sagas, started.elapsed(), url).await?;
+    if saga.signals {
+        let waiting = query::list(
+            runtime.store(),
+            &query::ListFilter {
+                waiting: true,
+                limit: 1,
+                ..query::ListFilter::default()
+            },
+        )
+        .await?;
+        let parked = parked(runtime.store()).await?;
+        println!("waiting for a signal   : {parked}");
+        if let Some(first) = waiting.first() {
+            let signal = first.waiting_for.as_deref().unwrap_or("approval");
+            println!("approve one with:");
+            println!(
+                "  cargo run -p agentsaga-cli -- --database-url '{url}' sagas signal {} {signal} --data '{{\"by\":\"you\"}}'",
+                first.id
+            );
+            println!("and finish it with a run of `--sagas 0`.");
+        }
+    }
     runtime.shutdown().await;
     Ok(())
 }
