@@ -2,6 +2,12 @@
 //! it starts; a signal fills in the row's outcome. Read by the engine when a saga
 //! whose definition waits is loaded.
 
+// A build with one backend leaves the other's imports unused.
+#![cfg_attr(
+    not(all(feature = "sqlite", feature = "postgres")),
+    allow(unused_imports, unused_variables)
+)]
+
 use std::collections::BTreeMap;
 
 use agentsaga_core::sqlx::{self, Row};
@@ -74,7 +80,7 @@ pub enum Signal {
     Reject(String),
 }
 
-/// What [`record`] did.
+/// What `Engine::signal` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignalReceipt {
     /// The signal is recorded; the saga uses it at its wait (now, or when it gets
