@@ -572,6 +572,11 @@ fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<u
             b = b.step(step(i).nothing_to_undo());
             stage_of.push(stage);
             i += 1;
+        } else if rng.u8(0..5) == 0 {
+            // A wait for a signal: approved, rejected or never sent (it times out).
+            b = b.step(Step::wait_for(format!("w{i}")).timeout(Duration::from_millis(400)));
+            stage_of.push(stage);
+            i += 1;
         } else {
             b = b.step(undo(i));
             stage_of.push(stage);
@@ -597,6 +602,7 @@ fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<u
 }
 
 async fn property_random_sagas(backend: Backend) {
+    let mut signals = 0;
     for seed in 0..2u64 {
         let mut rng = fastrand::Rng::with_seed(seed * 7919 + 13);
         let shapes: Vec<_> = (0..16)
@@ -608,6 +614,34 @@ async fn property_random_sagas(backend: Backend) {
         let mut ids = Vec::new();
         for (d, _, _) in &shapes {
             ids.push((w.start(d.name(), json!({})).await, d.clone()));
+        }
+        // Each wait's signal, sent now (before any saga reaches its wait: kept until it
+        // does): approved, rejected, approved twice (the second changes nothing), or
+        // none (the wait times out). Rejected and timed-out waits compensate.
+        let mut refused: HashSet<SagaId> = HashSet::new();
+        for (id, d) in &ids {
+            for name in d.waits() {
+                let choice = rng.u8(0..4);
+                if choice < 2 {
+                    refused.insert(*id);
+                }
+                let signal = match choice {
+                    0 => continue,
+                    1 => crate::Signal::Reject("no".into()),
+                    _ => crate::Signal::Approve(json!(null)),
+                };
+                let mut tx = w.store.begin().await.unwrap();
+                let got = Engine::signal(&mut tx, *id, name, signal.clone())
+                    .await
+                    .unwrap();
+                assert_eq!(got, crate::SignalReceipt::Recorded);
+                if choice == 3 {
+                    let again = Engine::signal(&mut tx, *id, name, signal).await.unwrap();
+                    assert_eq!(again, crate::SignalReceipt::Duplicate);
+                }
+                tx.commit().await.unwrap();
+                signals += 1;
+            }
         }
         let pivots: HashMap<String, Option<usize>> = shapes
             .iter()
@@ -656,6 +690,14 @@ async fn property_random_sagas(backend: Backend) {
                 s.state,
                 s.error
             );
+            if refused.contains(id) {
+                assert_eq!(
+                    s.state,
+                    SagaState::Compensated,
+                    "{}: a rejected or unsignalled wait lets nothing through",
+                    def.name()
+                );
+            }
             let steps = query::steps(&w.store, *id).await.unwrap();
             let undone: Vec<usize> = w
                 .ledger
@@ -709,6 +751,7 @@ async fn property_random_sagas(backend: Backend) {
         let stats = w.store.admin().stats().await.unwrap();
         assert_eq!(stats.in_flight, 0);
     }
+    assert!(signals > 0, "the random shapes held no wait to signal");
 }
 both_backends!(property_tests, property_random_sagas);
 
