@@ -48,6 +48,44 @@ pub(crate) struct StepRow {
     pub(crate) compensated_at: Option<i64>,
 }
 
+impl StepRow {
+    /// The row a step gets at its first dispatch: nothing sent yet, and its
+    /// compensation-ledger entry as given.
+    pub(crate) fn first_dispatch(
+        idx: usize,
+        stage: usize,
+        name: &str,
+        destination: &str,
+        compensation_state: Option<CompensationState>,
+        compensation_destination: Option<String>,
+        compensation_payload: Option<Value>,
+    ) -> Self {
+        Self {
+            idx,
+            stage,
+            name: name.to_owned(),
+            destination: destination.to_owned(),
+            state: StepState::Dispatched,
+            attempts: 0,
+            command_id: None,
+            timer_id: None,
+            input: None,
+            output: None,
+            error: None,
+            compensation_destination,
+            compensation_payload,
+            compensation_state,
+            compensation_attempts: 0,
+            compensation_message_id: None,
+            compensation_error: None,
+            deadline_ms: None,
+            dispatched_at: None,
+            replied_at: None,
+            compensated_at: None,
+        }
+    }
+}
+
 impl Instance {
     /// Has a compensation exhausted its retries (the saga is stuck going backward)?
     pub(crate) fn failed_compensation(&self) -> Option<usize> {

@@ -69,29 +69,15 @@ impl Ctx<'_> {
                 };
             self.inst.steps.insert(
                 idx,
-                StepRow {
+                StepRow::first_dispatch(
                     idx,
                     stage,
-                    name: sd.name.clone(),
-                    destination: sd.destination.clone(),
-                    state: StepState::Dispatched,
-                    attempts: 0,
-                    command_id: None,
-                    timer_id: None,
-                    input: None,
-                    output: None,
-                    error: None,
+                    &sd.name,
+                    &sd.destination,
+                    compensation_state,
                     compensation_destination,
                     compensation_payload,
-                    compensation_state,
-                    compensation_attempts: 0,
-                    compensation_message_id: None,
-                    compensation_error: None,
-                    deadline_ms: None,
-                    dispatched_at: None,
-                    replied_at: None,
-                    compensated_at: None,
-                },
+                ),
             );
         }
         let orchestrator = self.orchestrator();

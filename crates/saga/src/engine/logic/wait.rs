@@ -24,28 +24,16 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let wait = MessageId::new();
         let now = self.now_ms;
-        let row = self.inst.steps.entry(idx).or_insert_with(|| StepRow {
-            idx,
-            stage,
-            name: sd.name.clone(),
-            destination: sd.destination.clone(),
-            state: StepState::Dispatched,
-            attempts: 0,
-            command_id: None,
-            timer_id: None,
-            input: None,
-            output: None,
-            error: None,
-            compensation_destination: None,
-            compensation_payload: None,
-            compensation_state: Some(CompensationState::NotNeeded),
-            compensation_attempts: 0,
-            compensation_message_id: None,
-            compensation_error: None,
-            deadline_ms: None,
-            dispatched_at: None,
-            replied_at: None,
-            compensated_at: None,
+        let row = self.inst.steps.entry(idx).or_insert_with(|| {
+            StepRow::first_dispatch(
+                idx,
+                stage,
+                &sd.name,
+                &sd.destination,
+                Some(CompensationState::NotNeeded),
+                None,
+                None,
+            )
         });
         row.state = StepState::Dispatched;
         row.attempts += 1;
