@@ -72,7 +72,9 @@ pub use retry::RetryPolicy;
 pub use store::POSTGRES_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::SQLITE_MIGRATOR;
-pub use store::{Conn, ReadPool, Receipt, Store, StoreConfig, Synchronous, Tx, admin, queue};
+pub use store::{
+    Conn, Integer, ReadPool, Receipt, Store, StoreConfig, Synchronous, Tx, admin, queue,
+};
 
 /// Re-exported so users name the same sqlx the store was built with.
 pub use sqlx;

@@ -27,7 +27,7 @@ use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
-pub use conn::{Conn, Tx};
+pub use conn::{Conn, Integer, Tx};
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;

@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::admin::{DeadRow, Stats, Table};
 use super::queue::{Claim, DeadLetter, Retry};
-use crate::{Envelope, Error, Message, MessageId, Result};
+use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 
 /// The open database, of one backend or the other.
 #[derive(Clone, Debug)]
@@ -119,9 +119,6 @@ pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) 
     Ok(())
 }
 
-/// A row's attempt count, stored as `integer` (SQLite's 64 bits, PostgreSQL's 32).
-pub(super) struct Attempts(pub(super) u32);
-
 /// Decodes an outbox row (`seq, id, destination, key, payload, headers, attempts,
 /// created_at`, the last in Unix milliseconds) of either backend.
 pub(super) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
@@ -131,7 +128,7 @@ where
     i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Attempts: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     let corrupt = |column: &str, e: &dyn std::fmt::Display| Error::Corrupt {
         table: "outbox",
@@ -147,7 +144,8 @@ where
         key: row.try_get("key")?,
         payload: row.try_get("payload")?,
         headers: serde_json::from_str(&headers).map_err(|e| corrupt("headers", &e))?,
-        attempts: row.try_get::<Attempts, _>("attempts")?.0,
+        attempts: u32::try_from(row.try_get::<Integer, _>("attempts")?.0.max(0))
+            .unwrap_or(u32::MAX),
         created_at_ms: row.try_get("created_at")?,
     })
 }
@@ -160,44 +158,10 @@ where
     i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Attempts: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(DeadRow {
         envelope: envelope(row)?,
         last_error: row.try_get("last_error")?,
     })
-}
-
-#[cfg(feature = "sqlite")]
-impl sqlx::Type<sqlx::Sqlite> for Attempts {
-    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
-        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Attempts {
-    fn decode(
-        value: sqlx::sqlite::SqliteValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        let n = <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value)?;
-        Ok(Self(u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl sqlx::Type<sqlx::Postgres> for Attempts {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Attempts {
-    fn decode(
-        value: sqlx::postgres::PgValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        let n = <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
-        Ok(Self(u32::try_from(n.max(0)).unwrap_or(0)))
-    }
 }

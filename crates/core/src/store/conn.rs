@@ -314,3 +314,41 @@ macro_rules! with_reader {
         $crate::match_reader!($pool, sqlite($p) => $body, postgres($p) => $body)
     };
 }
+
+/// An `integer` column of either backend, as an `i64`: SQLite stores 64 bits,
+/// PostgreSQL's `integer` 32. For decoding a row the same way on both
+/// (`row.try_get::<Integer, _>("attempts")?.0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Integer(pub i64);
+
+#[cfg(feature = "sqlite")]
+impl sqlx::Type<sqlx::Sqlite> for Integer {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Integer {
+    fn decode(
+        value: sqlx::sqlite::SqliteValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value).map(Integer)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl sqlx::Type<sqlx::Postgres> for Integer {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Integer {
+    fn decode(
+        value: sqlx::postgres::PgValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value).map(|n| Integer(i64::from(n)))
+    }
+}

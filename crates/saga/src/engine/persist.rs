@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Conn, MessageId};
+use agentsaga_core::{Conn, Integer, MessageId};
 use serde_json::Value;
 
 use super::model::{Instance, StepRow};
@@ -28,43 +28,6 @@ fn json(s: Option<String>) -> Result<Option<Value>> {
     s.map(|s| serde_json::from_str(&s))
         .transpose()
         .map_err(Into::into)
-}
-
-/// An integer column: `integer` (64 bits) on SQLite, `integer` (32 bits) on PostgreSQL.
-struct Int(i64);
-
-agentsaga_core::if_sqlite! {
-impl sqlx::Type<sqlx::Sqlite> for Int {
-    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
-        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
-    }
-}
-
-impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Int {
-    fn decode(
-        value: sqlx::sqlite::SqliteValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value).map(Int)
-    }
-}
-
-}
-
-agentsaga_core::if_postgres! {
-impl sqlx::Type<sqlx::Postgres> for Int {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
-    }
-}
-
-impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Int {
-    fn decode(
-        value: sqlx::postgres::PgValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value).map(|n| Int(i64::from(n)))
-    }
-}
-
 }
 
 /// The columns of a step, as both backends' loads select them (ids as each backend
@@ -105,12 +68,12 @@ fn step_row<'r, R>(r: &'r R) -> Result<StepRow>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,
-    Int: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
-    let int = |col: &'static str| -> Result<i64> { Ok(r.try_get::<Int, _>(col)?.0) };
+    let int = |col: &'static str| -> Result<i64> { Ok(r.try_get::<Integer, _>(col)?.0) };
     Ok(StepRow {
         idx: int("idx")? as usize,
         stage: int("stage")? as usize,
@@ -145,17 +108,17 @@ fn instance_row<'r, R>(id: SagaId, r: &'r R) -> Result<Instance>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,
-    Int: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(Instance {
         id,
         name: r.try_get("saga_name")?,
-        version: r.try_get::<Int, _>("version")?.0 as i32,
+        version: r.try_get::<Integer, _>("version")?.0 as i32,
         state: parse(&r.try_get::<String, _>("saga_state")?, "saga state")?,
         data: serde_json::from_str(&r.try_get::<String, _>("data")?)?,
         error: r.try_get("saga_error")?,
-        stage: r.try_get::<Int, _>("saga_stage")?.0 as usize,
+        stage: r.try_get::<Integer, _>("saga_stage")?.0 as usize,
         steps: BTreeMap::new(),
         finished: false,
     })
