@@ -17,7 +17,7 @@ use crate::{
 
 type D = Value;
 
-fn fast() -> RetryPolicy {
+pub(crate) fn fast() -> RetryPolicy {
     RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(4), 3)
 }
 
@@ -785,8 +785,10 @@ struct Reservation {
     id: String,
 }
 
-/// `trip`'s shape, each reservation undone by the id its reply gave.
-fn booked() -> SagaDefinition {
+/// `trip`'s shape, each reservation undone by the id its reply gave
+/// (`compensate_with`); `None` when the step's outcome is unknown. Shared with the
+/// engine logic's tests.
+pub(crate) fn booked() -> SagaDefinition {
     let reserve = |n: &str| {
         Step::<D>::new(n, format!("{n}-agent"))
             .compensate_with(format!("{n}-agent"), |d: &D, r: Option<&Reservation>| {

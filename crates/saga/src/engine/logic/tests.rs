@@ -20,6 +20,7 @@ use super::{Ctx, Effects};
 use crate::engine::model::{Instance, StepRow};
 use crate::protocol::{self, Inbound, StepOutcome, envelope};
 use crate::state::all::{EVENTS, ROWS, STATES};
+use crate::tests::{booked, fast};
 use crate::{
     CompensationState, Error, Result, Saga, SagaDefinition, SagaEvent, SagaId, SagaState, Step,
     StepState,
@@ -28,10 +29,6 @@ use crate::{
 type D = Value;
 
 const NOW: i64 = 1_700_000_000_000;
-
-fn fast() -> RetryPolicy {
-    RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(4), 3)
-}
 
 fn ok() -> StepOutcome {
     StepOutcome::Ok(json!("ok"))
@@ -72,31 +69,6 @@ fn trip() -> SagaDefinition {
         .pivot(Step::new("charge", "charge-agent").retry(fast()))
         .step(Step::new("confirm", "confirm-agent").retry(fast()))
         .deadline(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// What the steps of `booked` reply: the reservation their compensation names.
-#[derive(Debug, serde::Deserialize)]
-struct Reservation {
-    id: String,
-}
-
-/// `trip`'s shape, its reservations undone by the id their reply gave
-/// (`compensate_with`); `None` when the step's outcome is unknown.
-fn booked() -> SagaDefinition {
-    let reserve = |n: &str| {
-        Step::<D>::new(n, format!("{n}-agent"))
-            .compensate_with(format!("{n}-agent"), |d: &D, r: Option<&Reservation>| {
-                json!({ "cancel": r.map(|r| r.id.as_str()), "trip": d["trip"] })
-            })
-            .retry(fast())
-            .timeout(Duration::from_millis(300))
-    };
-    Saga::<D>::builder("booked", 1)
-        .step(reserve("flight"))
-        .parallel([reserve("hotel"), reserve("car")])
-        .pivot(Step::new("charge", "charge-agent").retry(fast()))
         .build()
         .unwrap()
 }
