@@ -567,22 +567,7 @@ async fn check_and_measure(
     n: usize,
 ) -> anyhow::Result<(usize, Vec<f64>)> {
     let plain = Plain::open(backend, url).await?;
-    let rows: Vec<(String, i64, i64)> = match &plain {
-        Plain::Sqlite(pool) => {
-            sqlx::query_as("SELECT state, created_at, updated_at FROM saga_instances")
-                .fetch_all(pool)
-                .await?
-        }
-        Plain::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT state, (extract(epoch FROM created_at) * 1000)::bigint,
-                    (extract(epoch FROM updated_at) * 1000)::bigint
-                 FROM saga_instances",
-            )
-            .fetch_all(pool)
-            .await?
-        }
-    };
+    let rows = plain.saga_rows().await?;
     plain.close().await;
     let completed = rows.iter().filter(|r| r.0 == "completed").count();
     ensure!(

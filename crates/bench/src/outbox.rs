@@ -143,6 +143,27 @@ impl Plain {
             Self::Postgres(p) => p.close().await,
         }
     }
+
+    /// Every saga's `(state, created_at, updated_at)`, times in Unix ms: what the saga
+    /// benches check and measure once a run is over.
+    pub(crate) async fn saga_rows(&self) -> anyhow::Result<Vec<(String, i64, i64)>> {
+        Ok(match self {
+            Self::Sqlite(pool) => {
+                sqlx::query_as("SELECT state, created_at, updated_at FROM saga_instances")
+                    .fetch_all(pool)
+                    .await?
+            }
+            Self::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT state, (extract(epoch FROM created_at) * 1000)::bigint,
+                        (extract(epoch FROM updated_at) * 1000)::bigint
+                     FROM saga_instances",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+        })
+    }
 }
 
 /// Runs the `outbox` bench on the chosen backends.

@@ -332,22 +332,7 @@ async fn check_and_measure(
     n: usize,
 ) -> anyhow::Result<Vec<f64>> {
     let plain = Plain::open(backend, url).await?;
-    let rows: Vec<(String, i64, i64)> = match &plain {
-        Plain::Sqlite(pool) => {
-            sqlx::query_as("SELECT state, created_at, updated_at FROM saga_instances")
-                .fetch_all(pool)
-                .await?
-        }
-        Plain::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT state, (extract(epoch FROM created_at) * 1000)::bigint,
-                    (extract(epoch FROM updated_at) * 1000)::bigint
-                 FROM saga_instances",
-            )
-            .fetch_all(pool)
-            .await?
-        }
-    };
+    let rows = plain.saga_rows().await?;
     plain.close().await;
     let failing = (0..n as u64).filter(|&i| scenario.fails(i)).count();
     let compensated = rows.iter().filter(|r| r.0 == "compensated").count();
