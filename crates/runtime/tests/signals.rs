@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Error as SagaError, Saga, SagaDefinition, SagaId, SagaState, Signal};
 use agentsaga_saga::{SignalReceipt, Step};
@@ -29,6 +29,9 @@ struct Approval {
 }
 
 /// Records every command it is given, under its destination; waits at a gate first.
+/// The wait is the agent's outside call (no transaction held): a gate inside a
+/// database-only handler would hold SQLite's single writer and block the test's own
+/// `signal` behind it.
 struct Recorder {
     destination: &'static str,
     seen: Arc<Mutex<Vec<(String, Value)>>>,
@@ -36,14 +39,23 @@ struct Recorder {
 }
 
 #[async_trait::async_trait]
-impl Agent for Recorder {
+impl CallingAgent for Recorder {
     type Command = Value;
+    type Output = ();
     type Reply = Value;
     fn destination(&self) -> &str {
         self.destination
     }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<(), StepError> {
         let _ = self.gate.clone().wait_for(|open| *open).await;
+        Ok(())
+    }
+    async fn record(
+        &self,
+        _: &mut AgentContext<'_>,
+        cmd: Value,
+        (): (),
+    ) -> Result<Value, StepError> {
         self.seen
             .lock()
             .unwrap()
@@ -98,7 +110,7 @@ async fn start_runtime(
 ) -> Runtime {
     let mut b = Runtime::builder().database(url);
     for destination in ["drafts", "discard", "sender"] {
-        b = b.agent(Recorder {
+        b = b.calling_agent(Recorder {
             destination,
             seen: Arc::clone(seen),
             gate: gate.clone(),
