@@ -29,10 +29,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::plan::{Catalog, Planned};
 use crate::{Error, Result};
 
 type BuildFn = Arc<dyn Fn(&Value) -> Result<Value> + Send + Sync>;
-type FoldFn = Arc<dyn Fn(&mut Value, Value) -> Result<()> + Send + Sync>;
+pub(crate) type FoldFn = Arc<dyn Fn(&mut Value, Value) -> Result<()> + Send + Sync>;
 /// Builds a compensation from the saga data and the step's reply (`None`: the step did
 /// not succeed). `Err` says why it cannot be built (a reply of another type...).
 pub(crate) type UndoFn =
@@ -433,6 +434,7 @@ impl<D, P> SagaBuilder<D, P> {
             version: self.version,
             stages: self.stages,
             deadline: self.deadline,
+            planned: None,
         })
     }
 }
@@ -483,6 +485,8 @@ pub struct SagaDefinition {
     pub(crate) version: i32,
     pub(crate) stages: Vec<Vec<StepDef>>,
     pub(crate) deadline: Option<Duration>,
+    /// A saga whose steps come from a plan, per instance (`stages` is empty then).
+    pub(crate) planned: Option<Planned>,
 }
 
 impl SagaDefinition {
@@ -501,10 +505,20 @@ impl SagaDefinition {
         orchestrator_destination(&self.name, self.version)
     }
 
-    /// Every agent destination its steps and compensations send to.
+    /// Whether its steps come from a plan made at run time ([`PlannedSaga`]).
+    pub fn is_planned(&self) -> bool {
+        self.planned.is_some()
+    }
+
+    /// Every agent destination its steps and compensations send to (for a planned
+    /// saga: every destination its plans may use, and its planner's).
     pub fn agent_destinations(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for s in self.stages.iter().flatten() {
+        if let Some(p) = &self.planned {
+            out.extend(p.catalog.destinations.iter().cloned());
+        }
+        let planner = self.planned.as_ref().and_then(|p| p.planner.as_ref());
+        for s in self.stages.iter().flatten().chain(planner) {
             if s.wait.is_none() {
                 out.push(s.destination.clone());
             }
@@ -517,7 +531,8 @@ impl SagaDefinition {
         out
     }
 
-    /// The signals its waits wait for, in step order.
+    /// The signals its waits wait for, in step order (for a planned saga, those of
+    /// the definition [`for_data`](Self::for_data) gives).
     pub fn waits(&self) -> Vec<&str> {
         self.stages
             .iter()
@@ -532,6 +547,21 @@ impl SagaDefinition {
             .iter()
             .enumerate()
             .flat_map(|(i, st)| st.iter().map(move |s| (i, s)))
+    }
+
+    /// The definition an instance with saga data `data` runs: this one, or for a
+    /// planned saga, its planner step and the plan stored in `data`.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a stored plan that does not decode.
+    pub(crate) fn for_data(self: &Arc<Self>, data: &Value) -> Result<Arc<SagaDefinition>> {
+        match &self.planned {
+            None => Ok(Arc::clone(self)),
+            Some(p) => Ok(Arc::new(SagaDefinition {
+                stages: p.stages(data)?,
+                ..SagaDefinition::clone(self)
+            })),
+        }
     }
 
     pub(crate) fn stage_range(&self, stage: usize) -> std::ops::Range<usize> {
@@ -549,6 +579,121 @@ impl SagaDefinition {
             Some(p) => idx > p,
             None => false,
         }
+    }
+}
+
+/// The entry point for sagas whose steps are made at run time: a [`Plan`] given at
+/// start ([`PlanStart`](crate::PlanStart)), or returned by a planner step: see
+/// [`plan`](crate::plan).
+///
+/// ```
+/// use agentsaga_saga::{Plan, PlanStart, PlanStep, PlannedSaga};
+/// use serde_json::json;
+///
+/// let def = PlannedSaga::builder("errand", 1)
+///     .destinations(["search", "calendar", "mail"])
+///     .build()
+///     .unwrap();
+/// let plan = Plan::new()
+///     .then(PlanStep::command("find", "search", json!({ "q": { "$from": "/input/topic" } }))
+///         .nothing_to_undo())
+///     .then(PlanStep::command("book", "calendar", json!({ "about": { "$from": "/results/find" } }))
+///         .compensate("calendar", json!({ "cancel": { "$from": "/results/book/event_id" } })))
+///     .then(PlanStep::command("send", "mail", json!("done")).pivot());
+/// let start = PlanStart::new(plan, json!({ "topic": "sagas" })).unwrap();
+/// // runtime.start_saga("errand", &start).await? — checked against the rules and the
+/// // destinations when it starts.
+/// # let _ = (def, start);
+/// ```
+#[derive(Debug)]
+pub struct PlannedSaga;
+
+impl PlannedSaga {
+    /// A planned saga named `name` at definition `version`.
+    pub fn builder(name: impl Into<String>, version: i32) -> PlannedBuilder {
+        PlannedBuilder {
+            name: name.into(),
+            version,
+            destinations: std::collections::BTreeSet::new(),
+            planner: None,
+            deadline: None,
+        }
+    }
+}
+
+/// Builds a planned [`SagaDefinition`]. See [`PlannedSaga::builder`].
+#[must_use]
+pub struct PlannedBuilder {
+    name: String,
+    version: i32,
+    destinations: std::collections::BTreeSet<String>,
+    planner: Option<StepDef>,
+    deadline: Option<Duration>,
+}
+
+impl PlannedBuilder {
+    /// The destinations its plans may send commands and compensations to: a plan
+    /// naming any other is refused.
+    pub fn destinations<S: Into<String>>(
+        mut self,
+        destinations: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.destinations
+            .extend(destinations.into_iter().map(Into::into));
+        self
+    }
+
+    /// A first step whose reply is the plan: a [`Plan`](crate::Plan) as JSON, or a
+    /// planner's text answer (prose, fenced JSON: see
+    /// [`Plan::from_text`](crate::Plan::from_text)). The reply is checked like
+    /// a plan given at start; one that fails fails the step, fatally, with the reason
+    /// (the saga then compensates what came before, which is nothing but the planner
+    /// step itself). Its `on_reply` is replaced by storing the plan; its command is
+    /// built from the saga data (`{"input": …, "results": {}}`). Starts of this saga
+    /// pass the input alone.
+    pub fn planner(mut self, step: Step<Value, Undoable>) -> Self {
+        self.planner = Some(step.def);
+        self
+    }
+
+    /// The whole saga's deadline, as [`SagaBuilder::deadline`].
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The definition, ready to register.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDefinition`] for an empty name or no destinations.
+    pub fn build(self) -> Result<SagaDefinition> {
+        if self.name.trim().is_empty() {
+            return Err(Error::InvalidDefinition("the saga name is empty".into()));
+        }
+        if self.destinations.is_empty() || self.destinations.iter().any(|d| d.trim().is_empty()) {
+            return Err(Error::InvalidDefinition(format!(
+                "planned saga `{}` names no destinations its plans may use",
+                self.name
+            )));
+        }
+        let catalog = Arc::new(Catalog {
+            destinations: self.destinations,
+            planner_name: self.planner.as_ref().map(|p| p.name.clone()),
+        });
+        let planner = self.planner.map(|mut p| {
+            let catalog = Arc::clone(&catalog);
+            p.fold = Some(Arc::new(move |data: &mut Value, reply: Value| {
+                catalog.fold_plan(data, reply)
+            }));
+            p
+        });
+        Ok(SagaDefinition {
+            name: self.name,
+            version: self.version,
+            stages: Vec::new(),
+            deadline: self.deadline,
+            planned: Some(Planned { catalog, planner }),
+        })
     }
 }
 

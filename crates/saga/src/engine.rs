@@ -181,12 +181,18 @@ impl Engine {
         self.defs.contains_key(&(name.to_owned(), version))
     }
 
-    fn ctx<'a>(&'a self, inst: &'a mut Instance) -> Ctx<'a> {
-        let def = self
-            .defs
+    /// The definition instance `inst` runs (`None`: its version is not registered
+    /// here); for a planned saga, made from the plan in its data.
+    fn definition_of(&self, inst: &Instance) -> Result<Option<Arc<SagaDefinition>>> {
+        self.defs
             .get(&(inst.name.clone(), inst.version))
-            .map(AsRef::as_ref);
-        Ctx {
+            .map(|d| d.for_data(&inst.data))
+            .transpose()
+    }
+
+    fn ctx<'a>(&'a self, inst: &'a mut Instance) -> Result<Ctx<'a>> {
+        let def = self.definition_of(inst)?;
+        Ok(Ctx {
             inst,
             def,
             compensation_retry: self.compensation_retry,
@@ -194,7 +200,30 @@ impl Engine {
             fx: Effects::default(),
             rng: fastrand::Rng::new(),
             signals: BTreeMap::new(),
+        })
+    }
+
+    /// The data a start of saga `name` stores: `data` itself, or for a planned saga
+    /// `{"input", "plan", "results"}` with its plan checked.
+    fn prepare(&self, name: &str, version: i32, data: Value) -> Result<Value> {
+        let Some(planned) = self
+            .defs
+            .get(&(name.to_owned(), version))
+            .and_then(|d| d.planned.as_ref())
+        else {
+            return Ok(data);
+        };
+        if planned.planner.is_some() {
+            return crate::plan::initial_data(data, None);
         }
+        let start: crate::PlanStart = serde_json::from_value(data).map_err(|e| {
+            Error::InvalidPlan(format!(
+                "saga `{name}` has no planner step: start it with a plan and its input \
+                 (PlanStart, {{\"plan\": …, \"input\": …}}): {e}"
+            ))
+        })?;
+        planned.catalog.validate(&start.plan)?;
+        crate::plan::initial_data(start.input, Some(&start.plan))
     }
 
     /// Starts saga `name` (its newest registered version) with `data`, in `tx`: the
@@ -243,6 +272,7 @@ impl Engine {
         data: Value,
     ) -> Result<Accepted> {
         let version = self.version_of(name)?;
+        let data = self.prepare(name, version, data)?;
         let id = SagaId::new();
         if let Some(key) = key {
             if key.is_empty() || key.len() > MAX_KEY_BYTES {
@@ -310,6 +340,7 @@ impl Engine {
     /// [`Error::Busy`]; as [`start`](Self::start).
     pub async fn try_start_json(&self, tx: &mut Tx, name: &str, data: Value) -> Result<SagaId> {
         let version = self.version_of(name)?;
+        let data = self.prepare(name, version, data)?;
         if let Some(bound) = self.max_in_flight(name) {
             let in_flight = admission::in_flight(tx.conn(), name).await?;
             if in_flight >= bound as u64 || admission::any_waiting(tx.conn(), name).await? {
@@ -485,20 +516,10 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let mut ctx = self.ctx(&mut inst);
+        let mut ctx = self.ctx(&mut inst)?;
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
         let fx = std::mem::take(&mut ctx.fx);
-        let waits = self
-            .defs
-            .get(&(name.to_owned(), version))
-            .map(|d| d.waits())
-            .unwrap_or_default();
-        async {
-            self.write(tx, &inst, None, fx).await?;
-            signals::register(tx.conn(), id, &waits).await
-        }
-        .instrument(span)
-        .await
+        self.write(tx, &inst, None, fx).instrument(span).await
     }
 
     /// The signals saga `inst` has received, if its definition waits for any (no
@@ -511,7 +532,7 @@ impl Engine {
         let waits = self
             .defs
             .get(&(inst.name.clone(), inst.version))
-            .is_some_and(|d| !d.waits().is_empty());
+            .is_some_and(|d| d.is_planned() || !d.waits().is_empty());
         if !waits {
             return Ok(BTreeMap::new());
         }
@@ -548,6 +569,10 @@ impl Engine {
         fx: Effects,
     ) -> Result<()> {
         persist::save(tx.conn(), inst, before, now_ms()).await?;
+        if !fx.waits.is_empty() {
+            let waits: Vec<&str> = fx.waits.iter().map(String::as_str).collect();
+            signals::register(tx.conn(), inst.id, &waits).await?;
+        }
         tx.cancel_pending(&fx.cancel).await?;
         if !fx.send.is_empty() {
             tx.enqueue_batch(&fx.send).await?;
@@ -596,7 +621,7 @@ impl Engine {
         };
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
-        let mut ctx = self.ctx(&mut inst);
+        let mut ctx = self.ctx(&mut inst)?;
         ctx.signals = signals;
         match started_in_time {
             Some(step) => ctx.ignore(format!("step {step} started in time"))?,
@@ -653,7 +678,7 @@ impl Engine {
         }
         let step = protocol::step_of(env);
         let before = inst.clone();
-        let mut ctx = self.ctx(&mut inst);
+        let mut ctx = self.ctx(&mut inst)?;
         ctx.fail_processing(step, format!("the orchestrator could not go on: {reason}"))?;
         let fx = std::mem::take(&mut ctx.fx);
         self.finish_handle(tx, saga, inst, before, fx).await
@@ -725,7 +750,7 @@ impl Engine {
             .ok_or(Error::NotFound(id))?;
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
-        let mut ctx = self.ctx(&mut inst);
+        let mut ctx = self.ctx(&mut inst)?;
         ctx.signals = signals;
         op(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);

@@ -78,6 +78,12 @@ pub enum Error {
         reason: String,
     },
 
+    /// A plan (made at run time) that breaks the rules: no way to undo a step before
+    /// the pivot, an unknown destination, two steps with one name, JSON that is not a
+    /// plan... Nothing of it was written or run.
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+
     /// An event that the saga lifecycle's transition table does not allow in the
     /// saga's state: the engine's bug, or a row changed behind its back. Nothing of
     /// the transaction that met it may stay: roll it back.

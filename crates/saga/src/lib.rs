@@ -40,19 +40,21 @@ mod definition;
 mod engine;
 mod error;
 mod id;
+pub mod plan;
 pub mod protocol;
 pub mod query;
 mod state;
 
 pub use definition::{
-    AfterPivot, BeforePivot, Open, Saga, SagaBuilder, SagaDefinition, Step, StepDef, Undoable,
-    orchestrator_destination,
+    AfterPivot, BeforePivot, Open, PlannedBuilder, PlannedSaga, Saga, SagaBuilder, SagaDefinition,
+    Step, StepDef, Undoable, orchestrator_destination,
 };
 pub use engine::{
     Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, Signal, SignalReceipt,
 };
 pub use error::{Error, Result};
 pub use id::SagaId;
+pub use plan::{Plan, PlanCommand, PlanStage, PlanStart, PlanStep};
 pub use protocol::StepOutcome;
 pub use state::{CompensationState, SagaEvent, SagaState, StepState};
 

@@ -21,6 +21,7 @@ use agentsaga_core::clock::millis;
 use agentsaga_core::{Message, MessageId, RetryPolicy};
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::model::Instance;
 use crate::protocol::{Inbound, StepAddress, StepOutcome};
@@ -38,6 +39,9 @@ pub(crate) struct Effects {
     pub(crate) compensating: Option<String>,
     /// The lifecycle transitions taken, in order, as (from, event).
     pub(crate) transitions: Vec<(SagaState, SagaEvent)>,
+    /// Waits whose `saga_signals` rows to write (at the start, or once a planned saga
+    /// has its plan).
+    pub(crate) waits: Vec<String>,
 }
 
 /// Ties the instance, its definition and the clock together while deciding.
@@ -45,7 +49,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) inst: &'a mut Instance,
     /// `None` when this process lacks the instance's version: operators may still act
     /// on the compensation ledger.
-    pub(crate) def: Option<&'a SagaDefinition>,
+    pub(crate) def: Option<Arc<SagaDefinition>>,
     pub(crate) compensation_retry: RetryPolicy,
     pub(crate) now_ms: i64,
     pub(crate) fx: Effects,
@@ -111,10 +115,12 @@ impl Ctx<'_> {
     }
 
     fn def(&self) -> Result<&SagaDefinition> {
-        self.def.ok_or_else(|| Error::VersionNotRegistered {
-            name: self.inst.name.clone(),
-            version: self.inst.version,
-        })
+        self.def
+            .as_deref()
+            .ok_or_else(|| Error::VersionNotRegistered {
+                name: self.inst.name.clone(),
+                version: self.inst.version,
+            })
     }
 
     fn orchestrator(&self) -> String {

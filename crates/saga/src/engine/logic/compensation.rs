@@ -82,7 +82,7 @@ impl Ctx<'_> {
     /// built here (the orchestrator that has it will be asked). `false`, with the saga
     /// stuck, if one cannot be built; nothing is recorded then.
     fn build_compensations(&mut self, idxs: &[usize]) -> Result<bool> {
-        let Some(def) = self.def else {
+        let Some(def) = self.def.clone() else {
             return Ok(true);
         };
         let mut built = Vec::new();

@@ -15,7 +15,9 @@ impl Ctx<'_> {
     /// Starts the saga, which `waited` for admission: its deadline counts from when
     /// it was accepted.
     pub(crate) fn start(&mut self, waited: Duration) -> Result<()> {
-        let deadline = self.def()?.deadline;
+        let def = self.def()?;
+        let deadline = def.deadline;
+        self.fx.waits = def.waits().into_iter().map(str::to_owned).collect();
         if let Some(deadline) = deadline {
             let timer = protocol::deadline_timer(
                 self.inst.id,
@@ -137,8 +139,13 @@ impl Ctx<'_> {
                 if let Some(fold) = fold
                     && let Err(e) = fold(&mut self.inst.data, value.clone())
                 {
-                    return self.fail_step(idx, format!("the reply did not decode: {e}"));
+                    let why = match e {
+                        Error::InvalidPlan(_) => format!("the planner's {e}"),
+                        e => format!("the reply did not decode: {e}"),
+                    };
+                    return self.fail_step(idx, why);
                 }
+                self.replan(idx)?;
                 let row = self.inst.steps.get_mut(&idx).expect("checked");
                 row.state = StepState::Succeeded;
                 row.output = Some(value);
@@ -168,6 +175,27 @@ impl Ctx<'_> {
                 self.fail_step(idx, e)
             }
         }
+    }
+
+    /// A planned saga's steps may have grown (its planner replied with the plan): its
+    /// definition is made again from the data, and the new waits are registered.
+    fn replan(&mut self, idx: usize) -> Result<()> {
+        let def = self.def()?;
+        let planner = def.planned.as_ref().is_some_and(|p| p.planner.is_some());
+        if !(planner && idx == 0) {
+            return Ok(());
+        }
+        let before: Vec<String> = def.waits().into_iter().map(str::to_owned).collect();
+        let def =
+            crate::SagaDefinition::for_data(&self.def.clone().expect("checked"), &self.inst.data)?;
+        self.fx.waits.extend(
+            def.waits()
+                .into_iter()
+                .filter(|w| !before.iter().any(|b| b == w))
+                .map(str::to_owned),
+        );
+        self.def = Some(def);
+        Ok(())
     }
 
     /// Once every step of the current stage succeeded: the next stage, or `completed`.
