@@ -21,5 +21,7 @@ pub mod prelude {
     pub use agentsaga_runtime::{
         Agent, AgentContext, CallContext, CallingAgent, ResultExt, Runtime, StepError,
     };
-    pub use agentsaga_saga::{Saga, SagaId, SagaState, Signal, Step, StepOutcome};
+    pub use agentsaga_saga::{
+        Plan, PlanStart, PlanStep, PlannedSaga, Saga, SagaId, SagaState, Signal, Step, StepOutcome,
+    };
 }

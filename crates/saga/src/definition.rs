@@ -510,6 +510,23 @@ impl SagaDefinition {
         self.planned.is_some()
     }
 
+    /// Checks `plan` as a start of this planned saga (or its planner's reply) would:
+    /// the typed builder's rules and the destinations the saga allows. A planner agent
+    /// may call it to refuse a plan itself, with the reason.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPlan`] saying what is wrong; [`Error::InvalidDefinition`] if
+    /// this saga is not planned.
+    pub fn check_plan(&self, plan: &crate::Plan) -> Result<()> {
+        match &self.planned {
+            Some(p) => p.catalog.validate(plan),
+            None => Err(Error::InvalidDefinition(format!(
+                "saga `{}` is not planned: its steps are fixed",
+                self.name
+            ))),
+        }
+    }
+
     /// Every agent destination its steps and compensations send to (for a planned
     /// saga: every destination its plans may use, and its planner's).
     pub fn agent_destinations(&self) -> Vec<String> {
