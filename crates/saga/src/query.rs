@@ -189,6 +189,30 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     })
 }
 
+/// A saga's data as it now stands (for a planned saga: its input, its plan and the
+/// steps' results); `None` for an unknown saga.
+///
+/// # Errors
+/// Store errors; [`crate::Error::Corrupt`] for data that is not JSON.
+pub async fn data(store: &Store, id: SagaId) -> Result<Option<serde_json::Value>> {
+    let text: Option<String> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
+        sqlx::query_scalar("SELECT data FROM saga_instances WHERE id = ?1")
+            .bind(id.to_string())
+            .fetch_optional(reader)
+            .await?
+    }, postgres(pool) => {
+        sqlx::query_scalar("SELECT data::text FROM saga_instances WHERE id = $1")
+            .bind(id.as_uuid())
+            .fetch_optional(pool)
+            .await?
+    });
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| crate::Error::Corrupt(format!("saga {id}'s data is not JSON: {e}")))
+    })
+    .transpose()
+}
+
 /// A saga's steps with the compensation ledger, in step order.
 ///
 /// # Errors
