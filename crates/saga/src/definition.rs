@@ -634,6 +634,8 @@ impl PlannedSaga {
             destinations: std::collections::BTreeSet::new(),
             planner: None,
             deadline: None,
+            retry: RetryPolicy::default(),
+            timeout: None,
         }
     }
 }
@@ -646,9 +648,26 @@ pub struct PlannedBuilder {
     destinations: std::collections::BTreeSet<String>,
     planner: Option<StepDef>,
     deadline: Option<Duration>,
+    retry: RetryPolicy,
+    timeout: Option<Duration>,
 }
 
 impl PlannedBuilder {
+    /// How the plan's steps retry retryable failures (default: 1 s doubling to 60 s,
+    /// 10 attempts); a step's `max_attempts` overrides the attempts. Steps after the
+    /// pivot retry without a budget.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The timeout of a plan step that sets no `timeout_ms`, as [`Step::timeout`]
+    /// (default: none).
+    pub fn step_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// The destinations its plans may send commands and compensations to: a plan
     /// naming any other is refused.
     pub fn destinations<S: Into<String>>(
@@ -696,6 +715,8 @@ impl PlannedBuilder {
         let catalog = Arc::new(Catalog {
             destinations: self.destinations,
             planner_name: self.planner.as_ref().map(|p| p.name.clone()),
+            retry: self.retry,
+            timeout: self.timeout,
         });
         let planner = self.planner.map(|mut p| {
             let catalog = Arc::clone(&catalog);

@@ -110,10 +110,12 @@ pub struct PlanStep {
     #[serde(default, skip_serializing_if = "is_false")]
     pub pivot: bool,
     /// How long an attempt may take once an agent starts it (or how long a wait
-    /// waits), in milliseconds.
+    /// waits), in milliseconds (default: the saga's,
+    /// [`PlannedBuilder::step_timeout`](crate::PlannedBuilder::step_timeout)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    /// Attempts in all for retryable failures before the step fails (default 10).
+    /// Attempts in all for retryable failures before the step fails (default: the
+    /// saga's, [`PlannedBuilder::retry`](crate::PlannedBuilder::retry)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
 }
@@ -311,6 +313,11 @@ fn candidates(text: &str) -> Vec<&str> {
 pub(crate) struct Catalog {
     pub(crate) destinations: BTreeSet<String>,
     pub(crate) planner_name: Option<String>,
+    /// The retry policy of the plan's steps (a step's `max_attempts` overrides its
+    /// attempts).
+    pub(crate) retry: RetryPolicy,
+    /// The timeout of a plan step that sets none.
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// What makes a saga planned: its catalog and its planner step, if it has one.
@@ -332,11 +339,10 @@ impl Planned {
             let plan: Plan = serde_json::from_value(plan.clone())
                 .map_err(|e| Error::Corrupt(format!("the stored plan does not decode: {e}")))?;
             for stage in plan.steps {
+                let def = |s| step_def(s, &self.catalog);
                 stages.push(match stage {
-                    PlanStage::Step(s) => vec![step_def(s)],
-                    PlanStage::Parallel { parallel } => {
-                        parallel.into_iter().map(step_def).collect()
-                    }
+                    PlanStage::Step(s) => vec![def(s)],
+                    PlanStage::Parallel { parallel } => parallel.into_iter().map(def).collect(),
                 });
             }
         }
@@ -561,7 +567,7 @@ impl PlanStart {
     }
 }
 
-fn step_def(s: PlanStep) -> StepDef {
+fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
     let name = s.name.clone();
     let fold_name = name.clone();
     let fold: crate::definition::FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
@@ -572,12 +578,10 @@ fn step_def(s: PlanStep) -> StepDef {
         set(results, &fold_name, reply)
     });
     let retry = RetryPolicy {
-        max_attempts: s
-            .max_attempts
-            .unwrap_or(RetryPolicy::default().max_attempts),
-        ..RetryPolicy::default()
+        max_attempts: s.max_attempts.unwrap_or(catalog.retry.max_attempts),
+        ..catalog.retry
     };
-    let timeout = s.timeout_ms.map(Duration::from_millis);
+    let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
     if let Some(signal) = s.wait_for {
         return StepDef {
             destination: format!("signal:{signal}"),
@@ -703,6 +707,8 @@ mod tests {
                 .map(String::from)
                 .collect(),
             planner_name: None,
+            retry: RetryPolicy::default(),
+            timeout: None,
         }
     }
 

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::protocol::{self, StepOutcome};
 use crate::{
-    CompensationState, Engine, Error, Handled, Saga, SagaDefinition, SagaId, SagaState, Step,
-    StepState, query,
+    CompensationState, Engine, Error, Handled, Plan, PlanStart, PlanStep, PlannedSaga, Saga,
+    SagaDefinition, SagaId, SagaState, Step, StepState, query,
 };
 
 type D = Value;
@@ -537,9 +537,20 @@ async fn abort_running_and_versions(backend: Backend) {
 }
 both_backends!(abort_version_tests, abort_running_and_versions);
 
+/// A random saga's shape, built twice: as a typed definition and as a plan (run by
+/// the planned saga `planned`), with the same steps, stages, waits and pivot.
+struct Shape {
+    def: SagaDefinition,
+    plan: Plan,
+    pivot: Option<usize>,
+    /// stage_of[i]: the stage index of step i.
+    stage_of: Vec<usize>,
+    waits: Vec<String>,
+}
+
 /// A random saga: 1–8 steps, maybe a pivot, maybe one parallel group; all steps time
 /// out quickly so that a crashed agent is noticed.
-fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<usize>, Vec<usize>) {
+fn random_saga(rng: &mut fastrand::Rng, name: &str) -> Shape {
     let n = rng.usize(1..=8);
     let pivot = if rng.bool() {
         Some(rng.usize(0..n))
@@ -551,14 +562,18 @@ fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<u
     } else {
         None
     };
+    let timeout = Duration::from_millis(400);
     let step = |i: usize| {
         Step::<D>::new(format!("s{i}"), format!("a{i}"))
             .retry(fast())
-            .timeout(Duration::from_millis(400))
+            .timeout(timeout)
     };
     let undo = |i: usize| step(i).compensate(format!("a{i}"), move |_: &D| json!({"undo": i}));
-    // stage_of[i]: the stage index of step i.
+    let planned = |i: usize| PlanStep::command(format!("s{i}"), format!("a{i}"), json!({}));
+    let planned_undo = |i: usize| planned(i).compensate(format!("a{i}"), json!({ "undo": i }));
     let mut stage_of = Vec::new();
+    let mut waits = Vec::new();
+    let mut plan = Plan::new();
     let mut b = Saga::<D>::builder(name, 1);
     let mut i = 0;
     let mut stage = 0;
@@ -566,19 +581,25 @@ fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<u
     while i < before_pivot_end {
         if group == Some(i) && i + 1 < before_pivot_end {
             b = b.parallel([undo(i), undo(i + 1)]);
+            plan = plan.parallel([planned_undo(i), planned_undo(i + 1)]);
             stage_of.extend([stage, stage]);
             i += 2;
         } else if rng.u8(0..5) == 0 {
             b = b.step(step(i).nothing_to_undo());
+            plan = plan.then(planned(i).nothing_to_undo());
             stage_of.push(stage);
             i += 1;
         } else if rng.u8(0..5) == 0 {
             // A wait for a signal: approved, rejected or never sent (it times out).
-            b = b.step(Step::wait_for(format!("w{i}")).timeout(Duration::from_millis(400)));
+            let w = format!("w{i}");
+            b = b.step(Step::wait_for(w.clone()).timeout(timeout));
+            plan = plan.then(PlanStep::wait_for(w.clone(), w.clone()).timeout(timeout));
+            waits.push(w);
             stage_of.push(stage);
             i += 1;
         } else {
             b = b.step(undo(i));
+            plan = plan.then(planned_undo(i));
             stage_of.push(stage);
             i += 1;
         }
@@ -588,39 +609,64 @@ fn random_saga(rng: &mut fastrand::Rng, name: &str) -> (SagaDefinition, Option<u
         None => b.build().unwrap(),
         Some(p) => {
             let mut a = b.pivot(step(p));
+            plan = plan.then(planned(p).pivot());
             stage_of.push(stage);
             stage += 1;
             for j in p + 1..n {
                 a = a.step(step(j));
+                plan = plan.then(planned(j));
                 stage_of.push(stage);
                 stage += 1;
             }
             a.build().unwrap()
         }
     };
-    (def, pivot, stage_of)
+    Shape {
+        def,
+        plan,
+        pivot,
+        stage_of,
+        waits,
+    }
+}
+
+/// The planned saga that runs the shapes' plans: their steps' retries and timeouts as
+/// the typed definitions'.
+fn planned_saga() -> SagaDefinition {
+    PlannedSaga::builder("planned", 1)
+        .destinations((0..8).map(|i| format!("a{i}")))
+        .retry(fast())
+        .step_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap()
 }
 
 async fn property_random_sagas(backend: Backend) {
     let mut signals = 0;
     for seed in 0..2u64 {
         let mut rng = fastrand::Rng::with_seed(seed * 7919 + 13);
-        let shapes: Vec<_> = (0..16)
+        let shapes: Vec<Shape> = (0..16)
             .map(|i| random_saga(&mut rng, &format!("p{i}")))
             .collect();
-        let defs: Vec<_> = shapes.iter().map(|(d, _, _)| d.clone()).collect();
+        let mut defs: Vec<_> = shapes.iter().map(|s| s.def.clone()).collect();
+        defs.push(planned_saga());
         let mut w = World::new(backend, defs, seed).await;
         w.duplicate_rate = 0.2;
-        let mut ids = Vec::new();
-        for (d, _, _) in &shapes {
-            ids.push((w.start(d.name(), json!({})).await, d.clone()));
+        // Each shape twice: its typed saga, and its plan.
+        let mut ids: Vec<(SagaId, &Shape, String)> = Vec::new();
+        for shape in &shapes {
+            let typed = w.start(shape.def.name(), json!({})).await;
+            ids.push((typed, shape, shape.def.name().to_owned()));
+            let start = PlanStart::new(shape.plan.clone(), Value::Null).unwrap();
+            let planned = w.start("planned", json!(start)).await;
+            ids.push((planned, shape, format!("{} (planned)", shape.def.name())));
         }
         // Each wait's signal, sent now (before any saga reaches its wait: kept until it
         // does): approved, rejected, approved twice (the second changes nothing), or
         // none (the wait times out). Rejected and timed-out waits compensate.
         let mut refused: HashSet<SagaId> = HashSet::new();
-        for (id, d) in &ids {
-            for name in d.waits() {
+        for (id, shape, _) in &ids {
+            for name in &shape.waits {
                 let choice = rng.u8(0..4);
                 if choice < 2 {
                     refused.insert(*id);
@@ -643,20 +689,14 @@ async fn property_random_sagas(backend: Backend) {
                 signals += 1;
             }
         }
-        let pivots: HashMap<String, Option<usize>> = shapes
-            .iter()
-            .map(|(d, p, _)| (d.name().to_string(), *p))
-            .collect();
-        let saga_ids: Vec<SagaId> = ids.iter().map(|(i, _)| *i).collect();
-        let name_of: HashMap<SagaId, String> = ids
-            .iter()
-            .map(|(i, d)| (*i, d.name().to_string()))
-            .collect();
+        let pivots: HashMap<SagaId, Option<usize>> =
+            ids.iter().map(|(id, s, _)| (*id, s.pivot)).collect();
+        let saga_ids: Vec<SagaId> = ids.iter().map(|(i, _, _)| *i).collect();
         w.pump(
             &saga_ids,
             |rng, env, step| {
                 let saga: SagaId = env.header(header::SAGA_ID).unwrap().parse().unwrap();
-                let after_pivot = pivots[&name_of[&saga]].is_some_and(|p| step > p);
+                let after_pivot = pivots[&saga].is_some_and(|p| step > p);
                 match rng.u8(0..100) {
                     0..=69 => Some(ok()),
                     70..=79 => Some(StepOutcome::Retryable("flaky".into())),
@@ -676,17 +716,12 @@ async fn property_random_sagas(backend: Backend) {
         .await;
 
         let mut ends = HashMap::new();
-        for (id, def) in &ids {
+        for (id, shape, name) in &ids {
             let s = query::get(&w.store, *id).await.unwrap().unwrap();
             *ends.entry(s.state).or_insert(0) += 1;
-            let (_, pivot, stage_of) = shapes
-                .iter()
-                .find(|(d, _, _)| d.name() == def.name())
-                .unwrap();
             assert!(
                 matches!(s.state, SagaState::Completed | SagaState::Compensated),
-                "saga {} ended {}: {:?}",
-                def.name(),
+                "saga {name} ended {}: {:?}",
                 s.state,
                 s.error
             );
@@ -694,8 +729,7 @@ async fn property_random_sagas(backend: Backend) {
                 assert_eq!(
                     s.state,
                     SagaState::Compensated,
-                    "{}: a rejected or unsignalled wait lets nothing through",
-                    def.name()
+                    "{name}: a rejected or unsignalled wait lets nothing through",
                 );
             }
             let steps = query::steps(&w.store, *id).await.unwrap();
@@ -709,7 +743,7 @@ async fn property_random_sagas(backend: Backend) {
             match s.state {
                 SagaState::Completed => {
                     assert!(undone.is_empty(), "nothing is compensated on success");
-                    assert_eq!(steps.len(), stage_of.len());
+                    assert_eq!(steps.len(), shape.stage_of.len());
                 }
                 _ => {
                     // Every dispatched step with a compensation command is undone
@@ -725,14 +759,14 @@ async fn property_random_sagas(backend: Backend) {
                         undone.len(),
                         "a step was undone twice: {undone:?}"
                     );
-                    assert_eq!(got, expected, "{}: undone {undone:?}", def.name());
-                    if let Some(p) = pivot {
+                    assert_eq!(got, expected, "{name}: undone {undone:?}");
+                    if let Some(p) = shape.pivot {
                         assert!(
-                            undone.iter().all(|i| i < p),
+                            undone.iter().all(|i| *i < p),
                             "undid a step at/after the pivot"
                         );
                     }
-                    let stages: Vec<usize> = undone.iter().map(|i| stage_of[*i]).collect();
+                    let stages: Vec<usize> = undone.iter().map(|i| shape.stage_of[*i]).collect();
                     assert!(
                         stages.windows(2).all(|w| w[0] >= w[1]),
                         "not in reverse: {stages:?}"
