@@ -157,7 +157,8 @@ async fn read_commands(backend: Backend) {
 
     let id = p.stuck[0].to_string();
     let doc = show(url, &id);
-    assert_keys(&doc, &["saga", "steps"]);
+    assert_keys(&doc, &["saga", "data", "steps"]);
+    assert!(doc["data"].get("case").is_some(), "the saga's data: {doc}");
     assert_keys(&doc["saga"], SAGA_KEYS);
     assert_eq!(doc["saga"]["id"], id.as_str());
     assert_eq!(doc["saga"]["state"], "stuck");
@@ -191,6 +192,7 @@ async fn read_commands(backend: Backend) {
     assert_eq!(steps[1]["compensation_state"], Value::Null);
     let human = ok(url, &["sagas", "show", &id]);
     for want in [
+        "data     {\"case\":",
         "TIMELINE",
         "COMPENSATION LEDGER",
         "cancel API down",

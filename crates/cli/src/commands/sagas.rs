@@ -98,6 +98,8 @@ struct ListDoc {
 #[derive(Debug, Serialize)]
 struct ShowDoc {
     saga: SagaDoc,
+    /// The saga's data as it now stands (a planned saga's: input, plan, results).
+    data: serde_json::Value,
     steps: Vec<StepDoc>,
 }
 
@@ -153,9 +155,11 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
         anyhow::bail!("no saga with id {id}");
     };
     let steps = query::steps(store, id).await?;
+    let data = query::data(store, id).await?.unwrap_or_default();
     if json {
         return print_json(&ShowDoc {
             saga: SagaDoc::from(&saga),
+            data,
             steps: steps.iter().map(StepDoc::from).collect(),
         });
     }
@@ -169,6 +173,7 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
     outln!("error    {}", or_dash(saga.error.as_deref()));
     outln!("created  {}", rfc3339(saga.created_at_ms));
     outln!("updated  {}", rfc3339(saga.updated_at_ms));
+    outln!("data     {data}");
     outln!();
     outln!("TIMELINE");
     let mut timeline = Table::new(&[
