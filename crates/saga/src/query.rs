@@ -118,8 +118,81 @@ pub struct ListFilter {
     pub key: Option<String>,
     /// Only sagas parked at a wait for a signal.
     pub waiting: bool,
+    /// Only stalled sagas ([`stalled`]), with this threshold of no progress.
+    pub stalled: Option<std::time::Duration>,
+    /// Only sagas created at or after this Unix ms.
+    pub created_from_ms: Option<i64>,
+    /// Only sagas created before this Unix ms.
+    pub created_to_ms: Option<i64>,
+    /// The page after this cursor (the [`Cursor`] of the last saga of the previous
+    /// page).
+    pub after: Option<Cursor>,
     /// At most this many (newest first). 0 means 100.
     pub limit: u32,
+}
+
+/// Where a page of [`list`] ends: the last saga's creation time and id (the list is
+/// ordered by both, newest first). As text, `<created_ms>.<id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The saga's creation, Unix ms.
+    pub created_at_ms: i64,
+    /// The saga's id.
+    pub id: SagaId,
+}
+
+impl Cursor {
+    /// The cursor after `s`.
+    pub fn after(s: &SagaSummary) -> Self {
+        Self {
+            created_at_ms: s.created_at_ms,
+            id: s.id,
+        }
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.created_at_ms, self.id)
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("`{s}` is not a cursor (`<created_ms>.<saga id>`)");
+        let (ms, id) = s.split_once('.').ok_or_else(bad)?;
+        Ok(Self {
+            created_at_ms: ms.parse().map_err(|_| bad())?,
+            id: id.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// What makes a saga stalled: it is running or compensating, not parked at a wait, and
+/// either nothing is pending or in flight for any of its steps (no command, reply or
+/// compensation in the outbox: nothing will move it), or it has made no progress for
+/// longer than `no_progress_for`. A saga whose only live message is a keyless timer
+/// (its deadline) counts as stalled by the first rule: its deadline is then the only
+/// thing that will move it. One query, by the `saga_instances` state index, then the
+/// steps' primary key and the outbox's key index.
+///
+/// # Errors
+/// Store errors.
+pub async fn stalled(
+    store: &Store,
+    no_progress_for: std::time::Duration,
+    limit: u32,
+) -> Result<Vec<SagaSummary>> {
+    list(
+        store,
+        &ListFilter {
+            stalled: Some(no_progress_for),
+            limit,
+            ..ListFilter::default()
+        },
+    )
+    .await
 }
 
 /// One saga's summary.
@@ -142,14 +215,24 @@ pub async fn list(store: &Store, filter: &ListFilter) -> Result<Vec<SagaSummary>
 async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result<Vec<SagaSummary>> {
     let limit = i64::from(if f.limit == 0 { 100 } else { f.limit });
     let state = f.state.map(SagaState::as_str);
+    // Stalled: no progress since this Unix ms (or nothing live for its steps).
+    let stalled_before: Option<i64> = f.stalled.map(|t| {
+        agentsaga_core::clock::now_ms() - i64::try_from(t.as_millis()).unwrap_or(i64::MAX / 2)
+    });
     agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
                     i.created_at, i.updated_at, (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE (?1 IS NULL OR i.id = ?1) AND (?2 IS NULL OR i.state = ?2)
-                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)) AS v
+                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)
+                   AND (?7 IS NULL OR i.state IN ('running', 'compensating'))
+                   AND (?8 IS NULL OR i.created_at >= ?8) AND (?9 IS NULL OR i.created_at < ?9)
+                   AND (?10 IS NULL OR i.created_at < ?10 OR (i.created_at = ?10 AND i.id < ?11))) AS v
                  WHERE (NOT ?6 OR v.waiting_for IS NOT NULL)
+                   AND (?7 IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ?7 OR NOT EXISTS (
+                        SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
+                        WHERE s.saga_id = v.id AND o.state IN ('pending', 'in_flight')))))
                  ORDER BY v.created_at DESC, v.id DESC LIMIT ?4",
         )
         .bind(id.map(|i| i.to_string()))
@@ -158,6 +241,11 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
         .bind(limit)
         .bind(f.key.as_deref())
         .bind(f.waiting)
+        .bind(stalled_before)
+        .bind(f.created_from_ms)
+        .bind(f.created_to_ms)
+        .bind(f.after.map(|c| c.created_at_ms))
+        .bind(f.after.map(|c| c.id.to_string()))
         .fetch_all(reader)
         .await?;
         rows.iter()
@@ -171,8 +259,15 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                     (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE ($1::uuid IS NULL OR i.id = $1) AND ($2::text IS NULL OR i.state = $2)
-                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)) AS v
+                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)
+                   AND ($7::bigint IS NULL OR i.state IN ('running', 'compensating'))
+                   AND ($8::bigint IS NULL OR i.created_at >= to_timestamp($8 / 1000.0))
+                   AND ($9::bigint IS NULL OR i.created_at < to_timestamp($9 / 1000.0))) AS v
                  WHERE (NOT $6 OR v.waiting_for IS NOT NULL)
+                   AND ($10::bigint IS NULL OR v.created_at < $10 OR (v.created_at = $10 AND v.id < $11::uuid))
+                   AND ($7::bigint IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < $7 OR NOT EXISTS (
+                        SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
+                        WHERE s.saga_id = v.id AND o.state IN ('pending', 'in_flight')))))
                  ORDER BY v.created_at DESC, v.id DESC LIMIT $4",
         )
         .bind(id.map(|i| *i.as_uuid()))
@@ -181,6 +276,11 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
         .bind(limit)
         .bind(f.key.as_deref())
         .bind(f.waiting)
+        .bind(stalled_before)
+        .bind(f.created_from_ms)
+        .bind(f.created_to_ms)
+        .bind(f.after.map(|c| c.created_at_ms))
+        .bind(f.after.map(|c| *c.id.as_uuid()))
         .fetch_all(pool)
         .await?;
         rows.iter()

@@ -1046,3 +1046,111 @@ both_backends!(
     start_timeout_tests,
     start_timeout_withdraws_only_untaken_commands
 );
+
+// A saga whose reply was dead-lettered has nothing live left: it is stalled (and so is
+// one with no progress past the threshold); one whose command is pending is not, nor
+// one parked at a wait. Pages of the list follow each other by cursor.
+async fn stalled_sagas_are_found(backend: Backend) {
+    use agentsaga_core::queue::DeadLetter;
+    let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+    let waits = Saga::<D>::builder("waits", 1)
+        .step(Step::wait_for("approval"))
+        .build()
+        .unwrap();
+    let engine = Engine::new(vec![trip(), waits]).unwrap();
+    let start = async |name: &str| {
+        let mut tx = store.begin().await.unwrap();
+        let id = engine
+            .start(&mut tx, name, &json!({ "trip": 1 }))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        id
+    };
+    let lost = start("trip").await;
+    let moving = start("trip").await;
+    let parked = start("waits").await;
+    let hour = Duration::from_secs(3600);
+    let stalled = async |t: Duration| -> Vec<SagaId> {
+        let mut ids: Vec<SagaId> = query::stalled(&store, t, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert!(stalled(hour).await.is_empty(), "commands are pending");
+
+    // `lost`'s flight agent answers; its reply is dead-lettered.
+    let command = claim_of(&store, "flight-agent")
+        .await
+        .into_iter()
+        .find(|e| e.header(header::SAGA_ID) == Some(&lost.to_string()))
+        .unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.receive("flight-agent", command.id).await.unwrap();
+    tx.enqueue(&protocol::reply(&command, &ok()).unwrap().unwrap())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .unwrap();
+    let reply = claim_of(&store, "saga.trip.v1").await.remove(0);
+    store
+        .queue()
+        .dead_letter(
+            "t",
+            &[DeadLetter {
+                seq: reply.seq,
+                reason: "lost".into(),
+                notice: None,
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stalled(hour).await, [lost]);
+    // No progress past a threshold of zero: `moving` too; never the parked one.
+    let mut both = vec![lost, moving];
+    both.sort();
+    assert_eq!(stalled(Duration::ZERO).await, both);
+    assert!(!stalled(Duration::ZERO).await.contains(&parked));
+
+    // Pages of one saga each, by cursor, newest first, cover all three once.
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = query::list(
+            &store,
+            &query::ListFilter {
+                limit: 1,
+                after,
+                ..query::ListFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(query::Cursor::after(last));
+        let text = after.unwrap().to_string();
+        assert_eq!(text.parse::<query::Cursor>().unwrap(), after.unwrap());
+        seen.push(last.id);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 3);
+    let future = query::list(
+        &store,
+        &query::ListFilter {
+            created_from_ms: Some(agentsaga_core::clock::now_ms() + 60_000),
+            ..query::ListFilter::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(future.is_empty());
+}
+both_backends!(stalled_tests, stalled_sagas_are_found);
