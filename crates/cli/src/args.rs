@@ -24,6 +24,11 @@ pub(crate) struct Cli {
     )]
     pub(crate) database_url: Option<String>,
 
+    /// A running saga that made no progress for this long counts as stalled (`status`,
+    /// `sagas list --stalled`), as does one with nothing pending or in flight at all.
+    #[arg(long, global = true, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
+    pub(crate) stalled_after: Duration,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -94,8 +99,15 @@ pub(crate) enum SagasCommand {
         /// Only sagas parked at a wait for a signal.
         #[arg(long)]
         waiting: bool,
+        /// Only stalled sagas: running or compensating, not waiting for a signal, with
+        /// nothing pending or in flight for them, or no progress for `--stalled-after`.
+        #[arg(long)]
+        stalled: bool,
+        /// The page after this cursor (printed as `more: --cursor …` under a full page).
+        #[arg(long, value_name = "C")]
+        cursor: Option<String>,
         /// At most this many.
-        #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
         #[command(flatten)]
         json: JsonFlag,

@@ -85,6 +85,8 @@ async fn read_commands(backend: Backend) {
             "dead_letters",
             "sagas",
             "sagas_total",
+            "stalled",
+            "stalled_after_ms",
             "starts_waiting",
         ],
     );
@@ -126,7 +128,10 @@ async fn read_commands(backend: Backend) {
     );
 
     let list = json(url, &["sagas", "list", "--json"]);
-    assert_keys(&list, &["sagas"]);
+    assert_keys(&list, &["next_cursor", "sagas"]);
+    assert_eq!(list["next_cursor"], Value::Null, "one page holds them all");
+    let stalled = json(url, &["sagas", "list", "--stalled", "--json"]);
+    assert_eq!(stalled["sagas"], json!([]), "stuck sagas are not stalled");
     let sagas = list["sagas"].as_array().unwrap();
     assert_eq!(sagas.len(), 5);
     for saga in sagas {

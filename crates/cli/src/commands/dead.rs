@@ -1,79 +1,24 @@
 //! `agentsaga dead list | show | redrive | purge`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentsaga_core::admin::DeadRow;
-use agentsaga_core::{MessageId, Store};
-use serde::Serialize;
+use agentsaga_console::Console;
+use agentsaga_core::MessageId;
 
-use super::{json_value, print_json};
-use crate::format::{Table, compact_duration, or_dash, rfc3339, truncate};
-
-/// One dead letter in `dead list --json` (and the whole of `dead show --json`).
-#[derive(Debug, Serialize)]
-struct DeadDoc {
-    id: String,
-    seq: i64,
-    destination: String,
-    key: Option<String>,
-    attempts: u32,
-    created_at: String,
-    created_at_ms: i64,
-    last_error: Option<String>,
-    headers: BTreeMap<String, String>,
-    payload: serde_json::Value,
-    /// Why re-driving it would be wrong (its saga has moved past it), if it would.
-    moot: Option<String>,
-}
-
-impl DeadDoc {
-    async fn of(store: &Store, d: &DeadRow) -> anyhow::Result<Self> {
-        let mut doc = Self::from(d);
-        doc.moot = agentsaga_saga::Engine::moot(store, &d.envelope).await?;
-        Ok(doc)
-    }
-}
-
-impl From<&DeadRow> for DeadDoc {
-    fn from(d: &DeadRow) -> Self {
-        let e = &d.envelope;
-        Self {
-            moot: None,
-            id: e.id.to_string(),
-            seq: e.seq,
-            destination: e.destination.clone(),
-            key: e.key.clone(),
-            attempts: e.attempts,
-            created_at: rfc3339(e.created_at_ms),
-            created_at_ms: e.created_at_ms,
-            last_error: d.last_error.clone(),
-            headers: e.headers.clone(),
-            payload: json_value(&e.payload),
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-struct ListDoc {
-    dead_letters: Vec<DeadDoc>,
-}
+use super::print_json;
+use crate::format::{Table, compact_duration, or_dash, truncate};
 
 pub(super) async fn list(
-    store: &Store,
+    console: &Console,
     destination: Option<&str>,
     limit: u32,
     json: bool,
 ) -> anyhow::Result<()> {
-    let rows = store.admin().dead_letters(destination, limit).await?;
-    let mut docs = Vec::with_capacity(rows.len());
-    for d in &rows {
-        docs.push(DeadDoc::of(store, d).await?);
-    }
+    let doc = console.dead_letters(destination, limit).await?;
     if json {
-        return print_json(&ListDoc { dead_letters: docs });
+        return print_json(&doc);
     }
-    if rows.is_empty() {
+    if doc.dead_letters.is_empty() {
         outln!("no dead letters");
         return Ok(());
     }
@@ -87,28 +32,23 @@ pub(super) async fn list(
         "MOOT",
     ])
     .right(&[3]);
-    for (d, doc) in rows.iter().zip(&docs) {
-        let e = &d.envelope;
+    for d in &doc.dead_letters {
         table.row(vec![
-            e.id.to_string(),
-            e.destination.clone(),
-            or_dash(e.key.as_deref()),
-            e.attempts.to_string(),
-            rfc3339(e.created_at_ms),
+            d.id.clone(),
+            d.destination.clone(),
+            or_dash(d.key.as_deref()),
+            d.attempts.to_string(),
+            d.created_at.clone(),
             truncate(&or_dash(d.last_error.as_deref()), 60),
-            truncate(&or_dash(doc.moot.as_deref()), 50),
+            truncate(&or_dash(d.moot.as_deref()), 50),
         ]);
     }
     out!("{}", table.render());
     Ok(())
 }
 
-pub(super) async fn show(store: &Store, id: MessageId, json: bool) -> anyhow::Result<()> {
-    let rows = store.admin().dead_letters(None, u32::MAX).await?;
-    let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
-        anyhow::bail!("dead letter `{id}` not found");
-    };
-    let doc = DeadDoc::of(store, row).await?;
+pub(super) async fn show(console: &Console, id: MessageId, json: bool) -> anyhow::Result<()> {
+    let doc = console.dead_letter(id).await?;
     if json {
         return print_json(&doc);
     }
@@ -140,60 +80,41 @@ pub(super) async fn show(store: &Store, id: MessageId, json: bool) -> anyhow::Re
 }
 
 pub(super) async fn redrive(
-    store: &Store,
+    console: &Console,
     id: Option<MessageId>,
     destination: Option<&str>,
     force: bool,
 ) -> anyhow::Result<()> {
     match id {
         Some(id) => {
-            let rows = store.admin().dead_letters(None, u32::MAX).await?;
-            let Some(row) = rows.iter().find(|d| d.envelope.id == id) else {
-                anyhow::bail!("dead letter `{id}` not found");
+            let doc = match console.redrive(id, force).await {
+                Err(agentsaga_console::Error::Refused(why)) => {
+                    anyhow::bail!("{why} (`--force` purges it instead)")
+                }
+                other => other?,
             };
-            match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
-                Some(why) if force => {
-                    store.admin().purge_dead_letter(id).await?;
-                    outln!("purged dead letter {id} as moot: {why}");
-                }
-                Some(why) => anyhow::bail!(
-                    "refused to re-drive dead letter {id}: {why}. Re-driving it could undo what its saga decided; `--force` purges it instead"
-                ),
-                None => {
-                    store.admin().redrive(id).await?;
-                    outln!("re-drove dead letter {id}: pending again, attempts reset");
-                }
+            match doc.moot {
+                Some(why) => outln!("purged dead letter {id} as moot: {why}"),
+                None => outln!("re-drove dead letter {id}: pending again, attempts reset"),
             }
         }
         None => {
-            let rows = store.admin().dead_letters(destination, u32::MAX).await?;
-            let (mut redriven, mut purged, mut refused) = (0, 0, Vec::new());
-            for row in &rows {
-                let id = row.envelope.id;
-                match agentsaga_saga::Engine::moot(store, &row.envelope).await? {
-                    Some(_) if force => {
-                        store.admin().purge_dead_letter(id).await?;
-                        purged += 1;
-                    }
-                    Some(why) => refused.push((id, why)),
-                    None => {
-                        store.admin().redrive(id).await?;
-                        redriven += 1;
-                    }
-                }
-            }
+            let doc = console.redrive_all(destination, force).await?;
             let scope = destination.map_or_else(String::new, |d| format!(" to `{d}`"));
-            outln!("re-drove {redriven} dead letter(s){scope}: pending again, attempts reset");
-            if purged > 0 {
-                outln!("purged {purged} moot dead letter(s)");
+            outln!(
+                "re-drove {} dead letter(s){scope}: pending again, attempts reset",
+                doc.redriven
+            );
+            if doc.purged > 0 {
+                outln!("purged {} moot dead letter(s)", doc.purged);
             }
-            for (id, why) in &refused {
-                outln!("refused {id}: {why}");
+            for r in &doc.refused {
+                outln!("refused {}: {}", r.id, r.reason);
             }
-            if !refused.is_empty() {
+            if !doc.refused.is_empty() {
                 outln!(
                     "{} moot dead letter(s) left as they are (`--force` purges them)",
-                    refused.len()
+                    doc.refused.len()
                 );
             }
         }
@@ -201,10 +122,11 @@ pub(super) async fn redrive(
     Ok(())
 }
 
-pub(super) async fn purge(store: &Store, older_than: Duration) -> anyhow::Result<()> {
-    let n = store.admin().purge_dead(older_than).await?;
+pub(super) async fn purge(console: &Console, older_than: Duration) -> anyhow::Result<()> {
+    let doc = console.purge_older(older_than).await?;
     outln!(
-        "purged {n} dead letter(s) created more than {} ago",
+        "purged {} dead letter(s) created more than {} ago",
+        doc.purged,
         compact_duration(older_than)
     );
     Ok(())

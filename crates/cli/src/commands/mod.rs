@@ -7,6 +7,7 @@ mod saga_actions;
 mod sagas;
 mod status;
 
+use agentsaga_console::{Action, Console, SagaQuery};
 use serde::Serialize;
 
 use crate::args::{Cli, Command, DeadCommand, SagasCommand};
@@ -19,45 +20,69 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => Missing::Refuse,
     };
     let store = db::open(cli.database_url.as_deref(), missing).await?;
+    let console = Console::new(store.clone()).stalled_after(cli.stalled_after);
     let result = match cli.command {
-        Command::Status(j) => status::run(&store, j.json).await,
+        Command::Status(j) => status::run(&console, j.json).await,
         Command::Sagas(SagasCommand::List {
             state,
             name,
             key,
             waiting,
+            stalled,
+            cursor,
             limit,
             json,
-        }) => sagas::list(&store, state, name, key, waiting, limit, json.json).await,
+        }) => {
+            let query = SagaQuery {
+                state,
+                name,
+                key,
+                waiting,
+                stalled,
+                cursor,
+                limit,
+                ..SagaQuery::default()
+            };
+            sagas::list(
+                &console,
+                sagas::ListArgs {
+                    query,
+                    json: json.json,
+                },
+            )
+            .await
+        }
         Command::Sagas(SagasCommand::Signal {
             id,
             name,
             data,
             reject,
-        }) => sagas::signal(&store, id, &name, data, reject).await,
-        Command::Sagas(SagasCommand::Show { id, json }) => sagas::show(&store, id, json.json).await,
+        }) => sagas::signal(&console, id, &name, data, reject).await,
+        Command::Sagas(SagasCommand::Show { id, json }) => {
+            sagas::show(&console, id, json.json).await
+        }
         Command::Sagas(SagasCommand::Abort(a)) => {
-            saga_actions::run(&store, saga_actions::Action::Abort, a.id).await
+            saga_actions::run(&console, Action::Abort, a.id).await
         }
         Command::Sagas(SagasCommand::Retry(a)) => {
-            saga_actions::run(&store, saga_actions::Action::Retry, a.id).await
+            saga_actions::run(&console, Action::Retry, a.id).await
         }
         Command::Sagas(SagasCommand::Skip(a)) => {
-            saga_actions::run(&store, saga_actions::Action::Skip, a.id).await
+            saga_actions::run(&console, Action::Skip, a.id).await
         }
         Command::Dead(DeadCommand::List {
             destination,
             limit,
             json,
-        }) => dead::list(&store, destination.as_deref(), limit, json.json).await,
-        Command::Dead(DeadCommand::Show { id, json }) => dead::show(&store, id, json.json).await,
+        }) => dead::list(&console, destination.as_deref(), limit, json.json).await,
+        Command::Dead(DeadCommand::Show { id, json }) => dead::show(&console, id, json.json).await,
         Command::Dead(DeadCommand::Redrive {
             id,
             all: _,
             destination,
             force,
-        }) => dead::redrive(&store, id, destination.as_deref(), force).await,
-        Command::Dead(DeadCommand::Purge(o)) => dead::purge(&store, o.older_than).await,
+        }) => dead::redrive(&console, id, destination.as_deref(), force).await,
+        Command::Dead(DeadCommand::Purge(o)) => dead::purge(&console, o.older_than).await,
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store),
     };
@@ -69,10 +94,4 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
 fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
-}
-
-/// A JSON text stored in the database as a JSON value (or, if it does not parse, as
-/// the string it is).
-fn json_value(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
 }

@@ -1,131 +1,25 @@
-//! `agentsaga sagas list` and `agentsaga sagas show`.
+//! `agentsaga sagas list | show | signal`: tables, or the console's documents as JSON.
 
-use agentsaga_core::Store;
-use agentsaga_saga::query::{self, ListFilter, SagaSummary, StepView};
-use agentsaga_saga::{Engine, SagaId, SagaState, Signal, SignalReceipt};
-use serde::Serialize;
+use agentsaga_console::Console;
+use agentsaga_console::ops::{SagaQuery, ShowDoc};
+use agentsaga_saga::{SagaId, SagaState, Signal};
 
-use super::{json_value, print_json};
-use crate::format::{Table, or_dash, rfc3339, truncate, ts_or_dash};
+use super::print_json;
+use crate::format::{Table, or_dash, truncate, ts_or_dash};
 
-/// One saga in `sagas list --json` and `sagas show --json`.
-#[derive(Debug, Serialize)]
-struct SagaDoc {
-    id: String,
-    name: String,
-    version: i32,
-    state: &'static str,
-    error: Option<String>,
-    key: Option<String>,
-    waiting_for: Option<String>,
-    created_at: String,
-    created_at_ms: i64,
-    updated_at: String,
-    updated_at_ms: i64,
+/// The filters of `sagas list`.
+#[derive(Debug)]
+pub(super) struct ListArgs {
+    pub(super) query: SagaQuery,
+    pub(super) json: bool,
 }
 
-impl From<&SagaSummary> for SagaDoc {
-    fn from(s: &SagaSummary) -> Self {
-        Self {
-            id: s.id.to_string(),
-            name: s.name.clone(),
-            version: s.version,
-            state: s.state.as_str(),
-            error: s.error.clone(),
-            key: s.key.clone(),
-            waiting_for: s.waiting_for.clone(),
-            created_at: rfc3339(s.created_at_ms),
-            created_at_ms: s.created_at_ms,
-            updated_at: rfc3339(s.updated_at_ms),
-            updated_at_ms: s.updated_at_ms,
-        }
+pub(super) async fn list(console: &Console, args: ListArgs) -> anyhow::Result<()> {
+    let page = console.sagas(&args.query).await?;
+    if args.json {
+        return print_json(&page);
     }
-}
-
-/// One step of `sagas show --json`, with its compensation-ledger entry.
-#[derive(Debug, Serialize)]
-struct StepDoc {
-    idx: i64,
-    stage: i64,
-    name: String,
-    destination: String,
-    state: String,
-    attempts: i64,
-    error: Option<String>,
-    dispatched_at: Option<String>,
-    dispatched_at_ms: Option<i64>,
-    replied_at: Option<String>,
-    replied_at_ms: Option<i64>,
-    compensation_destination: Option<String>,
-    compensation_payload: Option<serde_json::Value>,
-    compensation_state: Option<String>,
-    compensation_attempts: i64,
-    compensation_error: Option<String>,
-    compensated_at: Option<String>,
-    compensated_at_ms: Option<i64>,
-}
-
-impl From<&StepView> for StepDoc {
-    fn from(s: &StepView) -> Self {
-        Self {
-            idx: s.idx,
-            stage: s.stage,
-            name: s.name.clone(),
-            destination: s.destination.clone(),
-            state: s.state.to_string(),
-            attempts: s.attempts,
-            error: s.error.clone(),
-            dispatched_at: s.dispatched_at_ms.map(rfc3339),
-            dispatched_at_ms: s.dispatched_at_ms,
-            replied_at: s.replied_at_ms.map(rfc3339),
-            replied_at_ms: s.replied_at_ms,
-            compensation_destination: s.compensation_destination.clone(),
-            compensation_payload: s.compensation_payload.as_deref().map(json_value),
-            compensation_state: s.compensation_state.map(|c| c.to_string()),
-            compensation_attempts: s.compensation_attempts,
-            compensation_error: s.compensation_error.clone(),
-            compensated_at: s.compensated_at_ms.map(rfc3339),
-            compensated_at_ms: s.compensated_at_ms,
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-struct ListDoc {
-    sagas: Vec<SagaDoc>,
-}
-
-#[derive(Debug, Serialize)]
-struct ShowDoc {
-    saga: SagaDoc,
-    /// The saga's data as it now stands (a planned saga's: input, plan, results).
-    data: serde_json::Value,
-    steps: Vec<StepDoc>,
-}
-
-pub(super) async fn list(
-    store: &Store,
-    state: Option<SagaState>,
-    name: Option<String>,
-    key: Option<String>,
-    waiting: bool,
-    limit: u32,
-    json: bool,
-) -> anyhow::Result<()> {
-    let filter = ListFilter {
-        state,
-        name,
-        key,
-        waiting,
-        limit,
-    };
-    let sagas = query::list(store, &filter).await?;
-    if json {
-        return print_json(&ListDoc {
-            sagas: sagas.iter().map(SagaDoc::from).collect(),
-        });
-    }
-    if sagas.is_empty() {
+    if page.sagas.is_empty() {
         outln!("no sagas");
         return Ok(());
     }
@@ -133,37 +27,40 @@ pub(super) async fn list(
         "ID", "NAME", "VERSION", "STATE", "WAITING", "KEY", "CREATED", "UPDATED", "ERROR",
     ])
     .right(&[2]);
-    for s in &sagas {
+    for s in &page.sagas {
         table.row(vec![
-            s.id.to_string(),
+            s.id.clone(),
             s.name.clone(),
             s.version.to_string(),
-            s.state.to_string(),
+            s.state.to_owned(),
             or_dash(s.waiting_for.as_deref()),
             truncate(&or_dash(s.key.as_deref()), 40),
-            rfc3339(s.created_at_ms),
-            rfc3339(s.updated_at_ms),
+            s.created_at.clone(),
+            s.updated_at.clone(),
             truncate(&or_dash(s.error.as_deref()), 60),
         ]);
     }
     out!("{}", table.render());
+    if let Some(next) = &page.next_cursor {
+        outln!("more: --cursor {next}");
+    }
     Ok(())
 }
 
-pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Result<()> {
-    let Some(saga) = query::get(store, id).await? else {
-        anyhow::bail!("no saga with id {id}");
-    };
-    let steps = query::steps(store, id).await?;
-    let data = query::data(store, id).await?.unwrap_or_default();
+pub(super) async fn show(console: &Console, id: SagaId, json: bool) -> anyhow::Result<()> {
+    let doc = console.saga(id).await?;
     if json {
-        return print_json(&ShowDoc {
-            saga: SagaDoc::from(&saga),
-            data,
-            steps: steps.iter().map(StepDoc::from).collect(),
-        });
+        return print_json(&doc);
     }
-    outln!("saga     {}", saga.id);
+    print_saga(&doc);
+    Ok(())
+}
+
+/// A saga as `sagas show` prints it (and the actions, after they act).
+pub(super) fn print_saga(doc: &ShowDoc) {
+    let (saga, steps) = (&doc.saga, &doc.steps);
+    let id = &saga.id;
+    outln!("saga     {id}");
     outln!("name     {} (version {})", saga.name, saga.version);
     outln!("state    {}", saga.state);
     outln!("key      {}", or_dash(saga.key.as_deref()));
@@ -171,9 +68,9 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
         outln!("waiting  for signal `{signal}`");
     }
     outln!("error    {}", or_dash(saga.error.as_deref()));
-    outln!("created  {}", rfc3339(saga.created_at_ms));
-    outln!("updated  {}", rfc3339(saga.updated_at_ms));
-    outln!("data     {data}");
+    outln!("created  {}", saga.created_at);
+    outln!("updated  {}", saga.updated_at);
+    outln!("data     {}", doc.data);
     outln!();
     outln!("TIMELINE");
     let mut timeline = Table::new(&[
@@ -188,13 +85,13 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
         "ERROR",
     ])
     .right(&[0, 1, 5]);
-    for s in &steps {
+    for s in steps {
         timeline.row(vec![
             s.idx.to_string(),
             s.stage.to_string(),
             s.name.clone(),
             s.destination.clone(),
-            s.state.to_string(),
+            s.state.clone(),
             s.attempts.to_string(),
             ts_or_dash(s.dispatched_at_ms),
             ts_or_dash(s.replied_at_ms),
@@ -220,12 +117,13 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
             s.idx.to_string(),
             s.name.clone(),
             or_dash(s.compensation_destination.as_deref()),
-            s.compensation_state
-                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
+            or_dash(s.compensation_state.as_deref()),
             s.compensation_attempts.to_string(),
             ts_or_dash(s.compensated_at_ms),
             or_dash(s.compensation_error.as_deref()),
-            or_dash(s.compensation_payload.as_deref()),
+            s.compensation_payload
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), ToString::to_string),
         ]);
     }
     if ledger.is_empty() {
@@ -233,11 +131,11 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
     } else {
         out!("{}", ledger.render());
     }
-    if saga.state == SagaState::Stuck {
+    if saga.state == SagaState::Stuck.as_str() {
         outln!();
         if steps
             .iter()
-            .any(|s| s.compensation_state == Some(agentsaga_saga::CompensationState::Failed))
+            .any(|s| s.compensation_state.as_deref() == Some("failed"))
         {
             outln!(
                 "a compensation failed: `agentsaga sagas retry {id}` to try it again, or undo \
@@ -250,12 +148,11 @@ pub(super) async fn show(store: &Store, id: SagaId, json: bool) -> anyhow::Resul
             );
         }
     }
-    Ok(())
 }
 
 /// `sagas signal ID NAME [--data JSON | --reject REASON]`.
 pub(super) async fn signal(
-    store: &Store,
+    console: &Console,
     id: SagaId,
     name: &str,
     data: Option<String>,
@@ -268,14 +165,10 @@ pub(super) async fn signal(
         ),
         (None, None) => Signal::Approve(serde_json::Value::Null),
     };
-    let mut tx = store.begin().await?;
-    let receipt = Engine::signal(&mut tx, id, name, signal).await?;
-    tx.commit().await?;
-    match receipt {
-        SignalReceipt::Recorded => outln!("signal `{name}` sent to saga {id}"),
-        SignalReceipt::Duplicate => {
-            outln!("saga {id} already had its signal `{name}`: nothing changed");
-        }
+    let doc = console.signal(id, name, signal).await?;
+    match doc.receipt {
+        "duplicate" => outln!("saga {id} already had its signal `{name}`: nothing changed"),
+        _ => outln!("signal `{name}` sent to saga {id}"),
     }
     Ok(())
 }

@@ -1,72 +1,13 @@
 //! `agentsaga status`.
 
-use std::collections::BTreeMap;
-
-use agentsaga_core::Store;
-use agentsaga_saga::{SagaState, query};
-use serde::Serialize;
+use agentsaga_console::Console;
+use agentsaga_console::ops::SAGA_STATES;
 
 use super::print_json;
-use crate::format::{Table, human_duration};
+use crate::format::{Table, compact_duration, human_duration};
 
-/// Every saga state, in lifecycle order: the keys of `sagas` in the JSON document.
-pub(super) const SAGA_STATES: [SagaState; 6] = [
-    SagaState::Running,
-    SagaState::Compensating,
-    SagaState::Stuck,
-    SagaState::Completed,
-    SagaState::Compensated,
-    SagaState::Aborted,
-];
-
-/// The `status --json` document.
-#[derive(Debug, Serialize)]
-struct StatusDoc {
-    backend: &'static str,
-    outbox: OutboxDoc,
-    dead_letters: u64,
-    sagas: BTreeMap<&'static str, u64>,
-    sagas_total: u64,
-    /// Starts accepted beyond their saga name's admission bound, not yet started
-    /// (`saga_starts`), per saga name.
-    starts_waiting: BTreeMap<String, u64>,
-}
-
-#[derive(Debug, Serialize)]
-struct OutboxDoc {
-    pending: u64,
-    in_flight: u64,
-    delivered: u64,
-    dead: u64,
-    oldest_pending_age_ms: Option<u64>,
-}
-
-pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
-    let stats = store.admin().stats().await?;
-    let counts = query::count_by_state(store).await?;
-    let starts_waiting: BTreeMap<String, u64> = agentsaga_saga::Engine::waiting_starts(store)
-        .await?
-        .into_iter()
-        .collect();
-    let mut sagas: BTreeMap<&'static str, u64> =
-        SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
-    for (state, n) in &counts {
-        *sagas.entry(state.as_str()).or_default() += n;
-    }
-    let doc = StatusDoc {
-        backend: store.backend(),
-        dead_letters: stats.dead,
-        sagas_total: sagas.values().sum(),
-        sagas,
-        starts_waiting,
-        outbox: OutboxDoc {
-            pending: stats.pending,
-            in_flight: stats.in_flight,
-            delivered: stats.delivered,
-            dead: stats.dead,
-            oldest_pending_age_ms: stats.oldest_pending_age_ms,
-        },
-    };
+pub(super) async fn run(console: &Console, json: bool) -> anyhow::Result<()> {
+    let doc = console.status().await?;
     if json {
         return print_json(&doc);
     }
@@ -116,6 +57,16 @@ pub(super) async fn run(store: &Store, json: bool) -> anyhow::Result<()> {
     } else {
         outln!("starts waiting for room (admission bound): 0");
     }
+    outln!(
+        "stalled sagas (running, nothing live or no progress for {}): {}{}",
+        compact_duration(console.stalled_threshold()),
+        doc.stalled,
+        if doc.stalled > 0 {
+            " (see `agentsaga sagas list --stalled`)"
+        } else {
+            ""
+        }
+    );
     if doc.sagas.get("stuck").copied().unwrap_or_default() > 0 {
         outln!();
         outln!("stuck sagas need an operator: `agentsaga sagas list --state stuck`");

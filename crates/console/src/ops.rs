@@ -1,0 +1,777 @@
+//! The operator's calls and the documents they answer with: the one implementation
+//! behind `agentsaga … --json`, the admin HTTP API (`/api/v1`), the web page and the
+//! MCP tools. Each call reads or acts in one transaction; an action answers with the
+//! saga (or message) as it now stands.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentsaga_core::admin::DeadRow;
+use agentsaga_core::{MessageId, Store};
+use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, StepView};
+use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::time::rfc3339;
+
+/// Every saga state, in lifecycle order: the keys of `sagas` in [`StatusDoc`].
+pub const SAGA_STATES: [SagaState; 6] = [
+    SagaState::Running,
+    SagaState::Compensating,
+    SagaState::Stuck,
+    SagaState::Completed,
+    SagaState::Compensated,
+    SagaState::Aborted,
+];
+
+/// How long a running saga may make no progress before it counts as stalled, unless
+/// configured otherwise ([`Console::stalled_after`]).
+pub const DEFAULT_STALLED_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// The most sagas or dead letters one page or list holds.
+pub const MAX_PAGE: u32 = 1000;
+
+/// What an operator's call can answer instead of a document.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No saga, dead letter or saga name with that id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The saga's (or message's) state does not allow it; nothing was changed.
+    #[error("{0}")]
+    Refused(String),
+    /// The request itself is wrong (a filter, a key, a plan, data): nothing was done.
+    #[error("{0}")]
+    Invalid(String),
+    /// The database failed.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// `Result` with the console's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<agentsaga_core::Error> for Error {
+    fn from(e: agentsaga_core::Error) -> Self {
+        Error::Store(e.to_string())
+    }
+}
+
+impl From<agentsaga_saga::Error> for Error {
+    fn from(e: agentsaga_saga::Error) -> Self {
+        use agentsaga_saga::Error as S;
+        match e {
+            S::NotFound(_) | S::UnknownSaga(_) => Error::NotFound(e.to_string()),
+            S::WrongState { .. } | S::SignalRefused { .. } | S::Busy { .. } => {
+                Error::Refused(e.to_string())
+            }
+            S::InvalidKey { .. } | S::InvalidPlan(_) | S::Data(_) | S::Malformed(_) => {
+                Error::Invalid(e.to_string())
+            }
+            S::VersionNotRegistered { .. } => Error::Refused(e.to_string()),
+            other => Error::Store(other.to_string()),
+        }
+    }
+}
+
+/// One saga, as `sagas list --json` and `sagas show --json` print it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SagaDoc {
+    /// Its id (a UUID).
+    pub id: String,
+    /// The saga's name.
+    pub name: String,
+    /// The definition version it runs.
+    pub version: i32,
+    /// Its lifecycle state.
+    pub state: &'static str,
+    /// The last error.
+    pub error: Option<String>,
+    /// The idempotency key it was started with.
+    pub key: Option<String>,
+    /// The signal it is parked waiting for.
+    pub waiting_for: Option<String>,
+    /// When it started.
+    pub created_at: String,
+    /// When it started, Unix ms.
+    pub created_at_ms: i64,
+    /// Its last change.
+    pub updated_at: String,
+    /// Its last change, Unix ms.
+    pub updated_at_ms: i64,
+}
+
+impl From<&SagaSummary> for SagaDoc {
+    fn from(s: &SagaSummary) -> Self {
+        Self {
+            id: s.id.to_string(),
+            name: s.name.clone(),
+            version: s.version,
+            state: s.state.as_str(),
+            error: s.error.clone(),
+            key: s.key.clone(),
+            waiting_for: s.waiting_for.clone(),
+            created_at: rfc3339(s.created_at_ms),
+            created_at_ms: s.created_at_ms,
+            updated_at: rfc3339(s.updated_at_ms),
+            updated_at_ms: s.updated_at_ms,
+        }
+    }
+}
+
+/// One step of a saga with its compensation-ledger entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepDoc {
+    /// Index in the saga.
+    pub idx: i64,
+    /// Its stage (parallel group).
+    pub stage: i64,
+    /// The step's name.
+    pub name: String,
+    /// Where its command went (`signal:<name>` for a wait).
+    pub destination: String,
+    /// Where the forward step stands.
+    pub state: String,
+    /// Dispatches so far.
+    pub attempts: i64,
+    /// Its last error.
+    pub error: Option<String>,
+    /// When it was (last) dispatched.
+    pub dispatched_at: Option<String>,
+    /// The same, Unix ms.
+    pub dispatched_at_ms: Option<i64>,
+    /// When its reply came.
+    pub replied_at: Option<String>,
+    /// The same, Unix ms.
+    pub replied_at_ms: Option<i64>,
+    /// Where its compensation goes.
+    pub compensation_destination: Option<String>,
+    /// Its compensation's payload, once built.
+    pub compensation_payload: Option<Value>,
+    /// Where its compensation stands.
+    pub compensation_state: Option<String>,
+    /// Compensation dispatches so far.
+    pub compensation_attempts: i64,
+    /// The compensation's last error.
+    pub compensation_error: Option<String>,
+    /// When it was compensated.
+    pub compensated_at: Option<String>,
+    /// The same, Unix ms.
+    pub compensated_at_ms: Option<i64>,
+}
+
+impl From<&StepView> for StepDoc {
+    fn from(s: &StepView) -> Self {
+        Self {
+            idx: s.idx,
+            stage: s.stage,
+            name: s.name.clone(),
+            destination: s.destination.clone(),
+            state: s.state.to_string(),
+            attempts: s.attempts,
+            error: s.error.clone(),
+            dispatched_at: s.dispatched_at_ms.map(rfc3339),
+            dispatched_at_ms: s.dispatched_at_ms,
+            replied_at: s.replied_at_ms.map(rfc3339),
+            replied_at_ms: s.replied_at_ms,
+            compensation_destination: s.compensation_destination.clone(),
+            compensation_payload: s.compensation_payload.as_deref().map(json_value),
+            compensation_state: s.compensation_state.map(|c| c.to_string()),
+            compensation_attempts: s.compensation_attempts,
+            compensation_error: s.compensation_error.clone(),
+            compensated_at: s.compensated_at_ms.map(rfc3339),
+            compensated_at_ms: s.compensated_at_ms,
+        }
+    }
+}
+
+/// A page of sagas: `sagas list --json`, `GET /api/v1/sagas`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SagaPage {
+    /// The sagas, newest first.
+    pub sagas: Vec<SagaDoc>,
+    /// Pass it as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One saga with its data and its steps: `sagas show --json`, `GET /api/v1/sagas/{id}`,
+/// and the answer of every action on a saga.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShowDoc {
+    /// The saga.
+    pub saga: SagaDoc,
+    /// Its data as it now stands (a planned saga's: input, plan, results).
+    pub data: Value,
+    /// Its steps in index order, with the compensation ledger.
+    pub steps: Vec<StepDoc>,
+}
+
+/// Outbox counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboxDoc {
+    /// Rows waiting for delivery (timers included).
+    pub pending: u64,
+    /// Rows claimed by a relay.
+    pub in_flight: u64,
+    /// Rows delivered and not yet pruned.
+    pub delivered: u64,
+    /// Dead letters.
+    pub dead: u64,
+    /// How long the oldest ready pending row has waited (the relay's lag).
+    pub oldest_pending_age_ms: Option<u64>,
+}
+
+/// `agentsaga status --json`, `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusDoc {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// The outbox.
+    pub outbox: OutboxDoc,
+    /// Dead letters (as `outbox.dead`).
+    pub dead_letters: u64,
+    /// Sagas per state, every state present.
+    pub sagas: BTreeMap<&'static str, u64>,
+    /// All sagas.
+    pub sagas_total: u64,
+    /// Starts waiting for room under their admission bound, per saga name.
+    pub starts_waiting: BTreeMap<String, u64>,
+    /// Stalled sagas (at most [`MAX_PAGE`] counted).
+    pub stalled: u64,
+    /// The no-progress threshold `stalled` used, in ms.
+    pub stalled_after_ms: u64,
+}
+
+/// One dead letter: `dead list --json` (each), `dead show --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadDoc {
+    /// The message id.
+    pub id: String,
+    /// Its outbox sequence number.
+    pub seq: i64,
+    /// Where it was going.
+    pub destination: String,
+    /// Its ordering key.
+    pub key: Option<String>,
+    /// Delivery attempts.
+    pub attempts: u32,
+    /// When it was written.
+    pub created_at: String,
+    /// The same, Unix ms.
+    pub created_at_ms: i64,
+    /// Why it died.
+    pub last_error: Option<String>,
+    /// Its headers.
+    pub headers: BTreeMap<String, String>,
+    /// Its payload (JSON, or the text it is).
+    pub payload: Value,
+    /// Why re-driving it would be wrong (its saga has moved past it), if it would.
+    pub moot: Option<String>,
+}
+
+impl From<&DeadRow> for DeadDoc {
+    fn from(d: &DeadRow) -> Self {
+        let e = &d.envelope;
+        Self {
+            moot: None,
+            id: e.id.to_string(),
+            seq: e.seq,
+            destination: e.destination.clone(),
+            key: e.key.clone(),
+            attempts: e.attempts,
+            created_at: rfc3339(e.created_at_ms),
+            created_at_ms: e.created_at_ms,
+            last_error: d.last_error.clone(),
+            headers: e.headers.clone(),
+            payload: json_value(&e.payload),
+        }
+    }
+}
+
+/// `dead list --json`, `GET /api/v1/dead`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadList {
+    /// The dead letters, oldest first.
+    pub dead_letters: Vec<DeadDoc>,
+}
+
+/// What became of one dead letter asked to be re-driven.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RedriveDoc {
+    /// The message id.
+    pub id: String,
+    /// `redriven` (pending again, attempts reset) or `purged` (moot, with `force`).
+    pub outcome: &'static str,
+    /// Why it was moot, when purged.
+    pub moot: Option<String>,
+}
+
+/// What a re-drive of many dead letters did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RedriveAllDoc {
+    /// Re-driven: pending again, attempts reset.
+    pub redriven: u64,
+    /// Purged as moot (with `force`).
+    pub purged: u64,
+    /// Left as they are, moot: each id with why.
+    pub refused: Vec<Refusal>,
+}
+
+/// A dead letter a re-drive left alone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refusal {
+    /// The message id.
+    pub id: String,
+    /// Why re-driving it would be wrong.
+    pub reason: String,
+}
+
+/// What a purge did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PurgeDoc {
+    /// Dead letters deleted.
+    pub purged: u64,
+}
+
+/// What a signal did, and the saga after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SignalDoc {
+    /// `recorded`, or `duplicate` (the wait had its signal already: nothing changed).
+    pub receipt: &'static str,
+    /// The saga as it now stands.
+    #[serde(flatten)]
+    pub saga: ShowDoc,
+}
+
+/// An operator action on a saga.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Compensate a running saga, or give up on one stuck after its pivot.
+    Abort,
+    /// Try a stuck saga's failed compensation (or step after the pivot) again.
+    Retry,
+    /// Mark a stuck compensation done by hand, and go on.
+    Skip,
+}
+
+impl Action {
+    /// Its name in the CLI and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Abort => "abort",
+            Action::Retry => "retry",
+            Action::Skip => "skip",
+        }
+    }
+
+    /// The actions a saga in `state` allows, as the page offers them.
+    pub fn allowed(state: SagaState) -> &'static [Action] {
+        match state {
+            SagaState::Running | SagaState::Compensating => &[Action::Abort],
+            SagaState::Stuck => &[Action::Retry, Action::Skip, Action::Abort],
+            _ => &[],
+        }
+    }
+}
+
+/// Which sagas a list wants: `sagas list` flags, `GET /api/v1/sagas` parameters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SagaQuery {
+    /// Only this state.
+    pub state: Option<SagaState>,
+    /// Only this saga name.
+    pub name: Option<String>,
+    /// Only the saga started with this key.
+    pub key: Option<String>,
+    /// Only sagas parked at a wait.
+    pub waiting: bool,
+    /// Only stalled sagas.
+    pub stalled: bool,
+    /// Only sagas created at or after this Unix ms.
+    pub created_from_ms: Option<i64>,
+    /// Only sagas created before this Unix ms.
+    pub created_to_ms: Option<i64>,
+    /// The page after this cursor (a `next_cursor`).
+    pub cursor: Option<String>,
+    /// At most this many (1 to [`MAX_PAGE`]; 0 means 100).
+    pub limit: u32,
+}
+
+/// The operator's calls on one store.
+#[derive(Clone, Debug)]
+pub struct Console {
+    store: Store,
+    engine: Engine,
+    stalled_after: Duration,
+}
+
+impl Console {
+    /// The calls on `store`, with no saga definitions: everything but retrying a step
+    /// after the pivot and starting sagas works from the database alone.
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            engine: Engine::new(Vec::<SagaDefinition>::new()).expect("no definitions"),
+            stalled_after: DEFAULT_STALLED_AFTER,
+        }
+    }
+
+    /// The calls with `engine`'s definitions (a runtime's): its sagas can also be
+    /// started, and retried past their pivot.
+    #[must_use]
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    /// How long a running saga may make no progress before it counts as stalled
+    /// (default 15 minutes).
+    #[must_use]
+    pub fn stalled_after(mut self, threshold: Duration) -> Self {
+        self.stalled_after = threshold;
+        self
+    }
+
+    /// The no-progress threshold of stalled sagas.
+    pub fn stalled_threshold(&self) -> Duration {
+        self.stalled_after
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The saga names this console can start (those of its engine).
+    pub fn startable(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .engine
+            .definitions()
+            .map(|d| d.name().to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Outbox counts, relay lag, sagas per state, waiting starts, stalled sagas.
+    ///
+    /// # Errors
+    /// [`Error::Store`].
+    pub async fn status(&self) -> Result<StatusDoc> {
+        let stats = self.store.admin().stats().await?;
+        let counts = query::count_by_state(&self.store).await?;
+        let starts_waiting: BTreeMap<String, u64> = Engine::waiting_starts(&self.store)
+            .await?
+            .into_iter()
+            .collect();
+        let stalled = query::stalled(&self.store, self.stalled_after, MAX_PAGE).await?;
+        let mut sagas: BTreeMap<&'static str, u64> =
+            SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
+        for (state, n) in &counts {
+            *sagas.entry(state.as_str()).or_default() += n;
+        }
+        Ok(StatusDoc {
+            backend: self.store.backend(),
+            dead_letters: stats.dead,
+            sagas_total: sagas.values().sum(),
+            sagas,
+            starts_waiting,
+            stalled: stalled.len() as u64,
+            stalled_after_ms: u64::try_from(self.stalled_after.as_millis()).unwrap_or(u64::MAX),
+            outbox: OutboxDoc {
+                pending: stats.pending,
+                in_flight: stats.in_flight,
+                delivered: stats.delivered,
+                dead: stats.dead,
+                oldest_pending_age_ms: stats.oldest_pending_age_ms,
+            },
+        })
+    }
+
+    /// A page of sagas, newest first.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad cursor or limit; [`Error::Store`].
+    pub async fn sagas(&self, q: &SagaQuery) -> Result<SagaPage> {
+        if q.limit > MAX_PAGE {
+            return Err(Error::Invalid(format!(
+                "limit {} is over the maximum of {MAX_PAGE}",
+                q.limit
+            )));
+        }
+        let limit = if q.limit == 0 { 100 } else { q.limit };
+        let after = q
+            .cursor
+            .as_deref()
+            .map(str::parse::<Cursor>)
+            .transpose()
+            .map_err(Error::Invalid)?;
+        let filter = ListFilter {
+            state: q.state,
+            name: q.name.clone(),
+            key: q.key.clone(),
+            waiting: q.waiting,
+            stalled: q.stalled.then_some(self.stalled_after),
+            created_from_ms: q.created_from_ms,
+            created_to_ms: q.created_to_ms,
+            after,
+            // One more than asked: whether a next page exists.
+            limit: limit + 1,
+        };
+        let mut rows = query::list(&self.store, &filter).await?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        Ok(SagaPage {
+            next_cursor: more
+                .then(|| rows.last().map(|s| Cursor::after(s).to_string()))
+                .flatten(),
+            sagas: rows.iter().map(SagaDoc::from).collect(),
+        })
+    }
+
+    /// One saga with its data and steps.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::Store`].
+    pub async fn saga(&self, id: SagaId) -> Result<ShowDoc> {
+        let Some(saga) = query::get(&self.store, id).await? else {
+            return Err(Error::NotFound(format!("no saga with id {id}")));
+        };
+        let steps = query::steps(&self.store, id).await?;
+        let data = query::data(&self.store, id).await?.unwrap_or_default();
+        Ok(ShowDoc {
+            saga: SagaDoc::from(&saga),
+            data,
+            steps: steps.iter().map(StepDoc::from).collect(),
+        })
+    }
+
+    /// Abort, retry or skip saga `id`, in one transaction committed only if the engine
+    /// accepts it; answers with the saga as it now stands.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::Refused`] saying why (nothing changed);
+    /// [`Error::Store`].
+    pub async fn act(&self, id: SagaId, action: Action) -> Result<ShowDoc> {
+        let mut tx = self.store.begin().await?;
+        let result = match action {
+            Action::Abort => self.engine.abort(&mut tx, id).await,
+            Action::Retry => self.engine.retry(&mut tx, id).await,
+            Action::Skip => self.engine.skip(&mut tx, id).await,
+        };
+        match result {
+            Ok(_) => tx.commit().await?,
+            Err(e) => {
+                // Nothing of the refused action may stay; a failed rollback only means
+                // the transaction is already gone.
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        }
+        self.saga(id).await
+    }
+
+    /// Sends saga `id` the signal `name`; answers with the receipt and the saga.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown saga; [`Error::Refused`] for a finished saga
+    /// or a name it never waits for (nothing written); [`Error::Store`].
+    pub async fn signal(&self, id: SagaId, name: &str, signal: Signal) -> Result<SignalDoc> {
+        let mut tx = self.store.begin().await?;
+        let receipt = match Engine::signal(&mut tx, id, name, signal).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        };
+        tx.commit().await?;
+        Ok(SignalDoc {
+            receipt: match receipt {
+                SignalReceipt::Recorded => "recorded",
+                SignalReceipt::Duplicate => "duplicate",
+            },
+            saga: self.saga(id).await?,
+        })
+    }
+
+    /// Starts saga `name` (one this console's engine has) with `data`, under `key` if
+    /// given; answers with the saga.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a saga this process does not host; [`Error::Invalid`]
+    /// for bad data, key or plan; [`Error::Store`].
+    pub async fn start(&self, name: &str, key: Option<&str>, data: Value) -> Result<ShowDoc> {
+        if !self.engine.definitions().any(|d| d.name() == name) {
+            return Err(Error::NotFound(format!(
+                "this process hosts no saga named `{name}` (it hosts: {})",
+                self.startable().join(", ")
+            )));
+        }
+        let mut tx = self.store.begin().await?;
+        let accepted = match self.engine.accept_keyed(&mut tx, name, key, data).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        };
+        tx.commit().await?;
+        let id = accepted.id();
+        match self.saga(id).await {
+            // Waiting for room under the admission bound: not in `saga_instances` yet.
+            Err(Error::NotFound(_)) if Engine::is_waiting(&self.store, id).await? => {
+                Err(Error::Refused(format!(
+                    "saga {id} is accepted and waits for room under its admission bound"
+                )))
+            }
+            other => other,
+        }
+    }
+
+    /// Dead letters, oldest first (to `destination` only, if given), each saying
+    /// whether re-driving it would be moot.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a limit over [`MAX_PAGE`]; [`Error::Store`].
+    pub async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<DeadList> {
+        if limit > MAX_PAGE {
+            return Err(Error::Invalid(format!(
+                "limit {limit} is over the maximum of {MAX_PAGE}"
+            )));
+        }
+        let limit = if limit == 0 { 100 } else { limit };
+        let rows = self.store.admin().dead_letters(destination, limit).await?;
+        let mut dead_letters = Vec::with_capacity(rows.len());
+        for d in &rows {
+            dead_letters.push(self.dead_doc(d).await?);
+        }
+        Ok(DeadList { dead_letters })
+    }
+
+    /// One dead letter.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::Store`].
+    pub async fn dead_letter(&self, id: MessageId) -> Result<DeadDoc> {
+        let row = self.dead_row(id).await?;
+        self.dead_doc(&row).await
+    }
+
+    async fn dead_row(&self, id: MessageId) -> Result<DeadRow> {
+        self.store
+            .admin()
+            .dead_letters(None, u32::MAX)
+            .await?
+            .into_iter()
+            .find(|d| d.envelope.id == id)
+            .ok_or_else(|| Error::NotFound(format!("dead letter `{id}` not found")))
+    }
+
+    async fn dead_doc(&self, d: &DeadRow) -> Result<DeadDoc> {
+        let mut doc = DeadDoc::from(d);
+        doc.moot = Engine::moot(&self.store, &d.envelope).await?;
+        Ok(doc)
+    }
+
+    /// Re-drives dead letter `id` (pending again, attempts reset), unless its saga has
+    /// moved past it: then it is refused, or with `force` purged instead.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::Refused`] for a moot one without `force`;
+    /// [`Error::Store`].
+    pub async fn redrive(&self, id: MessageId, force: bool) -> Result<RedriveDoc> {
+        let row = self.dead_row(id).await?;
+        match Engine::moot(&self.store, &row.envelope).await? {
+            Some(why) if force => {
+                self.store.admin().purge_dead_letter(id).await?;
+                Ok(RedriveDoc {
+                    id: id.to_string(),
+                    outcome: "purged",
+                    moot: Some(why),
+                })
+            }
+            Some(why) => Err(Error::Refused(format!(
+                "refused to re-drive dead letter {id}: {why}. Re-driving it could undo what \
+                 its saga decided; a forced re-drive purges it instead"
+            ))),
+            None => {
+                self.store.admin().redrive(id).await?;
+                Ok(RedriveDoc {
+                    id: id.to_string(),
+                    outcome: "redriven",
+                    moot: None,
+                })
+            }
+        }
+    }
+
+    /// Re-drives every dead letter (to `destination`, if given) that is not moot;
+    /// moot ones are left (or with `force` purged).
+    ///
+    /// # Errors
+    /// [`Error::Store`].
+    pub async fn redrive_all(
+        &self,
+        destination: Option<&str>,
+        force: bool,
+    ) -> Result<RedriveAllDoc> {
+        let rows = self
+            .store
+            .admin()
+            .dead_letters(destination, u32::MAX)
+            .await?;
+        let mut doc = RedriveAllDoc {
+            redriven: 0,
+            purged: 0,
+            refused: Vec::new(),
+        };
+        for row in &rows {
+            let id = row.envelope.id;
+            match Engine::moot(&self.store, &row.envelope).await? {
+                Some(_) if force => {
+                    self.store.admin().purge_dead_letter(id).await?;
+                    doc.purged += 1;
+                }
+                Some(why) => doc.refused.push(Refusal {
+                    id: id.to_string(),
+                    reason: why,
+                }),
+                None => {
+                    self.store.admin().redrive(id).await?;
+                    doc.redriven += 1;
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Deletes dead letter `id`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::Store`].
+    pub async fn purge(&self, id: MessageId) -> Result<PurgeDoc> {
+        self.dead_row(id).await?;
+        self.store.admin().purge_dead_letter(id).await?;
+        Ok(PurgeDoc { purged: 1 })
+    }
+
+    /// Deletes dead letters created more than `older_than` ago.
+    ///
+    /// # Errors
+    /// [`Error::Store`].
+    pub async fn purge_older(&self, older_than: Duration) -> Result<PurgeDoc> {
+        Ok(PurgeDoc {
+            purged: self.store.admin().purge_dead(older_than).await?,
+        })
+    }
+}
+
+/// A JSON text stored in the database as a JSON value (or, if it does not parse, as
+/// the string it is).
+pub fn json_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
