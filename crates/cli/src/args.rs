@@ -49,6 +49,39 @@ pub(crate) enum Command {
     Prune(PruneArgs),
     /// Create the database if missing and apply the schema migrations.
     Migrate,
+    /// Serve the operator console: the admin HTTP API (`/api/v1`) and the web page
+    /// (`/`). Loopback by default; any other address needs a token.
+    Serve(ServeArgs),
+    /// Speak the Model Context Protocol over stdio: tools for AI agents to list, show,
+    /// signal, abort and re-drive sagas.
+    Mcp,
+}
+
+/// `agentsaga serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Where to listen. Anything but a loopback address requires `--token`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
+    pub(crate) addr: std::net::SocketAddr,
+    /// Bearer token that may read and act (prefer the environment variable).
+    #[arg(
+        long,
+        env = "AGENTSAGA_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub(crate) token: Option<String>,
+    /// Bearer token that may only read.
+    #[arg(
+        long,
+        env = "AGENTSAGA_ADMIN_READ_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub(crate) read_token: Option<String>,
+    /// Base URL of Jaeger's UI, for the link to a saga's trace.
+    #[arg(long, env = "AGENTSAGA_JAEGER_URL", value_name = "URL")]
+    pub(crate) jaeger_url: Option<String>,
 }
 
 /// `--json`.

@@ -7,7 +7,13 @@
 //! the web page serve the same documents; the MCP tools call the same functions. No
 //! action exists twice.
 
+#[cfg(feature = "http")]
+mod api;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod ops;
+#[cfg(feature = "http")]
+mod page;
 pub mod time;
 
 pub use ops::{Action, Console, Error, Result, SagaQuery};

@@ -3,8 +3,10 @@
 
 mod dead;
 mod maintenance;
+mod mcp;
 mod saga_actions;
 mod sagas;
+mod serve;
 mod status;
 
 use agentsaga_console::{Action, Console, SagaQuery};
@@ -85,6 +87,8 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(DeadCommand::Purge(o)) => dead::purge(&console, o.older_than).await,
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store),
+        Command::Serve(args) => serve::run(console, args).await,
+        Command::Mcp => mcp::run(console).await,
     };
     store.close().await;
     result
