@@ -24,7 +24,6 @@ pub struct HttpConfig {
 /// What every handler gets.
 #[derive(Clone)]
 #[allow(dead_code)] // read by the API's and the page's handlers, being written
-
 pub(crate) struct AppState {
     pub(crate) console: Console,
     pub(crate) config: Arc<HttpConfig>,
