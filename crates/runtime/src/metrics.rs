@@ -4,7 +4,9 @@
 //! Series (all prefixed `agentsaga_`): `outbox_pending`, `outbox_in_flight`,
 //! `outbox_dead` (dead letters), `outbox_lag_seconds` (age of the oldest ready pending
 //! row), `sagas{state}` (sagas by state), `saga_starts_waiting` (starts beyond the
-//! admission bound, not yet started) — sampled from the database — and, from this
+//! admission bound, not yet started) — sampled from the database —,
+//! `sagas_stalled` and `stalled_warnings_total` (from the stall watch, every 30 s by
+//! default: `RuntimeBuilder::stalled_after`) and, from this
 //! process's relay, `deliveries_total`, `retries_total`, `dead_letters_total`,
 //! `delivery_latency_seconds{quantile="0.5"|"0.99"}` (enqueue commit → delivered), and
 //! `saga_duration_seconds` (a summary of finished sagas' start → end).

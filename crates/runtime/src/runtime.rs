@@ -48,6 +48,7 @@ pub struct RuntimeBuilder {
     max_in_flight: Option<usize>,
     max_in_flight_for: Vec<(String, Option<usize>)>,
     retention: crate::Retention,
+    stall_watch: crate::stalled::StallWatch,
 }
 
 impl RuntimeBuilder {
@@ -164,6 +165,18 @@ impl RuntimeBuilder {
     /// kept; [`crate::Retention::off`] keeps everything).
     pub fn retention(mut self, retention: crate::Retention) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// Stalled sagas (running or compensating, not waiting for a signal, with nothing
+    /// pending or in flight for them, or no progress for `threshold`; default 15
+    /// minutes) are looked for every `every` (default 30 s): each is logged once, as a
+    /// warning, and counted in the `agentsaga_sagas_stalled` gauge.
+    pub fn stalled_after(mut self, threshold: Duration, every: Duration) -> Self {
+        self.stall_watch = crate::stalled::StallWatch {
+            threshold,
+            every: every.max(Duration::from_millis(10)),
+        };
         self
     }
 
@@ -323,6 +336,7 @@ impl RuntimeBuilder {
             None => (None, None),
         };
         let pruner = crate::retention::spawn(store.clone(), self.retention);
+        let stall_watch = crate::stalled::spawn(store.clone(), self.stall_watch);
         let admission =
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;
@@ -337,6 +351,7 @@ impl RuntimeBuilder {
             sampler,
             admission,
             pruner,
+            stall_watch: Some(stall_watch),
         })
     }
 }
@@ -364,6 +379,7 @@ pub struct Runtime {
     sampler: Option<tokio::task::JoinHandle<()>>,
     admission: crate::admission::Admission,
     pruner: Option<tokio::task::JoinHandle<()>>,
+    stall_watch: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Runtime {
@@ -388,6 +404,7 @@ impl Runtime {
             max_in_flight: Some(agentsaga_saga::DEFAULT_MAX_IN_FLIGHT),
             max_in_flight_for: Vec::new(),
             retention: crate::Retention::default(),
+            stall_watch: crate::stalled::StallWatch::default(),
         }
     }
 
@@ -615,6 +632,9 @@ impl Runtime {
             sampler.abort();
         }
         self.admission.stop();
+        if let Some(watch) = self.stall_watch.take() {
+            watch.abort();
+        }
         if let Some(pruner) = self.pruner.take() {
             pruner.abort();
         }

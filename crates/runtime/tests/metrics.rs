@@ -1,13 +1,16 @@
 //! The metrics endpoint serves the documented series, with values that match the
 //! database.
 
+#[path = "support/scrape.rs"]
+mod scrape;
+
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step, query};
+use scrape::scrape;
 use serde_json::{Value, json};
 
 struct Flaky;
@@ -25,23 +28,6 @@ impl Agent for Flaky {
         }
         Ok(cmd)
     }
-}
-
-fn scrape(addr: std::net::SocketAddr) -> HashMap<String, f64> {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    let body = text.split("\r\n\r\n").nth(1).unwrap();
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_owned(), v.parse().ok()?))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,126 @@
+//! The stall watch: a stalled saga (its reply dead-lettered) is counted in the
+//! `agentsaga_sagas_stalled` gauge and warned of once.
+
+#[path = "support/scrape.rs"]
+mod scrape;
+
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaState, Step, query};
+use scrape::scrape;
+use serde_json::{Value, json};
+
+struct Echo;
+
+#[async_trait::async_trait]
+impl Agent for Echo {
+    type Command = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        "flaky"
+    }
+    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+        Ok(cmd)
+    }
+}
+
+// A saga whose reply was dead-lettered is stalled: the stall watch counts it in the
+// gauge and warns of it once, however many times it looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_saga_is_reported_once() {
+    use agentsaga_core::queue::DeadLetter;
+    use agentsaga_core::{Store, header, testing};
+    use agentsaga_saga::{Engine, protocol};
+    let url = fresh_url(Backend::Sqlite).await;
+    let saga = || {
+        Saga::<Value>::builder("lost", 1)
+            .step(Step::new("a", "flaky").compensate("flaky", |_: &Value| json!("undo")))
+            .build()
+            .unwrap()
+    };
+    // Before the runtime: the saga's command is answered and the reply dead-lettered.
+    let store = Store::connect(&url).await.unwrap();
+    let engine = Engine::new([saga()]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "lost", &json!({ "n": 1 }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let command = testing::claim(&store, &["flaky".to_owned()], 1)
+        .await
+        .remove(0);
+    assert_eq!(
+        command.header(header::SAGA_ID),
+        Some(id.to_string().as_str())
+    );
+    let mut tx = store.begin().await.unwrap();
+    tx.receive("flaky", command.id).await.unwrap();
+    tx.enqueue(
+        &protocol::reply(&command, &protocol::StepOutcome::Ok(json!(1)))
+            .unwrap()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .unwrap();
+    let reply = testing::claim(&store, &["saga.lost.v1".to_owned()], 1)
+        .await
+        .remove(0);
+    let dead = DeadLetter {
+        seq: reply.seq,
+        reason: "lost on the way".into(),
+        notice: None,
+    };
+    store.queue().dead_letter("t", &[dead]).await.unwrap();
+
+    let runtime = Runtime::builder()
+        .store(store)
+        .agent(Echo)
+        .saga(saga())
+        .stalled_after(Duration::from_secs(3600), Duration::from_millis(50))
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let addr = runtime.metrics_addr().unwrap();
+    // A saga that moves along is not stalled.
+    let fine = runtime
+        .start_saga("lost", &json!({ "n": 2 }))
+        .await
+        .unwrap();
+    assert_eq!(runtime.wait(fine).await.unwrap(), SagaState::Completed);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = tokio::task::spawn_blocking(move || scrape(addr))
+            .await
+            .unwrap();
+        if m.get("agentsaga_sagas_stalled") == Some(&1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never reported: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Many looks later, still one warning.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let m = tokio::task::spawn_blocking(move || scrape(addr))
+        .await
+        .unwrap();
+    assert_eq!(m["agentsaga_sagas_stalled"], 1.0, "{m:?}");
+    assert_eq!(m["agentsaga_stalled_warnings_total"], 1.0, "{m:?}");
+    let stalled = query::stalled(runtime.store(), Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(stalled.iter().map(|s| s.id).collect::<Vec<_>>(), [id]);
+    runtime.shutdown().await;
+}
