@@ -87,9 +87,13 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
     };
     // One writer connection: writers of this process queue for it instead of fighting
     // over SQLite's single write lock (which surfaces as SQLITE_BUSY).
+    // No ping before each acquire: the connection is a file handle in this process,
+    // not a socket that can hang up, and on SQLite a ping is one more round trip to
+    // sqlx's worker thread on every transaction (the pool still pings on release).
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
+        .test_before_acquire(false)
         .acquire_timeout(config.acquire_timeout)
         .idle_timeout(None)
         .max_lifetime(None)
@@ -104,6 +108,7 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
     } else {
         SqlitePoolOptions::new()
             .max_connections(config.max_connections)
+            .test_before_acquire(false)
             .acquire_timeout(config.acquire_timeout)
             .connect_with(options.read_only(true))
             .await
