@@ -1,5 +1,6 @@
-//! AI assistant: "research company X, draft an email, schedule a meeting" as a saga of
-//! specialised agents, two of which ask an LLM.
+//! AI assistant: "research company X, draft an email, schedule a meeting" as a saga
+//! whose steps a planner agent (an LLM call) chooses at run time, carried out by
+//! specialised agents.
 //!
 //! ```sh
 //! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1 --auto-approve
@@ -10,41 +11,71 @@
 //!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
 //! ```
 //!
-//! Steps: `research` (read-only: nothing to undo), `reserve_calendar_slot`
-//! (compensation `cancel_slot`), `draft_email` (compensation `discard_draft`),
-//! a wait for a person's `approval` (`Step::wait_for`: the saga parks, holding nothing,
-//! until the signal comes; `--auto-approve` sends it at once), `send_email` (the pivot:
-//! an email cannot be unsent), `create_crm_record` (after the
-//! pivot, retried until it succeeds). Effects live in `assistant_research`,
+//! The saga (`PlannedSaga`, `ai_assistant` version 2) has one step of its own, `plan`:
+//! the planner agent asks the LLM for a plan for the request, and the saga runs the plan
+//! the model returned. The system prompt describes the plan format (stages of steps,
+//! parallel groups, each step's undo or `nothing_to_undo`, the pivot, waits for a
+//! signal, `$from` references) and the agents a plan may use, with their commands:
+//! `research` (read-only), `calendar` (reserves a meeting slot; undo names the slot),
+//! `drafts` (writes the email; undo names the draft), `email` (sends it: it cannot be
+//! unsent) and `crm` (records the contact). A typical plan: `research` (sometimes in
+//! parallel with `reserve_calendar_slot`, sometimes with no slot at all),
+//! `draft_email`, a wait for a person's `approval`, `send_email` (the pivot),
+//! `create_crm_record` (after the pivot, retried until it succeeds).
+//!
+//! The plan is data, never code. The model's answer (prose around a fenced JSON block,
+//! or bare JSON) is read with `Plan::from_text` and refused, with the reason, unless it
+//! passes the engine's rules (`SagaDefinition::check_plan`: an undo for every step
+//! before the pivot, known destinations, unique names, `$from` pointing into the input
+//! or an earlier step's result) and the assistant's own: exactly one email, sent by the
+//! pivot, after a wait for `approval`. The assistant sets each step's timeout and
+//! attempts itself, whatever the model wrote. A refused plan fails the `plan` step
+//! fatally: the saga compensates (nothing else ran) and its error reads `the planner's
+//! invalid plan: <reason>`. An accepted plan is recorded in `assistant_plans` (with the
+//! model's answer) and stored with the saga, so a process restarted after `kill -9`
+//! resumes it without asking the model again.
+//!
+//! The saga data is `{"input": {"company": …}, "plan": …, "results": {"<step>": <its
+//! reply>, …}}`, and the plan's commands take what they need from it with `$from`
+//! references, resolved when a command is sent: the draft gets
+//! `{"$from": "/results/research/text"}`. The calendar slot and the draft reply with
+//! their id, and their undo names it (`{"op": "undo", "id": {"$from":
+//! "/results/reserve_calendar_slot/id"}}`), built when the compensation is dispatched.
+//! When the step's outcome is unknown (it failed, timed out, or was still in flight
+//! when the saga turned back) the reference gives `null`, and the undo undoes whatever
+//! the saga made there, if anything. Effects live in `assistant_research`,
 //! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
 //! `assistant_crm_records`, one row per saga at most.
 //!
-//! The calendar slot and the draft answer with their id (`event_id`, `draft_id`), and
-//! their undo names it: the compensation is built from the step's reply
-//! (`compensate_with`) when it is dispatched. When the step's outcome is unknown (it
-//! failed, timed out, or was still in flight when the saga turned back) the undo
-//! carries no id and undoes whatever the saga made there, if anything.
+//! The wait for `approval` parks the saga, holding nothing, until the signal comes:
+//! `--auto-approve` sends it at once; without it the run ends once every saga is
+//! finished or waits, says how many wait, and prints the `agentsaga sagas signal`
+//! command that approves one; a later run with `--sagas 0` finishes the approved ones.
+//! Request `i` is started with the key `request-<i>`, so a rerun of the same requests
+//! starts nothing new.
 //!
-//! `research` and `draft_email` are [`CallingAgent`]s: each asks an OpenAI-compatible
-//! chat-completions endpoint (`POST {base}/chat/completions`, `Authorization: Bearer
-//! {key}`, the step's idempotency key as `Idempotency-Key`, the answer read from
-//! `choices[0].message.content`) with no database transaction held, then records the
-//! answer (the research notes, the email draft) in its table and in the saga data in
-//! one short transaction. The endpoint is `--llm-url` or `OPENAI_BASE_URL` (e.g.
-//! `https://api.openai.com/v1`), the key `OPENAI_API_KEY`, the model `--llm-model` or
-//! `OPENAI_MODEL`. A connection error, a timeout (each request is given 3/4 of the
-//! step's 20 s timeout), HTTP 5xx, 429, 408 or 409 is retryable: the step is tried
-//! again with the same idempotency key, and the saga compensates once its retries run
-//! out. Any other 4xx, a refusal, or a reply that is not a chat completion is fatal,
-//! with the reason in the saga's error. The calendar, email and CRM agents only write
-//! to the database (their undo included).
+//! `plan`, `research` and `draft_email` are [`CallingAgent`]s: each asks an
+//! OpenAI-compatible chat-completions endpoint (`POST {base}/chat/completions`,
+//! `Authorization: Bearer {key}`, the step's idempotency key as `Idempotency-Key`, the
+//! answer read from `choices[0].message.content`) with no database transaction held,
+//! then records the answer (the plan, the research notes, the email draft) in its table
+//! and in the saga data in one short transaction. The endpoint is `--llm-url` or
+//! `OPENAI_BASE_URL` (e.g. `https://api.openai.com/v1`), the key `OPENAI_API_KEY`, the
+//! model `--llm-model` or `OPENAI_MODEL`. A connection error, a timeout (each request is
+//! given 3/4 of the step's 20 s timeout), HTTP 5xx, 429, 408 or 409 is retryable: the
+//! step is tried again with the same idempotency key, and the saga compensates once its
+//! retries run out. Any other 4xx, a refusal, or a reply that is not a chat completion
+//! is fatal, with the reason in the saga's error. The calendar, email and CRM agents
+//! only write to the database (their undo included).
 //!
 //! Without an endpoint, the example starts a local stub on 127.0.0.1
-//! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms,
-//! rate-limits (429) or refuses with probability `--fail-rate`, seeded by `--seed`, and
-//! records every request it receives in `assistant_llm_calls (idempotency_key,
-//! saga_id, step, answer, at)`. The database agents fail with probability
-//! `--fail-rate` too (rate limits, no free slot), whichever endpoint is used.
+//! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms
+//! (the planner with a plan in a fenced block amid prose, varying from request to
+//! request), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
+//! `--seed`, and records every request it receives in `assistant_llm_calls
+//! (idempotency_key, saga_id, step, answer, at)`. The database agents fail with
+//! probability `--fail-rate` too (rate limits, no free slot), whichever endpoint is
+//! used.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -56,11 +87,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga::prelude::*;
+use agentsaga::saga::{PlanStage, SagaDefinition};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 #[derive(Parser, Debug)]
-#[command(about = "An AI assistant's request as a saga of specialised agents")]
+#[command(about = "An AI assistant's request as a saga whose steps an LLM planner chooses")]
 struct Args {
     #[command(flatten)]
     common: support::CommonArgs,
@@ -74,7 +107,8 @@ struct Args {
     /// The API key (prefer the environment variable: a flag shows in `ps`).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, hide = true)]
     llm_api_key: Option<String>,
-    /// Tests: how the local stub answers (normal, fail, hang, bad-shape, bad-request).
+    /// Tests: how the local stub answers (normal, fail, hang, bad-shape, bad-request;
+    /// bad-plan and no-plan for the planner's requests).
     #[arg(long, value_enum, default_value_t = llm_stub::Mode::Normal, hide = true)]
     llm_stub_mode: llm_stub::Mode,
     /// Tests: apply --llm-stub-mode to this step's requests only.
@@ -90,32 +124,18 @@ struct Args {
     auto_approve: bool,
 }
 
-/// What the approver says (`--data` of `agentsaga sagas signal … approval`).
-#[derive(Debug, Deserialize)]
-struct Approval {
-    by: String,
-}
-
-/// The saga's data: the request, and what the agents produced.
+/// What a saga is started with: the request (`/input` in the saga data).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Request {
+struct Input {
     company: String,
-    #[serde(default)]
-    findings: Option<String>,
-    #[serde(default)]
-    slot: Option<String>,
-    #[serde(default)]
-    draft: Option<String>,
-    /// Who approved the email (the `approval` signal).
-    #[serde(default)]
-    approved_by: Option<String>,
 }
 
-/// A command that is either done or undone by the same agent.
+/// A command of the plan (its `$from` references resolved): do the agent's work, or
+/// undo it. The same shape for every agent; each reads the fields it needs.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Command {
-    Do(Request),
+    Do(Task),
     /// Undo what the step made: the row its reply named; `None` when its outcome is
     /// unknown.
     Undo {
@@ -124,20 +144,32 @@ enum Command {
     },
 }
 
+/// The work a plan asks of an agent, with what earlier steps produced.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Task {
+    company: String,
+    /// The research notes (for the draft).
+    #[serde(default)]
+    findings: Option<String>,
+    /// The reserved slot (for the draft).
+    #[serde(default)]
+    slot: Option<String>,
+    /// The email's body (for the email).
+    #[serde(default)]
+    draft: Option<String>,
+    /// Who approved the email (for the CRM record).
+    #[serde(default)]
+    approved_by: Option<String>,
+}
+
 /// What an agent made: its text, and for an effect that can be undone, the id of its
-/// row (what the undo names).
+/// row (what the undo names). A plan refers to them as `/results/<step>/text` and
+/// `/results/<step>/id`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Made {
     text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     id: Option<String>,
-}
-
-/// The compensation of a step whose reply is a [`Made`].
-fn undo(_: &Request, made: Option<&Made>) -> Command {
-    Command::Undo {
-        id: made.and_then(|m| m.id.clone()),
-    }
 }
 
 /// Where an agent records what it made (a row per saga, with a `status`), and how that
@@ -181,15 +213,20 @@ impl Effect {
         id: Option<String>,
     ) -> Result<Made, StepError> {
         if let Some((id_column, undone)) = self.undo {
-            let (column, key) = match &id {
-                Some(id) => (id_column, id.as_str()),
-                None => ("saga_id", saga),
+            // The id comes from the plan, which came from a model: it undoes a row of
+            // this saga or nothing.
+            let sql = match &id {
+                Some(_) => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1 AND {id_column} = $2",
+                    self.table
+                ),
+                None => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1",
+                    self.table
+                ),
             };
-            let sql = format!(
-                "UPDATE {} SET status = '{undone}' WHERE {column} = $1",
-                self.table
-            );
-            support::exec(ctx.conn(), &sql, &[key]).await?;
+            let params: Vec<&str> = std::iter::once(saga).chain(id.as_deref()).collect();
+            support::exec(ctx.conn(), &sql, &params).await?;
         }
         Ok(Made {
             text: "undone".into(),
@@ -364,6 +401,175 @@ fn read_reply(endpoint: &str, status: u16, body: &str) -> Result<String, StepErr
 }
 
 // ---------------------------------------------------------------------------------
+// The planner.
+
+/// The destination of the planner agent, and the name of the saga's one fixed step.
+const PLANNER: &str = "planner";
+const PLAN_STEP: &str = "plan";
+/// The agents a plan may send commands (and compensations) to.
+const RESEARCH: &str = "research";
+const CALENDAR: &str = "calendar";
+const DRAFTS: &str = "drafts";
+const EMAIL: &str = "email";
+const CRM: &str = "crm";
+const AGENTS: [&str; 5] = [RESEARCH, CALENDAR, DRAFTS, EMAIL, CRM];
+/// The signal a person sends to let the email go.
+const APPROVAL: &str = "approval";
+/// Attempts of each step, the planner's and the plan's, for retryable failures.
+const ATTEMPTS: u32 = 5;
+
+/// What the planner is told, after its role ([`llm_stub::PLANNER_ROLE`]): the plan
+/// format and the agents it may use.
+const PLANNER_RULES: &str = r#"Answer with the plan that carries out the user's request, as JSON in a ```json fenced block: {"steps": [<stage>, ...]}. Stages run in order; a stage is one step, or {"parallel": [<step>, ...]} for steps that need nothing from each other.
+A step is {"name": "<unique snake_case name>", "destination": "<agent>", "command": <JSON>} with how to undo it: "compensate": {"destination": "<agent>", "command": <JSON>}, or "nothing_to_undo": true for a step that changes nothing. The one step that cannot be undone is marked "pivot": true; the steps after it have no undo (they are retried until they succeed). A person's approval is the step {"name": "approval", "wait_for": "approval"}.
+In a command, {"$from": "/input/company"} stands for the company of the request, {"$from": "/results/<step>/text"} for what the step <step> of an earlier stage produced, and, in a compensation, {"$from": "/results/<its own step>/id"} for the id of what its step created.
+The agents and their commands:
+- research: {"op": "do", "company": ...}: notes on the company (its text). Changes nothing.
+- calendar: {"op": "do", "company": ...}: reserves a meeting slot (its text: the slot; its id). Undone by {"op": "undo", "id": ...} sent to calendar.
+- drafts: {"op": "do", "company": ..., "findings": <the notes>, "slot": <the slot, if one was reserved>}: writes the email (its text: the body; its id). Undone by {"op": "undo", "id": ...} sent to drafts.
+- email: {"op": "do", "company": ..., "draft": <the body>}: sends the email. It cannot be unsent: it is the pivot, and the approval comes in a stage before it.
+- crm: {"op": "do", "company": ..., "approved_by": {"$from": "/results/approval/by"}}: records the contact, after the email.
+Use no other agent and no other field."#;
+
+/// The planner's system prompt.
+fn planner_prompt() -> String {
+    format!("{} {PLANNER_RULES}", llm_stub::PLANNER_ROLE)
+}
+
+/// The steps of `plan`, parallel members included, to change.
+fn steps_mut(plan: &mut Plan) -> impl Iterator<Item = &mut PlanStep> {
+    plan.steps.iter_mut().flat_map(|stage| match stage {
+        PlanStage::Step(s) => std::slice::from_mut(s),
+        PlanStage::Parallel { parallel } => parallel.as_mut_slice(),
+    })
+}
+
+/// The assistant's own rules, beyond the engine's: exactly one email, sent by the
+/// pivot, in a stage after a wait for a person's approval.
+fn house_rules(plan: &Plan) -> Result<(), String> {
+    let mut approved = false;
+    let mut emails = 0;
+    for stage in &plan.steps {
+        for s in stage.members() {
+            if s.destination.as_deref() != Some(EMAIL) {
+                continue;
+            }
+            if !s.pivot {
+                return Err(format!(
+                    "step `{}` sends the email, which cannot be unsent: it must be the pivot",
+                    s.name
+                ));
+            }
+            if !approved {
+                return Err(format!(
+                    "step `{}` sends the email before a wait for `{APPROVAL}`",
+                    s.name
+                ));
+            }
+            emails += 1;
+        }
+        approved |= stage
+            .members()
+            .iter()
+            .any(|s| s.wait_for.as_deref() == Some(APPROVAL));
+    }
+    if emails == 0 {
+        return Err("the plan sends no email".into());
+    }
+    Ok(())
+}
+
+/// Asks the LLM for a plan; accepts it or says why not.
+struct Planner {
+    llm: Arc<Llm>,
+    /// The saga it plans for: a plan must pass its checks.
+    saga: Arc<SagaDefinition>,
+    /// The timeout of each command step of a plan.
+    step_timeout: Duration,
+}
+
+/// A plan the planner accepted, and the model's answer it was read from.
+struct Accepted {
+    plan: Plan,
+    answer: String,
+}
+
+impl Planner {
+    /// The plan in the model's answer, with the assistant's timeouts and attempts, if it
+    /// passes the saga's rules and the assistant's; else why not.
+    fn accept(&self, answer: &str) -> Result<Plan, String> {
+        let why = |e: agentsaga::saga::Error| match e {
+            agentsaga::saga::Error::InvalidPlan(why) => why,
+            e => e.to_string(),
+        };
+        let mut plan = Plan::from_text(answer).map_err(why)?;
+        // Timeouts and retries are the assistant's to set, whatever the model wrote:
+        // each command gets the step timeout and the saga's retry policy; a person
+        // takes the time they take.
+        let timeout_ms = u64::try_from(self.step_timeout.as_millis()).unwrap_or(u64::MAX);
+        for step in steps_mut(&mut plan) {
+            step.timeout_ms = step.wait_for.is_none().then_some(timeout_ms);
+            step.max_attempts = None;
+        }
+        self.saga.check_plan(&plan).map_err(why)?;
+        house_rules(&plan)?;
+        Ok(plan)
+    }
+}
+
+#[async_trait::async_trait]
+impl CallingAgent for Planner {
+    type Command = Input;
+    type Output = Accepted;
+    /// The plan, which the engine checks again and stores at `/plan` in the saga data.
+    type Reply = Plan;
+
+    fn destination(&self) -> &str {
+        PLANNER
+    }
+
+    async fn call(&self, ctx: &CallContext<'_>, input: &Input) -> Result<Accepted, StepError> {
+        let request = format!(
+            "Plan this request about the company \"{}\": learn about the company, propose a \
+             meeting to them by email (reserving a slot in my calendar if that helps), send \
+             the email once I approve it, and record the contact in the CRM.",
+            input.company
+        );
+        let answer = self.llm.chat(ctx, &planner_prompt(), &request).await?;
+        // A plan that breaks a rule is the model's error: asking again with the same
+        // idempotency key would get the same answer. The step fails, with the reason.
+        let plan = self
+            .accept(&answer)
+            .map_err(|why| StepError::fatal(format!("the planner's invalid plan: {why}")))?;
+        Ok(Accepted { plan, answer })
+    }
+
+    async fn record(
+        &self,
+        ctx: &mut AgentContext<'_>,
+        _input: Input,
+        accepted: Accepted,
+    ) -> Result<Plan, StepError> {
+        let saga = saga_of(ctx)?;
+        let steps: Vec<&str> = accepted
+            .plan
+            .steps
+            .iter()
+            .flat_map(PlanStage::members)
+            .map(|s| s.name.as_str())
+            .collect();
+        let plan = serde_json::to_string(&accepted.plan).map_err(StepError::fatal)?;
+        support::exec(
+            ctx.conn(),
+            "INSERT INTO assistant_plans (saga_id, steps, plan, answer) VALUES ($1, $2, $3, $4) ON CONFLICT (saga_id) DO NOTHING",
+            &[&saga, &steps.join(" "), &plan, &accepted.answer],
+        )
+        .await?;
+        Ok(accepted.plan)
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // The agents that ask the LLM.
 
 #[derive(Clone, Copy)]
@@ -375,13 +581,13 @@ enum Writing {
 impl Writing {
     fn destination(self) -> &'static str {
         match self {
-            Writing::Research => "research",
-            Writing::Draft => "drafts",
+            Writing::Research => RESEARCH,
+            Writing::Draft => DRAFTS,
         }
     }
 
     /// (system prompt, user prompt)
-    fn prompt(self, req: &Request) -> (&'static str, String) {
+    fn prompt(self, task: &Task) -> (&'static str, String) {
         match self {
             Writing::Research => (
                 "You are the research agent of an executive assistant. Answer in at most \
@@ -389,7 +595,7 @@ impl Writing {
                 format!(
                     "Research the company \"{}\": what does it do, and what recent fact is \
                      worth mentioning when writing to them?",
-                    req.company
+                    task.company
                 ),
             ),
             Writing::Draft => (
@@ -397,9 +603,9 @@ impl Writing {
                  of a short, friendly email in plain text, without a subject line.",
                 format!(
                     "Write to {} proposing a meeting on {}. What we know about them: {}",
-                    req.company,
-                    req.slot.as_deref().unwrap_or("a day that suits them"),
-                    req.findings.as_deref().unwrap_or("nothing yet")
+                    task.company,
+                    task.slot.as_deref().unwrap_or("a day that suits them"),
+                    task.findings.as_deref().unwrap_or("nothing yet")
                 ),
             ),
         }
@@ -440,8 +646,8 @@ impl CallingAgent for LlmAgent {
     async fn call(&self, ctx: &CallContext<'_>, cmd: &Command) -> Result<Self::Output, StepError> {
         match cmd {
             Command::Undo { .. } => Ok(None),
-            Command::Do(req) => {
-                let (system, user) = self.writing.prompt(req);
+            Command::Do(task) => {
+                let (system, user) = self.writing.prompt(task);
                 self.llm.chat(ctx, system, &user).await.map(Some)
             }
         }
@@ -476,9 +682,9 @@ enum Skill {
 impl Skill {
     fn destination(self) -> &'static str {
         match self {
-            Skill::Calendar => "calendar",
-            Skill::Email => "email",
-            Skill::Crm => "crm",
+            Skill::Calendar => CALENDAR,
+            Skill::Email => EMAIL,
+            Skill::Crm => CRM,
         }
     }
 
@@ -521,9 +727,9 @@ impl Agent for SkillAgent {
     async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Command) -> Result<Made, StepError> {
         let saga = saga_of(ctx)?;
         let effect = self.skill.effect();
-        let req = match cmd {
+        let task = match cmd {
             Command::Undo { id } => return effect.undo(ctx, &saga, id).await,
-            Command::Do(req) => req,
+            Command::Do(task) => task,
         };
         let r = support::roll(
             self.seed,
@@ -542,21 +748,25 @@ impl Agent for SkillAgent {
             Skill::Calendar if r < self.fail_rate => {
                 return Err(StepError::fatal(format!(
                     "no free slot with {}",
-                    req.company
+                    task.company
                 )));
             }
             _ => {}
         }
         let produced = match self.skill {
-            Skill::Calendar => format!("{} Tue 10:00", req.company),
-            Skill::Email => req.draft.clone().unwrap_or_default(),
-            Skill::Crm => format!("contacted {}", req.company),
+            Skill::Calendar => format!("{} Tue 10:00", task.company),
+            Skill::Email => task.draft.unwrap_or_default(),
+            Skill::Crm => match task.approved_by {
+                Some(by) => format!("contacted {} (email approved by {by})", task.company),
+                None => format!("contacted {}", task.company),
+            },
         };
         effect.record(ctx, &saga, produced).await
     }
 }
 
 const DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS assistant_plans (saga_id TEXT PRIMARY KEY, steps TEXT NOT NULL, plan TEXT NOT NULL, answer TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_research (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'done'), summary TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_calendar_slots (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('reserved', 'cancelled')), slot TEXT NOT NULL, event_id TEXT NOT NULL UNIQUE)",
     "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL, draft_id TEXT NOT NULL UNIQUE)",
@@ -565,46 +775,29 @@ const DDL: &[&str] = &[
     llm_stub::CALLS_DDL,
 ];
 
-fn definition(timeout: Duration) -> anyhow::Result<agentsaga::saga::SagaDefinition> {
-    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), 5);
-    let step = |name: &str, destination: &str| {
-        Step::<Request>::new(name, destination)
-            .command(|r: &Request| Command::Do(r.clone()))
-            .retry(retry)
-            .timeout(timeout)
-    };
-    Ok(Saga::<Request>::builder("ai_assistant", 1)
-        .step(
-            step("research", Writing::Research.destination())
-                .on_reply(|r: &mut Request, findings: Made| r.findings = Some(findings.text))
+/// The saga: the planner's step, then whatever plan it returned, sending only to the
+/// assistant's agents.
+fn definition(timeout: Duration) -> anyhow::Result<SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
+    Ok(PlannedSaga::builder("ai_assistant", 2)
+        .destinations(AGENTS)
+        // The plan's steps retry like the planner's; their timeouts the planner sets.
+        .retry(retry)
+        // Its command is the request; its reply, the plan. Asking changes nothing.
+        .planner(
+            Step::<Value>::new(PLAN_STEP, PLANNER)
+                .command(|data: &Value| data["input"].clone())
+                .retry(retry)
+                .timeout(timeout)
                 .nothing_to_undo(),
         )
-        // Each undo names the row its step's reply gave (`cancel_slot`, `discard_draft`).
-        .step(
-            step("reserve_calendar_slot", Skill::Calendar.destination())
-                .on_reply(|r: &mut Request, slot: Made| r.slot = Some(slot.text))
-                .compensate_with(Skill::Calendar.destination(), undo),
-        )
-        .step(
-            step("draft_email", Writing::Draft.destination())
-                .on_reply(|r: &mut Request, draft: Made| r.draft = Some(draft.text))
-                .compensate_with(Writing::Draft.destination(), undo),
-        )
-        // A person approves the email before it goes (`--auto-approve`, or
-        // `agentsaga sagas signal ID approval --data '{"by":"you"}'`).
-        .step(
-            Step::wait_for("approval")
-                .on_reply(|r: &mut Request, a: Approval| r.approved_by = Some(a.by)),
-        )
-        .pivot(step("send_email", Skill::Email.destination()))
-        .step(step("create_crm_record", Skill::Crm.destination()))
         .build()?)
 }
 
 /// `--auto-approve`: approves each saga that waits for its approval, as a person would.
 async fn auto_approve(store: Store) {
+    use agentsaga::saga::Engine;
     use agentsaga::saga::query::{self, ListFilter};
-    use agentsaga::saga::{Engine, Signal};
     loop {
         let waiting = query::list(
             &store,
@@ -619,7 +812,7 @@ async fn auto_approve(store: Store) {
             let approve = async {
                 let mut tx = store.begin().await?;
                 let signal = Signal::Approve(serde_json::json!({ "by": "auto-approve" }));
-                Engine::signal(&mut tx, saga.id, "approval", signal).await?;
+                Engine::signal(&mut tx, saga.id, APPROVAL, signal).await?;
                 tx.commit().await?;
                 anyhow::Ok(())
             };
@@ -677,9 +870,15 @@ async fn main() -> anyhow::Result<()> {
         stub.is_some(),
     )?);
 
+    let saga = definition(step_timeout)?;
     let mut builder = Runtime::builder()
         .store(store)
-        .saga(definition(step_timeout)?);
+        .saga(saga.clone())
+        .calling_agent(Planner {
+            llm: Arc::clone(&llm),
+            saga: Arc::new(saga),
+            step_timeout,
+        });
     for writing in [Writing::Research, Writing::Draft] {
         builder = builder.calling_agent(LlmAgent {
             writing,
@@ -705,12 +904,8 @@ async fn main() -> anyhow::Result<()> {
     if !args.auto_approve {
         saga = saga.waits_for_signals();
     }
-    support::run(runtime, common, &url, DDL, saga, |i| Request {
+    support::run(runtime, common, &url, DDL, saga, |i| Input {
         company: format!("{} #{i}", companies[(i % 6) as usize]),
-        findings: None,
-        slot: None,
-        draft: None,
-        approved_by: None,
     })
     .await?;
     if let Some(approver) = approver {

@@ -1,8 +1,10 @@
 //! The ai_assistant example as a child process, on both backends, against its local
 //! LLM stub (`examples/support/llm_stub.rs`): normal answers with seeded rate limits
-//! and refusals, and the test modes (503, no answer, a reply of the wrong shape, 400).
+//! and refusals (the planner's a plan, which varies from saga to saga), and the test
+//! modes (503, no answer, a reply of the wrong shape, 400, an invalid plan, no plan).
 //! Every request the stub receives is in `assistant_llm_calls`, which tells which
-//! idempotency keys were used for which saga step.
+//! idempotency keys were used for which saga step; the plan each saga ran is in
+//! `assistant_plans`.
 
 mod support;
 
@@ -15,13 +17,22 @@ use agentsaga::core::testing::{Backend, fresh_url};
 use agentsaga::core::{ReadPool, Store, both_backends};
 use agentsaga::saga::{SagaState, query};
 
-const UNDOABLE: &[(&str, &str)] = &[
-    ("assistant_calendar_slots", "reserved"),
-    ("assistant_drafts", "drafted"),
-];
+/// The undoable effect every plan has; the calendar slot, which only some plans
+/// reserve, is checked against the plan ([`check_effects`]).
+const UNDOABLE: &[(&str, &str)] = &[("assistant_drafts", "drafted")];
 const FORWARD: &[(&str, &str)] = &[
     ("assistant_emails", "sent"),
     ("assistant_crm_records", "created"),
+];
+
+/// Every table the example writes its effects to, the planner's included.
+const EFFECT_TABLES: &[&str] = &[
+    "assistant_plans",
+    "assistant_research",
+    "assistant_calendar_slots",
+    "assistant_drafts",
+    "assistant_emails",
+    "assistant_crm_records",
 ];
 
 /// The child talks to its own stub whatever the developer's environment says.
@@ -72,6 +83,81 @@ async fn llm_calls(store: &Store) -> Vec<Call> {
             answer,
         })
         .collect()
+}
+
+/// The rows of `sql` (text columns), on either backend.
+async fn text_rows(store: &Store, sql: &str) -> Vec<(String, String)> {
+    match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+            .fetch_all(reader)
+            .await
+            .unwrap(),
+        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    }
+}
+
+/// The step names of each saga's plan, in order, as the planner recorded it.
+async fn plans(store: &Store) -> HashMap<String, Vec<String>> {
+    text_rows(store, "SELECT saga_id, steps FROM assistant_plans")
+        .await
+        .into_iter()
+        .map(|(saga, steps)| (saga, steps.split_whitespace().map(str::to_owned).collect()))
+        .collect()
+}
+
+/// The sagas that have a row in `table`.
+async fn rows(store: &Store, table: &str) -> Vec<String> {
+    text_rows(store, &format!("SELECT saga_id, saga_id FROM {table}"))
+        .await
+        .into_iter()
+        .map(|(saga, _)| saga)
+        .collect()
+}
+
+/// The names of the steps saga `id` dispatched, in order.
+async fn steps_run(store: &Store, id: &str) -> Vec<String> {
+    query::steps(store, id.parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
+/// The effects match each saga's outcome and plan: `support::check_invariants` for
+/// the effects of the steps every plan has (the draft, the email, the CRM record;
+/// every saga terminal, the outbox drained), and, per saga, the calendar slot if its
+/// plan reserved one and none if it did not. A completed saga ran the planner's step
+/// and then exactly the steps of its plan, its research done. Returns (completed,
+/// compensated).
+async fn check_effects(store: &Store) -> (usize, usize) {
+    let counts = support::check_invariants(store, UNDOABLE, FORWARD).await;
+    let plans = plans(store).await;
+    let slots = support::statuses(store, "assistant_calendar_slots").await;
+    let research = support::statuses(store, "assistant_research").await;
+    for (id, state) in support::sagas(store).await {
+        let plan = plans.get(&id);
+        let with_slot = plan.is_some_and(|p| p.iter().any(|s| s == "reserve_calendar_slot"));
+        let slot = slots.get(&id).map(String::as_str);
+        if state == SagaState::Completed {
+            let plan = plan.unwrap_or_else(|| panic!("completed saga {id} has no plan"));
+            assert_eq!(slot, with_slot.then_some("reserved"), "saga {id}: {plan:?}");
+            assert_eq!(research.get(&id).map(String::as_str), Some("done"));
+            let planned: Vec<&str> = std::iter::once("plan")
+                .chain(plan.iter().map(String::as_str))
+                .collect();
+            assert_eq!(steps_run(store, &id).await, planned, "saga {id}");
+        } else {
+            assert_ne!(slot, Some("reserved"), "compensated saga {id}");
+            if !with_slot {
+                assert_eq!(slot, None, "saga {id} reserved a slot it did not plan");
+            }
+        }
+    }
+    counts
 }
 
 /// Each idempotency key the stub saw belongs to exactly one (saga, step) pair, and
@@ -130,20 +216,31 @@ async fn happy_path(backend: Backend) {
     let url = fresh_url(backend).await;
     assistant(&url, &["--sagas", "30", "--fail-rate", "0", "--seed", "1"]);
     let store = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (30, 0)
-    );
+    assert_eq!(check_effects(&store).await, (30, 0));
     assert_eq!(
         support::statuses(&store, "assistant_research").await.len(),
         30
     );
-    // Two LLM steps per saga, one key each.
+    // The planner's plans vary: some reserve a calendar slot, some do not.
+    let plans = plans(&store).await;
+    assert_eq!(plans.len(), 30);
+    let with_slot = plans
+        .values()
+        .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
+        .count();
+    assert!(0 < with_slot && with_slot < 30, "{plans:?}");
+    assert_eq!(
+        support::statuses(&store, "assistant_calendar_slots")
+            .await
+            .len(),
+        with_slot
+    );
+    // Three LLM steps per saga (the planner's, the research, the draft), one key each.
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 60, "{calls:?}");
+    assert_eq!(requests.len(), 90, "{calls:?}");
     let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
-    assert_eq!(steps, HashSet::from(["research", "draft_email"]));
+    assert_eq!(steps, HashSet::from(["plan", "research", "draft_email"]));
     assert!(calls.iter().all(|c| c.answer == "200"), "{calls:?}");
 }
 both_backends!(happy_path_tests, happy_path);
@@ -155,7 +252,7 @@ async fn failures_compensate(backend: Backend) {
         &["--sagas", "80", "--fail-rate", "0.4", "--seed", "5"],
     );
     let store = Store::connect(&url).await.unwrap();
-    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    let (completed, compensated) = check_effects(&store).await;
     assert_eq!(completed + compensated, 80);
     assert!(
         completed > 0 && compensated > 0,
@@ -200,18 +297,23 @@ async fn failing_llm_compensates(backend: Backend) {
         ],
     );
     let store = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (0, 8)
-    );
+    assert_eq!(check_effects(&store).await, (0, 8));
     all_compensated(
         &store,
         8,
         &["draft_email", "LLM endpoint", "HTTP 503", "gave up"],
     )
     .await;
+    // Each slot a plan reserved was cancelled, with the id its reservation returned.
+    let plans = plans(&store).await;
     let slots = support::statuses(&store, "assistant_calendar_slots").await;
-    assert_eq!(slots.len(), 8);
+    assert_eq!(
+        slots.len(),
+        plans
+            .values()
+            .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
+            .count()
+    );
     assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
     assert!(
         support::statuses(&store, "assistant_drafts")
@@ -228,8 +330,9 @@ async fn failing_llm_compensates(backend: Backend) {
 }
 both_backends!(failing_llm_tests, failing_llm_compensates);
 
-/// The endpoint never answers: each request times out (3/4 of the 1.2 s step timeout),
-/// the step is retried, and the saga compensates; none is left running.
+/// The endpoint never answers the research: each request times out (3/4 of the 3 s
+/// step timeout, longer than the stub takes to answer the planner), the step is
+/// retried, and the saga compensates; none is left running.
 async fn hanging_llm_compensates(backend: Backend) {
     let url = fresh_url(backend).await;
     let started = std::time::Instant::now();
@@ -244,16 +347,15 @@ async fn hanging_llm_compensates(backend: Backend) {
             "3",
             "--llm-stub-mode",
             "hang",
+            "--llm-stub-step",
+            "research",
             "--step-timeout-ms",
-            "1200",
+            "3000",
         ],
     );
     assert!(started.elapsed() < Duration::from_secs(30));
     let store = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (0, 8)
-    );
+    assert_eq!(check_effects(&store).await, (0, 8));
     all_compensated(&store, 8, &["research", "timed out"]).await;
     assert!(
         support::statuses(&store, "assistant_research")
@@ -262,11 +364,15 @@ async fn hanging_llm_compensates(backend: Backend) {
     );
     let calls = llm_calls(&store).await;
     check_keys(&calls);
-    assert!(calls.iter().all(|c| c.answer == "hang"), "{calls:?}");
+    for c in &calls {
+        let expected = if c.step == "research" { "hang" } else { "200" };
+        assert_eq!(c.answer, expected, "{c:?}");
+    }
 }
 both_backends!(hanging_llm_tests, hanging_llm_compensates);
 
-/// A 200 whose body is not a chat completion is fatal at once, with the reason.
+/// A 200 whose body is not a chat completion (here, the research's) is fatal at once,
+/// with the reason.
 async fn wrong_shape_is_fatal(backend: Backend) {
     let url = fresh_url(backend).await;
     assistant(
@@ -280,13 +386,12 @@ async fn wrong_shape_is_fatal(backend: Backend) {
             "4",
             "--llm-stub-mode",
             "bad-shape",
+            "--llm-stub-step",
+            "research",
         ],
     );
     let store = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (0, 6)
-    );
+    assert_eq!(check_effects(&store).await, (0, 6));
     all_compensated(
         &store,
         6,
@@ -295,7 +400,7 @@ async fn wrong_shape_is_fatal(backend: Backend) {
     .await;
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 6);
+    assert_eq!(requests.len(), 12, "the planner's and the research's");
     assert!(
         requests.values().all(|n| *n == 1),
         "a fatal reply was retried"
@@ -322,16 +427,17 @@ async fn client_error_is_fatal(backend: Backend) {
         ],
     );
     let store = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (0, 6)
-    );
+    assert_eq!(check_effects(&store).await, (0, 6));
     all_compensated(&store, 6, &["draft_email", "HTTP 400", "context length"]).await;
     let slots = support::statuses(&store, "assistant_calendar_slots").await;
     assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 12);
+    assert_eq!(
+        requests.len(),
+        18,
+        "the planner's, the research's and the draft's"
+    );
     assert!(
         requests.values().all(|n| *n == 1),
         "a fatal answer was retried"
@@ -339,8 +445,9 @@ async fn client_error_is_fatal(backend: Backend) {
 }
 both_backends!(client_error_tests, client_error_is_fatal);
 
-/// Killed (SIGKILL) while its LLM calls are in flight, then finished by `--sagas 0`:
-/// every saga ends completed or compensated, and a call made again after the restart
+/// Killed (SIGKILL) while its LLM calls are in flight (the planner's among them), then
+/// finished by `--sagas 0`: every saga ends completed or compensated with each effect
+/// once, a resumed saga runs the plan it had, and a call made again after the restart
 /// carries the same key.
 async fn survives_kill_9(backend: Backend) {
     let url = fresh_url(backend).await;
@@ -371,7 +478,7 @@ async fn survives_kill_9(backend: Backend) {
     assert!(interrupted >= 1, "no run was killed mid-way");
     assistant(&url, &["--sagas", "0", "--fail-rate", "0.2", "--seed", "8"]);
     let store = Store::connect(&url).await.unwrap();
-    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    let (completed, compensated) = check_effects(&store).await;
     let total = completed + compensated;
     assert!(total > 0 && total % 50 == 0, "{total} sagas");
     check_keys(&llm_calls(&store).await);
@@ -441,10 +548,165 @@ async fn approvals_and_reruns(backend: Backend) {
     assert_eq!(emails.keys().collect::<Vec<_>>(), [&approved.to_string()]);
 
     assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "3"]);
-    assert_eq!(
-        support::check_invariants(&store, UNDOABLE, FORWARD).await,
-        (6, 0)
-    );
+    assert_eq!(check_effects(&store).await, (6, 0));
     assert!(waiting(store.clone()).await.is_empty());
 }
 both_backends!(approval_tests, approvals_and_reruns);
+
+/// A planner's answer that is not a valid plan (a step for an agent the assistant lacks;
+/// prose with no plan in it) fails the planner's step, fatally, with the reason: each
+/// saga is compensated, its error names the reason, and nothing else ran: no step of a
+/// plan, no effect, no other LLM call.
+async fn invalid_plans_are_fatal(backend: Backend) {
+    for (mode, reason) in [
+        (
+            "bad-plan",
+            "step `notify_team`: unknown destination `slack` (this saga allows: calendar, crm, drafts, email, research)",
+        ),
+        ("no-plan", "no JSON plan in the planner's answer"),
+    ] {
+        let url = fresh_url(backend).await;
+        assistant(
+            &url,
+            &[
+                "--sagas",
+                "4",
+                "--fail-rate",
+                "0",
+                "--seed",
+                "7",
+                "--llm-stub-mode",
+                mode,
+            ],
+        );
+        let store = Store::connect(&url).await.unwrap();
+        assert_eq!(check_effects(&store).await, (0, 4), "{mode}");
+        all_compensated(
+            &store,
+            4,
+            &["step `plan` failed", "the planner's invalid plan: ", reason],
+        )
+        .await;
+        for table in EFFECT_TABLES {
+            assert!(rows(&store, table).await.is_empty(), "{mode}: {table}");
+        }
+        for (id, _) in support::sagas(&store).await {
+            assert_eq!(steps_run(&store, &id).await, ["plan"], "{mode}: saga {id}");
+        }
+        // The planner was asked once per saga (a fatal answer is not asked again), and
+        // no one else was.
+        let calls = llm_calls(&store).await;
+        let requests = check_keys(&calls);
+        assert_eq!(requests.len(), 4, "{calls:?}");
+        let label = format!("200 {mode}");
+        assert!(
+            calls.iter().all(|c| c.step == "plan" && c.answer == label),
+            "{calls:?}"
+        );
+    }
+}
+both_backends!(invalid_plan_tests, invalid_plans_are_fatal);
+
+/// A saga parked at its wait for `approval` survives `kill -9`: the run is killed
+/// while some sagas wait and others are still on their way; one waiting saga is
+/// approved and another rejected while no process runs (through `Engine::signal`, as
+/// the CLI sends it); a `--sagas 0` run then sends the approved email, compensates the
+/// rejected saga, and leaves the rest waiting, each with the plan it had.
+async fn a_waiting_saga_survives_kill_9(backend: Backend) {
+    use agentsaga::saga::query::ListFilter;
+    use agentsaga::saga::{Engine, Signal};
+    let url = fresh_url(backend).await;
+    // Connected (and migrated) before the child starts.
+    let store = Store::connect(&url).await.unwrap();
+    let waiting = |store: Store| async move {
+        query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                ..ListFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let args = ["--sagas", "10", "--fail-rate", "0", "--seed", "9"];
+    let mut child = support::spawn_with("ai_assistant", &url, &args, no_openai);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let parked = loop {
+        let parked = waiting(store.clone()).await;
+        if parked.len() >= 2 {
+            break parked;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no two sagas waited in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(running, "the run ended before it could be killed");
+    assert!(
+        support::statuses(&store, "assistant_emails")
+            .await
+            .is_empty(),
+        "nothing sent"
+    );
+    let plans_before = plans(&store).await;
+
+    let (approved, rejected) = (parked[0].id, parked[1].id);
+    let mut tx = store.begin().await.unwrap();
+    Engine::signal(
+        &mut tx,
+        approved,
+        "approval",
+        Signal::Approve(serde_json::json!({ "by": "ann" })),
+    )
+    .await
+    .unwrap();
+    Engine::signal(
+        &mut tx,
+        rejected,
+        "approval",
+        Signal::Reject("not this one".into()),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let out = assistant_unapproved(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
+    assert!(out.contains("waiting for a signal   : 8"), "{out}");
+    let state = |id| {
+        let store = store.clone();
+        async move { query::get(&store, id).await.unwrap().unwrap() }
+    };
+    assert_eq!(state(approved).await.state, SagaState::Completed);
+    let refused = state(rejected).await;
+    assert_eq!(refused.state, SagaState::Compensated);
+    assert!(
+        refused
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not this one"),
+        "{refused:?}"
+    );
+    let emails = support::statuses(&store, "assistant_emails").await;
+    assert_eq!(emails.keys().collect::<Vec<_>>(), [&approved.to_string()]);
+    let crm = text_rows(&store, "SELECT saga_id, note FROM assistant_crm_records").await;
+    assert_eq!(crm.len(), 1);
+    assert!(crm[0].1.contains("approved by ann"), "{crm:?}");
+    let drafts = support::statuses(&store, "assistant_drafts").await;
+    assert_eq!(drafts[&rejected.to_string()], "discarded");
+    // The sagas that had a plan before the kill kept it.
+    let plans_after = plans(&store).await;
+    for (id, plan) in &plans_before {
+        assert_eq!(plans_after.get(id), Some(plan), "saga {id}");
+    }
+
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
+    assert_eq!(check_effects(&store).await, (9, 1));
+    check_keys(&llm_calls(&store).await);
+}
+both_backends!(waiting_kill_9_tests, a_waiting_saga_survives_kill_9);

@@ -13,18 +13,28 @@
 //! - In [`Mode::Normal`], a request is rate-limited (429) with probability
 //!   `0.6 × fail_rate`, and refused by the model (a 200 whose message carries a
 //!   `refusal` and no content) with probability `0.4 × fail_rate`.
+//! - The planner's requests (their system prompt starts with [`PLANNER_ROLE`]) are
+//!   answered, like a chat model would, with a plan for the example's agents: a few
+//!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. The plan
+//!   depends on the seed and the idempotency key alone (the same for a retried
+//!   request): a third of them reserve no calendar slot, a third research and reserve
+//!   the slot in parallel, the rest do both one after the other.
 //! - The other modes are for tests (hidden flag `--llm-stub-mode`), applied to every
 //!   request or, given [`Config::only_step`] (`--llm-stub-step`), to those of one saga
 //!   step: [`Mode::Fail`] answers 503 at once, [`Mode::Hang`] never answers,
 //!   [`Mode::BadShape`] answers 200 with JSON that is not a chat completion,
-//!   [`Mode::BadRequest`] answers 400.
+//!   [`Mode::BadRequest`] answers 400. [`Mode::BadPlan`] and [`Mode::NoPlan`] change
+//!   the planner's answers only (the others are normal, without injected failures for
+//!   the planner): a plan with a step for an agent the example does not have, or
+//!   prose with no plan in it.
 //!
 //! Each request is recorded, before it is answered, as a row of
 //! `assistant_llm_calls (idempotency_key, saga_id, step, answer, at)` ([`CALLS_DDL`]):
 //! the saga and step come from the [`SAGA_HEADER`] and [`STEP_HEADER`] request
 //! headers, which the example's client sends beside the key so that tests can check
 //! that a key belongs to one saga step; `answer` is the status it answered (`200`,
-//! `200 refusal`, `200 bad-shape`, `429`, `503`, `400`, `hang`).
+//! `200 refusal`, `200 bad-shape`, `200 bad-plan`, `200 no-plan`, `429`, `503`, `400`,
+//! `hang`).
 
 #![allow(unreachable_pub)]
 
@@ -48,6 +58,9 @@ pub const API_KEY: &str = "agentsaga-local-stub";
 pub const SAGA_HEADER: &str = "x-agentsaga-saga-id";
 /// The header naming the saga step a request works for (sent by the example's client).
 pub const STEP_HEADER: &str = "x-agentsaga-step";
+/// How the system prompt of a planner's request starts: the stub answers those with a
+/// plan.
+pub const PLANNER_ROLE: &str = "You are the planning agent of an executive assistant.";
 /// The table of the requests the stub received (portable DDL).
 pub const CALLS_DDL: &str = "CREATE TABLE IF NOT EXISTS assistant_llm_calls (idempotency_key TEXT NOT NULL, saga_id TEXT NOT NULL, step TEXT NOT NULL, answer TEXT NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)";
 const CALLS_INSERT: &str = "INSERT INTO assistant_llm_calls (idempotency_key, saga_id, step, answer) VALUES ($1, $2, $3, $4)";
@@ -66,6 +79,10 @@ pub enum Mode {
     BadShape,
     /// 400 Bad Request.
     BadRequest,
+    /// The planner gets a plan with a step for an agent the example lacks (`slack`).
+    BadPlan,
+    /// The planner gets prose with no plan in it.
+    NoPlan,
 }
 
 /// What the stub is started with.
@@ -155,7 +172,7 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// What the stub decided to answer.
 enum Answer {
-    Completion { refusal: bool, delay: Duration },
+    Completion { content: Content, delay: Duration },
     RateLimited,
     Unavailable,
     Hang,
@@ -163,12 +180,29 @@ enum Answer {
     BadRequest,
 }
 
+/// What a completion's message says.
+#[derive(Clone, Copy)]
+enum Content {
+    /// A refusal, and no content.
+    Refusal,
+    /// An answer to the prompt (for a planner, a plan).
+    Answer,
+    /// A plan that names an agent the example does not have.
+    BadPlan,
+    /// Prose with no plan in it.
+    NoPlan,
+}
+
 impl Answer {
     fn label(&self) -> &'static str {
         match self {
-            Answer::Completion { refusal: false, .. } => "200",
+            Answer::Completion { content, .. } => match content {
+                Content::Answer => "200",
+                Content::Refusal => "200 refusal",
+                Content::BadPlan => "200 bad-plan",
+                Content::NoPlan => "200 no-plan",
+            },
             Answer::BadShape => "200 bad-shape",
-            Answer::Completion { refusal: true, .. } => "200 refusal",
             Answer::RateLimited => "429",
             Answer::Unavailable => "503",
             Answer::Hang => "hang",
@@ -236,6 +270,12 @@ async fn chat_completions(
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_owned();
+    let planner = messages.iter().any(|m| {
+        m["role"] == "system"
+            && m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with(PLANNER_ROLE))
+    });
     let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
     let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
 
@@ -247,21 +287,34 @@ async fn chat_completions(
     };
     let targeted = config.only_step.as_deref().is_none_or(|s| s == step);
     let mode = if targeted { config.mode } else { Mode::Normal };
+    let delay =
+        Duration::from_millis(200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64);
     let answer = match mode {
         Mode::Fail => Answer::Unavailable,
         Mode::Hang => Answer::Hang,
         Mode::BadShape => Answer::BadShape,
         Mode::BadRequest => Answer::BadRequest,
-        Mode::Normal => {
+        Mode::BadPlan if planner => Answer::Completion {
+            content: Content::BadPlan,
+            delay,
+        },
+        Mode::NoPlan if planner => Answer::Completion {
+            content: Content::NoPlan,
+            delay,
+        },
+        Mode::Normal | Mode::BadPlan | Mode::NoPlan => {
             let r = unit(config.seed, &key, nth, "fail");
             if r < config.fail_rate * 0.6 {
                 Answer::RateLimited
+            } else if r < config.fail_rate {
+                Answer::Completion {
+                    content: Content::Refusal,
+                    delay,
+                }
             } else {
                 Answer::Completion {
-                    refusal: r < config.fail_rate,
-                    delay: Duration::from_millis(
-                        200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64,
-                    ),
+                    content: Content::Answer,
+                    delay,
                 }
             }
         }
@@ -302,14 +355,19 @@ async fn chat_completions(
             "data": [{"id": model, "object": "model"}]
         }))
         .into_response(),
-        Answer::Completion { refusal, delay } => {
+        Answer::Completion { content, delay } => {
             tokio::time::sleep(delay).await;
-            let message = if refusal {
-                json!({"role": "assistant", "content": null,
-                       "refusal": "I'm sorry, I can't help with that request."})
-            } else {
-                json!({"role": "assistant", "content": compose(config.seed, &key, &prompt),
-                       "refusal": null})
+            let text = match content {
+                Content::Refusal => None,
+                Content::Answer if planner => Some(plan(config.seed, &key, false)),
+                Content::Answer => Some(compose(config.seed, &key, &prompt)),
+                Content::BadPlan => Some(plan(config.seed, &key, true)),
+                Content::NoPlan => Some(NO_PLAN.to_owned()),
+            };
+            let message = match text {
+                None => json!({"role": "assistant", "content": null,
+                               "refusal": "I'm sorry, I can't help with that request."}),
+                Some(text) => json!({"role": "assistant", "content": text, "refusal": null}),
             };
             let created = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -353,6 +411,99 @@ fn compose(seed: u64, key: &str, prompt: &str) -> String {
     format!(
         "{} (A local stub answered this; the request read: \"{asked}\")",
         OPENINGS[pick.min(OPENINGS.len() - 1)]
+    )
+}
+
+/// What the planner says in [`Mode::NoPlan`]: a plan in words, with no JSON.
+const NO_PLAN: &str = "Happy to help! First I would look into the company, then find a \
+                       time in your calendar, write a short email proposing the meeting, \
+                       and send it once you have read it. Shall I go ahead?";
+
+/// The planner's answer: a plan for the example's agents (see the module doc), in a
+/// fenced block amid prose; with `bad`, with a step for an agent the example lacks.
+fn plan(seed: u64, key: &str, bad: bool) -> String {
+    let company = json!({ "$from": "/input/company" });
+    let undo = |destination: &str, step: &str| {
+        json!({
+            "destination": destination,
+            "command": { "op": "undo", "id": { "$from": format!("/results/{step}/id") } }
+        })
+    };
+    let research = json!({
+        "name": "research",
+        "destination": "research",
+        "command": { "op": "do", "company": company },
+        "nothing_to_undo": true
+    });
+    let slot = json!({
+        "name": "reserve_calendar_slot",
+        "destination": "calendar",
+        "command": { "op": "do", "company": company },
+        "compensate": undo("calendar", "reserve_calendar_slot")
+    });
+    // Which plan: no slot, the slot beside the research, or after it.
+    let shape = (unit(seed, key, 0, "plan") * 3.0) as u8;
+    let mut draft = json!({
+        "op": "do",
+        "company": company,
+        "findings": { "$from": "/results/research/text" }
+    });
+    if shape != 0 {
+        draft["slot"] = json!({ "$from": "/results/reserve_calendar_slot/text" });
+    }
+    let mut steps = match shape {
+        0 => vec![research],
+        1 => vec![json!({ "parallel": [research, slot] })],
+        _ => vec![research, slot],
+    };
+    steps.extend([
+        json!({
+            "name": "draft_email",
+            "destination": "drafts",
+            "command": draft,
+            "compensate": undo("drafts", "draft_email")
+        }),
+        json!({ "name": "approval", "wait_for": "approval" }),
+        json!({
+            "name": "send_email",
+            "destination": "email",
+            "command": {
+                "op": "do",
+                "company": company,
+                "draft": { "$from": "/results/draft_email/text" }
+            },
+            "pivot": true
+        }),
+        json!({
+            "name": "create_crm_record",
+            "destination": "crm",
+            "command": {
+                "op": "do",
+                "company": company,
+                "approved_by": { "$from": "/results/approval/by" }
+            }
+        }),
+    ]);
+    if bad {
+        steps.insert(
+            1,
+            json!({
+                "name": "notify_team",
+                "destination": "slack",
+                "command": { "channel": "#sales", "text": { "$from": "/results/research/text" } },
+                "nothing_to_undo": true
+            }),
+        );
+    }
+    let plan = serde_json::to_string_pretty(&json!({ "steps": steps })).expect("JSON");
+    let opening = match shape {
+        0 => "Here is a plan. I left the calendar out: the email can suggest a time instead.",
+        1 => "Here is a plan: the research and the calendar slot can happen at the same time.",
+        _ => "Sure! Here is the plan, step by step.",
+    };
+    format!(
+        "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
+         goes out; if anything fails before then, what was reserved or drafted is undone."
     )
 }
 
