@@ -1,9 +1,659 @@
 //! The admin HTTP API, `/api/v1`: the console's documents as JSON.
+//!
+//! Every handler checks its query parameters, path and body first (an unknown
+//! parameter, a bad value, a malformed id or body is a 400, a body over [`MAX_BODY`] a
+//! 413, before anything is read or written), then makes exactly one [`Console`] call
+//! and answers with its document, the one `agentsaga … --json` prints. Errors are
+//! `{"error": {"kind": …, "message": …}}` ([`ApiError`]).
+//!
+//! [`Console`]: crate::Console
 
-use axum::Router;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agentsaga_core::MessageId;
+use agentsaga_saga::{SagaId, SagaState, Signal};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::http::AppState;
+use crate::ops::{self, Action, SagaQuery};
+
+/// The largest request body the API reads: 64 KiB. A larger one is a 413.
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
+        .route("/status", get(status))
+        .route("/sagas", get(sagas).post(start))
+        .route("/sagas/{id}", get(saga))
+        .route("/sagas/{id}/abort", post(abort))
+        .route("/sagas/{id}/retry", post(retry))
+        .route("/sagas/{id}/skip", post(skip))
+        .route("/sagas/{id}/signal", post(signal))
+        .route("/dead", get(dead_letters))
+        .route("/dead/redrive", post(redrive_all))
+        .route("/dead/purge", post(purge_older))
+        .route("/dead/{id}", get(dead_letter))
+        .route("/dead/{id}/redrive", post(redrive))
+        .route("/dead/{id}/purge", post(purge))
+        .fallback(async || ApiError::not_found("no such endpoint (see docs/cli.md)"))
+        .method_not_allowed_fallback(async || {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take this method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/// An API error: its status and `{"error": {"kind": …, "message": …}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid", message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+}
+
+impl From<ops::Error> for ApiError {
+    fn from(e: ops::Error) -> Self {
+        let (status, kind) = match &e {
+            ops::Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ops::Error::Refused(_) => (StatusCode::CONFLICT, "refused"),
+            ops::Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        Self::new(status, kind, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "kind": self.kind, "message": self.message } });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+// ---------------------------------------------------------------------------------------
+// Requests: query parameters, ids, bodies
+
+/// The query parameters of one request: each at most once, each one the endpoint
+/// knows; an empty value counts as absent.
+struct Params(BTreeMap<String, String>);
+
+impl Params {
+    fn parse(raw: Option<String>, known: &[&str]) -> Result<Self, ApiError> {
+        let mut params = BTreeMap::new();
+        for pair in raw.as_deref().unwrap_or("").split('&') {
+            if pair.is_empty() {
+                continue;
+            }
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let (k, v) = (percent_decode(k)?, percent_decode(v)?);
+            if !known.contains(&k.as_str()) {
+                return Err(ApiError::invalid(if known.is_empty() {
+                    format!("unknown parameter `{k}`: this endpoint takes none")
+                } else {
+                    format!(
+                        "unknown parameter `{k}`: this endpoint takes {}",
+                        known.join(", ")
+                    )
+                }));
+            }
+            if params.insert(k.clone(), v).is_some() {
+                return Err(ApiError::invalid(format!("parameter `{k}` given twice")));
+            }
+        }
+        params.retain(|_, v: &mut String| !v.is_empty());
+        Ok(Self(params))
+    }
+
+    fn string(&self, k: &str) -> Option<String> {
+        self.0.get(k).cloned()
+    }
+
+    fn value<T>(
+        &self,
+        k: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, ApiError> {
+        self.0
+            .get(k)
+            .map(|v| parse(v).map_err(|e| ApiError::invalid(format!("parameter `{k}`: {e}"))))
+            .transpose()
+    }
+
+    fn flag(&self, k: &str) -> Result<bool, ApiError> {
+        Ok(self.value(k, parse_bool)?.unwrap_or(false))
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("`{v}` is not true or false")),
+    }
+}
+
+fn parse_limit(v: &str) -> Result<u32, String> {
+    match v.parse::<u32>() {
+        Ok(n) if (1..=ops::MAX_PAGE).contains(&n) => Ok(n),
+        _ => Err(format!("`{v}` is not a number from 1 to {}", ops::MAX_PAGE)),
+    }
+}
+
+fn parse_state(v: &str) -> Result<SagaState, String> {
+    v.parse().map_err(|_| {
+        format!(
+            "unknown saga state `{v}`: expected one of running, compensating, stuck, \
+             completed, compensated, aborted"
+        )
+    })
+}
+
+/// `%XX` and `+` decoded, as in a query string.
+fn percent_decode(s: &str) -> Result<String, ApiError> {
+    crate::http::percent_decode(s)
+        .ok_or_else(|| ApiError::invalid(format!("malformed query string near `{s}`")))
+}
+
+fn saga_id(path: Result<Path<String>, PathRejection>) -> Result<SagaId, ApiError> {
+    let Path(id) = path.map_err(|e| ApiError::invalid(e.body_text()))?;
+    id.parse()
+        .map_err(|e| ApiError::invalid(format!("malformed saga id `{id}`: not a UUID ({e})")))
+}
+
+fn message_id(path: Result<Path<String>, PathRejection>) -> Result<MessageId, ApiError> {
+    let Path(id) = path.map_err(|e| ApiError::invalid(e.body_text()))?;
+    id.parse()
+        .map_err(|e| ApiError::invalid(format!("malformed message id `{id}`: not a UUID ({e})")))
+}
+
+/// The body as JSON of type `T`; an empty body is `T::default()` when `empty` allows it.
+fn body<T: DeserializeOwned>(
+    bytes: Result<Bytes, BytesRejection>,
+    empty: Option<fn() -> T>,
+) -> Result<T, ApiError> {
+    let bytes = bytes.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the body is over the limit of {MAX_BODY} bytes"),
+            )
+        } else {
+            ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
+        }
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if let Some(default) = empty {
+            return Ok(default());
+        }
+        return Err(ApiError::invalid(
+            "the body is empty: a JSON object is expected",
+        ));
+    }
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(format!("malformed body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::invalid(
+            "malformed body: a JSON object is expected",
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::invalid(format!("malformed body: {e}")))
+}
+
+// ---------------------------------------------------------------------------------------
+// Timestamps and durations
+
+/// A point in time as `from` / `to` take it: Unix milliseconds (`1732281777111`) or RFC
+/// 3339 (`2024-11-22T13:22:57Z`, `2024-11-22T13:22:57.111+01:00`).
+fn parse_time(v: &str) -> Result<i64, String> {
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return v
+            .parse()
+            .map_err(|_| format!("`{v}` is out of range for Unix milliseconds"));
+    }
+    parse_rfc3339(v).ok_or_else(|| {
+        format!(
+            "`{v}` is neither Unix milliseconds nor an RFC 3339 timestamp \
+             (2024-11-22T13:22:57Z)"
+        )
+    })
+}
+
+fn parse_rfc3339(v: &str) -> Option<i64> {
+    let b = v.as_bytes();
+    let digits = |s: &str| -> Option<i64> {
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let num = |range: std::ops::Range<usize>| digits(v.get(range)?);
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut rest = &v[19..];
+    let mut ms = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let padded = format!("{:0<3}", &frac[..digits.min(3)]);
+        ms = padded.parse::<i64>().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                // A `+` sent unencoded in a query string arrives as a space.
+                b'+' | b' ' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let r = rest.as_bytes();
+            if r.len() != 6 || r[3] != b':' {
+                return None;
+            }
+            let oh = digits(rest.get(1..3)?)?;
+            let om = digits(rest.get(4..6)?)?;
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            sign * (oh * 60 + om)
+        }
+    };
+    let days_in_month = match mo {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if d < 1 || d > days_in_month || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
+    Some(secs * 1000 + ms)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A duration as `agentsaga … --older-than` takes it: a whole number and a unit (ms, s,
+/// m, h, d).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad =
+        || format!("invalid duration \"{text}\": expected a number and a unit (ms, s, m, h, d)");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(split);
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let ms = n
+        .checked_mul(ms_per_unit)
+        .filter(|ms| i64::try_from(*ms).is_ok())
+        .ok_or_else(|| format!("invalid duration \"{text}\": too long"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+// ---------------------------------------------------------------------------------------
+// Handlers
+
+async fn status(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<ops::StatusDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.status().await?))
+}
+
+const SAGA_PARAMS: &[&str] = &[
+    "state", "name", "key", "waiting", "stalled", "from", "to", "cursor", "limit",
+];
+
+async fn sagas(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<ops::SagaPage> {
+    let p = Params::parse(q, SAGA_PARAMS)?;
+    let query = SagaQuery {
+        state: p.value("state", parse_state)?,
+        name: p.string("name"),
+        key: p.string("key"),
+        waiting: p.flag("waiting")?,
+        stalled: p.flag("stalled")?,
+        created_from_ms: p.value("from", parse_time)?,
+        created_to_ms: p.value("to", parse_time)?,
+        cursor: p.string("cursor"),
+        limit: p.value("limit", parse_limit)?.unwrap_or(100),
+    };
+    Ok(Json(s.console.sagas(&query).await?))
+}
+
+async fn saga(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.saga(saga_id(path)?).await?))
+}
+
+async fn act(
+    s: AppState,
+    path: Result<Path<String>, PathRejection>,
+    q: Option<String>,
+    action: Action,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.act(saga_id(path)?, action).await?))
+}
+
+async fn abort(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::ShowDoc> {
+    act(s, path, q, Action::Abort).await
+}
+
+async fn retry(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::ShowDoc> {
+    act(s, path, q, Action::Retry).await
+}
+
+async fn skip(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::ShowDoc> {
+    act(s, path, q, Action::Skip).await
+}
+
+/// `POST /sagas/{id}/signal`: `{"name": …, "data": …}` approves (with `data`, `null`
+/// if absent), `{"name": …, "reject": "reason"}` rejects.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    name: String,
+    #[serde(default)]
+    data: Option<Value>,
+    #[serde(default)]
+    reject: Option<String>,
+}
+
+async fn signal(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::SignalDoc> {
+    Params::parse(q, &[])?;
+    let id = saga_id(path)?;
+    let b: SignalBody = body(bytes, None)?;
+    if b.name.is_empty() {
+        return Err(ApiError::invalid(
+            "`name` is empty: the signal's name is needed",
+        ));
+    }
+    let signal = match (b.data, b.reject) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "`data` approves and `reject` rejects: give one of them, not both",
+            ));
+        }
+        (data, None) => Signal::Approve(data.unwrap_or(Value::Null)),
+        (None, Some(reason)) => Signal::Reject(reason),
+    };
+    Ok(Json(s.console.signal(id, &b.name, signal).await?))
+}
+
+/// `POST /sagas`: `{"name": …, "data": …, "key": …}` (`data` is `null` if absent;
+/// `key` is optional).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    name: String,
+    #[serde(default)]
+    data: Value,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+async fn start(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    let b: StartBody = body(bytes, None)?;
+    Ok(Json(
+        s.console.start(&b.name, b.key.as_deref(), b.data).await?,
+    ))
+}
+
+async fn dead_letters(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::DeadList> {
+    let p = Params::parse(q, &["destination", "limit"])?;
+    let limit = p.value("limit", parse_limit)?.unwrap_or(100);
+    Ok(Json(
+        s.console
+            .dead_letters(p.string("destination").as_deref(), limit)
+            .await?,
+    ))
+}
+
+async fn dead_letter(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::DeadDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.dead_letter(message_id(path)?).await?))
+}
+
+async fn redrive(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::RedriveDoc> {
+    let p = Params::parse(q, &["force"])?;
+    let force = p.flag("force")?;
+    Ok(Json(s.console.redrive(message_id(path)?, force).await?))
+}
+
+/// `POST /dead/redrive`: `{"destination": …, "force": …}`, both optional (an empty body
+/// re-drives every dead letter that is not moot).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RedriveAllBody {
+    #[serde(default)]
+    destination: Option<String>,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn redrive_all(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::RedriveAllDoc> {
+    Params::parse(q, &[])?;
+    let b: RedriveAllBody = body(bytes, Some(RedriveAllBody::default))?;
+    Ok(Json(
+        s.console
+            .redrive_all(b.destination.as_deref(), b.force)
+            .await?,
+    ))
+}
+
+async fn purge(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::PurgeDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.purge(message_id(path)?).await?))
+}
+
+/// `POST /dead/purge`: `{"older_than": "7d"}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurgeBody {
+    older_than: String,
+}
+
+async fn purge_older(
+    State(s): State<AppState>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::PurgeDoc> {
+    Params::parse(q, &[])?;
+    let b: PurgeBody = body(bytes, None)?;
+    let older_than = parse_duration(&b.older_than)
+        .map_err(|e| ApiError::invalid(format!("`older_than`: {e}")))?;
+    Ok(Json(s.console.purge_older(older_than).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::rfc3339;
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time("1732281777111"), Ok(1_732_281_777_111));
+        assert_eq!(
+            parse_time("2024-11-22T13:22:57.111Z"),
+            Ok(1_732_281_777_111)
+        );
+        assert_eq!(parse_time("2024-11-22T13:22:57Z"), Ok(1_732_281_777_000));
+        assert_eq!(
+            parse_time("2024-11-22T14:22:57.1+01:00"),
+            Ok(1_732_281_777_100)
+        );
+        assert_eq!(
+            parse_time("2024-11-22T13:22:57.111999Z"),
+            Ok(1_732_281_777_111)
+        );
+        assert_eq!(parse_time("2000-02-29T00:00:00.000Z"), Ok(951_782_400_000));
+        for ms in [0, 951_782_400_000, 1_732_281_777_111, 4_102_444_800_123] {
+            assert_eq!(parse_time(&rfc3339(ms)), Ok(ms));
+        }
+        for bad in [
+            "",
+            "yesterday",
+            "2024-11-22",
+            "2024-11-22T13:22:57",
+            "2023-02-29T00:00:00Z",
+            "2024-13-01T00:00:00Z",
+            "2024-11-22T13:22:57.Z",
+            "2024-11-22T13:22:57+1:00",
+            "2024-11-22T13:22:57+-1:00",
+            "2024-11-22T13:22:57+24:00",
+            "+2024-11-22T13:22:57Z",
+            "-5",
+            "99999999999999999999",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_and_values() {
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "7", "d", "7x", "1.5h", "7 d", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_limit("1"), Ok(1));
+        assert_eq!(parse_limit("1000"), Ok(1000));
+        for bad in ["0", "1001", "x", "-1", ""] {
+            assert!(parse_limit(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_bool("true"), Ok(true));
+        assert_eq!(parse_bool("0"), Ok(false));
+        assert!(parse_bool("yes").is_err());
+    }
+
+    #[test]
+    fn params() {
+        let p = Params::parse(Some("name=a+b%2Fc&state=&limit=5".into()), SAGA_PARAMS).unwrap();
+        assert_eq!(p.string("name").as_deref(), Some("a b/c"));
+        assert_eq!(p.string("state"), None, "an empty value is absent");
+        assert!(Params::parse(Some("bogus=1".into()), SAGA_PARAMS).is_err());
+        assert!(Params::parse(Some("name=a&name=b".into()), SAGA_PARAMS).is_err());
+        assert!(Params::parse(Some("name=%zz".into()), SAGA_PARAMS).is_err());
+        assert!(Params::parse(Some("name=%e9".into()), SAGA_PARAMS).is_err());
+        assert!(Params::parse(None, &[]).is_ok());
+        assert!(Params::parse(Some("x".into()), &[]).is_err());
+    }
 }

@@ -352,6 +352,7 @@ impl RuntimeBuilder {
             admission,
             pruner,
             stall_watch: Some(stall_watch),
+            stalled_after: self.stall_watch.threshold,
         })
     }
 }
@@ -380,6 +381,9 @@ pub struct Runtime {
     admission: crate::admission::Admission,
     pruner: Option<tokio::task::JoinHandle<()>>,
     stall_watch: Option<tokio::task::JoinHandle<()>>,
+    /// The stall watch's threshold, which the admin router's console uses too.
+    #[cfg_attr(not(feature = "console"), allow(dead_code))]
+    stalled_after: Duration,
 }
 
 impl Runtime {
@@ -416,6 +420,24 @@ impl Runtime {
     /// The saga engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The operator console over this runtime's store and sagas, as an axum 0.8
+    /// router: the admin HTTP API under `/api/v1` and the web page at `/`, behind
+    /// `config`'s tokens (see [`agentsaga_console::http`]). Serve it, or merge it into
+    /// your own axum app (`app.merge(runtime.admin_router(config))`). Unlike
+    /// `agentsaga serve`, it has the runtime's definitions: `POST /api/v1/sagas` starts
+    /// this runtime's sagas and `retry` can re-send a step after the pivot; stalled
+    /// sagas are counted with [`RuntimeBuilder::stalled_after`]'s threshold.
+    ///
+    /// With no token in `config` every request is served: bind it to a loopback
+    /// address only.
+    #[cfg(feature = "console")]
+    pub fn admin_router(&self, config: agentsaga_console::http::HttpConfig) -> axum::Router {
+        let console = agentsaga_console::Console::new(self.store.clone())
+            .with_engine(self.engine.clone())
+            .stalled_after(self.stalled_after);
+        agentsaga_console::http::router(console, config)
     }
 
     /// Where metrics are served, if they are.
