@@ -9,6 +9,10 @@
 //!
 //! Start with `examples/trip_booking.rs`, and `docs/ARCHITECTURE.md`.
 
+/// The operator console (`agentsaga::console::http::HttpConfig` for
+/// `Runtime::admin_router`).
+#[cfg(feature = "console")]
+pub use agentsaga_runtime::console;
 pub use agentsaga_core as core;
 pub use agentsaga_relay as relay;
 pub use agentsaga_runtime as runtime;

@@ -118,31 +118,7 @@ pub(crate) fn ts_or_dash(unix_ms: Option<i64>) -> String {
     unix_ms.map_or_else(|| "-".to_owned(), rfc3339)
 }
 
-/// Parses `500ms`, `30s`, `15m`, `2h`, `7d`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad =
-        || format!("invalid duration \"{text}\": expected a number and a unit (ms, s, m, h, d)");
-    let s = text.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = s.split_at(split);
-    if number.is_empty() {
-        return Err(bad());
-    }
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let ms_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    let ms = n
-        .checked_mul(ms_per_unit)
-        .filter(|ms| i64::try_from(*ms).is_ok())
-        .ok_or_else(|| format!("invalid duration \"{text}\": too long"))?;
-    Ok(Duration::from_millis(ms))
-}
+pub(crate) use agentsaga_console::time::parse_duration;
 
 /// A duration as `--older-than` takes it: the largest unit that divides it exactly
 /// (`7d`, `90m`, `500ms`).

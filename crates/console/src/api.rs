@@ -9,7 +9,6 @@
 //! [`Console`]: crate::Console
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use agentsaga_core::MessageId;
 use agentsaga_saga::{SagaId, SagaState, Signal};
@@ -255,114 +254,12 @@ fn parse_time(v: &str) -> Result<i64, String> {
             .parse()
             .map_err(|_| format!("`{v}` is out of range for Unix milliseconds"));
     }
-    parse_rfc3339(v).ok_or_else(|| {
+    crate::time::parse_rfc3339(v).ok_or_else(|| {
         format!(
             "`{v}` is neither Unix milliseconds nor an RFC 3339 timestamp \
              (2024-11-22T13:22:57Z)"
         )
     })
-}
-
-fn parse_rfc3339(v: &str) -> Option<i64> {
-    let b = v.as_bytes();
-    let digits = |s: &str| -> Option<i64> {
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let num = |range: std::ops::Range<usize>| digits(v.get(range)?);
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut rest = &v[19..];
-    let mut ms = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let padded = format!("{:0<3}", &frac[..digits.min(3)]);
-        ms = padded.parse::<i64>().ok()?;
-        rest = &frac[digits..];
-    }
-    let offset_min = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                // A `+` sent unencoded in a query string arrives as a space.
-                b'+' | b' ' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let r = rest.as_bytes();
-            if r.len() != 6 || r[3] != b':' {
-                return None;
-            }
-            let oh = digits(rest.get(1..3)?)?;
-            let om = digits(rest.get(4..6)?)?;
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            sign * (oh * 60 + om)
-        }
-    };
-    let days_in_month = match mo {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => return None,
-    };
-    if d < 1 || d > days_in_month || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
-    Some(secs * 1000 + ms)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// A duration as `agentsaga … --older-than` takes it: a whole number and a unit (ms, s,
-/// m, h, d).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad =
-        || format!("invalid duration \"{text}\": expected a number and a unit (ms, s, m, h, d)");
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = text.split_at(split);
-    if number.is_empty() {
-        return Err(bad());
-    }
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let ms_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    let ms = n
-        .checked_mul(ms_per_unit)
-        .filter(|ms| i64::try_from(*ms).is_ok())
-        .ok_or_else(|| format!("invalid duration \"{text}\": too long"))?;
-    Ok(Duration::from_millis(ms))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -578,7 +475,7 @@ async fn purge_older(
 ) -> ApiResult<ops::PurgeDoc> {
     Params::parse(q, &[])?;
     let b: PurgeBody = body(bytes, None)?;
-    let older_than = parse_duration(&b.older_than)
+    let older_than = crate::time::parse_duration(&b.older_than)
         .map_err(|e| ApiError::invalid(format!("`older_than`: {e}")))?;
     Ok(Json(s.console.purge_older(older_than).await?))
 }
@@ -629,11 +526,6 @@ mod tests {
 
     #[test]
     fn durations_and_values() {
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        for bad in ["", "7", "d", "7x", "1.5h", "7 d", "-1s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
         assert_eq!(parse_limit("1"), Ok(1));
         assert_eq!(parse_limit("1000"), Ok(1000));
         for bad in ["0", "1001", "x", "-1", ""] {

@@ -61,6 +61,8 @@ pub use runtime::{
     RuntimeBuilder,
 };
 
+#[cfg(feature = "console")]
+pub use agentsaga_console as console;
 pub use agentsaga_core as core;
 pub use agentsaga_relay as relay;
 pub use agentsaga_saga as saga;

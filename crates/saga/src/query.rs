@@ -254,8 +254,8 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     }, postgres(pool) => {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
-                    (extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
-                    (extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at,
+                    floor(extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
+                    floor(extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at,
                     (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE ($1::uuid IS NULL OR i.id = $1) AND ($2::text IS NULL OR i.state = $2)
