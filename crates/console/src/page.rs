@@ -1,9 +1,235 @@
-//! The web page: server-rendered HTML over the console's calls.
+//! The web page: server-rendered HTML over the console's calls (no second
+//! implementation of anything: every read and every action is a [`Console`] call).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | overview: sagas by state, outbox and relay lag, dead letters, stalled and stuck sagas; re-fetched every 2 s |
+//! | `GET /fragments/overview` | the overview's live part alone (what the page's script re-fetches) |
+//! | `GET /sagas` | the list, with the API's filters (`state`, `name`, `key`, `waiting`, `stalled`, `cursor`, `limit`) |
+//! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows |
+//! | `POST /sagas/{id}/abort\|retry\|skip` | [`Console::act`], then back to the saga's page (303) |
+//! | `GET /dead` | dead letters with their reason, whether re-driving them is moot, redrive / purge |
+//! | `POST /dead/{id}/redrive\|purge` | [`Console::redrive`] (never forced: a moot one is purged by its own button) / [`Console::purge`], then back (303) |
+//! | `GET /assets/console.css\|console.js\|icon.svg` | the one stylesheet, the one script (`confirm()` before each action, the overview's refresh), the icon |
+//!
+//! Every value from the database is escaped. The pages carry a Content-Security-Policy
+//! that allows only this origin's stylesheet and script (`/assets/`), and refuse to be
+//! framed. The actions are HTML forms (each asks `confirm()` first, from the script);
+//! a POST that a browser marks as coming from another site (`Sec-Fetch-Site`, `Origin`)
+//! is refused with 403 and nothing done.
+
+mod assets;
+mod html;
+mod saga;
+mod views;
 
 use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
 
 use crate::http::AppState;
+use crate::{Action, Console, Error};
+use html::error_page;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
+        .route("/", get(overview))
+        .route("/fragments/overview", get(overview_fragment))
+        .route("/sagas", get(sagas))
+        .route("/sagas/{id}", get(saga))
+        .route("/sagas/{id}/{action}", post(saga_action))
+        .route("/dead", get(dead))
+        .route("/dead/{id}/{action}", post(dead_action))
+        .route("/assets/console.css", get(assets::css))
+        .route("/assets/console.js", get(assets::js))
+        .route("/assets/icon.svg", get(assets::icon))
 }
+
+/// The HTTP status a console error is answered with.
+fn status_of(e: &Error) -> StatusCode {
+    match e {
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Refused(_) => StatusCode::CONFLICT,
+        Error::Invalid(_) => StatusCode::BAD_REQUEST,
+        Error::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn fail(e: &Error) -> Response {
+    error_page(status_of(e), &e.to_string())
+}
+
+/// The refusal of a POST that the browser says comes from another site (a form on a
+/// page elsewhere posting here): by `Sec-Fetch-Site` (other than `same-origin` or
+/// `none`) where the browser sends it, else by an `Origin` that is not this host
+/// (`null` included). A client that sends neither (curl) is not a browser being
+/// tricked, and passes.
+fn cross_site(headers: &HeaderMap) -> Option<Response> {
+    let refuse = |why: &str| {
+        Some(error_page(
+            StatusCode::FORBIDDEN,
+            &format!("refused: {why}; nothing was done"),
+        ))
+    };
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return match site.to_str() {
+            Ok("same-origin" | "none") => None,
+            _ => refuse("the request came from another site"),
+        };
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let same = match (origin.to_str(), host) {
+        (Ok(o), Some(h)) => {
+            o.strip_prefix("http://")
+                .or_else(|| o.strip_prefix("https://"))
+                == Some(h)
+        }
+        _ => false,
+    };
+    if same {
+        None
+    } else {
+        refuse("the request's Origin is not this console")
+    }
+}
+
+async fn overview(State(s): State<AppState>) -> Response {
+    views::overview(&s.console).await
+}
+
+async fn overview_fragment(State(s): State<AppState>) -> Response {
+    views::overview_fragment(&s.console).await
+}
+
+/// `GET /sagas` parameters, as text: a form sends empty fields, and a wrong value is
+/// answered with a page saying which.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ListParams {
+    state: Option<String>,
+    name: Option<String>,
+    key: Option<String>,
+    waiting: Option<String>,
+    stalled: Option<String>,
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+async fn sagas(State(s): State<AppState>, Query(p): Query<ListParams>) -> Response {
+    views::sagas(&s.console, p).await
+}
+
+/// `?done=<action>` after an action: what the saga page says was done.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Done {
+    done: Option<String>,
+    id: Option<String>,
+}
+
+async fn saga(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(done): Query<Done>,
+) -> Response {
+    let notice = done
+        .done
+        .as_deref()
+        .and_then(parse_action)
+        .map(saga::Notice::Done);
+    saga::page(&s.console, s.config.jaeger_url.as_deref(), &id, notice).await
+}
+
+fn parse_action(s: &str) -> Option<Action> {
+    [Action::Abort, Action::Retry, Action::Skip]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+}
+
+async fn saga_action(
+    State(s): State<AppState>,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = cross_site(&headers) {
+        return refused;
+    }
+    let Some(action) = parse_action(&action) else {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            &format!("no action `{action}` (abort, retry, skip)"),
+        );
+    };
+    let saga_id = match saga::parse_id(&id) {
+        Ok(saga_id) => saga_id,
+        Err(why) => return error_page(StatusCode::BAD_REQUEST, &why),
+    };
+    match s.console.act(saga_id, action).await {
+        Ok(doc) => Redirect::to(&format!(
+            "/sagas/{}?done={}",
+            html::pct(&doc.saga.id),
+            action.as_str()
+        ))
+        .into_response(),
+        // Refused (the state does not allow it): the saga's page, saying why.
+        Err(e @ Error::Refused(_)) => {
+            let jaeger = s.config.jaeger_url.as_deref();
+            let mut r = saga::page(&s.console, jaeger, &id, Some(saga::Notice::Refused(e))).await;
+            if r.status().is_success() {
+                *r.status_mut() = StatusCode::CONFLICT;
+            }
+            r
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DeadParams {
+    destination: Option<String>,
+    limit: Option<String>,
+}
+
+async fn dead(
+    State(s): State<AppState>,
+    Query(p): Query<DeadParams>,
+    Query(done): Query<Done>,
+) -> Response {
+    views::dead(&s.console, p, done).await
+}
+
+async fn dead_action(
+    State(s): State<AppState>,
+    Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = cross_site(&headers) {
+        return refused;
+    }
+    let Ok(msg) = id.parse::<agentsaga_core::MessageId>() else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            &format!("`{id}` is not a message id"),
+        );
+    };
+    let c: &Console = &s.console;
+    let done = match action.as_str() {
+        "redrive" => c.redrive(msg, false).await.map(|d| d.outcome),
+        "purge" => c.purge(msg).await.map(|_| "purged"),
+        other => {
+            return error_page(
+                StatusCode::NOT_FOUND,
+                &format!("no action `{other}` (redrive, purge)"),
+            );
+        }
+    };
+    match done {
+        Ok(outcome) => Redirect::to(&format!("/dead?done={outcome}&id={msg}")).into_response(),
+        Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests;

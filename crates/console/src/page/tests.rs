@@ -1,0 +1,194 @@
+//! The page over a real router and a fresh SQLite database: every value from the
+//! database escaped, actions refused from another site, done from this one.
+
+use agentsaga_core::Store;
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_saga::{Engine, Saga, SagaId, SagaState, Step, query};
+use serde_json::{Value, json};
+
+use crate::Console;
+use crate::http::{HttpConfig, router};
+
+const EVIL: &str = "<img src=x onerror=alert(1)>\"'&";
+
+async fn serve(store: Store, jaeger: Option<&str>) -> String {
+    let app = router(
+        Console::new(store),
+        HttpConfig {
+            jaeger_url: jaeger.map(str::to_owned),
+            ..HttpConfig::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A saga whose one step goes nowhere: it stays running, with `EVIL` as its key and
+/// in its data.
+async fn running_saga(store: &Store) -> SagaId {
+    let def = Saga::<Value>::builder("page_test", 1)
+        .step(
+            Step::new("hold", "nowhere")
+                .command(|v: &Value| v.clone())
+                .compensate("nowhere", |_: &Value| json!({ "op": "release" })),
+        )
+        .build()
+        .unwrap();
+    let engine = Engine::new([def]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .accept_keyed(&mut tx, "page_test", Some(EVIL), json!({ "note": EVIL }))
+        .await
+        .unwrap()
+        .id();
+    tx.commit().await.unwrap();
+    id
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn get(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn pages_escape_what_the_database_holds() {
+    let store = Store::connect(&fresh_url(Backend::Sqlite).await)
+        .await
+        .unwrap();
+    let id = running_saga(&store).await;
+    let base = serve(store, Some("http://jaeger.test:16686/")).await;
+    for path in [
+        "/".to_owned(),
+        "/fragments/overview".to_owned(),
+        "/sagas".to_owned(),
+        format!("/sagas?key={}", super::html::pct(EVIL)),
+        format!("/sagas/{id}"),
+        "/dead".to_owned(),
+    ] {
+        let (status, body) = get(&format!("{base}{path}")).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(!body.contains("<img"), "{path} is not escaped: {body}");
+    }
+    let (_, body) = get(&format!("{base}/sagas?key={}", super::html::pct(EVIL))).await;
+    assert!(body.contains(&id.to_string()), "the key filter finds it");
+    assert!(body.contains("&lt;img src=x onerror=alert(1)&gt;&quot;&#39;&amp;"));
+    let (_, page) = get(&format!("{base}/sagas/{id}")).await;
+    assert!(
+        page.contains("id=\"action-abort\""),
+        "a running saga offers abort"
+    );
+    assert!(!page.contains("action-retry"));
+    assert!(page.contains(
+        "http://jaeger.test:16686/search?service=page_test&amp;tags=%7B%22saga.id%22%3A%22"
+    ));
+    assert!(page.contains("data-kind=\"step\" data-step=\"hold\""));
+
+    let (status, body) = get(&format!("{base}/sagas/not-a-uuid")).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = get(&format!("{base}/sagas/{}", SagaId::new())).await;
+    assert_eq!(status, 404);
+    let (status, body) = get(&format!("{base}/sagas?state=sleeping")).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = get(&format!("{base}/sagas?stalled=maybe")).await;
+    assert_eq!(status, 400);
+
+    let (_, css) = get(&format!("{base}/assets/console.css")).await;
+    assert!(css.contains(".tl-bar"));
+    let r = client()
+        .get(format!("{base}/assets/console.js"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert!(r.text().await.unwrap().contains("confirm"));
+}
+
+#[tokio::test]
+async fn actions_refuse_other_sites_and_redirect_to_the_saga() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let id = running_saga(&store).await;
+    let base = serve(store.clone(), None).await;
+    let abort = format!("{base}/sagas/{id}/abort");
+    let host = base.trim_start_matches("http://");
+
+    for (name, value) in [
+        ("origin", "http://evil.test".to_owned()),
+        ("sec-fetch-site", "cross-site".to_owned()),
+        ("sec-fetch-site", "same-site".to_owned()),
+        ("origin", "null".to_owned()),
+    ] {
+        let r = client()
+            .post(&abort)
+            .header(name, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403, "{name}");
+    }
+    let state = |store: Store| async move { query::get(&store, id).await.unwrap().unwrap().state };
+    assert_eq!(
+        state(store.clone()).await,
+        SagaState::Running,
+        "nothing done"
+    );
+
+    let r = client()
+        .post(format!("{base}/sagas/{id}/launch"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+
+    let r = client()
+        .post(&abort)
+        .header("origin", format!("http://{host}"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(
+        r.headers()["location"].to_str().unwrap(),
+        format!("/sagas/{id}?done=abort")
+    );
+    let now = state(store.clone()).await;
+    assert_eq!(
+        now,
+        SagaState::Compensating,
+        "the step's undo is on its way"
+    );
+    let (_, page) = get(&format!("{base}/sagas/{id}?done=abort")).await;
+    assert!(
+        page.contains("Abort done: the saga is now <b>compensating</b>"),
+        "{page}"
+    );
+    assert!(page.contains("data-kind=\"compensation\" data-step=\"hold\""));
+
+    // Aborting again is refused by the engine: the saga's page says why, with a 409.
+    let r = client().post(&abort).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("Refused, nothing was changed"), "{body}");
+
+    let r = client()
+        .post(format!("{base}/dead/{}/purge", SagaId::new()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+}
