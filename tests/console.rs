@@ -39,6 +39,8 @@ const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_a_real_browser() {
+    // The browser first: without one, say so before anything else is done.
+    let mut browser = Browser::launch();
     // A database as users have it after a run of the example: some sagas completed,
     // some compensated.
     let url = fresh_url(Backend::Sqlite).await;
@@ -61,7 +63,6 @@ async fn console_in_a_real_browser() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let mut browser = Browser::launch();
     let mut page = Cdp::connect(&browser.ws_url).await;
     page.open_tab().await;
 
