@@ -208,6 +208,26 @@ pub struct ShowDoc {
     pub steps: Vec<StepDoc>,
 }
 
+impl ShowDoc {
+    /// The actions the engine would take on this saga as it stands (the page offers
+    /// only these): abort a running saga before its pivot; retry or skip a stuck one
+    /// whose compensation failed; retry or abort one stuck after its pivot.
+    pub fn actions(&self) -> Vec<Action> {
+        // The pivot and the steps after it are the rows without a compensation entry.
+        let past_pivot = self.steps.iter().any(|s| s.compensation_state.is_none());
+        let compensation_failed = self
+            .steps
+            .iter()
+            .any(|s| s.compensation_state.as_deref() == Some("failed"));
+        match self.saga.state {
+            "running" if !past_pivot => vec![Action::Abort],
+            "stuck" if compensation_failed => vec![Action::Retry, Action::Skip],
+            "stuck" => vec![Action::Retry, Action::Abort],
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Outbox counts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutboxDoc {
@@ -363,15 +383,6 @@ impl Action {
             Action::Abort => "abort",
             Action::Retry => "retry",
             Action::Skip => "skip",
-        }
-    }
-
-    /// The actions a saga in `state` allows, as the page offers them.
-    pub fn allowed(state: SagaState) -> &'static [Action] {
-        match state {
-            SagaState::Running | SagaState::Compensating => &[Action::Abort],
-            SagaState::Stuck => &[Action::Retry, Action::Skip, Action::Abort],
-            _ => &[],
         }
     }
 }
@@ -774,4 +785,79 @@ impl Console {
 /// the string it is).
 pub fn json_value(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(state: &'static str, ledger: &[Option<&str>]) -> ShowDoc {
+        let step = |i: usize, c: Option<&str>| StepDoc {
+            idx: i as i64,
+            stage: i as i64,
+            name: format!("s{i}"),
+            destination: "a".into(),
+            state: "succeeded".into(),
+            attempts: 1,
+            error: None,
+            dispatched_at: None,
+            dispatched_at_ms: None,
+            replied_at: None,
+            replied_at_ms: None,
+            compensation_destination: None,
+            compensation_payload: None,
+            compensation_state: c.map(str::to_owned),
+            compensation_attempts: 0,
+            compensation_error: None,
+            compensated_at: None,
+            compensated_at_ms: None,
+        };
+        ShowDoc {
+            saga: SagaDoc {
+                id: "x".into(),
+                name: "n".into(),
+                version: 1,
+                state,
+                error: None,
+                key: None,
+                waiting_for: None,
+                created_at: String::new(),
+                created_at_ms: 0,
+                updated_at: String::new(),
+                updated_at_ms: 0,
+            },
+            data: Value::Null,
+            steps: ledger
+                .iter()
+                .enumerate()
+                .map(|(i, c)| step(i, *c))
+                .collect(),
+        }
+    }
+
+    // The actions offered are the ones the engine takes in that state.
+    #[test]
+    fn actions_follow_the_engine() {
+        use Action::{Abort, Retry, Skip};
+        assert_eq!(doc("running", &[Some("recorded")]).actions(), [Abort]);
+        assert!(
+            doc("running", &[Some("recorded"), None])
+                .actions()
+                .is_empty(),
+            "past the pivot"
+        );
+        assert!(
+            doc("compensating", &[Some("dispatched")])
+                .actions()
+                .is_empty()
+        );
+        assert_eq!(doc("stuck", &[Some("failed")]).actions(), [Retry, Skip]);
+        assert_eq!(
+            doc("stuck", &[Some("recorded"), None]).actions(),
+            [Retry, Abort]
+        );
+        for done in ["completed", "compensated", "aborted"] {
+            assert!(doc(done, &[Some("done")]).actions().is_empty());
+        }
+    }
 }

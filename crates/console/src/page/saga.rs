@@ -119,11 +119,16 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
 
     // Actions.
     out += "<div class=\"actions\" id=\"actions\">";
-    let allowed = state.map(Action::allowed).unwrap_or_default();
+    let allowed = doc.actions();
     if allowed.is_empty() {
+        let why = match state {
+            Some(SagaState::Running) => "it is past its pivot and can only go forward",
+            Some(SagaState::Compensating) => "it is undoing its steps",
+            _ => "it is finished",
+        };
         let _ = write!(
             out,
-            "<span class=\"muted\">No action: a {} saga is finished.</span>",
+            "<span class=\"muted\">No action: a {} saga: {why}.</span>",
             esc(s.state)
         );
     }
