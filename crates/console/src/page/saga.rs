@@ -122,13 +122,13 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
     let allowed = doc.actions();
     if allowed.is_empty() {
         let why = match state {
-            Some(SagaState::Running) => "it is past its pivot and can only go forward",
-            Some(SagaState::Compensating) => "it is undoing its steps",
-            _ => "it is finished",
+            Some(SagaState::Running) => "is past its pivot and can only go forward",
+            Some(SagaState::Compensating) => "is undoing its steps",
+            _ => "is finished",
         };
         let _ = write!(
             out,
-            "<span class=\"muted\">No action: a {} saga: {why}.</span>",
+            "<span class=\"muted\">No action: a {} saga {why}.</span>",
             esc(s.state)
         );
     }
