@@ -11,6 +11,8 @@
 mod api;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod ops;
 #[cfg(feature = "http")]
 mod page;

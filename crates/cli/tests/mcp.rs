@@ -1,0 +1,530 @@
+//! `agentsaga mcp` as an MCP client sees it: the binary spawned against a SQLite
+//! database prepared by the saga engine, spoken to in newline-delimited JSON-RPC over
+//! its stdin and stdout (`initialize`, `notifications/initialized`, `tools/list`,
+//! `tools/call` of every tool). Its documents are the CLI's `--json` ones; its errors
+//! name the API's kinds.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use agentsaga_core::queue::{Claim, DeadLetter};
+use agentsaga_core::testing::Backend;
+use agentsaga_core::{DeliveryFailed, MessageId, Store};
+use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+use serde_json::{Value, json};
+
+use common::{json, prepare};
+
+/// How long any one answer may take.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+const TOOLS: [&str; 8] = [
+    "abort_saga",
+    "list_dead_letters",
+    "list_sagas",
+    "redrive_dead_letter",
+    "show_saga",
+    "signal_saga",
+    "start_saga",
+    "status",
+];
+
+/// draft → wait for `approval` → send (the pivot).
+fn mail() -> SagaDefinition {
+    Saga::<Value>::builder("mail", 1)
+        .step(Step::new("draft", "drafts").nothing_to_undo())
+        .step(Step::wait_for("approval").on_reply(|d: &mut Value, a: Value| d["approved"] = a))
+        .pivot(Step::new("send", "sender"))
+        .build()
+        .expect("definition")
+}
+
+/// The running `agentsaga mcp`, killed when dropped.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Every line it wrote to stdout so far.
+    seen: Vec<String>,
+    next_id: u64,
+}
+
+impl Server {
+    fn spawn(url: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentsaga"))
+            .env_remove("DATABASE_URL")
+            .args(["--database-url", url, "mcp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn agentsaga mcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            seen: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{message}").expect("write to the server");
+        stdin.flush().expect("flush");
+    }
+
+    /// Sends request `method` and waits (bounded) for its response; notifications on
+    /// the way are skipped. The response's `result`, or its `error` as `Err`.
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + ANSWER_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => panic!("no answer to {method} in time"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the server closed stdout before answering {method}")
+                }
+            };
+            self.seen.push(line.clone());
+            let message: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
+            assert_eq!(message["jsonrpc"], "2.0", "{line}");
+            if message["id"] != json!(id) {
+                assert!(message.get("method").is_some(), "unexpected: {line}");
+                continue;
+            }
+            return match message.get("error") {
+                Some(error) => Err(error.clone()),
+                None => Ok(message["result"].clone()),
+            };
+        }
+    }
+
+    /// `tools/call` of `name`; its result.
+    fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+            .unwrap_or_else(|e| panic!("{name}: protocol error {e}"))
+    }
+
+    /// A successful call's document (its structured content, also its text).
+    fn doc(&mut self, name: &str, arguments: Value) -> Value {
+        let result = self.call(name, arguments.clone());
+        assert_eq!(
+            result["isError"], false,
+            "{name} {arguments} failed: {result}"
+        );
+        let doc = result["structuredContent"].clone();
+        assert!(doc.is_object(), "{name}: {result}");
+        let text = result["content"][0]["text"].as_str().expect("text content");
+        assert_eq!(
+            serde_json::from_str::<Value>(text).expect("text is JSON"),
+            doc,
+            "{name}: the text is the document"
+        );
+        doc
+    }
+
+    /// A call that failed as a tool error: its kind and message.
+    fn error(&mut self, name: &str, arguments: Value) -> (String, String) {
+        let result = self.call(name, arguments.clone());
+        assert_eq!(
+            result["isError"], true,
+            "{name} {arguments} should fail: {result}"
+        );
+        // The admin API's error body.
+        let body = &result["structuredContent"];
+        let text = result["content"][0]["text"].as_str().expect("text content");
+        assert_eq!(&serde_json::from_str::<Value>(text).expect("JSON"), body);
+        assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+        let error = &body["error"];
+        assert_eq!(error.as_object().map(|o| o.len()), Some(2), "{body}");
+        let kind = error["kind"].as_str().expect("error kind").to_owned();
+        let message = error["message"].as_str().expect("message").to_owned();
+        assert!(!message.is_empty());
+        (kind, message)
+    }
+
+    /// Closes stdin; the server ends by itself, successfully, having written nothing
+    /// but JSON-RPC messages.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + ANSWER_WITHIN;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the server did not end on EOF");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "exit status {status}");
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            let message: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
+            assert_eq!(message["jsonrpc"], "2.0", "{line}");
+        }
+        assert!(!self.seen.is_empty());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The sagas the test acts on, beside `prepare`'s.
+struct Extra {
+    /// Parked at its wait for `approval`.
+    waiting: SagaId,
+    /// Started, its first command not delivered.
+    running: SagaId,
+    /// A saga command whose saga has since compensated.
+    moot: MessageId,
+}
+
+async fn add_sagas(store: &Store, engine: &Engine) -> Extra {
+    // A moot dead letter: the command dies, its notice makes the saga compensate.
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "trip", &json!({"case": "ok"}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let destinations = vec!["reserve-agent".to_owned()];
+    let claim = Claim {
+        owner: "t",
+        destinations: &destinations,
+        limit: 1,
+        lease: Duration::from_secs(60),
+    };
+    let command = store.queue().claim(&claim).await.unwrap().remove(0);
+    let reason = "reserve-agent: attempts exhausted";
+    let notice = DeliveryFailed::notice_for(&command, reason).unwrap();
+    let dead = DeadLetter {
+        seq: command.seq,
+        reason: reason.into(),
+        notice,
+    };
+    store.queue().dead_letter("t", &[dead]).await.unwrap();
+    common::pump(store, engine, &[id]).await;
+
+    let mut tx = store.begin().await.unwrap();
+    let waiting = engine
+        .start(&mut tx, "mail", &json!({"to": "ann"}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    common::pump_until(store, engine, "the saga waits", async || {
+        let saga = query::get(store, waiting).await.unwrap().unwrap();
+        saga.waiting_for.is_some()
+    })
+    .await;
+
+    let mut tx = store.begin().await.unwrap();
+    let running = engine
+        .start(&mut tx, "trip", &json!({"case": "ok"}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    Extra {
+        waiting,
+        running,
+        moot: command.id,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_lists_shows_and_acts() {
+    let p = prepare(Backend::Sqlite).await;
+    let url = p.url.as_str();
+    let store = Store::connect(url).await.unwrap();
+    let engine = Engine::new([common::trip(), mail()]).unwrap();
+    let extra = add_sagas(&store, &engine).await;
+    let (waiting, running) = (extra.waiting.to_string(), extra.running.to_string());
+    let stuck = p.stuck[0].to_string();
+
+    let mut mcp = Server::spawn(url);
+
+    // The handshake.
+    let init = mcp
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "cli-test", "version": "0"},
+            }),
+        )
+        .expect("initialize");
+    assert_eq!(init["protocolVersion"], "2025-06-18", "{init}");
+    assert_eq!(init["serverInfo"]["name"], "agentsaga", "{init}");
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    let instructions = init["instructions"].as_str().unwrap_or_default();
+    assert!(instructions.contains("no saga definitions"), "{init}");
+    mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    // Every tool, each with a description and an object schema for its arguments.
+    let list = mcp.request("tools/list", json!({})).expect("tools/list");
+    let tools = list["tools"].as_array().expect("tools");
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS, "{list}");
+    for tool in tools {
+        let schema = &tool["inputSchema"];
+        assert_eq!(schema["type"], "object", "{tool}");
+        assert!(schema["properties"].is_object(), "{tool}");
+        assert!(
+            tool["description"].as_str().unwrap_or_default().len() > 40,
+            "{tool}"
+        );
+    }
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
+    assert_eq!(
+        tool("show_saga")["inputSchema"]["required"],
+        json!(["id"]),
+        "{list}"
+    );
+    let signal_props = &tool("signal_saga")["inputSchema"]["properties"];
+    for arg in ["id", "name", "data", "reject"] {
+        assert!(signal_props.get(arg).is_some(), "signal_saga lacks {arg}");
+    }
+    let list_props = &tool("list_sagas")["inputSchema"]["properties"];
+    for arg in [
+        "state", "name", "key", "waiting", "stalled", "cursor", "limit",
+    ] {
+        assert!(list_props.get(arg).is_some(), "list_sagas lacks {arg}");
+    }
+    assert_eq!(
+        tool("list_sagas")["inputSchema"]["additionalProperties"],
+        false
+    );
+    assert_eq!(tool("status")["annotations"]["readOnlyHint"], true);
+    assert!(
+        tool("start_saga")["description"]
+            .as_str()
+            .unwrap()
+            .contains("not_found"),
+        "start_saga says where it cannot start"
+    );
+
+    // Reads: the CLI's documents.
+    let status = mcp.doc("status", json!({}));
+    // The same but for the relay's lag, which grows by the time the CLI reads it.
+    let mut cli_status = json(url, &["status", "--json"]);
+    let mut mcp_status = status.clone();
+    for s in [&mut cli_status, &mut mcp_status] {
+        s["outbox"]["oldest_pending_age_ms"] = Value::Null;
+    }
+    assert_eq!(mcp_status, cli_status);
+    assert_eq!(status["sagas"]["stuck"], 3, "{status}");
+    assert_eq!(status["dead_letters"], 3, "{status}");
+
+    let all = mcp.doc("list_sagas", json!({}));
+    assert_eq!(all, json(url, &["sagas", "list", "--json"]));
+    assert_eq!(all["sagas"].as_array().unwrap().len(), 8, "{all}");
+    let stuck_page = mcp.doc("list_sagas", json!({"state": "stuck"}));
+    assert_eq!(
+        stuck_page,
+        json(url, &["sagas", "list", "--state", "stuck", "--json"])
+    );
+    assert_eq!(stuck_page["sagas"].as_array().unwrap().len(), 3);
+    let waiting_page = mcp.doc("list_sagas", json!({"waiting": true}));
+    assert_eq!(
+        waiting_page,
+        json(url, &["sagas", "list", "--waiting", "--json"])
+    );
+    assert_eq!(waiting_page["sagas"][0]["id"], waiting.as_str());
+    assert_eq!(waiting_page["sagas"][0]["waiting_for"], "approval");
+    let keyed = mcp.doc("list_sagas", json!({"key": "req-ok", "name": "trip"}));
+    assert_eq!(keyed["sagas"][0]["id"], p.completed.to_string().as_str());
+    // Pages by cursor, as the CLI does.
+    let first = mcp.doc("list_sagas", json!({"limit": 3}));
+    assert_eq!(
+        first,
+        json(url, &["sagas", "list", "--limit", "3", "--json"])
+    );
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let second = mcp.doc("list_sagas", json!({"limit": 3, "cursor": cursor}));
+    assert_eq!(
+        second,
+        json(
+            url,
+            &[
+                "sagas", "list", "--limit", "3", "--cursor", &cursor, "--json"
+            ]
+        )
+    );
+    assert_eq!(second["sagas"][0], all["sagas"][3]);
+
+    let shown = mcp.doc("show_saga", json!({"id": stuck}));
+    assert_eq!(shown, json(url, &["sagas", "show", &stuck, "--json"]));
+    assert_eq!(shown["saga"]["state"], "stuck");
+    assert_eq!(shown["steps"][0]["compensation_state"], "failed", "{shown}");
+
+    let dead = mcp.doc("list_dead_letters", json!({}));
+    assert_eq!(dead, json(url, &["dead", "list", "--json"]));
+    assert_eq!(dead["dead_letters"].as_array().unwrap().len(), 3, "{dead}");
+    let mailer = mcp.doc("list_dead_letters", json!({"destination": "mailer"}));
+    assert_eq!(
+        mailer["dead_letters"][0]["id"],
+        p.dead_mailer.to_string().as_str()
+    );
+
+    // Errors: the API's kinds, nothing done.
+    let unknown = "0190f0f0-0000-7000-8000-000000000000";
+    let (kind, message) = mcp.error("show_saga", json!({"id": unknown}));
+    assert_eq!(kind, "not_found", "{message}");
+    assert!(message.contains(unknown), "{message}");
+    let (kind, message) = mcp.error("show_saga", json!({"id": "not-a-uuid"}));
+    assert_eq!(kind, "invalid", "{message}");
+    assert!(message.contains("malformed saga id"), "{message}");
+    let (kind, message) = mcp.error("abort_saga", json!({"id": "42"}));
+    assert_eq!(kind, "invalid", "{message}");
+    let (kind, message) = mcp.error("show_saga", json!({}));
+    assert_eq!(kind, "invalid", "{message}");
+    assert!(message.contains("missing field `id`"), "{message}");
+    let (kind, message) = mcp.error("list_sagas", json!({"state": "sleeping"}));
+    assert_eq!(kind, "invalid", "{message}");
+    assert!(message.contains("unknown saga state"), "{message}");
+    let (kind, message) = mcp.error("list_sagas", json!({"limt": 3}));
+    assert_eq!(kind, "invalid", "an unknown filter: {message}");
+    let (kind, message) = mcp.error("list_sagas", json!({"limit": 5000}));
+    assert_eq!(kind, "invalid", "{message}");
+    let (kind, message) = mcp.error("list_sagas", json!({"cursor": "nonsense"}));
+    assert_eq!(kind, "invalid", "{message}");
+    let (kind, message) = mcp.error("redrive_dead_letter", json!({"id": "x"}));
+    assert_eq!(kind, "invalid", "{message}");
+    assert!(message.contains("malformed message id"), "{message}");
+    let (kind, message) = mcp.error("redrive_dead_letter", json!({"id": unknown}));
+    assert_eq!(kind, "not_found", "{message}");
+    let e = mcp
+        .request(
+            "tools/call",
+            json!({"name": "drop_tables", "arguments": {}}),
+        )
+        .expect_err("an unknown tool is a protocol error");
+    assert!(e["code"].is_i64(), "{e}");
+
+    // start_saga: this process hosts no definitions.
+    let (kind, message) = mcp.error(
+        "start_saga",
+        json!({"name": "trip", "data": {"case": "ok"}, "key": "k-1"}),
+    );
+    assert_eq!(kind, "not_found", "{message}");
+    assert!(message.contains("hosts no saga named `trip`"), "{message}");
+
+    // abort_saga: a running saga compensates (before anything is pumped again); a
+    // finished one is refused.
+    let before = query::get(&store, extra.running).await.unwrap().unwrap();
+    assert_eq!(before.state, SagaState::Running);
+    let aborted = mcp.doc("abort_saga", json!({"id": running}));
+    assert_eq!(aborted["saga"]["state"], "compensating", "{aborted}");
+    assert_eq!(aborted, json(url, &["sagas", "show", &running, "--json"]));
+    let after = query::get(&store, extra.running).await.unwrap().unwrap();
+    assert_eq!(after.state, SagaState::Compensating);
+    let (kind, message) = mcp.error("abort_saga", json!({"id": p.completed.to_string()}));
+    assert_eq!(kind, "refused", "{message}");
+    assert_eq!(
+        query::get(&store, p.completed)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        SagaState::Completed,
+        "a refused action changes nothing"
+    );
+
+    // signal_saga reaches the waiting saga; a second one is a duplicate.
+    let (kind, message) = mcp.error(
+        "signal_saga",
+        json!({"id": waiting, "name": "approval", "data": 1, "reject": "no"}),
+    );
+    assert_eq!(kind, "invalid", "{message}");
+    let (kind, message) = mcp.error("signal_saga", json!({"id": waiting, "name": "payment"}));
+    assert_eq!(kind, "refused", "{message}");
+    assert!(message.contains("never waits for `payment`"), "{message}");
+    let sent = mcp.doc(
+        "signal_saga",
+        json!({"id": waiting, "name": "approval", "data": {"by": "mcp"}}),
+    );
+    assert_eq!(sent["receipt"], "recorded", "{sent}");
+    assert_eq!(sent["saga"]["id"], waiting.as_str(), "{sent}");
+    assert!(sent["steps"].is_array(), "the saga's document: {sent}");
+    let again = mcp.doc(
+        "signal_saga",
+        json!({"id": waiting, "name": "approval", "reject": "too late"}),
+    );
+    assert_eq!(again["receipt"], "duplicate", "{again}");
+    common::pump(&store, &engine, &[extra.waiting]).await;
+    let done = mcp.doc("show_saga", json!({"id": waiting}));
+    assert_eq!(done["saga"]["state"], "completed", "{done}");
+    assert_eq!(done["data"]["approved"], json!({"by": "mcp"}), "{done}");
+    let (kind, message) = mcp.error("signal_saga", json!({"id": waiting, "name": "approval"}));
+    assert_eq!(kind, "refused", "{message}");
+
+    // redrive_dead_letter: a moot one is refused (still dead), forced it is purged;
+    // one that is not moot is pending again.
+    let moot = extra.moot.to_string();
+    let (kind, message) = mcp.error("redrive_dead_letter", json!({"id": moot}));
+    assert_eq!(kind, "refused", "{message}");
+    assert!(message.contains("refused to re-drive"), "{message}");
+    assert_eq!(json(url, &["status", "--json"])["outbox"]["dead"], 3);
+    let purged = mcp.doc("redrive_dead_letter", json!({"id": moot, "force": true}));
+    assert_eq!(purged["outcome"], "purged", "{purged}");
+    assert!(purged["moot"].is_string(), "{purged}");
+    let mailer = p.dead_mailer.to_string();
+    let redriven = mcp.doc("redrive_dead_letter", json!({"id": mailer}));
+    assert_eq!(
+        redriven,
+        json!({"id": mailer, "outcome": "redriven", "moot": null})
+    );
+    let dead = mcp.doc("list_dead_letters", json!({}));
+    assert_eq!(dead, json(url, &["dead", "list", "--json"]));
+    assert_eq!(dead["dead_letters"].as_array().unwrap().len(), 1, "{dead}");
+    assert_eq!(
+        dead["dead_letters"][0]["id"],
+        p.dead_sms.to_string().as_str()
+    );
+
+    mcp.finish();
+    store.close().await;
+}
+
+// Stdin closed before the handshake: the server ends with one error line on stderr and
+// nothing on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_client_no_session() {
+    let p = prepare(Backend::Sqlite).await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+    cmd.env_remove("DATABASE_URL")
+        .args(["--database-url", &p.url, "mcp"])
+        .stdin(Stdio::null());
+    let r = common::run_cmd(cmd);
+    let line = common::expect_failure(&r, &"mcp with no client");
+    assert!(line.contains("MCP session not started"), "{line}");
+}
