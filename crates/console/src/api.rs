@@ -94,13 +94,13 @@ impl ApiError {
 
 impl From<ops::Error> for ApiError {
     fn from(e: ops::Error) -> Self {
-        let (status, kind) = match &e {
-            ops::Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ops::Error::Refused(_) => (StatusCode::CONFLICT, "refused"),
-            ops::Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid"),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        let status = match &e {
+            ops::Error::NotFound(_) => StatusCode::NOT_FOUND,
+            ops::Error::Refused(_) => StatusCode::CONFLICT,
+            ops::Error::Invalid(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        Self::new(status, kind, e.to_string())
+        Self::new(status, e.kind(), e.to_string())
     }
 }
 

@@ -202,16 +202,6 @@ fn limit(limit: Option<u32>) -> Result<u32> {
     }
 }
 
-/// The name of an error's kind, as the admin API names it.
-fn error_kind(e: &Error) -> &'static str {
-    match e {
-        Error::NotFound(_) => "not_found",
-        Error::Refused(_) => "refused",
-        Error::Invalid(_) => "invalid",
-        _ => "internal",
-    }
-}
-
 /// A call's answer: its document, or its error as a tool error.
 fn answer<T: Serialize>(result: Result<T>) -> CallToolResult {
     let result = result.and_then(|doc| {
@@ -220,7 +210,7 @@ fn answer<T: Serialize>(result: Result<T>) -> CallToolResult {
     match result {
         Ok(doc) => CallToolResult::structured(doc),
         Err(e) => {
-            let body = json!({ "error": { "kind": error_kind(&e), "message": e.to_string() } });
+            let body = json!({ "error": { "kind": e.kind(), "message": e.to_string() } });
             let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
             result.structured_content = Some(body);
             result

@@ -50,6 +50,19 @@ pub enum Error {
     Store(String),
 }
 
+impl Error {
+    /// The error's kind as the admin API and the MCP tools name it: `not_found`,
+    /// `refused`, `invalid` or `internal`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "not_found",
+            Error::Refused(_) => "refused",
+            Error::Invalid(_) => "invalid",
+            Error::Store(_) => "internal",
+        }
+    }
+}
+
 /// `Result` with the console's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -617,10 +630,15 @@ impl Console {
     /// for bad data, key or plan; [`Error::Store`].
     pub async fn start(&self, name: &str, key: Option<&str>, data: Value) -> Result<ShowDoc> {
         if !self.engine.definitions().any(|d| d.name() == name) {
-            return Err(Error::NotFound(format!(
-                "this process hosts no saga named `{name}` (it hosts: {})",
-                self.startable().join(", ")
-            )));
+            let hosted = self.startable();
+            return Err(Error::NotFound(if hosted.is_empty() {
+                format!("this process hosts no saga named `{name}` (it hosts none)")
+            } else {
+                format!(
+                    "this process hosts no saga named `{name}` (it hosts: {})",
+                    hosted.join(", ")
+                )
+            }));
         }
         let mut tx = self.store.begin().await?;
         let accepted = match self.engine.accept_keyed(&mut tx, name, key, data).await {
