@@ -548,8 +548,8 @@ impl SagaDefinition {
         out
     }
 
-    /// The signals its waits wait for, in step order (for a planned saga, those of
-    /// the definition [`for_data`](Self::for_data) gives).
+    /// The signals its waits wait for, in step order (none for a planned saga: its
+    /// waits are its plan's, per instance).
     pub fn waits(&self) -> Vec<&str> {
         self.stages
             .iter()
@@ -599,7 +599,7 @@ impl SagaDefinition {
     }
 }
 
-/// The entry point for sagas whose steps are made at run time: a [`Plan`] given at
+/// The entry point for sagas whose steps are made at run time: a [`Plan`](crate::Plan) given at
 /// start ([`PlanStart`](crate::PlanStart)), or returned by a planner step: see
 /// [`plan`](crate::plan).
 ///

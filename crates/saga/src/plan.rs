@@ -3,7 +3,7 @@
 //! An LLM planner (or any code) produces a [`Plan`]: stages of steps, each a command
 //! to a destination with a JSON payload and how to undo it, or a wait for a signal;
 //! an optional pivot; parallel groups. A saga registered with
-//! [`Saga::planned`](crate::Saga::planned) runs it. The plan is checked against the
+//! [`PlannedSaga`](crate::PlannedSaga) runs it. The plan is checked against the
 //! same rules the typed builder enforces at compile time, plus the destinations the
 //! saga allows, when the saga starts (or, for a saga with a planner step, when the
 //! planner replies): a plan that breaks one is a typed error, and nothing of it is
@@ -222,7 +222,7 @@ impl Plan {
     }
 
     /// A plan from JSON: `{"steps": [...]}`, or the bare array of stages. Only its
-    /// shape is checked here; [`Saga::planned`](crate::Saga::planned) sagas check the
+    /// shape is checked here; [`PlannedSaga`](crate::PlannedSaga) sagas check the
     /// rest when they start.
     ///
     /// # Errors
