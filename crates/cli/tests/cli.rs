@@ -591,3 +591,94 @@ async fn signals(backend: Backend) {
     store.close().await;
 }
 both_backends!(signal_tests, signals);
+
+// A saga whose reply was dead-lettered is stalled: `status` counts it and
+// `sagas list --stalled` lists it (a running saga with its command pending is not).
+async fn stalled_sagas_are_reported(backend: Backend) {
+    use agentsaga_core::queue::{Claim, DeadLetter};
+    use agentsaga_core::{Store, header};
+    use agentsaga_saga::{Engine, protocol};
+    let url = fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    let engine = Engine::new([common::trip()]).unwrap();
+    let mut ids = Vec::new();
+    for case in ["lost", "pending"] {
+        let mut tx = store.begin().await.unwrap();
+        ids.push(
+            engine
+                .start(&mut tx, "trip", &json!({ "case": case }))
+                .await
+                .unwrap(),
+        );
+        tx.commit().await.unwrap();
+    }
+    let claim = |destination: &str| {
+        let store = store.clone();
+        let destinations = vec![destination.to_owned()];
+        async move {
+            let claim = Claim {
+                owner: "t",
+                destinations: &destinations,
+                limit: 10,
+                lease: std::time::Duration::from_secs(60),
+            };
+            store.queue().claim(&claim).await.unwrap()
+        }
+    };
+    let lost = ids[0].to_string();
+    let commands = claim("reserve-agent").await;
+    let command = commands
+        .iter()
+        .find(|e| e.header(header::SAGA_ID) == Some(lost.as_str()))
+        .unwrap();
+    let others: Vec<i64> = commands
+        .iter()
+        .filter(|e| e.id != command.id)
+        .map(|e| e.seq)
+        .collect();
+    store.queue().release("t", &others).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.receive("reserve-agent", command.id).await.unwrap();
+    let reply = protocol::reply(command, &protocol::StepOutcome::Ok(json!("r-1")))
+        .unwrap()
+        .unwrap();
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .unwrap();
+    let reply = claim("saga.trip.v1").await.remove(0);
+    let dead = DeadLetter {
+        seq: reply.seq,
+        reason: "lost".into(),
+        notice: None,
+    };
+    store.queue().dead_letter("t", &[dead]).await.unwrap();
+
+    let status = json(&url, &["status", "--json"]);
+    assert_eq!(status["stalled"], 1, "{status}");
+    let listed = json(&url, &["sagas", "list", "--stalled", "--json"]);
+    assert_eq!(listed["sagas"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["sagas"][0]["id"], lost.as_str());
+    let human = ok(&url, &["status"]);
+    assert!(
+        human.contains("stalled sagas") && human.contains(": 1"),
+        "{human}"
+    );
+    // With no threshold of progress, the pending one is stalled too.
+    let all = json(
+        &url,
+        &[
+            "--stalled-after",
+            "0s",
+            "sagas",
+            "list",
+            "--stalled",
+            "--json",
+        ],
+    );
+    assert_eq!(all["sagas"].as_array().unwrap().len(), 2, "{all}");
+}
+both_backends!(stalled_tests, stalled_sagas_are_reported);
