@@ -243,13 +243,11 @@ fn parse_state(s: &str) -> Result<SagaState, String> {
 }
 
 fn parse_saga_id(s: &str) -> Result<SagaId, String> {
-    s.parse()
-        .map_err(|e| format!("malformed saga id `{s}`: not a UUID ({e})"))
+    agentsaga_console::ops::parse_saga_id(s).map_err(|e| e.to_string())
 }
 
 fn parse_message_id(s: &str) -> Result<MessageId, String> {
-    s.parse()
-        .map_err(|e| format!("malformed message id `{s}`: not a UUID ({e})"))
+    agentsaga_console::ops::parse_message_id(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -199,14 +199,12 @@ fn percent_decode(s: &str) -> Result<String, ApiError> {
 
 fn saga_id(path: Result<Path<String>, PathRejection>) -> Result<SagaId, ApiError> {
     let Path(id) = path.map_err(|e| ApiError::invalid(e.body_text()))?;
-    id.parse()
-        .map_err(|e| ApiError::invalid(format!("malformed saga id `{id}`: not a UUID ({e})")))
+    Ok(ops::parse_saga_id(&id)?)
 }
 
 fn message_id(path: Result<Path<String>, PathRejection>) -> Result<MessageId, ApiError> {
     let Path(id) = path.map_err(|e| ApiError::invalid(e.body_text()))?;
-    id.parse()
-        .map_err(|e| ApiError::invalid(format!("malformed message id `{id}`: not a UUID ({e})")))
+    Ok(ops::parse_message_id(&id)?)
 }
 
 /// The body as JSON of type `T`; an empty body is `T::default()` when `empty` allows it.

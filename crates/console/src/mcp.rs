@@ -24,8 +24,8 @@
 
 use std::sync::Arc;
 
-use agentsaga_core::MessageId;
-use agentsaga_saga::{SagaId, SagaState, Signal};
+use crate::ops::{parse_message_id, parse_saga_id};
+use agentsaga_saga::{SagaState, Signal};
 use rmcp::handler::server::common::schema_for_input;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
@@ -183,16 +183,6 @@ fn args<T: DeserializeOwned>(args: JsonObject) -> Result<T> {
         .map_err(|e| Error::Invalid(format!("bad arguments: {e}")))
 }
 
-fn saga_id(s: &str) -> Result<SagaId> {
-    s.parse()
-        .map_err(|e| Error::Invalid(format!("malformed saga id `{s}`: not a UUID ({e})")))
-}
-
-fn message_id(s: &str) -> Result<MessageId> {
-    s.parse()
-        .map_err(|e| Error::Invalid(format!("malformed message id `{s}`: not a UUID ({e})")))
-}
-
 /// A `limit` argument as the console takes it (0: its default); over the maximum the
 /// console refuses it.
 fn limit(limit: Option<u32>) -> Result<u32> {
@@ -267,7 +257,7 @@ impl McpServer {
         answer(
             async {
                 let a: SagaIdArgs = args(a)?;
-                self.console.saga(saga_id(&a.id)?).await
+                self.console.saga(parse_saga_id(&a.id)?).await
             }
             .await,
         )
@@ -315,7 +305,7 @@ impl McpServer {
         answer(
             async {
                 let a: SignalArgs = args(a)?;
-                let id = saga_id(&a.id)?;
+                let id = parse_saga_id(&a.id)?;
                 let signal = match (a.data, a.reject) {
                     (Some(_), Some(_)) => {
                         return Err(Error::Invalid(
@@ -347,7 +337,7 @@ impl McpServer {
         answer(
             async {
                 let a: SagaIdArgs = args(a)?;
-                self.console.act(saga_id(&a.id)?, Action::Abort).await
+                self.console.act(parse_saga_id(&a.id)?, Action::Abort).await
             }
             .await,
         )
@@ -388,7 +378,9 @@ impl McpServer {
         answer(
             async {
                 let a: RedriveArgs = args(a)?;
-                self.console.redrive(message_id(&a.id)?, a.force).await
+                self.console
+                    .redrive(parse_message_id(&a.id)?, a.force)
+                    .await
             }
             .await,
         )

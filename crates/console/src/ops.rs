@@ -799,6 +799,24 @@ impl Console {
     }
 }
 
+/// A saga id as an operator typed it.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the text, for anything but a UUID.
+pub fn parse_saga_id(text: &str) -> Result<SagaId> {
+    text.parse()
+        .map_err(|e| Error::Invalid(format!("malformed saga id `{text}`: not a UUID ({e})")))
+}
+
+/// A message id as an operator typed it.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the text, for anything but a UUID.
+pub fn parse_message_id(text: &str) -> Result<MessageId> {
+    text.parse()
+        .map_err(|e| Error::Invalid(format!("malformed message id `{text}`: not a UUID ({e})")))
+}
+
 /// A JSON text stored in the database as a JSON value (or, if it does not parse, as
 /// the string it is).
 pub fn json_value(text: &str) -> Value {
