@@ -80,14 +80,30 @@ impl Server {
         let auth = token
             .map(|t| format!("Authorization: Bearer {t}\r\n"))
             .unwrap_or_default();
-        write!(
-            stream,
+        // One write: a request that reaches the server in pieces may be answered (401)
+        // before its rest arrives, and the close then resets the connection.
+        let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
             self.addr
-        )
-        .expect("write");
-        let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read");
+        );
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut response = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+                // A server that closes right after answering may reset the connection;
+                // what it answered was read already.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionReset && !response.is_empty() =>
+                {
+                    break;
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        let response = String::from_utf8(response).expect("a UTF-8 response");
         let (head, body) = response.split_once("\r\n\r\n").expect("a response");
         let code = head
             .split(' ')

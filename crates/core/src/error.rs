@@ -97,6 +97,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// The shared transaction a hop ran in (see [`Store::hop`](crate::Store::hop))
+    /// could not be begun or committed: nothing of the hop was written. Transient.
+    #[error("shared transaction: {0}")]
+    SharedCommit(String),
+
     /// Any other database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -107,7 +112,7 @@ impl Error {
     /// pool timeout, a serialization failure): worth retrying with backoff.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::QueueFull { .. } => true,
+            Error::Connect { .. } | Error::QueueFull { .. } | Error::SharedCommit(_) => true,
             Error::Database(e) => match e {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

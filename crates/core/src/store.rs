@@ -13,6 +13,8 @@ pub mod admin;
 pub(crate) mod backend;
 mod config;
 mod conn;
+mod handover;
+mod hop;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub mod queue;
@@ -28,6 +30,8 @@ use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
 pub use conn::{Conn, Integer, Tx};
+pub use handover::Handover;
+pub use hop::{Hop, HopStats};
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;
@@ -60,6 +64,8 @@ pub struct Store {
     backend: Backend,
     config: std::sync::Arc<StoreConfig>,
     wake: Wakeups,
+    lanes: hop::Lanes,
+    handover: handover::Slot,
 }
 
 /// A pool to read with, for code that runs its own queries (the saga engine's reports,
@@ -151,6 +157,8 @@ impl Store {
             backend,
             config: std::sync::Arc::new(config),
             wake,
+            lanes: hop::Lanes::default(),
+            handover: handover::Slot::default(),
         })
     }
 
@@ -191,6 +199,67 @@ impl Store {
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) => "postgres",
         }
+    }
+
+    /// How many shared transactions run at once (see [`Store::hop`]): one on SQLite (its
+    /// single writer), [`StoreConfig::hop_lanes`] on PostgreSQL.
+    pub fn hop_lanes(&self) -> usize {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => 1,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => self.config.hop_lanes.max(1),
+        }
+    }
+
+    /// Installs a direct handover (see the `handover` module): from now on, a [`Tx`]
+    /// of this store (or of a clone) writes messages it can hand over leased to it, and
+    /// hands them over on commit. Replaces the one installed before.
+    pub fn set_handover(&self, handover: std::sync::Arc<dyn Handover>) {
+        self.handover.set(Some(handover));
+    }
+
+    /// Removes `handover` if it is the one installed: messages are written `pending`
+    /// again, for the relays to claim.
+    pub fn remove_handover(&self, handover: &std::sync::Arc<dyn Handover>) {
+        self.handover.remove(handover);
+    }
+
+    pub(crate) fn handover(&self) -> Option<std::sync::Arc<dyn Handover>> {
+        self.handover.get()
+    }
+
+    /// Writes `message` leased to `to` if it can be handed over (see
+    /// [`Dialect::enqueue_leased`]); validated already.
+    pub(crate) async fn enqueue_leased(
+        &self,
+        conn: Conn<'_>,
+        message: &Message,
+        to: &dyn Handover,
+    ) -> Result<Option<crate::Envelope>> {
+        let span = tracing::info_span!(
+            "outbox.enqueue",
+            otel.kind = "producer",
+            message.destination = %message.destination,
+            message.id = %message.id,
+            messages = 1,
+            handed_over = true,
+            saga.id = tracing::field::Empty,
+        );
+        if let Some(saga) = message.headers.get(crate::header::SAGA_ID) {
+            span.record("saga.id", saga.as_str());
+        }
+        let conn = self.check_backend(conn)?;
+        async {
+            on_conn!(conn, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Rejects a message that no enqueue would take.
+    pub(crate) fn validate(&self, message: &Message) -> Result<()> {
+        crate::message::validate(message, self.config.max_message_bytes)
     }
 
     /// The configuration in force.

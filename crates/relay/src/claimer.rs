@@ -15,7 +15,7 @@
 mod shutdown;
 mod upkeep;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agentsaga_core::queue::Claim;
@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::breaker::{Breakers, Change, Claimable};
+use crate::handoff::Handoff;
 use crate::pacer::{self, Signal, Signals};
 use crate::settle::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::stats::StatsCell;
@@ -38,6 +39,8 @@ pub(crate) enum ClaimerMsg {
     Tick,
     /// A worker finished a delivery.
     Done(Done),
+    /// Rows committed leased to this relay (direct handover): deliver them as claimed.
+    Adopt(Vec<Envelope>),
     /// Write the collected outcomes, then claim (acknowledgements and claim in one
     /// call).
     Flush,
@@ -100,12 +103,37 @@ impl Actor for Claimer {
         myself: ActorRef<ClaimerMsg>,
         (): (),
     ) -> Result<ClaimerState, ActorProcessingErr> {
-        let pool = spawn_pool(self.config.workers, Arc::clone(&self.transport), myself).await?;
+        let pool = spawn_pool(
+            self.config.workers,
+            Arc::clone(&self.transport),
+            myself.clone(),
+        )
+        .await?;
+        let mut delivering = Delivering::default();
+        if self.config.handover {
+            let caps = self.destinations.iter().map(|d| {
+                let cap = self
+                    .config
+                    .destination_limits
+                    .get(d)
+                    .copied()
+                    .unwrap_or(self.config.workers);
+                (d.clone(), cap)
+            });
+            let handoff = Arc::new(Handoff::new(
+                self.config.owner.clone(),
+                self.config.lease,
+                myself,
+                caps,
+            ));
+            self.store.set_handover(Arc::clone(&handoff) as _);
+            delivering.handoff = Some(handoff);
+        }
         Ok(ClaimerState {
             pool,
             signals: Arc::default(),
             pacer: None,
-            delivering: Delivering::default(),
+            delivering,
             outcomes: Outcomes::default(),
             flush_queued: false,
             breakers: Breakers::new(self.config.breaker_threshold, self.config.breaker_cooldown),
@@ -144,6 +172,7 @@ impl Actor for Claimer {
         if let Some(pacer) = state.pacer.take() {
             pacer.abort();
         }
+        state.delivering.stop_handover(&self.store);
         state.pool.kill();
         Ok(())
     }
@@ -164,6 +193,7 @@ impl Actor for Claimer {
                 }
             }
             ClaimerMsg::Done(done) => self.on_done(&myself, state, done),
+            ClaimerMsg::Adopt(rows) => self.adopt(&myself, state, rows),
             ClaimerMsg::Flush => {
                 state.flush_queued = false;
                 if matches!(state.stop, Stop::Running) {
@@ -245,6 +275,10 @@ impl Actor for Claimer {
 pub(crate) struct Delivering {
     rows: HashMap<i64, Arc<Envelope>>,
     per_destination: HashMap<String, usize>,
+    /// Direct handover, if on: its slots are given back as handed-over rows finish.
+    handoff: Option<Arc<Handoff>>,
+    /// The rows of these that were handed over (not claimed).
+    handed: HashSet<i64>,
 }
 
 impl Delivering {
@@ -278,7 +312,26 @@ impl Delivering {
     fn remove(&mut self, seq: i64) -> Option<Arc<Envelope>> {
         let envelope = self.rows.remove(&seq)?;
         self.forget(&envelope.destination);
+        self.unhand(seq, &envelope.destination);
         Some(envelope)
+    }
+
+    /// Gives back the handover slot of `seq`, if it was handed over.
+    fn unhand(&mut self, seq: i64, destination: &str) {
+        if self.handed.remove(&seq)
+            && let Some(h) = &self.handoff
+        {
+            h.done(destination);
+        }
+    }
+
+    /// Takes no more handed-over rows, and removes the handover from `store`.
+    pub(crate) fn stop_handover(&mut self, store: &Store) {
+        if let Some(h) = &self.handoff {
+            h.close();
+            let h: Arc<dyn agentsaga_core::Handover> = Arc::clone(h) as _;
+            store.remove_handover(&h);
+        }
     }
 
     fn forget(&mut self, destination: &str) {
@@ -293,7 +346,11 @@ impl Delivering {
     /// Empties it, returning the rows' seqs.
     pub(crate) fn drain(&mut self) -> Vec<i64> {
         self.per_destination.clear();
-        self.rows.drain().map(|(seq, _)| seq).collect()
+        let rows: Vec<_> = self.rows.drain().collect();
+        for (seq, envelope) in &rows {
+            self.unhand(*seq, &envelope.destination);
+        }
+        rows.into_iter().map(|(seq, _)| seq).collect()
     }
 }
 
@@ -460,6 +517,28 @@ impl Claimer {
                 self.queue_flush(myself, state);
             }
         }
+    }
+
+    /// Rows handed over on commit: delivered like claimed ones (renewed, acknowledged,
+    /// retried), or, once the relay stops, released to the pool.
+    fn adopt(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, rows: Vec<Envelope>) {
+        for envelope in rows {
+            let seq = envelope.seq;
+            let destination = envelope.destination.clone();
+            if matches!(state.stop, Stop::Running) {
+                self.dispatch(myself, state, envelope, false);
+            } else {
+                state.outcomes.release(seq);
+                self.queue_flush(myself, state);
+            }
+            if state.delivering.rows.contains_key(&seq) {
+                state.delivering.handed.insert(seq);
+                self.stats.handed_over(1);
+            } else if let Some(h) = &state.delivering.handoff {
+                h.done(&destination);
+            }
+        }
+        self.stats.set_in_flight(state.delivering.len());
     }
 
     fn on_done(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, done: Done) {

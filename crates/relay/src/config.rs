@@ -56,6 +56,12 @@ pub struct RelayConfig {
     /// The lease owner written on claimed rows (default `relay-<uuid v7>`); unique per
     /// running relay.
     pub owner: String,
+    /// Direct handover (default off): messages for this relay's destinations are
+    /// written leased to it by the transaction that enqueues them (up to each
+    /// destination's cap, or `workers`, handed over and unfinished) and handed to it on
+    /// commit, with no claim. For a relay whose destinations are served in this process;
+    /// see `agentsaga_core::Handover`.
+    pub handover: bool,
 }
 
 impl Default for RelayConfig {
@@ -71,11 +77,19 @@ impl Default for RelayConfig {
             breaker_cooldown: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(10),
             owner: format!("relay-{}", uuid::Uuid::now_v7()),
+            handover: false,
         }
     }
 }
 
 impl RelayConfig {
+    /// Sets [`handover`](Self::handover).
+    #[must_use]
+    pub fn handover(mut self, on: bool) -> Self {
+        self.handover = on;
+        self
+    }
+
     /// Sets [`batch_size`](Self::batch_size).
     #[must_use]
     pub fn batch_size(mut self, batch_size: u32) -> Self {

@@ -85,6 +85,7 @@ mod breaker;
 mod claimer;
 mod config;
 mod error;
+mod handoff;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod in_process;

@@ -16,6 +16,9 @@ pub struct RelayStats {
     pub released: u64,
     /// Deliveries in progress right now.
     pub in_flight: u64,
+    /// Rows taken by direct handover (no claim), of all delivered, retried, dead or
+    /// released ones.
+    pub handed_over: u64,
     /// Database calls that failed (each one logged and retried).
     pub db_errors: u64,
     /// Times a destination's circuit breaker opened.
@@ -48,6 +51,7 @@ pub(crate) struct StatsCell {
     dead: AtomicU64,
     released: AtomicU64,
     in_flight: AtomicU64,
+    handed_over: AtomicU64,
     db_errors: AtomicU64,
     breaker_trips: AtomicU64,
     latency_sum_ms: AtomicU64,
@@ -62,6 +66,7 @@ impl Default for StatsCell {
             dead: AtomicU64::new(0),
             released: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            handed_over: AtomicU64::new(0),
             db_errors: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
             latency_sum_ms: AtomicU64::new(0),
@@ -91,6 +96,10 @@ impl StatsCell {
         self.in_flight.store(n as u64, Ordering::Relaxed);
     }
 
+    pub(crate) fn handed_over(&self, n: u64) {
+        self.handed_over.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub(crate) fn db_error(&self) {
         self.db_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -117,6 +126,7 @@ impl StatsCell {
             dead: self.dead.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
+            handed_over: self.handed_over.load(Ordering::Relaxed),
             db_errors: self.db_errors.load(Ordering::Relaxed),
             breaker_trips: self.breaker_trips.load(Ordering::Relaxed),
             latency_count: total,

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentsaga_core::{Envelope, Receipt, Store, Tx, header};
+use agentsaga_core::{Envelope, Hop, Receipt, Store, header};
 use agentsaga_relay::Delivery;
 use agentsaga_relay::in_process::Deliver;
 use agentsaga_saga::{Engine, Handled, SagaState, StepOutcome, protocol};
@@ -76,10 +76,11 @@ async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Out
     }
 }
 
-/// Begins the transaction of a message's outcome and records the message in the
-/// inbox: `Err` with the delivery to answer if that fails or it is a duplicate.
-async fn begin_received(store: &Store, env: &Envelope) -> Result<Tx, Delivery> {
-    let mut tx = store.begin().await.map_err(infra)?;
+/// Begins the hop of a message's outcome (its turn in a shared transaction) and
+/// records the message in the inbox: `Err` with the delivery to answer if that fails
+/// or it is a duplicate.
+async fn begin_received(store: &Store, env: &Envelope) -> Result<Hop, Delivery> {
+    let mut tx = store.hop().await.map_err(infra)?;
     match tx.receive(&env.destination, env.id).await {
         Ok(Receipt::First) => Ok(tx),
         Ok(Receipt::Duplicate) => {
@@ -92,7 +93,7 @@ async fn begin_received(store: &Store, env: &Envelope) -> Result<Tx, Delivery> {
 
 /// Enqueues `reply` (if any) in `tx` and commits.
 async fn commit_with(
-    mut tx: Tx,
+    mut tx: Hop,
     reply: agentsaga_core::Result<Option<agentsaga_core::Message>>,
 ) -> Delivery {
     match reply {
@@ -146,7 +147,7 @@ async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Deliv
 async fn finish<R: Serialize>(
     store: &Store,
     env: &Envelope,
-    tx: Tx,
+    tx: Hop,
     result: Option<Result<R, StepError>>,
 ) -> Delivery {
     let out = match result {
@@ -167,9 +168,7 @@ async fn finish<R: Serialize>(
             }
         },
         Some(Err(e)) => {
-            if let Err(db) = tx.rollback().await {
-                return infra(db);
-            }
+            tx.rollback();
             return finish_failed(store, env, e).await;
         }
     };
@@ -383,7 +382,7 @@ impl Orchestrator {
     }
 
     async fn process_in_span(&self, env: &Envelope) -> Delivery {
-        let mut tx = match self.store.begin().await {
+        let mut tx = match self.store.hop().await {
             Ok(tx) => tx,
             Err(e) => return infra(e),
         };
@@ -411,7 +410,7 @@ impl Orchestrator {
                 drop(tx);
                 let reason = e.to_string();
                 tracing::warn!(error = %reason, "cannot process a saga message; failing the saga");
-                let mut tx = match self.store.begin().await {
+                let mut tx = match self.store.hop().await {
                     Ok(tx) => tx,
                     Err(e) => return infra(e),
                 };

@@ -24,7 +24,7 @@ use crate::{Agent, CallingAgent, Error, Result};
 pub const DEFAULT_DATABASE: &str = "sqlite://agentsaga.db";
 
 /// Deliveries a database-only [`Agent`] handles at once unless told otherwise.
-pub const DEFAULT_AGENT_CONCURRENCY: usize = 4;
+pub const DEFAULT_AGENT_CONCURRENCY: usize = 16;
 /// Deliveries a [`CallingAgent`] works on at once unless told otherwise: sized for
 /// waiting on the outside world, not for CPU.
 pub const DEFAULT_CALLING_CONCURRENCY: usize = 512;
@@ -298,6 +298,10 @@ impl RuntimeBuilder {
         // A relay delivery waits for its answer: enough workers to keep every actor
         // of this process busy at once.
         relay.workers = relay.workers.max(total);
+        // Every destination of this relay is served here: a message for one goes from
+        // the transaction that writes it straight to its actor (the claim stays the
+        // safety net: after a crash, or past a destination's cap).
+        relay.handover = true;
         let transport = match self.delivery_timeout {
             Some(t) => InProcessTransport::new().timeout(t),
             None => InProcessTransport::new(),
@@ -400,7 +404,7 @@ impl Runtime {
             agent_concurrency: DEFAULT_AGENT_CONCURRENCY,
             calling_concurrency: DEFAULT_CALLING_CONCURRENCY,
             concurrency: std::collections::HashMap::new(),
-            orchestrator_concurrency: 4,
+            orchestrator_concurrency: 64,
             relay: RelayConfig::default(),
             compensation_retry: None,
             delivery_timeout: None,

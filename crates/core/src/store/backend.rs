@@ -66,6 +66,14 @@ pub(crate) trait Dialect {
     async fn count_pending(c: &mut Self::Conn, limit: u64) -> Result<u64>;
     /// Inserts messages in order; an id already stored is skipped.
     async fn enqueue(c: &mut Self::Conn, messages: &[Message]) -> Result<()>;
+    /// Inserts one message already leased to `owner` (in flight, its first attempt),
+    /// unless its key has a live row or its id is stored: the row, or `None`.
+    async fn enqueue_leased(
+        c: &mut Self::Conn,
+        message: &Message,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Envelope>>;
     /// Inserts an inbox row; `false` if it was there.
     async fn receive(c: &mut Self::Conn, consumer: &str, id: MessageId) -> Result<bool>;
     /// Deletes still-pending rows by id.

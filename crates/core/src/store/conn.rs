@@ -64,6 +64,7 @@ pub struct Tx {
     inner: Inner,
     store: Store,
     enqueued: bool,
+    handed: super::handover::Handed,
 }
 
 impl Tx {
@@ -82,6 +83,7 @@ impl Tx {
             inner,
             store: store.clone(),
             enqueued: false,
+            handed: super::handover::Handed::default(),
         })
     }
 
@@ -105,10 +107,8 @@ impl Tx {
     /// # Errors
     /// As [`Store::enqueue`].
     pub async fn enqueue(&mut self, message: &Message) -> Result<MessageId> {
-        let store = self.store.clone();
-        let id = store.enqueue(self.conn(), message).await?;
-        self.enqueued = true;
-        Ok(id)
+        self.enqueue_batch(std::slice::from_ref(message)).await?;
+        Ok(message.id)
     }
 
     /// Enqueues several messages in one statement. See [`Store::enqueue_batch`].
@@ -117,9 +117,68 @@ impl Tx {
     /// As [`Store::enqueue`].
     pub async fn enqueue_batch(&mut self, messages: &[Message]) -> Result<()> {
         let store = self.store.clone();
+        if let Some(to) = store.handover()
+            && messages.iter().any(|m| m.delay.is_zero())
+        {
+            return self.enqueue_handing(&store, &to, messages).await;
+        }
         store.enqueue_batch(self.conn(), messages).await?;
         self.enqueued = true;
         Ok(())
+    }
+
+    /// Enqueues in order, writing each message that `to` takes leased to it (handed
+    /// over when this transaction commits), the others `pending`, in runs.
+    async fn enqueue_handing(
+        &mut self,
+        store: &Store,
+        to: &std::sync::Arc<dyn super::Handover>,
+        messages: &[Message],
+    ) -> Result<()> {
+        for m in messages {
+            store.validate(m)?;
+        }
+        let mut run = 0;
+        for (i, m) in messages.iter().enumerate() {
+            if !m.delay.is_zero() || !to.reserve(&m.destination) {
+                continue;
+            }
+            if run < i {
+                store.enqueue_batch(self.conn(), &messages[run..i]).await?;
+                self.enqueued = true;
+            }
+            run = i + 1;
+            match store.enqueue_leased(self.conn(), m, to.as_ref()).await {
+                Ok(Some(row)) => self.handed.push(std::sync::Arc::clone(to), row),
+                Ok(None) => {
+                    // Its key has a live row (it waits its turn) or its id is stored.
+                    to.cancel(&m.destination);
+                    store
+                        .enqueue_batch(self.conn(), std::slice::from_ref(m))
+                        .await?;
+                    self.enqueued = true;
+                }
+                Err(e) => {
+                    to.cancel(&m.destination);
+                    return Err(e);
+                }
+            }
+        }
+        if run < messages.len() {
+            store.enqueue_batch(self.conn(), &messages[run..]).await?;
+            self.enqueued = true;
+        }
+        Ok(())
+    }
+
+    /// A mark of the rows to hand over so far (a hop's savepoint).
+    pub(super) fn handed_mark(&self) -> usize {
+        self.handed.mark()
+    }
+
+    /// The savepoint of `mark` was rolled back: its rows are not handed over.
+    pub(super) fn cancel_handed_since(&mut self, mark: usize) {
+        self.handed.cancel_since(mark);
     }
 
     /// Records the receipt of a message in this transaction. See [`Store::receive`].
@@ -140,6 +199,27 @@ impl Tx {
         store.cancel_pending(self.conn(), ids).await
     }
 
+    /// Runs a savepoint statement (`SAVEPOINT x`, `ROLLBACK TO SAVEPOINT x`,
+    /// `RELEASE SAVEPOINT x`) in this transaction.
+    pub(super) async fn savepoint_op(&mut self, sql: &'static str) -> Result<()> {
+        self.execute(sql).await
+    }
+
+    async fn execute(&mut self, sql: &'static str) -> Result<()> {
+        use sqlx::Executor;
+        match self.conn() {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => {
+                c.execute(sql).await?;
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => {
+                c.execute(sql).await?;
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn mark_enqueued(&mut self) {
         self.enqueued = true;
     }
@@ -149,13 +229,14 @@ impl Tx {
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) if the commit fails; nothing was
     /// written then.
-    pub async fn commit(self) -> Result<()> {
+    pub async fn commit(mut self) -> Result<()> {
         match self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.commit().await?,
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.commit().await?,
         }
+        self.handed.commit();
         if self.enqueued {
             self.store.wake();
         }

@@ -79,6 +79,36 @@ impl Dialect for Postgres {
         Ok(n as u64)
     }
 
+    async fn enqueue_leased(
+        c: &mut PgConnection,
+        m: &Message,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Envelope>> {
+        let row = sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers,
+                                 state, attempts, lease_owner, lease_until)
+             SELECT $1, $2, $3, $4::jsonb, $5::jsonb, 'in_flight', 1, $6,
+                    now() + $7 * interval '1 millisecond'
+             WHERE $3::text IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
+                 WHERE key = $3::text AND state IN ('pending', 'in_flight'))
+             ON CONFLICT (id) DO NOTHING
+             RETURNING seq, id, destination, key, payload::text AS payload,
+                 headers::text AS headers, attempts,
+                 (extract(epoch FROM created_at) * 1000)::bigint AS created_at",
+        )
+        .bind(m.id)
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(owner)
+        .bind(millis(lease))
+        .fetch_optional(c)
+        .await?;
+        row.as_ref().map(envelope).transpose()
+    }
+
     async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Result<()> {
         if let [m] = messages {
             sqlx::query(

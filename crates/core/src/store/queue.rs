@@ -70,9 +70,47 @@ impl Queue<'_> {
         if claim.destinations.is_empty() || claim.limit == 0 {
             return Ok(Vec::new());
         }
+        #[cfg(feature = "sqlite")]
+        if self.shares_the_writer() {
+            return self.in_hop(&[], claim).await.map(|(_, rows)| rows);
+        }
         let mut rows = on_backend!(&self.store.backend, b => b.claim(claim).await?);
         rows.sort_by_key(|e| e.seq);
         Ok(rows)
+    }
+
+    /// On SQLite the relay's writes take a turn in the consumers' shared transaction
+    /// (see [`Store::hop`]) rather than the single writer between two of them.
+    #[cfg(feature = "sqlite")]
+    fn shares_the_writer(&self) -> bool {
+        matches!(self.store.backend, super::backend::Backend::Sqlite(_))
+    }
+
+    /// Marks `delivered` (if any) and claims (if `claim.limit` > 0), in one hop.
+    #[cfg(feature = "sqlite")]
+    async fn in_hop(&self, delivered: &[i64], claim: &Claim<'_>) -> Result<(u64, Vec<Envelope>)> {
+        use super::sqlite::Sqlite;
+        let mut hop = self.store.hop().await?;
+        #[allow(irrefutable_let_patterns)]
+        let super::Conn::Sqlite(c) = hop.conn() else {
+            return Err(crate::Error::BackendMismatch {
+                store: "sqlite",
+                connection: "postgres",
+            });
+        };
+        let n = if delivered.is_empty() {
+            0
+        } else {
+            Sqlite::mark_delivered_on(&mut *c, claim.owner, delivered).await?
+        };
+        let mut rows = if claim.destinations.is_empty() || claim.limit == 0 {
+            Vec::new()
+        } else {
+            Sqlite::claim_on(c, claim).await?
+        };
+        hop.commit().await?;
+        rows.sort_by_key(|e| e.seq);
+        Ok((n, rows))
     }
 
     /// Marks `delivered` rows delivered (as [`mark_delivered`](Self::mark_delivered)
@@ -91,6 +129,10 @@ impl Queue<'_> {
     ) -> Result<(u64, Vec<Envelope>)> {
         if delivered.is_empty() {
             return Ok((0, self.claim(claim).await?));
+        }
+        #[cfg(feature = "sqlite")]
+        if self.shares_the_writer() {
+            return self.in_hop(delivered, claim).await;
         }
         if claim.destinations.is_empty() || claim.limit == 0 {
             return Ok((
@@ -113,6 +155,16 @@ impl Queue<'_> {
     pub async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
         if seqs.is_empty() {
             return Ok(0);
+        }
+        #[cfg(feature = "sqlite")]
+        if self.shares_the_writer() {
+            let claim = Claim {
+                owner,
+                destinations: &[],
+                limit: 0,
+                lease: Duration::ZERO,
+            };
+            return self.in_hop(seqs, &claim).await.map(|(n, _)| n);
         }
         on_backend!(&self.store.backend, b => b.mark_delivered(owner, seqs).await)
     }

@@ -168,6 +168,35 @@ impl Dialect for Sqlite {
         Ok(n as u64)
     }
 
+    async fn enqueue_leased(
+        c: &mut SqliteConnection,
+        m: &Message,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Envelope>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at,
+                                 state, attempts, lease_owner, lease_until)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6, 'in_flight', 1, ?7, ?8
+             WHERE ?3 IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
+                 WHERE key = ?3 AND state IN ('pending', 'in_flight'))
+             ON CONFLICT (id) DO NOTHING
+             RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
+        )
+        .bind(m.id)
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(now)
+        .bind(owner)
+        .bind(now.saturating_add(millis(lease)))
+        .fetch_optional(c)
+        .await?;
+        row.as_ref().map(envelope).transpose()
+    }
+
     async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> Result<()> {
         let now = now_ms();
         if let [m] = messages {
@@ -274,33 +303,7 @@ impl Dialect for Sqlite {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
-        let now = now_ms();
-        let destinations = serde_json::to_string(claim.destinations)?;
-        let rows = sqlx::query(
-            "UPDATE outbox
-             SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, attempts = attempts + 1
-             WHERE seq IN (
-                 SELECT o.seq FROM outbox o
-                 WHERE o.state = 'pending' AND o.available_at <= ?3
-                   AND o.destination IN (SELECT value FROM json_each(?4))
-                   AND (o.key IS NULL OR (
-                       NOT EXISTS (SELECT 1 FROM outbox p
-                           WHERE p.key = o.key AND p.seq < o.seq
-                             AND p.key IS NOT NULL AND p.state IN ('pending', 'in_flight'))
-                       AND NOT EXISTS (SELECT 1 FROM outbox f
-                           WHERE f.key = o.key AND f.key IS NOT NULL AND f.state = 'in_flight')))
-                 ORDER BY o.seq
-                 LIMIT ?5)
-             RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
-        )
-        .bind(claim.owner)
-        .bind(now.saturating_add(millis(claim.lease)))
-        .bind(now)
-        .bind(destinations)
-        .bind(i64::from(claim.limit))
-        .fetch_all(&self.writer)
-        .await?;
-        rows.iter().map(envelope).collect()
+        Sqlite::claim_on(&mut *self.writer.acquire().await?, claim).await
     }
 
     async fn ack_and_claim(
@@ -316,18 +319,7 @@ impl Dialect for Sqlite {
     }
 
     async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
-        let r = sqlx::query(
-            "UPDATE outbox
-             SET state = 'delivered', delivered_at = ?1, lease_owner = NULL, lease_until = NULL
-             WHERE seq IN (SELECT value FROM json_each(?2))
-               AND state = 'in_flight' AND lease_owner = ?3",
-        )
-        .bind(now_ms())
-        .bind(seq_list(seqs))
-        .bind(owner)
-        .execute(&self.writer)
-        .await?;
-        Ok(r.rows_affected())
+        Sqlite::mark_delivered_on(&mut *self.writer.acquire().await?, owner, seqs).await
     }
 
     async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64> {
@@ -476,5 +468,61 @@ impl Dialect for Sqlite {
     async fn close(&self) {
         self.reader.close().await;
         self.writer.close().await;
+    }
+}
+
+impl Sqlite {
+    /// The claim, on a connection of the caller's (the relay runs it in a hop).
+    pub(super) async fn claim_on(
+        c: &mut SqliteConnection,
+        claim: &Claim<'_>,
+    ) -> Result<Vec<Envelope>> {
+        let now = now_ms();
+        let destinations = serde_json::to_string(claim.destinations)?;
+        let rows = sqlx::query(
+            "UPDATE outbox
+             SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, attempts = attempts + 1
+             WHERE seq IN (
+                 SELECT o.seq FROM outbox o
+                 WHERE o.state = 'pending' AND o.available_at <= ?3
+                   AND o.destination IN (SELECT value FROM json_each(?4))
+                   AND (o.key IS NULL OR (
+                       NOT EXISTS (SELECT 1 FROM outbox p
+                           WHERE p.key = o.key AND p.seq < o.seq
+                             AND p.key IS NOT NULL AND p.state IN ('pending', 'in_flight'))
+                       AND NOT EXISTS (SELECT 1 FROM outbox f
+                           WHERE f.key = o.key AND f.key IS NOT NULL AND f.state = 'in_flight')))
+                 ORDER BY o.seq
+                 LIMIT ?5)
+             RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
+        )
+        .bind(claim.owner)
+        .bind(now.saturating_add(millis(claim.lease)))
+        .bind(now)
+        .bind(destinations)
+        .bind(i64::from(claim.limit))
+        .fetch_all(c)
+        .await?;
+        rows.iter().map(envelope).collect()
+    }
+
+    /// Marks rows delivered, on a connection of the caller's.
+    pub(super) async fn mark_delivered_on(
+        c: &mut SqliteConnection,
+        owner: &str,
+        seqs: &[i64],
+    ) -> Result<u64> {
+        let r = sqlx::query(
+            "UPDATE outbox
+             SET state = 'delivered', delivered_at = ?1, lease_owner = NULL, lease_until = NULL
+             WHERE seq IN (SELECT value FROM json_each(?2))
+               AND state = 'in_flight' AND lease_owner = ?3",
+        )
+        .bind(now_ms())
+        .bind(seq_list(seqs))
+        .bind(owner)
+        .execute(c)
+        .await?;
+        Ok(r.rows_affected())
     }
 }

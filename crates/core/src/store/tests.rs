@@ -827,3 +827,251 @@ async fn bad_urls_are_typed_errors() {
     );
     assert!(err.to_string().contains("postgres"), "{err}");
 }
+
+// Group commit: hops queued behind one that holds the lane share its transaction; a
+// hop that rolls back (or fails a statement) undoes only itself, the others commit.
+async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
+    let (store, _) = open(backend).await;
+    // The first hop holds the lane until every other hop has queued behind it.
+    let mut first = store.hop().await.unwrap();
+    first
+        .enqueue(&Message::to("kept").json(&0).unwrap())
+        .await
+        .unwrap();
+    let queued = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut tasks = Vec::new();
+    for i in 1..=20u32 {
+        let store = store.clone();
+        let queued = Arc::clone(&queued);
+        tasks.push(tokio::spawn(async move {
+            let hop = store.hop();
+            queued.add_permits(1);
+            let mut hop = hop.await.unwrap();
+            let dest = if i % 3 == 0 { "undone" } else { "kept" };
+            hop.enqueue(&Message::to(dest).json(&i).unwrap())
+                .await
+                .unwrap();
+            match i % 3 {
+                0 => {
+                    hop.rollback();
+                    None
+                }
+                1 if i % 2 == 1 => {
+                    // A failing statement inside the hop, then an attempt to commit
+                    // it: this hop alone may fail.
+                    hop.enqueue(&Message::to("undone").json(&i).unwrap())
+                        .await
+                        .unwrap();
+                    let bad: Result<u64, sqlx::Error> = crate::with_conn!(hop.conn(), c => {
+                        sqlx::query("INSERT INTO no_such_table VALUES (1)")
+                            .execute(c)
+                            .await
+                            .map(|r| r.rows_affected())
+                    });
+                    assert!(bad.is_err());
+                    Some(hop.commit().await.is_ok())
+                }
+                _ => Some(hop.commit().await.is_ok()),
+            }
+        }));
+    }
+    // `hop()` queues when first polled: give every task its turn to queue.
+    let _ = queued.acquire_many(20).await.unwrap();
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    first.commit().await.unwrap();
+    let mut failed = 0;
+    for t in tasks {
+        if t.await.unwrap() == Some(false) {
+            failed += 1;
+        }
+    }
+    let count = |dest: &'static str| {
+        let store = store.clone();
+        async move {
+            let sql = match dest {
+                "kept" => "SELECT count(*) FROM outbox WHERE destination = 'kept'",
+                _ => "SELECT count(*) FROM outbox WHERE destination = 'undone'",
+            };
+            store
+                .read(async |c| {
+                    Ok(crate::with_conn!(c, c => {
+                        sqlx::query_scalar::<_, i64>(sql).fetch_one(c).await?
+                    }))
+                })
+                .await
+                .unwrap()
+        }
+    };
+    // Hops 1..=20: 6 rolled back (3, 6, …, 18); 1, 7, 13, 19 failed a statement.
+    // On PostgreSQL a failed statement fails the hop's commit (its transaction is in
+    // error until rolled back to the savepoint), and its `undone` row goes with it; on
+    // SQLite the statement alone failed and the hop commits.
+    let broken = if backend == Backend::Postgres { 4 } else { 0 };
+    assert_eq!(failed, broken);
+    assert_eq!(count("undone").await, 4 - broken);
+    assert_eq!(count("kept").await, 1 + 14 - broken);
+    let stats = store.hop_stats();
+    assert_eq!(stats.hops, 1 + 14 - broken as u64);
+    assert!(
+        stats.commits < stats.hops,
+        "queued hops shared a commit: {stats:?}"
+    );
+}
+both_backends!(hop_tests, hops_share_a_commit_and_roll_back_alone);
+
+/// A handover that takes up to `cap` rows of destination "direct" and records what it
+/// was given.
+struct FakeHandover {
+    cap: usize,
+    used: Mutex<usize>,
+    taken: Mutex<Vec<crate::Envelope>>,
+    lease: Duration,
+}
+
+impl crate::Handover for FakeHandover {
+    fn owner(&self) -> &str {
+        "fake-relay"
+    }
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+    fn reserve(&self, destination: &str) -> bool {
+        let mut used = self.used.lock().unwrap();
+        if destination == "direct" && *used < self.cap {
+            *used += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn cancel(&self, _: &str) {
+        *self.used.lock().unwrap() -= 1;
+    }
+    fn take(&self, rows: Vec<crate::Envelope>) {
+        self.taken.lock().unwrap().extend(rows);
+    }
+}
+
+// Direct handover: rows for a destination with a free slot are written leased and
+// handed over on commit (never claimable meanwhile); past the slots, for a keyed row
+// whose key is live, for a delayed row, or in a transaction that rolls back, nothing is
+// handed over and the slot is given back; a handed-over row whose lease expires comes
+// back to the pool like a claimed one.
+async fn direct_handover(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let fake = Arc::new(FakeHandover {
+        cap: 3,
+        used: Mutex::new(0),
+        taken: Mutex::new(Vec::new()),
+        lease: Duration::from_millis(300),
+    });
+    store.set_handover(Arc::clone(&fake) as _);
+    let used = || *fake.used.lock().unwrap();
+
+    // Rolled back: nothing taken, slot back.
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue(&Message::to("direct").json(&0).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(used(), 1);
+    tx.rollback().await.unwrap();
+    assert_eq!(used(), 0);
+    assert!(fake.taken.lock().unwrap().is_empty());
+
+    // Two keyed rows of one key, a delayed one, another destination, then past the cap.
+    let first = Message::to("direct").key("k").json(&1).unwrap();
+    let second = Message::to("direct").key("k").json(&2).unwrap();
+    let delayed = Message::to("direct")
+        .json(&3)
+        .unwrap()
+        .delay(Duration::from_secs(60));
+    let other = Message::to("elsewhere").json(&4).unwrap();
+    let more: Vec<Message> = (5..8)
+        .map(|i| Message::to("direct").json(&i).unwrap())
+        .collect();
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue_batch(&[
+        first.clone(),
+        second.clone(),
+        delayed.clone(),
+        other.clone(),
+    ])
+    .await
+    .unwrap();
+    tx.enqueue_batch(&more).await.unwrap();
+    // Not claimable before the commit, nor after: leased.
+    assert!(fake.taken.lock().unwrap().is_empty());
+    tx.commit().await.unwrap();
+    let taken: Vec<MessageId> = fake.taken.lock().unwrap().iter().map(|e| e.id).collect();
+    assert_eq!(taken, vec![first.id, more[0].id, more[1].id]);
+    assert_eq!(used(), 3);
+    for e in fake.taken.lock().unwrap().iter() {
+        assert_eq!(e.attempts, 1);
+        assert!(e.seq > 0);
+    }
+    // What was not handed over is pending, in order; the second row of key k waits
+    // for the first, which is in flight.
+    let d = dests(&["direct", "elsewhere"]);
+    let claimed: Vec<MessageId> = claim_n(&store, "other-relay", &d, 10)
+        .await
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(claimed, vec![other.id, more[2].id]);
+    let stats = store.admin().stats().await.unwrap();
+    assert_eq!(stats.in_flight, 5);
+
+    // The handed-over rows are the fake relay's: it acknowledges one; the lease of the
+    // others expires and they come back (the first of key k, then the second).
+    let acked = fake.taken.lock().unwrap()[1].seq;
+    assert_eq!(
+        store
+            .queue()
+            .mark_delivered("fake-relay", &[acked])
+            .await
+            .unwrap(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store.queue().reclaim_expired().await.unwrap() >= 2);
+    let again: Vec<MessageId> = claim_n(&store, "other-relay", &dests(&["direct"]), 10)
+        .await
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(again, vec![first.id, more[1].id]);
+
+    // In a hop whose savepoint is rolled back, the slot comes back too.
+    store.remove_handover(&(Arc::clone(&fake) as Arc<dyn crate::Handover>));
+    *fake.used.lock().unwrap() = 0;
+    store.set_handover(Arc::clone(&fake) as _);
+    let mut kept = store.hop().await.unwrap();
+    kept.enqueue(&Message::to("elsewhere").json(&9).unwrap())
+        .await
+        .unwrap();
+    let s2 = store.clone();
+    let undone = tokio::spawn(async move {
+        let mut hop = s2.hop().await.unwrap();
+        hop.enqueue(&Message::to("direct").json(&10).unwrap())
+            .await
+            .unwrap();
+        hop.rollback();
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    kept.commit().await.unwrap();
+    undone.await.unwrap();
+    // `rollback` returns at once; the lane undoes the hop right after.
+    for _ in 0..100 {
+        if used() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(used(), 0);
+    assert_eq!(fake.taken.lock().unwrap().len(), 3);
+}
+both_backends!(handover_tests, direct_handover);

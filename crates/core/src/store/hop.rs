@@ -1,0 +1,347 @@
+//! Group commit: hops that are ready at the same moment share one transaction.
+//!
+//! A *hop* is the unit of atomicity of a consumer (an agent's or an orchestrator's
+//! handling of one message): its effects, its inbox record and its next messages
+//! commit together or not at all. A hop does not need a commit of its own, and commits
+//! are what a database does least of per second. So [`Store::hop`] queues the caller
+//! for a *lane*: a task that owns one open transaction and hands it to each waiting
+//! caller in turn. Every hop after the first in a transaction runs inside a savepoint,
+//! so a hop that rolls back undoes only itself; the first needs none (rolling back the
+//! transaction undoes only it, and the lane begins a fresh one). When no caller is
+//! waiting, the lane commits and answers every hop of the batch: a hop counts as
+//! committed only then.
+//!
+//! Batching happens only under load: a lane takes the callers already waiting and
+//! never waits for more, so a lone hop costs its own transaction and two task
+//! hand-offs. SQLite has one lane (its single writer); PostgreSQL has
+//! [`StoreConfig::hop_lanes`](super::StoreConfig::hop_lanes), each a connection of the
+//! pool while it holds a batch.
+//!
+//! A hop holds its lane while it runs: its work should be statements, not waits on
+//! the outside world (that is what an agent's `call` is for).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::Store;
+use super::conn::Tx;
+use crate::{Error, Result};
+
+/// Largest number of hops in one transaction: bounds how long a commit keeps the
+/// first hop of a batch waiting.
+const MAX_BATCH: usize = 512;
+
+/// The savepoint each hop after the first runs in: set, undone, dropped.
+const SAVEPOINT: &str = "SAVEPOINT agentsaga_hop";
+const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT agentsaga_hop";
+const RELEASE: &str = "RELEASE SAVEPOINT agentsaga_hop";
+
+/// A caller waiting for its turn in a shared transaction.
+struct Request {
+    store: Store,
+    turn: oneshot::Sender<Result<Hop>>,
+}
+
+/// How a hop gave its transaction back.
+enum End {
+    /// Keep its effects; tell it whether the transaction committed.
+    Commit(oneshot::Sender<Result<()>>),
+    /// Undo its effects (dropped, rolled back, or its caller went away).
+    Rollback,
+}
+
+struct Back {
+    tx: Tx,
+    end: End,
+}
+
+/// The lanes of one store: created on the first hop.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Lanes {
+    queue: Arc<OnceLock<mpsc::UnboundedSender<Request>>>,
+    counts: Arc<Counts>,
+}
+
+/// Hops committed and the commits they took, since the store was opened.
+#[derive(Debug, Default)]
+struct Counts {
+    hops: AtomicU64,
+    commits: AtomicU64,
+}
+
+/// What group commit has done so far: [`Store::hop_stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HopStats {
+    /// Hops committed.
+    pub hops: u64,
+    /// Shared transactions committed (each holding at least one hop).
+    pub commits: u64,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Request")
+    }
+}
+
+impl Lanes {
+    fn sender(&self, lanes: usize) -> &mpsc::UnboundedSender<Request> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let rx = Arc::new(Mutex::new(rx));
+            for _ in 0..lanes.max(1) {
+                tokio::spawn(lane(Arc::clone(&rx), Arc::clone(&self.counts)));
+            }
+            tx
+        })
+    }
+}
+
+/// One hop's turn in a shared transaction: use it as the [`Tx`] it derefs to, then
+/// [`commit`](Self::commit) it. Dropping it (or [`rollback`](Self::rollback)) undoes
+/// this hop's effects only.
+#[must_use = "a hop that is not committed is rolled back"]
+pub struct Hop {
+    tx: Option<Tx>,
+    back: Option<oneshot::Sender<Back>>,
+}
+
+impl std::fmt::Debug for Hop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hop").finish_non_exhaustive()
+    }
+}
+
+impl Hop {
+    /// Keeps this hop's effects, and waits until the shared transaction commits.
+    ///
+    /// # Errors
+    /// [`Error::Database`] if this hop's effects could not be kept;
+    /// [`Error::SharedCommit`] (transient) if the shared transaction failed: nothing of
+    /// this hop was written.
+    pub async fn commit(mut self) -> Result<()> {
+        let (done, committed) = oneshot::channel();
+        self.give_back(End::Commit(done));
+        committed
+            .await
+            .unwrap_or_else(|_| Err(Error::SharedCommit("the commit lane stopped".into())))
+    }
+
+    /// Undoes this hop's effects (those of the other hops in the transaction stay).
+    pub fn rollback(mut self) {
+        self.give_back(End::Rollback);
+    }
+
+    fn give_back(&mut self, end: End) {
+        if let (Some(tx), Some(back)) = (self.tx.take(), self.back.take()) {
+            // The lane waits for this; if it is gone, so is the transaction.
+            let _ = back.send(Back { tx, end });
+        }
+    }
+}
+
+impl Deref for Hop {
+    type Target = Tx;
+    fn deref(&self) -> &Tx {
+        self.tx
+            .as_ref()
+            .expect("a hop's transaction is present until it ends")
+    }
+}
+
+impl DerefMut for Hop {
+    fn deref_mut(&mut self) -> &mut Tx {
+        self.tx
+            .as_mut()
+            .expect("a hop's transaction is present until it ends")
+    }
+}
+
+impl Drop for Hop {
+    fn drop(&mut self) {
+        self.give_back(End::Rollback);
+    }
+}
+
+impl Store {
+    /// Waits for a turn in a shared write transaction (group commit, see the `hop`
+    /// module): the unit of work of a consumer, atomic on its own, committed with the
+    /// other hops that were ready at the same moment.
+    ///
+    /// Use it like [`begin`](Self::begin)'s [`Tx`], for short work: while a hop runs,
+    /// the hops queued behind it wait.
+    ///
+    /// # Errors
+    /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
+    pub async fn hop(&self) -> Result<Hop> {
+        let lanes = self.hop_lanes();
+        let (turn, mine) = oneshot::channel();
+        let request = Request {
+            store: self.clone(),
+            turn,
+        };
+        if self.lanes.sender(lanes).send(request).is_err() {
+            return Err(Error::SharedCommit("the commit lanes stopped".into()));
+        }
+        mine.await
+            .unwrap_or_else(|_| Err(Error::SharedCommit("the commit lane stopped".into())))
+    }
+}
+
+impl Store {
+    /// How many hops group commit has committed, in how many transactions.
+    pub fn hop_stats(&self) -> HopStats {
+        HopStats {
+            hops: self.lanes.counts.hops.load(Ordering::Relaxed),
+            commits: self.lanes.counts.commits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A lane: takes the waiting callers, a batch at a time, until the store is dropped.
+async fn lane(queue: Arc<Mutex<mpsc::UnboundedReceiver<Request>>>, counts: Arc<Counts>) {
+    loop {
+        let first = { queue.lock().await.recv().await };
+        let Some(first) = first else { return };
+        batch(first, &queue, &counts).await;
+    }
+}
+
+/// The next waiting caller, if one is there now (never waits).
+fn ready(queue: &Mutex<mpsc::UnboundedReceiver<Request>>) -> Option<Request> {
+    queue.try_lock().ok()?.try_recv().ok()
+}
+
+/// Runs one shared transaction: hands it to `first`, then to each caller waiting,
+/// then commits and answers them all.
+async fn batch(first: Request, queue: &Mutex<mpsc::UnboundedReceiver<Request>>, counts: &Counts) {
+    let mut next = Some(first);
+    // The hops kept so far, waiting for the commit.
+    let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
+    let mut tx: Option<Tx> = None;
+    let mut taken = 0usize;
+    while let Some(request) = next.take().or_else(|| {
+        if taken < MAX_BATCH {
+            ready(queue)
+        } else {
+            None
+        }
+    }) {
+        taken += 1;
+        if taken > 2 * MAX_BATCH {
+            // Transactions keep failing: let the callers' retries take it from here.
+            let _ = request.turn.send(Err(Error::SharedCommit(
+                "shared transactions keep failing".into(),
+            )));
+            break;
+        }
+        let mut t = match tx.take() {
+            Some(t) => t,
+            None => match Tx::begin(&request.store).await {
+                Ok(t) => t,
+                Err(e) => {
+                    // Nothing kept yet (a transaction is begun only with none open).
+                    let _ = request.turn.send(Err(e));
+                    continue;
+                }
+            },
+        };
+        let savepoint = !kept.is_empty();
+        if savepoint && let Err(e) = t.savepoint_op(SAVEPOINT).await {
+            // The transaction is failed (on PostgreSQL, a statement of the first hop,
+            // which has no savepoint, failed and the hop committed anyway): its hops
+            // are not written. This caller gets a fresh transaction.
+            abort(t, std::mem::take(&mut kept), &e).await;
+            next = Some(request);
+            continue;
+        }
+        let mark = t.handed_mark();
+        let (back, returned) = oneshot::channel();
+        let hop = Hop {
+            tx: Some(t),
+            back: Some(back),
+        };
+        // A caller that went away drops the hop it is sent, which gives it back.
+        let _ = request.turn.send(Ok(hop));
+        let Ok(Back { tx: mut t, end }) = returned.await else {
+            // The transaction was lost with its caller (it cannot be: a hop gives it
+            // back when dropped); what was kept is not written.
+            fail_all(kept, "a shared transaction was lost");
+            return;
+        };
+        match (end, savepoint) {
+            (End::Commit(done), false) => {
+                kept.push(done);
+                tx = Some(t);
+            }
+            (End::Commit(done), true) => match t.savepoint_op(RELEASE).await {
+                Ok(()) => {
+                    kept.push(done);
+                    tx = Some(t);
+                }
+                Err(e) => {
+                    // Its statements left the transaction failed (PostgreSQL refuses
+                    // to release then): undo it alone.
+                    match undo(&mut t, mark).await {
+                        Ok(()) => {
+                            let _ = done.send(Err(e));
+                            tx = Some(t);
+                        }
+                        Err(e2) => {
+                            let _ = done.send(Err(e));
+                            abort(t, kept, &e2).await;
+                            return;
+                        }
+                    }
+                }
+            },
+            (End::Rollback, false) => {
+                // The first hop: rolling back the transaction undoes only it.
+                if let Err(e) = t.rollback().await {
+                    tracing::debug!(error = %e, "rollback of a shared transaction failed");
+                }
+            }
+            (End::Rollback, true) => {
+                if let Err(e) = undo(&mut t, mark).await {
+                    abort(t, kept, &e).await;
+                    return;
+                }
+                tx = Some(t);
+            }
+        }
+    }
+    let Some(t) = tx else { return };
+    match t.commit().await {
+        Ok(()) => {
+            counts.commits.fetch_add(1, Ordering::Relaxed);
+            counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
+            for done in kept {
+                let _ = done.send(Ok(()));
+            }
+        }
+        Err(e) => fail_all(kept, &format!("the shared commit failed: {e}")),
+    }
+}
+
+/// Rolls back to the hop's savepoint and drops it.
+async fn undo(t: &mut Tx, mark: usize) -> Result<()> {
+    t.cancel_handed_since(mark);
+    t.savepoint_op(ROLLBACK_TO).await?;
+    t.savepoint_op(RELEASE).await
+}
+
+/// The transaction cannot go on: roll it back and fail every hop kept in it.
+async fn abort(t: Tx, kept: Vec<oneshot::Sender<Result<()>>>, why: &Error) {
+    tracing::warn!(error = %why, hops = kept.len(), "a shared transaction failed; its hops will be retried");
+    let _ = t.rollback().await;
+    fail_all(kept, &format!("the shared transaction failed: {why}"));
+}
+
+fn fail_all(kept: Vec<oneshot::Sender<Result<()>>>, why: &str) {
+    for done in kept {
+        let _ = done.send(Err(Error::SharedCommit(why.to_owned())));
+    }
+}
