@@ -123,7 +123,13 @@ impl Scenario {
 enum Side {
     Runtime,
     Floor,
+    /// The physical reference: the floor's writes, up to [`PHYSICAL_BATCH`] hops per
+    /// transaction.
+    Batched,
 }
+
+/// Hops per transaction of the physical reference.
+const PHYSICAL_BATCH: usize = 100;
 
 /// What one run measured.
 #[derive(Debug, Clone)]
@@ -131,6 +137,10 @@ struct Run {
     rate: f64,
     /// Per-saga latencies, ms, sorted.
     latencies: Vec<f64>,
+    /// The runtime's hops per shared commit (group commit).
+    hops_per_commit: Option<f64>,
+    /// The runtime's deliveries taken by direct handover, of all its deliveries.
+    handed_share: Option<f64>,
 }
 
 /// Runs the `saga` bench on the chosen backends.
@@ -147,12 +157,14 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             Backend::Postgres => POSTGRES_TARGET,
         };
         for scenario in [Scenario::Happy, Scenario::Compensating] {
-            let (runtime, floor) = figure(backend, scenario, sizes, args.workers, scratch)
+            let (runtime, floor, batched) = figure(backend, scenario, sizes, args.workers, scratch)
                 .await
                 .with_context(|| format!("{name} {}", scenario.name()))?;
             let metric = |m: &str| -> &'static str {
                 match (scenario, m) {
                     (Scenario::Happy, "rate") => "happy_rate",
+                    (Scenario::Happy, "physical") => "happy_rate_vs_physical",
+                    (Scenario::Compensating, "physical") => "compensating_rate_vs_physical",
                     (Scenario::Happy, "p50") => "happy_latency_p50",
                     (Scenario::Happy, _) => "happy_latency_p99",
                     (Scenario::Compensating, "rate") => "compensating_rate",
@@ -165,6 +177,8 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                     .with_floor(floor.rate)
                     .target(Target::AtLeast(absolute))
                     .target(Target::Ratio(RATIO_TARGET)),
+                Figure::new(BENCH, name, metric("physical"), runtime.rate, "sagas/s")
+                    .with_floor(batched.rate),
                 Figure::new(
                     BENCH,
                     name,
@@ -182,6 +196,16 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                 )
                 .with_floor(percentile(&floor.latencies, 99.0)),
             ]);
+            report.notes.push(format!(
+                "{name} {}: runtime {:.1} hops per shared commit, {:.0} % of deliveries by \
+                 direct handover (no claim); the one-transaction-per-hop floor {:.0} sagas/s, \
+                 the physical reference ({PHYSICAL_BATCH} hops per transaction) {:.0} sagas/s",
+                scenario.name(),
+                runtime.hops_per_commit.unwrap_or(0.0),
+                runtime.handed_share.unwrap_or(0.0) * 100.0,
+                floor.rate,
+                batched.rate,
+            ));
         }
     }
     let rounds = if sizes.rounds == 1 {
@@ -206,11 +230,13 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             POLL.as_millis()
         ),
         format!(
-            "runtime: Runtime::builder() defaults (4 actors per agent and per saga version; \
-             relay batch 100, poll 250 ms) with {} relay workers, up to {} rows in flight, \
-             acknowledged with the next claim; one process, the store's own pool",
+            "runtime: Runtime::builder() defaults ({} deliveries at once per agent, {} per \
+             saga version; group commit: the hops ready at once share a transaction; direct \
+             handover; relay batch 100, poll 250 ms) with at least {} relay workers; one \
+             process, the store's own pool",
+            agentsaga_runtime::DEFAULT_AGENT_CONCURRENCY,
+            agentsaga_runtime::DEFAULT_ORCHESTRATOR_CONCURRENCY,
             args.workers,
-            args.workers + 100
         ),
         format!(
             "floor: the same row writes in the same transactions in plain sqlx (start: \
@@ -218,7 +244,9 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
              inbox + reply; orchestrator: inbox + instance/step updates + next command or \
              compensation), {} tasks handing the messages on in memory: no \
              relay claims or acks, no saga loads, a failed step writes its reply without \
-             the runtime's rollback-and-retry of the agent transaction",
+             the runtime's rollback-and-retry of the agent transaction. The physical \
+             reference (`*_vs_physical`): the same writes, each task taking up to \
+             {PHYSICAL_BATCH} ready hops into one transaction",
             args.workers
         ),
         "latency: updated_at - created_at of each saga (start transaction -> terminal \
@@ -235,20 +263,20 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
     Ok(report)
 }
 
-/// (runtime, floor): the runs of median rate.
+/// (runtime, floor, physical reference): the runs of median rate.
 async fn figure(
     backend: Backend,
     scenario: Scenario,
     sizes: Sizes,
     workers: usize,
     scratch: &mut Scratch,
-) -> anyhow::Result<(Run, Run)> {
-    let mut runs = (Vec::new(), Vec::new());
+) -> anyhow::Result<(Run, Run, Run)> {
+    let mut runs = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..sizes.rounds {
         let order = if round % 2 == 0 {
-            [Side::Floor, Side::Runtime]
+            [Side::Floor, Side::Batched, Side::Runtime]
         } else {
-            [Side::Runtime, Side::Floor]
+            [Side::Runtime, Side::Batched, Side::Floor]
         };
         for side in order {
             let url = scratch.fresh_url(backend).await?;
@@ -257,7 +285,18 @@ async fn figure(
                     runtime_side::runtime_run(backend, &url, scenario, sizes.sagas, workers).await?
                 }
                 Side::Floor => {
-                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers).await?
+                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1).await?
+                }
+                Side::Batched => {
+                    floor::floor_run(
+                        backend,
+                        &url,
+                        scenario,
+                        sizes.sagas,
+                        workers,
+                        PHYSICAL_BATCH,
+                    )
+                    .await?
                 }
             };
             eprintln!(
@@ -269,6 +308,7 @@ async fn figure(
                 match side {
                     Side::Runtime => "runtime",
                     Side::Floor => "floor",
+                    Side::Batched => "physical",
                 },
                 run.rate,
                 percentile(&run.latencies, 50.0),
@@ -277,18 +317,30 @@ async fn figure(
             match side {
                 Side::Runtime => runs.0.push(run),
                 Side::Floor => runs.1.push(run),
+                Side::Batched => runs.2.push(run),
             }
         }
     }
-    Ok((pooled(runs.0), pooled(runs.1)))
+    Ok((pooled(runs.0), pooled(runs.1), pooled(runs.2)))
 }
 
 /// The median rate of `runs`, and the latencies of all their sagas together.
 fn pooled(runs: Vec<Run>) -> Run {
     let rate = outbox::median(runs.iter().map(|r| r.rate).collect());
+    let mean = |f: fn(&Run) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let hops_per_commit = mean(|r| r.hops_per_commit);
+    let handed_share = mean(|r| r.handed_share);
     let mut latencies: Vec<f64> = runs.into_iter().flat_map(|r| r.latencies).collect();
     latencies.sort_by(f64::total_cmp);
-    Run { rate, latencies }
+    Run {
+        rate,
+        latencies,
+        hops_per_commit,
+        handed_share,
+    }
 }
 
 /// Starts sagas `START_BATCH` at a time while at most `WINDOW - START_BATCH` are

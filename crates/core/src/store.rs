@@ -201,17 +201,6 @@ impl Store {
         }
     }
 
-    /// How many shared transactions run at once (see [`Store::hop`]): one on SQLite (its
-    /// single writer), [`StoreConfig::hop_lanes`] on PostgreSQL.
-    pub fn hop_lanes(&self) -> usize {
-        match self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => 1,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => self.config.hop_lanes.max(1),
-        }
-    }
-
     /// Installs a direct handover (see the `handover` module): from now on, a [`Tx`]
     /// of this store (or of a clone) writes messages it can hand over leased to it, and
     /// hands them over on commit. Replaces the one installed before.

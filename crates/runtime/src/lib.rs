@@ -57,8 +57,8 @@ pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepE
 pub use error::{Error, Result};
 pub use retention::Retention;
 pub use runtime::{
-    DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE, Runtime,
-    RuntimeBuilder,
+    DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,
+    DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, RuntimeBuilder,
 };
 
 #[cfg(feature = "console")]

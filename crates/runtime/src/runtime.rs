@@ -23,11 +23,15 @@ use crate::{Agent, CallingAgent, Error, Result};
 /// directory, created if missing.
 pub const DEFAULT_DATABASE: &str = "sqlite://agentsaga.db";
 
-/// Deliveries a database-only [`Agent`] handles at once unless told otherwise.
+/// Deliveries a database-only [`Agent`] handles at once unless told otherwise: its
+/// hops share commits, so a few more than the cores.
 pub const DEFAULT_AGENT_CONCURRENCY: usize = 16;
 /// Deliveries a [`CallingAgent`] works on at once unless told otherwise: sized for
 /// waiting on the outside world, not for CPU.
 pub const DEFAULT_CALLING_CONCURRENCY: usize = 512;
+/// Deliveries a saga version's orchestrator works on at once unless told otherwise:
+/// its hops share commits, so more at once means more hops per commit.
+pub const DEFAULT_ORCHESTRATOR_CONCURRENCY: usize = 64;
 
 /// Builds a [`Runtime`]. See [`Runtime::builder`].
 #[must_use]
@@ -107,8 +111,9 @@ impl RuntimeBuilder {
     }
 
     /// Deliveries each database-only [`Agent`] handles at once (default
-    /// [`DEFAULT_AGENT_CONCURRENCY`]): its handlers hold the database while they run,
-    /// so a few is right on SQLite.
+    /// [`DEFAULT_AGENT_CONCURRENCY`]): each handler runs in its turn of a shared
+    /// transaction (group commit), holding it while it runs; more at once means more
+    /// hops per commit, not more handlers running in parallel on SQLite.
     pub fn agent_concurrency(mut self, n: usize) -> Self {
         self.agent_concurrency = n.max(1);
         self
@@ -131,7 +136,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Deliveries each saga version's orchestrator handles at once. Default 4.
+    /// Deliveries each saga version's orchestrator handles at once (default
+    /// [`DEFAULT_ORCHESTRATOR_CONCURRENCY`]).
     pub fn orchestrator_concurrency(mut self, n: usize) -> Self {
         self.orchestrator_concurrency = n.max(1);
         self
@@ -404,7 +410,7 @@ impl Runtime {
             agent_concurrency: DEFAULT_AGENT_CONCURRENCY,
             calling_concurrency: DEFAULT_CALLING_CONCURRENCY,
             concurrency: std::collections::HashMap::new(),
-            orchestrator_concurrency: 64,
+            orchestrator_concurrency: DEFAULT_ORCHESTRATOR_CONCURRENCY,
             relay: RelayConfig::default(),
             compensation_retry: None,
             delivery_timeout: None,

@@ -339,10 +339,9 @@ async fn floor_start(
     Ok(hops)
 }
 
-/// One delivery's transaction.
-async fn floor_hop(plain: &Plain, hop: Hop) -> anyhow::Result<Next> {
+/// One delivery's writes, in `tx`.
+async fn floor_hop(tx: &mut FloorTx, hop: Hop) -> anyhow::Result<Next> {
     let now = outbox::now_ms();
-    let mut tx = FloorTx::begin(plain).await?;
     let next = match hop {
         Hop::Agent {
             saga,
@@ -425,11 +424,11 @@ async fn floor_hop(plain: &Plain, hop: Hop) -> anyhow::Result<Next> {
                     tx.exec(&UPDATE_STEP, step("succeeded", Some("\"done\""), None))
                         .await?;
                     if idx + 1 < STEPS.len() {
-                        let next = dispatch(&mut tx, saga, idx + 1, now).await?;
-                        set_instance(&mut tx, saga, "running", idx + 1, None, now).await?;
+                        let next = dispatch(tx, saga, idx + 1, now).await?;
+                        set_instance(tx, saga, "running", idx + 1, None, now).await?;
                         Next::Hop(next)
                     } else {
-                        set_instance(&mut tx, saga, "completed", idx, None, now).await?;
+                        set_instance(tx, saga, "completed", idx, None, now).await?;
                         Next::Done
                     }
                 }
@@ -437,9 +436,9 @@ async fn floor_hop(plain: &Plain, hop: Hop) -> anyhow::Result<Next> {
                     tx.exec(&UPDATE_STEP, step("failed", None, Some("declined")))
                         .await?;
                     let error = format!("step `{}` failed: declined", STEPS[idx].0);
-                    set_instance(&mut tx, saga, "compensating", idx, Some(&error), now).await?;
+                    set_instance(tx, saga, "compensating", idx, Some(&error), now).await?;
                     // The pivot has nothing to undo: compensate the step before it.
-                    Next::Hop(compensate(&mut tx, saga, idx - 1, now).await?)
+                    Next::Hop(compensate(tx, saga, idx - 1, now).await?)
                 }
                 (true, _) => {
                     tx.exec(
@@ -449,27 +448,29 @@ async fn floor_hop(plain: &Plain, hop: Hop) -> anyhow::Result<Next> {
                     .await?;
                     let error = format!("step `{}` failed: declined", STEPS[2].0);
                     if idx > 0 {
-                        let next = compensate(&mut tx, saga, idx - 1, now).await?;
-                        set_instance(&mut tx, saga, "compensating", 2, Some(&error), now).await?;
+                        let next = compensate(tx, saga, idx - 1, now).await?;
+                        set_instance(tx, saga, "compensating", 2, Some(&error), now).await?;
                         Next::Hop(next)
                     } else {
-                        set_instance(&mut tx, saga, "compensated", 2, Some(&error), now).await?;
+                        set_instance(tx, saga, "compensated", 2, Some(&error), now).await?;
                         Next::Done
                     }
                 }
             }
         }
     };
-    tx.commit().await?;
     Ok(next)
 }
 
+/// The floor's hops, each in a transaction of its own (`batch` 1), or, for the
+/// physical reference, up to `batch` of those ready at once in one transaction.
 pub(super) async fn floor_run(
     backend: Backend,
     url: &str,
     scenario: Scenario,
     n: usize,
     workers: usize,
+    batch: usize,
 ) -> anyhow::Result<Run> {
     let plain = Plain::open(backend, url).await?;
     let (queue, inbox) = mpsc::unbounded_channel::<Hop>();
@@ -485,14 +486,32 @@ pub(super) async fn floor_run(
         );
         tasks.spawn(async move {
             loop {
-                let hop = inbox.lock().await.recv().await;
-                let Some(hop) = hop else {
-                    return anyhow::Ok(());
-                };
-                match floor_hop(&plain, hop).await? {
-                    Next::Hop(next) => queue.send(next).context("the floor's queue closed")?,
-                    Next::Done => {
-                        finished.fetch_add(1, Ordering::AcqRel);
+                let mut hops = Vec::with_capacity(batch);
+                {
+                    let mut inbox = inbox.lock().await;
+                    let Some(hop) = inbox.recv().await else {
+                        return anyhow::Ok(());
+                    };
+                    hops.push(hop);
+                    while hops.len() < batch {
+                        match inbox.try_recv() {
+                            Ok(hop) => hops.push(hop),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                let mut tx = FloorTx::begin(&plain).await?;
+                let mut nexts = Vec::with_capacity(hops.len());
+                for hop in hops {
+                    nexts.push(floor_hop(&mut tx, hop).await?);
+                }
+                tx.commit().await?;
+                for next in nexts {
+                    match next {
+                        Next::Hop(next) => queue.send(next).context("the floor's queue closed")?,
+                        Next::Done => {
+                            finished.fetch_add(1, Ordering::AcqRel);
+                        }
                     }
                 }
             }
@@ -537,5 +556,7 @@ pub(super) async fn floor_run(
     Ok(Run {
         rate: n as f64 / elapsed.as_secs_f64(),
         latencies,
+        hops_per_commit: None,
+        handed_share: None,
     })
 }

@@ -106,12 +106,17 @@ pub(super) async fn runtime_run(
         },
     )
     .await;
+    let hops = runtime.store().hop_stats();
+    let relay = runtime.relay_stats().unwrap_or_default();
     runtime.shutdown().await;
     let elapsed = elapsed?;
     let latencies = check_and_measure(backend, url, scenario, n).await?;
+    let delivered = relay.delivered + relay.retried + relay.dead + relay.released;
     Ok(Run {
         rate: n as f64 / elapsed.as_secs_f64(),
         latencies,
+        hops_per_commit: (hops.commits > 0).then(|| hops.hops as f64 / hops.commits as f64),
+        handed_share: (delivered > 0).then(|| relay.handed_over as f64 / delivered as f64),
     })
 }
 

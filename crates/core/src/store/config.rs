@@ -34,10 +34,6 @@ pub struct StoreConfig {
     pub max_connections: u32,
     /// How long to wait for a pooled connection (SQLite writers queue here). Default 60 s.
     pub acquire_timeout: Duration,
-    /// PostgreSQL: how many shared transactions of consumers' hops run at once (see
-    /// [`Store::hop`](crate::Store::hop)), each on a pooled connection while it runs.
-    /// Default 4. SQLite always has one (its single writer).
-    pub hop_lanes: usize,
 }
 
 impl Default for StoreConfig {
@@ -49,19 +45,11 @@ impl Default for StoreConfig {
             busy_timeout: Duration::from_secs(10),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(60),
-            hop_lanes: 4,
         }
     }
 }
 
 impl StoreConfig {
-    /// Sets [`hop_lanes`](Self::hop_lanes).
-    #[must_use]
-    pub fn hop_lanes(mut self, n: usize) -> Self {
-        self.hop_lanes = n;
-        self
-    }
-
     /// Sets [`max_message_bytes`](Self::max_message_bytes).
     #[must_use]
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {

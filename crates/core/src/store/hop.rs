@@ -13,9 +13,14 @@
 //!
 //! Batching happens only under load: a lane takes the callers already waiting and
 //! never waits for more, so a lone hop costs its own transaction and two task
-//! hand-offs. SQLite has one lane (its single writer); PostgreSQL has
-//! [`StoreConfig::hop_lanes`](super::StoreConfig::hop_lanes), each a connection of the
-//! pool while it holds a batch.
+//! hand-offs.
+//!
+//! SQLite has one lane: its single writer, which writers take turns on anyway. On
+//! PostgreSQL each hop is a transaction of its own, on its own pooled connection, as
+//! many at once as the pool allows: concurrent shared transactions would each hold the
+//! row locks of all their hops until their commit, and two of them that lock the same
+//! rows (the replies of a saga's parallel steps) in different orders deadlock, which
+//! PostgreSQL resolves only by failing one whole batch.
 //!
 //! A hop holds its lane while it runs: its work should be statements, not waits on
 //! the outside world (that is what an agent's `call` is for).
@@ -24,7 +29,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::Store;
 use super::conn::Tx;
@@ -88,25 +93,24 @@ impl std::fmt::Debug for Request {
 }
 
 impl Lanes {
-    fn sender(&self, lanes: usize) -> &mpsc::UnboundedSender<Request> {
+    fn sender(&self) -> &mpsc::UnboundedSender<Request> {
         self.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let rx = Arc::new(Mutex::new(rx));
-            for _ in 0..lanes.max(1) {
-                tokio::spawn(lane(Arc::clone(&rx), Arc::clone(&self.counts)));
-            }
+            tokio::spawn(lane(rx, Arc::clone(&self.counts)));
             tx
         })
     }
 }
 
-/// One hop's turn in a shared transaction: use it as the [`Tx`] it derefs to, then
-/// [`commit`](Self::commit) it. Dropping it (or [`rollback`](Self::rollback)) undoes
-/// this hop's effects only.
+/// One hop's turn in a shared transaction (on PostgreSQL, a transaction of its own):
+/// use it as the [`Tx`] it derefs to, then [`commit`](Self::commit) it. Dropping it (or
+/// [`rollback`](Self::rollback)) undoes this hop's effects only.
 #[must_use = "a hop that is not committed is rolled back"]
 pub struct Hop {
     tx: Option<Tx>,
+    /// Where the shared transaction goes back to; `None` for a transaction of its own.
     back: Option<oneshot::Sender<Back>>,
+    counts: Arc<Counts>,
 }
 
 impl std::fmt::Debug for Hop {
@@ -123,6 +127,15 @@ impl Hop {
     /// [`Error::SharedCommit`] (transient) if the shared transaction failed: nothing of
     /// this hop was written.
     pub async fn commit(mut self) -> Result<()> {
+        if self.back.is_none() {
+            let Some(tx) = self.tx.take() else {
+                return Ok(());
+            };
+            tx.commit().await?;
+            self.counts.commits.fetch_add(1, Ordering::Relaxed);
+            self.counts.hops.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let (done, committed) = oneshot::channel();
         self.give_back(End::Commit(done));
         committed
@@ -136,9 +149,13 @@ impl Hop {
     }
 
     fn give_back(&mut self, end: End) {
-        if let (Some(tx), Some(back)) = (self.tx.take(), self.back.take()) {
+        match (self.tx.take(), self.back.take()) {
             // The lane waits for this; if it is gone, so is the transaction.
-            let _ = back.send(Back { tx, end });
+            (Some(tx), Some(back)) => {
+                let _ = back.send(Back { tx, end });
+            }
+            // A transaction of its own: dropping it rolls it back.
+            (tx, _) => drop(tx),
         }
     }
 }
@@ -177,13 +194,20 @@ impl Store {
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
     pub async fn hop(&self) -> Result<Hop> {
-        let lanes = self.hop_lanes();
+        #[cfg(feature = "postgres")]
+        if let super::backend::Backend::Postgres(_) = self.backend_ref() {
+            return Ok(Hop {
+                tx: Some(Tx::begin(self).await?),
+                back: None,
+                counts: Arc::clone(&self.lanes.counts),
+            });
+        }
         let (turn, mine) = oneshot::channel();
         let request = Request {
             store: self.clone(),
             turn,
         };
-        if self.lanes.sender(lanes).send(request).is_err() {
+        if self.lanes.sender().send(request).is_err() {
             return Err(Error::SharedCommit("the commit lanes stopped".into()));
         }
         mine.await
@@ -202,22 +226,15 @@ impl Store {
 }
 
 /// A lane: takes the waiting callers, a batch at a time, until the store is dropped.
-async fn lane(queue: Arc<Mutex<mpsc::UnboundedReceiver<Request>>>, counts: Arc<Counts>) {
-    loop {
-        let first = { queue.lock().await.recv().await };
-        let Some(first) = first else { return };
-        batch(first, &queue, &counts).await;
+async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
+    while let Some(first) = queue.recv().await {
+        batch(first, &mut queue, &counts).await;
     }
-}
-
-/// The next waiting caller, if one is there now (never waits).
-fn ready(queue: &Mutex<mpsc::UnboundedReceiver<Request>>) -> Option<Request> {
-    queue.try_lock().ok()?.try_recv().ok()
 }
 
 /// Runs one shared transaction: hands it to `first`, then to each caller waiting,
 /// then commits and answers them all.
-async fn batch(first: Request, queue: &Mutex<mpsc::UnboundedReceiver<Request>>, counts: &Counts) {
+async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, counts: &Arc<Counts>) {
     let mut next = Some(first);
     // The hops kept so far, waiting for the commit.
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
@@ -225,7 +242,7 @@ async fn batch(first: Request, queue: &Mutex<mpsc::UnboundedReceiver<Request>>, 
     let mut taken = 0usize;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
-            ready(queue)
+            queue.try_recv().ok()
         } else {
             None
         }
@@ -263,6 +280,7 @@ async fn batch(first: Request, queue: &Mutex<mpsc::UnboundedReceiver<Request>>, 
         let hop = Hop {
             tx: Some(t),
             back: Some(back),
+            counts: Arc::clone(counts),
         };
         // A caller that went away drops the hop it is sent, which gives it back.
         let _ = request.turn.send(Ok(hop));
