@@ -195,6 +195,7 @@ impl Store {
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
     pub async fn hop(&self) -> Result<Hop> {
         #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
         if let super::backend::Backend::Postgres(_) = self.backend_ref() {
             return Ok(Hop {
                 tx: Some(Tx::begin(self).await?),
