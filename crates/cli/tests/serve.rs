@@ -70,9 +70,8 @@ impl Server {
         Self { child, addr }
     }
 
-    /// `GET path` (with `Authorization: Bearer token`, if given): the status code and
-    /// the body.
-    fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+    /// One `GET`: the raw response, empty if the connection was reset before any.
+    fn get_once(&self, path: &str, token: Option<&str>) -> Vec<u8> {
         let mut stream = TcpStream::connect(&self.addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -95,13 +94,25 @@ impl Server {
                 Ok(n) => response.extend_from_slice(&buf[..n]),
                 // A server that closes right after answering may reset the connection;
                 // what it answered was read already.
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::ConnectionReset && !response.is_empty() =>
-                {
-                    break;
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
                 Err(e) => panic!("read: {e}"),
             }
+        }
+        response
+    }
+
+    /// `GET path` (with `Authorization: Bearer token`, if given): the status code and
+    /// the body.
+    fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        // A GET is safe to repeat: a connection reset before any answer (seen under a
+        // loaded machine, on the 401 path) is tried again, a few times.
+        let mut response = Vec::new();
+        for _ in 0..5 {
+            response = self.get_once(path, token);
+            if !response.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
         let response = String::from_utf8(response).expect("a UTF-8 response");
         let (head, body) = response.split_once("\r\n\r\n").expect("a response");
