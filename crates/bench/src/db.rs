@@ -238,13 +238,28 @@ impl Scratch {
     }
 }
 
-/// A plain sqlx SQLite pool with the store's settings (WAL, `synchronous = NORMAL`,
-/// busy timeout), one connection like the store's writer, the migrations applied.
+/// `synchronous = FULL` for every SQLite database of this run (the `saga` bench's
+/// `--sqlite-synchronous full`): the floors' pools and the runtime's store alike.
+pub(crate) static SQLITE_FULL_SYNC: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this run's SQLite databases are `synchronous = FULL`.
+pub(crate) fn sqlite_full_sync() -> bool {
+    SQLITE_FULL_SYNC.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A plain sqlx SQLite pool with the store's settings (WAL, `synchronous = NORMAL`, or
+/// FULL if [`sqlite_full_sync`], busy timeout), one connection like the store's
+/// writer, the migrations applied.
 pub(crate) async fn plain_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        .synchronous(if sqlite_full_sync() {
+            SqliteSynchronous::Full
+        } else {
+            SqliteSynchronous::Normal
+        })
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new()

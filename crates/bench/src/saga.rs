@@ -73,6 +73,17 @@ pub(crate) struct Args {
     /// relay keeps up to workers + batch size rows in flight.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// SQLite's `synchronous` for both sides: `normal` (the store's default: durable
+    /// across process crashes) or `full` (durable across power loss).
+    #[arg(long, value_enum, default_value_t = SqliteSync::Normal)]
+    sqlite_synchronous: SqliteSync,
+}
+
+/// The `--sqlite-synchronous` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SqliteSync {
+    Normal,
+    Full,
 }
 
 /// How much work each figure does.
@@ -146,6 +157,10 @@ struct Run {
 /// Runs the `saga` bench on the chosen backends.
 pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Report> {
     ensure!(args.workers > 0, "--workers must be at least 1");
+    crate::db::SQLITE_FULL_SYNC.store(
+        args.sqlite_synchronous == SqliteSync::Full,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let sizes = Sizes::new(args.common.quick);
     let started = Instant::now();
     let mut report = Report::default();

@@ -63,8 +63,13 @@ pub(super) async fn runtime_run(
     n: usize,
     workers: usize,
 ) -> anyhow::Result<Run> {
+    let mut config = agentsaga_core::StoreConfig::default();
+    if crate::db::sqlite_full_sync() {
+        config = config.synchronous(agentsaga_core::Synchronous::Full);
+    }
     let mut builder = Runtime::builder()
         .database(url)
+        .store_config(config)
         .saga(definition()?)
         .relay_config(RelayConfig::default().workers(workers));
     for (_, destination) in STEPS {

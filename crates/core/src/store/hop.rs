@@ -75,6 +75,8 @@ pub(crate) struct Lanes {
 struct Counts {
     hops: AtomicU64,
     commits: AtomicU64,
+    /// A shared transaction is open (a batch is running).
+    busy: std::sync::atomic::AtomicBool,
 }
 
 /// What group commit has done so far: [`Store::hop_stats`].
@@ -217,6 +219,12 @@ impl Store {
 }
 
 impl Store {
+    /// Is a shared transaction open right now (SQLite's lane is running a batch)? A
+    /// writer that would wait for it may rather join it as a hop.
+    pub(crate) fn hops_running(&self) -> bool {
+        self.lanes.counts.busy.load(Ordering::Acquire)
+    }
+
     /// How many hops group commit has committed, in how many transactions.
     pub fn hop_stats(&self) -> HopStats {
         HopStats {
@@ -229,7 +237,9 @@ impl Store {
 /// A lane: takes the waiting callers, a batch at a time, until the store is dropped.
 async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
     while let Some(first) = queue.recv().await {
+        counts.busy.store(true, Ordering::Release);
         batch(first, &mut queue, &counts).await;
+        counts.busy.store(false, Ordering::Release);
     }
 }
 

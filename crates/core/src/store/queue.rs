@@ -79,11 +79,14 @@ impl Queue<'_> {
         Ok(rows)
     }
 
-    /// On SQLite the relay's writes take a turn in the consumers' shared transaction
-    /// (see [`Store::hop`]) rather than the single writer between two of them.
+    /// On SQLite, while the consumers' shared transaction is open (see
+    /// [`Store::hop`]), the relay's writes join it as a hop rather than wait for the
+    /// single writer until it commits; otherwise they run on their own (one statement,
+    /// no transaction to begin and commit).
     #[cfg(feature = "sqlite")]
     fn shares_the_writer(&self) -> bool {
         matches!(self.store.backend, super::backend::Backend::Sqlite(_))
+            && self.store.hops_running()
     }
 
     /// Marks `delivered` (if any) and claims (if `claim.limit` > 0), in one hop.
