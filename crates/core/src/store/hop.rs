@@ -221,6 +221,7 @@ impl Store {
 impl Store {
     /// Is a shared transaction open right now (SQLite's lane is running a batch)? A
     /// writer that would wait for it may rather join it as a hop.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn hops_running(&self) -> bool {
         self.lanes.counts.busy.load(Ordering::Acquire)
     }
