@@ -90,6 +90,24 @@ pub enum Receipt {
     Duplicate,
 }
 
+/// The producer span of an enqueue of `count` messages starting with `first`
+/// (`handed_over`: written leased for direct handover).
+fn enqueue_span(first: &Message, count: usize, handed_over: bool) -> tracing::Span {
+    let span = tracing::info_span!(
+        "outbox.enqueue",
+        otel.kind = "producer",
+        message.destination = %first.destination,
+        message.id = %first.id,
+        messages = count,
+        handed_over,
+        saga.id = tracing::field::Empty,
+    );
+    if let Some(saga) = first.headers.get(crate::header::SAGA_ID) {
+        span.record("saga.id", saga.as_str());
+    }
+    span
+}
+
 impl Store {
     /// Opens the database at `url` with the default [`StoreConfig`], creating a SQLite
     /// file if missing and applying the embedded migrations.
@@ -226,23 +244,11 @@ impl Store {
         message: &Message,
         to: &dyn Handover,
     ) -> Result<Option<crate::Envelope>> {
-        let span = tracing::info_span!(
-            "outbox.enqueue",
-            otel.kind = "producer",
-            message.destination = %message.destination,
-            message.id = %message.id,
-            messages = 1,
-            handed_over = true,
-            saga.id = tracing::field::Empty,
-        );
-        if let Some(saga) = message.headers.get(crate::header::SAGA_ID) {
-            span.record("saga.id", saga.as_str());
-        }
         let conn = self.check_backend(conn)?;
         async {
             on_conn!(conn, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
         }
-        .instrument(span)
+        .instrument(enqueue_span(message, 1, true))
         .await
     }
 
@@ -303,24 +309,18 @@ impl Store {
         messages: &[Message],
     ) -> Result<()> {
         for m in messages {
-            crate::message::validate(m, self.config.max_message_bytes)?;
+            self.validate(m)?;
         }
-        if messages.is_empty() {
+        self.enqueue_valid(conn.into(), messages).await
+    }
+
+    /// [`enqueue_batch`](Self::enqueue_batch) of messages validated already.
+    pub(crate) async fn enqueue_valid(&self, conn: Conn<'_>, messages: &[Message]) -> Result<()> {
+        let Some(first) = messages.first() else {
             return Ok(());
-        }
-        let span = tracing::info_span!(
-            "outbox.enqueue",
-            otel.kind = "producer",
-            message.destination = %messages[0].destination,
-            message.id = %messages[0].id,
-            messages = messages.len(),
-            saga.id = tracing::field::Empty,
-        );
-        if let Some(saga) = messages[0].headers.get(crate::header::SAGA_ID) {
-            span.record("saga.id", saga.as_str());
-        }
-        self.enqueue_checked(conn.into(), messages)
-            .instrument(span)
+        };
+        self.enqueue_checked(conn, messages)
+            .instrument(enqueue_span(first, messages.len(), false))
             .await
     }
 

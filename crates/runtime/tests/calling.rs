@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[path = "support/echo.rs"]
+mod echo;
+
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{MessageId, RetryPolicy, both_backends};
 use agentsaga_relay::RelayConfig;
@@ -17,6 +20,7 @@ use agentsaga_runtime::{
     Agent, AgentContext, CallContext, CallingAgent, Runtime, RuntimeBuilder, StepError,
 };
 use agentsaga_saga::{Saga, SagaId, SagaState, Step, query};
+use echo::Echo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -146,21 +150,6 @@ impl CallingAgent for Outside {
     }
 }
 
-/// A database-only agent that answers at once.
-struct Fast(&'static str);
-
-#[async_trait::async_trait]
-impl Agent for Fast {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.0
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
-    }
-}
-
 #[derive(Serialize, Deserialize)]
 struct Job {
     n: u32,
@@ -204,8 +193,8 @@ async fn a_waiting_call_blocks_nobody(backend: Backend) {
     let rt = builder(backend)
         .await
         .calling_agent(llm)
-        .agent(Fast("a"))
-        .agent(Fast("b"))
+        .agent(Echo("a"))
+        .agent(Echo("b"))
         .saga(slow)
         .saga(fast)
         .start()
@@ -408,9 +397,9 @@ async fn a_backlog_longer_than_the_timeout_completes(backend: Backend) {
         .unwrap();
     let rt = builder(backend)
         .await
-        .agent(Fast("a"))
-        .agent(Fast("b"))
-        .agent(Fast("c"))
+        .agent(Echo("a"))
+        .agent(Echo("b"))
+        .agent(Echo("c"))
         .saga(saga)
         .start()
         .await

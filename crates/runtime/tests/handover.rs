@@ -4,27 +4,16 @@
 
 use std::time::Duration;
 
+#[path = "support/echo.rs"]
+mod echo;
+
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{both_backends, with_reader};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step};
+use echo::Echo;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-/// Echoes its command.
-struct Echo(&'static str);
-
-#[async_trait::async_trait]
-impl Agent for Echo {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.0
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
-    }
-}
+use serde_json::json;
 
 #[derive(Serialize, Deserialize)]
 struct Order {

@@ -144,7 +144,7 @@ impl Tx {
                 continue;
             }
             if run < i {
-                store.enqueue_batch(self.conn(), &messages[run..i]).await?;
+                store.enqueue_valid(self.conn(), &messages[run..i]).await?;
                 self.enqueued = true;
             }
             run = i + 1;
@@ -154,7 +154,7 @@ impl Tx {
                     // Its key has a live row (it waits its turn) or its id is stored.
                     to.cancel(&m.destination);
                     store
-                        .enqueue_batch(self.conn(), std::slice::from_ref(m))
+                        .enqueue_valid(self.conn(), std::slice::from_ref(m))
                         .await?;
                     self.enqueued = true;
                 }
@@ -165,7 +165,7 @@ impl Tx {
             }
         }
         if run < messages.len() {
-            store.enqueue_batch(self.conn(), &messages[run..]).await?;
+            store.enqueue_valid(self.conn(), &messages[run..]).await?;
             self.enqueued = true;
         }
         Ok(())

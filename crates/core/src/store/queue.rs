@@ -83,10 +83,10 @@ impl Queue<'_> {
     /// [`Store::hop`]), the relay's writes join it as a hop rather than wait for the
     /// single writer until it commits; otherwise they run on their own (one statement,
     /// no transaction to begin and commit).
+    /// (Only SQLite has a lane: a PostgreSQL hop is a transaction of its own.)
     #[cfg(feature = "sqlite")]
     fn shares_the_writer(&self) -> bool {
-        matches!(self.store.backend, super::backend::Backend::Sqlite(_))
-            && self.store.hops_running()
+        self.store.hops_running()
     }
 
     /// Marks `delivered` (if any) and claims (if `claim.limit` > 0), in one hop.
