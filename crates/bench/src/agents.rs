@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentsaga_runtime::{
-    AgentContext, CallContext, CallingAgent, DEFAULT_CALLING_CONCURRENCY, Runtime, StepError,
+    AgentContext, CallContext, CallingAgent, DEFAULT_CALLING_CONCURRENCY,
+    DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, StepError,
 };
 use agentsaga_saga::{Saga, SagaDefinition, SagaId, SagaState, Step};
 use anyhow::{Context, bail, ensure};
@@ -282,10 +283,15 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
     let sizes = Sizes::new(args);
     ensure!(sizes.sagas > 0, "--sagas must be at least 1");
     ensure!(args.call_ms > 0, "--call-ms must be at least 1");
+    crate::db::ANSWERS_VIA_OUTBOX.store(
+        args.common.answers_via_outbox,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let call = Duration::from_millis(args.call_ms);
     let ideal = ideal_ms(sizes.sagas, args.call_ms);
     let started = Instant::now();
     let mut report = Report::default();
+    report.notes.push(crate::saga::answers_note());
     for backend in args.common.backend.backends() {
         let name = backend.name();
         report.notes.push(scratch.describe(backend).await?);
@@ -379,7 +385,7 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         ),
         format!(
             "runtime: Runtime::builder() defaults, nothing overridden ({DEFAULT_CALLING_CONCURRENCY} \
-             deliveries at once per calling agent, 4 per saga version, relay batch 100, \
+             deliveries at once per calling agent, {DEFAULT_ORCHESTRATOR_CONCURRENCY} per saga version, relay batch 100, \
              workers enough for every actor, poll 250 ms); one process, the store's own pool"
         ),
         format!(
@@ -406,7 +412,10 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
 /// Starts the runtime on a fresh database, starts `n` sagas at once and waits for all.
 async fn one_run(backend: Backend, url: &str, n: usize, call: Duration) -> anyhow::Result<Run> {
     let probe = Arc::new(Probe::default());
-    let mut builder = Runtime::builder().database(url).saga(definition()?);
+    let mut builder = Runtime::builder()
+        .database(url)
+        .answers_in_agent_transaction(!crate::db::answers_via_outbox())
+        .saga(definition()?);
     for (step, (_, destination)) in STEPS.into_iter().enumerate() {
         builder = builder.calling_agent(SleepyAgent {
             destination,

@@ -243,6 +243,16 @@ impl Scratch {
 pub(crate) static SQLITE_FULL_SYNC: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
+/// `--answers-via-outbox`: the runtime sends every agent's answer through the outbox.
+pub(crate) static ANSWERS_VIA_OUTBOX: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this run's runtimes send answers through the outbox (see
+/// [`ANSWERS_VIA_OUTBOX`]).
+pub(crate) fn answers_via_outbox() -> bool {
+    ANSWERS_VIA_OUTBOX.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether this run's SQLite databases are `synchronous = FULL`.
 pub(crate) fn sqlite_full_sync() -> bool {
     SQLITE_FULL_SYNC.load(std::sync::atomic::Ordering::Relaxed)

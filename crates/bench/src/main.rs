@@ -108,6 +108,11 @@ struct Common {
     /// Smaller sizes and a single round: a smoke run, not a measurement.
     #[arg(long)]
     quick: bool,
+    /// The runtime (`saga`, `agents`) sends every agent's answer through the outbox
+    /// (`answers_in_agent_transaction(false)`) instead of applying it to its saga in the
+    /// agent's transaction: the runtime's shape before 2026-11-23, for comparison.
+    #[arg(long)]
+    answers_via_outbox: bool,
 }
 
 /// The `--backend` values.

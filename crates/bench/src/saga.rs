@@ -161,9 +161,14 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         args.sqlite_synchronous == SqliteSync::Full,
         std::sync::atomic::Ordering::Relaxed,
     );
+    crate::db::ANSWERS_VIA_OUTBOX.store(
+        args.common.answers_via_outbox,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let sizes = Sizes::new(args.common.quick);
     let started = Instant::now();
     let mut report = Report::default();
+    report.notes.push(answers_note());
     for backend in args.common.backend.backends() {
         let name = backend.name();
         report.notes.push(scratch.describe(backend).await?);
@@ -414,6 +419,19 @@ async fn check_and_measure(
     let mut ms: Vec<f64> = rows.iter().map(|r| (r.2 - r.1) as f64).collect();
     ms.sort_by(f64::total_cmp);
     Ok(ms)
+}
+
+/// How the runtime's agents answered their sagas in this run.
+pub(crate) fn answers_note() -> String {
+    if crate::db::answers_via_outbox() {
+        "runtime answers: through the outbox (--answers-via-outbox: a reply row, its \
+         delivery and an orchestrator hop per step)"
+            .to_owned()
+    } else {
+        "runtime answers: applied to the saga in the agent's transaction (the default; \
+         --answers-via-outbox sends them through the outbox)"
+            .to_owned()
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,61 @@ pub(crate) trait AgentRunner: Send + Sync + 'static {
     fn destination(&self) -> &str;
     /// Does its work wait on the outside world (sized for waiting, not for CPU)?
     fn calls_out(&self) -> bool;
-    async fn run(&self, store: &Store, env: &Envelope) -> Delivery;
+    async fn run(&self, hub: &Hub, env: &Envelope) -> Delivery;
+}
+
+/// Where an agent's outcomes go: its store, and this process's sagas, whose engine
+/// applies an agent's answer in the agent's own transaction.
+pub(crate) struct Hub {
+    pub(crate) store: Store,
+    /// `None`: every answer goes through the outbox (no sagas here, or turned off).
+    pub(crate) sagas: Option<Arc<Orchestrator>>,
+}
+
+impl Hub {
+    /// Applies `answer` to its saga in `tx` when that saga is run here and this is the
+    /// command's first delivery: `Ok(true)` if it did, `Ok(false)` (nothing written)
+    /// if `answer` must go through the outbox. A redelivered command always sends its
+    /// answer through the outbox: if applying failed once (a saga whose data outgrew
+    /// its limit, a version missing here), the next attempt takes the path whose
+    /// failures the orchestrator knows how to handle.
+    ///
+    /// # Errors
+    /// Why applying failed; `tx` is then unusable (roll it back).
+    async fn apply(
+        &self,
+        tx: &mut Hop,
+        env: &Envelope,
+        answer: &agentsaga_core::Message,
+    ) -> Result<Option<Handled>, String> {
+        let Some(sagas) = &self.sagas else {
+            return Ok(None);
+        };
+        if env.attempts > 1 || !sagas.engine.consumes(&answer.destination) {
+            return Ok(None);
+        }
+        let span = tracing::info_span!(
+            "saga.step",
+            otel.kind = "internal",
+            saga.id = answer.headers.get(header::SAGA_ID).map(String::as_str).unwrap_or_default(),
+            saga.name = %answer.destination,
+            step.name = answer.headers.get(protocol::STEP_NAME).map(String::as_str).unwrap_or_default(),
+            message.kind = answer.headers.get(header::KIND).map(String::as_str).unwrap_or_default(),
+            message.id = %answer.id,
+            applied_in = "agent",
+        );
+        sagas
+            .engine
+            .apply_local(tx, answer)
+            .instrument(span)
+            .await
+            .map_err(|e| {
+                format!(
+                    "applying the answer to its saga in the agent's transaction failed ({e}); \
+                     the next attempt sends it through the outbox"
+                )
+            })
+    }
 }
 
 /// An [`Agent`] (database only), erased.
@@ -91,43 +145,62 @@ async fn begin_received(store: &Store, env: &Envelope) -> Result<Hop, Delivery> 
     }
 }
 
-/// Enqueues `reply` (if any) in `tx` and commits.
+/// Applies `reply` (if any) to its saga in `tx` if the saga runs here (see
+/// [`Hub::apply`]), or enqueues it, and commits.
 async fn commit_with(
+    hub: &Hub,
+    env: &Envelope,
     mut tx: Hop,
     reply: agentsaga_core::Result<Option<agentsaga_core::Message>>,
 ) -> Delivery {
-    match reply {
-        Ok(Some(reply)) => {
-            if let Err(e) = tx.enqueue(&reply).await {
-                return infra(e);
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) => return Delivery::reject(e.to_string()),
+    };
+    let mut applied = None;
+    if let Some(reply) = reply {
+        match hub.apply(&mut tx, env, &reply).await {
+            Ok(Some(handled)) => applied = Some(handled),
+            Ok(None) => {
+                if let Err(e) = tx.enqueue(&reply).await {
+                    return infra(e);
+                }
+            }
+            Err(why) => {
+                tracing::warn!(error = %why, "answer not applied in the agent's transaction");
+                drop(tx); // rolls back
+                return Delivery::retry(why);
             }
         }
-        Ok(None) => {}
-        Err(e) => return Delivery::reject(e.to_string()),
     }
     match tx.commit().await {
-        Ok(()) => Delivery::Delivered,
+        Ok(()) => {
+            if let (Some(handled), Some(sagas)) = (applied, &hub.sagas) {
+                sagas.settle(handled).await;
+            }
+            Delivery::Delivered
+        }
         Err(e) => infra(e),
     }
 }
 
 /// The work ran past its timeout and was cancelled: records the message as received
 /// and tells the orchestrator, whose step-timeout rules take it from there.
-async fn finish_timed_out(store: &Store, env: &Envelope) -> Delivery {
+async fn finish_timed_out(hub: &Hub, env: &Envelope) -> Delivery {
     tracing::Span::current().record("timed_out", true);
     tracing::info!(
         timeout_ms = env.header(header::TIMEOUT_MS).unwrap_or_default(),
         "work cancelled past the step's timeout"
     );
-    match begin_received(store, env).await {
-        Ok(tx) => commit_with(tx, Ok(protocol::timed_out(env))).await,
+    match begin_received(&hub.store, env).await {
+        Ok(tx) => commit_with(hub, env, tx, Ok(protocol::timed_out(env))).await,
         Err(d) => d,
     }
 }
 
 /// Records a failure (the handler's effects, if any, already rolled back): the inbox
 /// entry and the failure reply.
-async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Delivery {
+async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError) -> Delivery {
     let out = match error {
         StepError::Infrastructure(e) => return Delivery::retry(e),
         StepError::Retryable(e) => StepOutcome::Retryable(e),
@@ -136,8 +209,8 @@ async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Deliv
     if let Some(e) = out.error() {
         tracing::info!(error = %e, "step failed");
     }
-    match begin_received(store, env).await {
-        Ok(tx) => commit_with(tx, protocol::reply(env, &out)).await,
+    match begin_received(&hub.store, env).await {
+        Ok(tx) => commit_with(hub, env, tx, protocol::reply(env, &out)).await,
         Err(d) => d,
     }
 }
@@ -145,7 +218,7 @@ async fn finish_failed(store: &Store, env: &Envelope, error: StepError) -> Deliv
 /// Ends a message whose handler ran in `tx` (received already): commits its effects
 /// and its reply, or rolls them back and records the failure, or the timeout.
 async fn finish<R: Serialize>(
-    store: &Store,
+    hub: &Hub,
     env: &Envelope,
     tx: Hop,
     result: Option<Result<R, StepError>>,
@@ -153,14 +226,14 @@ async fn finish<R: Serialize>(
     let out = match result {
         None => {
             drop(tx); // rolls back
-            return finish_timed_out(store, env).await;
+            return finish_timed_out(hub, env).await;
         }
         Some(Ok(reply)) => match serde_json::to_value(reply) {
             Ok(v) => StepOutcome::Ok(v),
             Err(e) => {
                 drop(tx);
                 return finish_failed(
-                    store,
+                    hub,
                     env,
                     StepError::Fatal(format!("the reply does not serialize: {e}")),
                 )
@@ -169,10 +242,10 @@ async fn finish<R: Serialize>(
         },
         Some(Err(e)) => {
             tx.rollback();
-            return finish_failed(store, env, e).await;
+            return finish_failed(hub, env, e).await;
         }
     };
-    commit_with(tx, protocol::reply(env, &out)).await
+    commit_with(hub, env, tx, protocol::reply(env, &out)).await
 }
 
 #[async_trait::async_trait]
@@ -185,13 +258,13 @@ impl<A: Agent> AgentRunner for Local<A> {
         false
     }
 
-    async fn run(&self, store: &Store, env: &Envelope) -> Delivery {
+    async fn run(&self, hub: &Hub, env: &Envelope) -> Delivery {
         let work = async {
             let command: A::Command = match decode(env) {
                 Ok(c) => c,
                 Err(d) => return d,
             };
-            let mut tx = match begin_received(store, env).await {
+            let mut tx = match begin_received(&hub.store, env).await {
                 Ok(tx) => tx,
                 Err(d) => return d,
             };
@@ -205,7 +278,7 @@ impl<A: Agent> AgentRunner for Local<A> {
                 };
                 bounded(deadline, self.0.handle(&mut ctx, command)).await
             };
-            finish(store, env, tx, result).await
+            finish(hub, env, tx, result).await
         };
         work.instrument(agent_span(env)).await
     }
@@ -221,14 +294,14 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
         true
     }
 
-    async fn run(&self, store: &Store, env: &Envelope) -> Delivery {
+    async fn run(&self, hub: &Hub, env: &Envelope) -> Delivery {
         let work = async {
             let command: A::Command = match decode(env) {
                 Ok(c) => c,
                 Err(d) => return d,
             };
             // A message already processed is not worth another outside call.
-            match store.seen(&env.destination, env.id).await {
+            match hub.store.seen(&env.destination, env.id).await {
                 Ok(true) => {
                     tracing::debug!("duplicate delivery skipped before the outside call");
                     return Delivery::Delivered;
@@ -245,11 +318,11 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
             );
             let output =
                 match bounded(deadline, self.0.call(&ctx, &command).instrument(call_span)).await {
-                    None => return finish_timed_out(store, env).await,
-                    Some(Err(e)) => return finish_failed(store, env, e).await,
+                    None => return finish_timed_out(hub, env).await,
+                    Some(Err(e)) => return finish_failed(hub, env, e).await,
                     Some(Ok(output)) => output,
                 };
-            let mut tx = match begin_received(store, env).await {
+            let mut tx = match begin_received(&hub.store, env).await {
                 Ok(tx) => tx,
                 Err(d) => return d,
             };
@@ -262,7 +335,7 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                 };
                 bounded(deadline, self.0.record(&mut ctx, command, output)).await
             };
-            finish(store, env, tx, result).await
+            finish(hub, env, tx, result).await
         };
         work.instrument(agent_span(env)).await
     }
@@ -339,16 +412,16 @@ impl<H: DeliveryHandler> Actor for DeliveryActor<H> {
     }
 }
 
-/// An agent and the store its transactions run on.
+/// An agent and where its outcomes go.
 pub(crate) struct AgentHandler {
     pub(crate) agent: Arc<dyn AgentRunner>,
-    pub(crate) store: Store,
+    pub(crate) hub: Hub,
 }
 
 #[async_trait::async_trait]
 impl DeliveryHandler for AgentHandler {
     async fn handle(&self, env: &Envelope) -> Delivery {
-        self.agent.run(&self.store, env).await
+        self.agent.run(&self.hub, env).await
     }
 }
 
@@ -431,7 +504,7 @@ impl Orchestrator {
         }
     }
 
-    async fn settle(&self, handled: Handled) {
+    pub(crate) async fn settle(&self, handled: Handled) {
         if let Handled::Advanced { saga, state } = handled
             && (state.is_terminal() || state == SagaState::Stuck)
         {
@@ -511,8 +584,12 @@ mod tests {
                 .unwrap(),
         )
         .await;
-        assert_eq!(agent.run(&store, &env).await, Delivery::Delivered);
-        assert_eq!(agent.run(&store, &env).await, Delivery::Delivered);
+        let hub = Hub {
+            store: store.clone(),
+            sagas: None,
+        };
+        assert_eq!(agent.run(&hub, &env).await, Delivery::Delivered);
+        assert_eq!(agent.run(&hub, &env).await, Delivery::Delivered);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // One reply, not two.
         assert_eq!(store.admin().stats().await.unwrap().pending, 1);

@@ -53,6 +53,7 @@ pub struct RuntimeBuilder {
     max_in_flight_for: Vec<(String, Option<usize>)>,
     retention: crate::Retention,
     stall_watch: crate::stalled::StallWatch,
+    answers_in_agent_tx: bool,
 }
 
 impl RuntimeBuilder {
@@ -140,6 +141,19 @@ impl RuntimeBuilder {
     /// [`DEFAULT_ORCHESTRATOR_CONCURRENCY`]).
     pub fn orchestrator_concurrency(mut self, n: usize) -> Self {
         self.orchestrator_concurrency = n.max(1);
+        self
+    }
+
+    /// Whether an agent's answer (its reply, or its timeout notice) to a saga run by
+    /// this process is applied to the saga in the agent's own transaction (default
+    /// `true`): the agent's effects, its inbox record, the step's outcome and the
+    /// saga's next messages commit together, and the answer is never an outbox row,
+    /// a delivery or an orchestrator inbox record. `false` sends every answer through
+    /// the outbox, one hop more per step (see `docs/ARCHITECTURE.md`). A redelivered
+    /// command, or an answer for a saga version not registered here, always goes
+    /// through the outbox.
+    pub fn answers_in_agent_transaction(mut self, on: bool) -> Self {
+        self.answers_in_agent_tx = on;
         self
     }
 
@@ -264,6 +278,14 @@ impl RuntimeBuilder {
             )));
         }
         let (settled, _) = broadcast::channel(1024);
+        let sagas =
+            (self.answers_in_agent_tx && engine.definitions().next().is_some()).then(|| {
+                Arc::new(crate::actors::Orchestrator {
+                    engine: engine.clone(),
+                    store: store.clone(),
+                    settled: settled.clone(),
+                })
+            });
         let mut specs = Vec::new();
         let mut relay = self.relay;
         let mut total = 0;
@@ -289,6 +311,7 @@ impl RuntimeBuilder {
                 agent: Arc::clone(agent),
                 store: store.clone(),
                 concurrency,
+                sagas: sagas.clone(),
             });
         }
         for destination in engine.orchestrator_destinations() {
@@ -419,6 +442,7 @@ impl Runtime {
             max_in_flight_for: Vec::new(),
             retention: crate::Retention::default(),
             stall_watch: crate::stalled::StallWatch::default(),
+            answers_in_agent_tx: true,
         }
     }
 

@@ -14,7 +14,7 @@ use agentsaga_saga::Engine;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::broadcast;
 
-use crate::actors::{AgentHandler, AgentRunner, DeliveryActor, Orchestrator, Settled};
+use crate::actors::{AgentHandler, AgentRunner, DeliveryActor, Hub, Orchestrator, Settled};
 
 /// What to spawn for one slot; cloned to respawn it.
 #[derive(Clone)]
@@ -23,6 +23,9 @@ pub(crate) enum ChildSpec {
         agent: Arc<dyn AgentRunner>,
         store: Store,
         concurrency: usize,
+        /// This process's sagas, to apply the agent's answers to (`None`: through
+        /// the outbox).
+        sagas: Option<Arc<Orchestrator>>,
     },
     Orchestrator {
         destination: String,
@@ -51,9 +54,13 @@ impl ChildSpec {
                 agent,
                 store,
                 concurrency,
+                sagas,
             } => {
                 let actor = DeliveryActor {
-                    handler: Arc::new(AgentHandler { agent, store }),
+                    handler: Arc::new(AgentHandler {
+                        agent,
+                        hub: Hub { store, sagas },
+                    }),
                     concurrency,
                 };
                 Actor::spawn_linked(None, actor, (), cell).await?.0

@@ -60,10 +60,9 @@ async fn handover_with_claims_past_the_cap(backend: Backend) {
     let stats = rt.relay_stats().expect("a relay");
     assert!(stats.handed_over > 0, "{stats:?}");
     let hops = rt.store().hop_stats();
-    assert!(
-        hops.hops >= 60 * 2 * 2,
-        "two hops per step at least: {hops:?}"
-    );
+    // One hop per step at least: the agent's, which also applies its reply to the
+    // saga (the orchestrator's hop of an answer sent through the outbox is gone).
+    assert!(hops.hops >= 60 * 2, "one hop per step at least: {hops:?}");
     // Each command processed once: one inbox row per command, for each agent.
     let inbox: Vec<(String, i64)> = with_reader!(rt.store().reader(), p => {
         agentsaga_core::sqlx::query_as(

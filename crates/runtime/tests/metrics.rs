@@ -99,10 +99,9 @@ async fn metrics_match_the_database() {
     assert_eq!(m["agentsaga_sagas{state=\"stuck\"}"], 0.0);
     let relay = runtime.relay_stats().unwrap();
     assert_eq!(m["agentsaga_deliveries_total"], relay.delivered as f64);
-    assert!(
-        relay.delivered >= 9 + 9 + 3 + 3,
-        "commands, replies, undos and their replies"
-    );
+    // Commands and undos go through the outbox; their replies are applied to the
+    // sagas in the agents' transactions (`answers_in_agent_transaction`).
+    assert!(relay.delivered >= 9 + 3, "commands and undos: {relay:?}");
     assert!(
         m.contains_key("agentsaga_retries_total") && m.contains_key("agentsaga_dead_letters_total")
     );

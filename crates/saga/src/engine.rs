@@ -10,7 +10,7 @@ mod signals;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentsaga_core::{Envelope, Headers, Receipt, RetryPolicy, Store, Tx};
+use agentsaga_core::{Envelope, Headers, Message, Receipt, RetryPolicy, Store, Tx};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -594,6 +594,51 @@ impl Engine {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
         }
+        self.advance(tx, env).await
+    }
+
+    /// Does an orchestrator of this engine consume `destination`?
+    pub fn consumes(&self, destination: &str) -> bool {
+        self.definitions()
+            .any(|d| d.orchestrator_destination() == destination)
+    }
+
+    /// Applies `answer` — a reply or timeout notice an agent of this process is about
+    /// to commit for one of this engine's sagas — in the agent's own transaction `tx`,
+    /// instead of sending it through the outbox: the step's outcome, the saga's next
+    /// messages and the agent's effects commit together, and the answer never becomes
+    /// a row, a delivery or an inbox record (nothing can deliver it twice).
+    ///
+    /// `Ok(None)`, with nothing written, when `answer` is not for this engine (another
+    /// destination, a delay, a key) or its saga's version is not registered here: send
+    /// it through the outbox as usual.
+    ///
+    /// # Errors
+    /// As [`handle`](Self::handle). Some statements may have run: roll `tx` back.
+    pub async fn apply_local(&self, tx: &mut Tx, answer: &Message) -> Result<Option<Handled>> {
+        if !answer.delay.is_zero() || answer.key.is_some() || !self.consumes(&answer.destination) {
+            return Ok(None);
+        }
+        let env = Envelope {
+            seq: 0,
+            id: answer.id,
+            destination: answer.destination.clone(),
+            key: None,
+            payload: answer.payload.clone(),
+            headers: answer.headers.clone(),
+            attempts: 1,
+            created_at_ms: now_ms(),
+        };
+        match self.advance(tx, &env).await {
+            Ok(handled) => Ok(Some(handled)),
+            // Raised after reading the saga, before writing anything.
+            Err(Error::VersionNotRegistered { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`handle`](Self::handle) past the inbox: reads the saga, decides, writes.
+    async fn advance(&self, tx: &mut Tx, env: &Envelope) -> Result<Handled> {
         let saga = protocol::saga_id(env)?;
         // Parsed now, and refused only once its saga is known to be here: a message of
         // a saga that no longer exists is dropped, and one of a version this process

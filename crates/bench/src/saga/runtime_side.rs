@@ -70,6 +70,7 @@ pub(super) async fn runtime_run(
     let mut builder = Runtime::builder()
         .database(url)
         .store_config(config)
+        .answers_in_agent_transaction(!crate::db::answers_via_outbox())
         .saga(definition()?)
         .relay_config(RelayConfig::default().workers(workers));
     for (_, destination) in STEPS {
