@@ -13,10 +13,7 @@
 //!
 //! Batching happens only under load: a lane takes the callers already waiting and
 //! never waits for more, so a lone hop costs its own transaction and two task
-//! hand-offs. A batch also stays open for a bounded time (a few times what the last
-//! commit took, at least [`MIN_OPEN`]): under a burst, the first hops commit — and
-//! their next messages go out — while later ones still queue, instead of every hop
-//! of the burst waiting for the last.
+//! hand-offs.
 //!
 //! SQLite has one lane: its single writer, which writers take turns on anyway. On
 //! PostgreSQL each hop is a transaction of its own, on its own pooled connection, as
@@ -31,7 +28,6 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -42,12 +38,6 @@ use crate::{Error, Result};
 /// Largest number of hops in one transaction: bounds how long a commit keeps the
 /// first hop of a batch waiting.
 const MAX_BATCH: usize = 512;
-
-/// A batch takes more hops while it has been open for less than this, or than
-/// [`OPEN_PER_COMMIT`] times what the last commit took: commits stay a small share of
-/// the lane's time, and a hop waits for its commit a bounded time.
-const MIN_OPEN: Duration = Duration::from_millis(2);
-const OPEN_PER_COMMIT: u32 = 4;
 
 /// The savepoint each hop after the first runs in: set, undone, dropped.
 const SAVEPOINT: &str = "SAVEPOINT agentsaga_hop";
@@ -247,34 +237,23 @@ impl Store {
 
 /// A lane: takes the waiting callers, a batch at a time, until the store is dropped.
 async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
-    let mut last_commit = Duration::ZERO;
     while let Some(first) = queue.recv().await {
         counts.busy.store(true, Ordering::Release);
-        let open_for = MIN_OPEN.max(last_commit * OPEN_PER_COMMIT);
-        if let Some(took) = batch(first, &mut queue, &counts, open_for).await {
-            last_commit = took;
-        }
+        batch(first, &mut queue, &counts).await;
         counts.busy.store(false, Ordering::Release);
     }
 }
 
-/// Runs one shared transaction: hands it to `first`, then to each caller waiting
-/// while it has been open for less than `open_for`, then commits and answers them
-/// all. Returns how long the commit took, if it committed.
-async fn batch(
-    first: Request,
-    queue: &mut mpsc::UnboundedReceiver<Request>,
-    counts: &Arc<Counts>,
-    open_for: Duration,
-) -> Option<Duration> {
-    let opened = Instant::now();
+/// Runs one shared transaction: hands it to `first`, then to each caller waiting,
+/// then commits and answers them all.
+async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, counts: &Arc<Counts>) {
     let mut next = Some(first);
     // The hops kept so far, waiting for the commit.
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut tx: Option<Tx> = None;
     let mut taken = 0usize;
     while let Some(request) = next.take().or_else(|| {
-        if taken < MAX_BATCH && opened.elapsed() < open_for {
+        if taken < MAX_BATCH {
             queue.try_recv().ok()
         } else {
             None
@@ -321,7 +300,7 @@ async fn batch(
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
             fail_all(kept, "a shared transaction was lost");
-            return None;
+            return;
         };
         match (end, savepoint) {
             (End::Commit(done), false) => {
@@ -344,7 +323,7 @@ async fn batch(
                         Err(e2) => {
                             let _ = done.send(Err(e));
                             abort(t, kept, &e2).await;
-                            return None;
+                            return;
                         }
                     }
                 }
@@ -358,28 +337,22 @@ async fn batch(
             (End::Rollback, true) => {
                 if let Err(e) = undo(&mut t, mark).await {
                     abort(t, kept, &e).await;
-                    return None;
+                    return;
                 }
                 tx = Some(t);
             }
         }
     }
-    let t = tx?;
-    let committing = Instant::now();
+    let Some(t) = tx else { return };
     match t.commit().await {
         Ok(()) => {
-            let took = committing.elapsed();
             counts.commits.fetch_add(1, Ordering::Relaxed);
             counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
             for done in kept {
                 let _ = done.send(Ok(()));
             }
-            Some(took)
         }
-        Err(e) => {
-            fail_all(kept, &format!("the shared commit failed: {e}"));
-            None
-        }
+        Err(e) => fail_all(kept, &format!("the shared commit failed: {e}")),
     }
 }
 
