@@ -147,6 +147,68 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     );
 }
 
+// Kills the process inside a shared commit (SQLite, whose hops share its single
+// writer's commits; `AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT` stops the sixth batch of
+// at least 4 hops there, with many sagas under way): once with the batch written but not committed, once committed
+// but not yet answered (none of its messages acknowledged). Each batch is redone whole
+// or skipped whole: every saga ends completed or compensated, every effect once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_kill_9_inside_a_shared_commit() {
+    use std::io::{BufRead, BufReader};
+
+    const HOOK: &str = "AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT";
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let args = ["--sagas", "300", "--fail-rate", "0.2", "--seed", "7"];
+    for at in ["before:4:5", "after:4:5"] {
+        let mut child = support::spawn_with("trip_booking", &url, &args, |c| {
+            c.env(HOOK, at);
+        });
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (lines, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        let mut stopped = None;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(line) if line.starts_with(HOOK) => {
+                    stopped = Some(line);
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        // Child::kill is SIGKILL on Unix: the lane dies with its transaction open, or
+        // with its hops committed and unanswered.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let line = stopped.unwrap_or_else(|| {
+            panic!("{at}: the process never stopped at a shared commit of 4 hops or more")
+        });
+        eprintln!("{at}: {line}");
+    }
+    let out = support::run(
+        "trip_booking",
+        &url,
+        &["--sagas", "0", "--fail-rate", "0.2", "--seed", "7"],
+    );
+    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
+    let total = completed + compensated;
+    // Starts are whole batches of 50 (one transaction each), from two runs.
+    assert!(
+        total > 0 && total <= 600 && total % 50 == 0,
+        "{total} sagas: {out}"
+    );
+    eprintln!("killed inside two shared commits: {completed} completed, {compensated} compensated");
+}
+
 // Two processes on one database: on Postgres they share the work through SKIP LOCKED
 // claims and NOTIFY wakeups; on SQLite they share one file (WAL, `BEGIN IMMEDIATE`
 // with a busy timeout), each woken by its own commits and by polling for the other's.
