@@ -37,7 +37,7 @@ use crate::{Error, Result};
 
 /// Largest number of hops in one transaction: bounds how long a commit keeps the
 /// first hop of a batch waiting.
-const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 64;
 
 /// The savepoint each hop after the first runs in: set, undone, dropped.
 const SAVEPOINT: &str = "SAVEPOINT agentsaga_hop";
