@@ -48,9 +48,12 @@ impl Server {
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
             let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = reader.read_line(&mut line);
             let _ = tx.send(line);
+            // Keep reading what it prints, as a terminal would.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
         let addr = line
@@ -182,6 +185,36 @@ async fn serves_the_api_and_stops_on_ctrl_c() {
     let (code, body) = server.get("/api/v1/status", Some("s3cret"));
     assert_eq!(code, 200, "{body}");
     assert_eq!(server.interrupt(), Some(0));
+}
+
+// Whoever started the server may stop reading its output once it has the address: the
+// server keeps serving (its second line, the token hint, goes nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_serving_when_its_stdout_is_closed() {
+    let url = fresh_url(Backend::Sqlite).await;
+    ok(&url, &["migrate"]);
+    let mut child = serve_cmd(&url, &["--addr", "127.0.0.1:0", "--token", "s3cret"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn agentsaga serve");
+    let mut first = String::new();
+    {
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        stdout.read_line(&mut first).expect("the address line");
+        // Dropped here: the pipe is closed before (or while) the second line is written.
+    }
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    let server = Server { child, addr };
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, body) = server.get("/api/v1/status", Some("s3cret"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.interrupt(), Some(0), "a clean stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

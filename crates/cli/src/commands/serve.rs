@@ -17,11 +17,13 @@ pub(super) async fn run(console: Console, args: ServeArgs) -> anyhow::Result<()>
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
     let addr = listener.local_addr().context("the listening address")?;
-    outln!(
+    announce(&format!(
         "agentsaga console on http://{addr}/ (API: http://{addr}/api/v1/status); Ctrl-C stops it"
-    );
+    ));
     if config.requires_token() {
-        outln!("a token is required: a browser signs in once at http://{addr}/?token=<token>");
+        announce(&format!(
+            "a token is required: a browser signs in once at http://{addr}/?token=<token>"
+        ));
     }
     let app = http::router(console, config);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -39,6 +41,15 @@ pub(super) async fn run(console: Console, args: ServeArgs) -> anyhow::Result<()>
         // Requests still under way after the drain are cut off.
         Err(_) => Ok(()),
     }
+}
+
+/// Prints a line for whoever started the server. Unlike the other commands' output, a
+/// closed stdout (`agentsaga serve | head -1`, a supervisor that read the address and
+/// went away) does not end the server: the line is dropped.
+fn announce(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 fn served(res: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
