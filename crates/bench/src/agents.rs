@@ -189,8 +189,9 @@ struct Phases {
     /// A step's `call` begin → its `record` begin, minus call_ms: waiting for the
     /// transaction (and the inbox insert) after the call.
     call_to_record: Vec<f64>,
-    /// A step's `record` begin → the next step's `call` begin: commit, the reply's
-    /// relay hop, the orchestrator's transaction, the next command's relay hop.
+    /// A step's `record` begin → the next step's `call` begin: the saga's step in the
+    /// same transaction (or, with `--answers-via-outbox`, the reply's relay hop and the
+    /// orchestrator's transaction), the commit, the next command's relay hop.
     hand_off: Vec<f64>,
     /// When the first and last `call` of each step began, ms from the run's start.
     call_spread: [(f64, f64); 3],
@@ -255,7 +256,7 @@ impl Phases {
             .collect();
         format!(
             "run start -> first call {}; call end -> record (waiting for the transaction) \
-             {}; record -> next step's call (commit, reply hop, orchestrator, command hop) \
+             {}; record -> next step's call (the saga's step, commit, command hop) \
              {}; calls began at (ms from run start) {}",
             gap(&self.to_first_call),
             gap(&self.call_to_record),
