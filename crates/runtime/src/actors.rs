@@ -38,7 +38,7 @@ pub(crate) struct Hub {
 
 impl Hub {
     /// Applies `answer` to its saga in `tx` when that saga is run here and this is the
-    /// command's first delivery: `Ok(true)` if it did, `Ok(false)` (nothing written)
+    /// command's first delivery: `Ok(Some(_))` if it did, `Ok(None)` (nothing written)
     /// if `answer` must go through the outbox. A redelivered command always sends its
     /// answer through the outbox: if applying failed once (a saga whose data outgrew
     /// its limit, a version missing here), the next attempt takes the path whose
@@ -58,16 +58,7 @@ impl Hub {
         if env.attempts > 1 || !sagas.engine.consumes(&answer.destination) {
             return Ok(None);
         }
-        let span = tracing::info_span!(
-            "saga.step",
-            otel.kind = "internal",
-            saga.id = answer.headers.get(header::SAGA_ID).map(String::as_str).unwrap_or_default(),
-            saga.name = %answer.destination,
-            step.name = answer.headers.get(protocol::STEP_NAME).map(String::as_str).unwrap_or_default(),
-            message.kind = answer.headers.get(header::KIND).map(String::as_str).unwrap_or_default(),
-            message.id = %answer.id,
-            applied_in = "agent",
-        );
+        let span = step_span(&answer.destination, answer.id, &answer.headers, true);
         sagas
             .engine
             .apply_local(tx, answer)
@@ -80,6 +71,27 @@ impl Hub {
                 )
             })
     }
+}
+
+/// The `saga.step` span of one message to an orchestrator: delivered to the
+/// orchestrator actor (a consumer), or applied in the agent's transaction that made it.
+fn step_span(
+    destination: &str,
+    id: agentsaga_core::MessageId,
+    headers: &agentsaga_core::Headers,
+    in_agent: bool,
+) -> tracing::Span {
+    let get = |name: &str| headers.get(name).map(String::as_str).unwrap_or_default();
+    tracing::info_span!(
+        "saga.step",
+        otel.kind = if in_agent { "internal" } else { "consumer" },
+        saga.id = get(header::SAGA_ID),
+        saga.name = %destination,
+        step.name = get(protocol::STEP_NAME),
+        message.kind = get(header::KIND),
+        message.id = %id,
+        applied_in = if in_agent { "agent" } else { "orchestrator" },
+    )
 }
 
 /// An [`Agent`] (database only), erased.
@@ -448,15 +460,7 @@ pub(crate) struct Orchestrator {
 
 impl Orchestrator {
     async fn process(&self, env: &Envelope) -> Delivery {
-        let span = tracing::info_span!(
-            "saga.step",
-            otel.kind = "consumer",
-            saga.id = env.header(agentsaga_core::header::SAGA_ID).unwrap_or_default(),
-            saga.name = %env.destination,
-            step.name = env.header(protocol::STEP_NAME).unwrap_or_default(),
-            message.kind = env.header(agentsaga_core::header::KIND).unwrap_or_default(),
-            message.id = %env.id,
-        );
+        let span = step_span(&env.destination, env.id, &env.headers, false);
         agentsaga_core::propagation::adopt(&span, &env.headers);
         self.process_in_span(env).instrument(span).await
     }

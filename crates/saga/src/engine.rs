@@ -619,17 +619,7 @@ impl Engine {
         if !answer.delay.is_zero() || answer.key.is_some() || !self.consumes(&answer.destination) {
             return Ok(None);
         }
-        let env = Envelope {
-            seq: 0,
-            id: answer.id,
-            destination: answer.destination.clone(),
-            key: None,
-            payload: answer.payload.clone(),
-            headers: answer.headers.clone(),
-            attempts: 1,
-            created_at_ms: now_ms(),
-        };
-        match self.advance(tx, &env).await {
+        match self.advance(tx, &protocol::envelope(answer)).await {
             Ok(handled) => Ok(Some(handled)),
             // Raised after reading the saga, before writing anything.
             Err(Error::VersionNotRegistered { .. }) => Ok(None),

@@ -430,8 +430,9 @@ pub fn reply(command: &Envelope, outcome: &StepOutcome) -> agentsaga_core::Resul
         .transpose()
 }
 
-/// `msg` as the relay would hand it over (for tests that touch no store).
-#[cfg(test)]
+/// `msg` as the relay would hand it over on its first delivery, written now: for an
+/// answer applied where it is made (`Engine::apply_local`), and for tests that touch
+/// no store. (Its `seq` is no row's.)
 pub(crate) fn envelope(msg: &Message) -> Envelope {
     Envelope {
         seq: 1,
@@ -441,7 +442,7 @@ pub(crate) fn envelope(msg: &Message) -> Envelope {
         payload: msg.payload.clone(),
         headers: msg.headers.clone(),
         attempts: 1,
-        created_at_ms: 0,
+        created_at_ms: agentsaga_core::clock::now_ms(),
     }
 }
 
