@@ -43,6 +43,9 @@ const MAX_BATCH: usize = 64;
 const SAVEPOINT: &str = "SAVEPOINT agentsaga_hop";
 const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT agentsaga_hop";
 const RELEASE: &str = "RELEASE SAVEPOINT agentsaga_hop";
+/// Drops a hop's savepoint and sets the next hop's, in one round trip (on SQLite, one
+/// hand-off to its connection's thread instead of two).
+const RELEASE_AND_SET: &str = "RELEASE SAVEPOINT agentsaga_hop; SAVEPOINT agentsaga_hop";
 
 /// A caller waiting for its turn in a shared transaction.
 struct Request {
@@ -252,6 +255,8 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut tx: Option<Tx> = None;
     let mut taken = 0usize;
+    // The next hop's savepoint was set by the statement that released the last one.
+    let mut preset = false;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
             queue.try_recv().ok()
@@ -279,7 +284,8 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             },
         };
         let savepoint = !kept.is_empty();
-        if savepoint && let Err(e) = t.savepoint_op(SAVEPOINT).await {
+        let set = savepoint && !std::mem::take(&mut preset);
+        if set && let Err(e) = t.savepoint_op(SAVEPOINT).await {
             // The transaction is failed (on PostgreSQL, a statement of the first hop,
             // which has no savepoint, failed and the hop committed anyway): its hops
             // are not written. This caller gets a fresh transaction.
@@ -307,27 +313,47 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
                 kept.push(done);
                 tx = Some(t);
             }
-            (End::Commit(done), true) => match t.savepoint_op(RELEASE).await {
-                Ok(()) => {
-                    kept.push(done);
-                    tx = Some(t);
-                }
-                Err(e) => {
-                    // Its statements left the transaction failed (PostgreSQL refuses
-                    // to release then): undo it alone.
-                    match undo(&mut t, mark).await {
-                        Ok(()) => {
-                            let _ = done.send(Err(e));
-                            tx = Some(t);
-                        }
-                        Err(e2) => {
-                            let _ = done.send(Err(e));
-                            abort(t, kept, &e2).await;
-                            return;
+            (End::Commit(done), true) => {
+                // A caller already waiting gets its savepoint in the same round trip.
+                let ahead = if taken < MAX_BATCH {
+                    queue.try_recv().ok()
+                } else {
+                    None
+                };
+                let sql = if ahead.is_some() {
+                    RELEASE_AND_SET
+                } else {
+                    RELEASE
+                };
+                let released = t.savepoint_op(sql).await;
+                preset = ahead.is_some() && released.is_ok();
+                next = ahead;
+                match released {
+                    Ok(()) => {
+                        kept.push(done);
+                        tx = Some(t);
+                    }
+                    Err(e) => {
+                        // Its statements left the transaction failed (PostgreSQL
+                        // refuses to release then; the savepoint of the caller ahead
+                        // was not set): undo it alone. Should the release have passed
+                        // and only the new savepoint failed, the undo fails too and
+                        // the whole transaction is abandoned: nothing is half kept.
+                        match undo(&mut t, mark).await {
+                            Ok(()) => {
+                                let _ = done.send(Err(e));
+                                tx = Some(t);
+                            }
+                            Err(e2) => {
+                                let _ = done.send(Err(e));
+                                // The caller ahead, if any, gets a fresh transaction.
+                                abort(t, std::mem::take(&mut kept), &e2).await;
+                                continue;
+                            }
                         }
                     }
                 }
-            },
+            }
             (End::Rollback, false) => {
                 // The first hop: rolling back the transaction undoes only it.
                 if let Err(e) = t.rollback().await {

@@ -184,27 +184,36 @@ async fn save_sqlite(
     changed: &[&StepRow],
     now: i64,
 ) -> Result<()> {
-    // Two statements: SQLite has no data-modifying CTE to carry the instance's upsert
-    // into the steps' (PostgreSQL saves in one).
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, CASE WHEN ?9 THEN ?8 END){INSTANCE_UPSERT}"
-    )))
-    .bind(inst.id.to_string())
-    .bind(&inst.name)
-    .bind(inst.version)
-    .bind(inst.state.as_str())
-    .bind(inst.data.to_string())
-    .bind(inst.error.as_deref())
-    .bind(inst.stage as i64)
-    .bind(now)
-    .bind(inst.finished)
-    .execute(&mut *c)
-    .await?;
+    // Two statements in one round trip (one hand-off to the connection's thread):
+    // SQLite has no data-modifying CTE to carry the instance's upsert into the steps'
+    // (PostgreSQL saves in one statement). The binds are positional, numbered across
+    // both statements.
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) VALUES (",
+    );
+    q.separated(", ")
+        .push_bind(inst.id.to_string())
+        .push_bind(&inst.name)
+        .push_bind(inst.version)
+        .push_bind(inst.state.as_str())
+        .push_bind(inst.data.to_string())
+        .push_bind(inst.error.as_deref())
+        .push_bind(inst.stage as i64)
+        .push_bind(now)
+        .push_bind(now)
+        .push("CASE WHEN ")
+        .push_bind_unseparated(inst.finished)
+        .push_unseparated(" THEN ")
+        .push_bind_unseparated(now)
+        .push_unseparated(" END");
+    q.push(")");
+    q.push(INSTANCE_UPSERT);
     if changed.is_empty() {
+        q.build().execute(&mut *c).await?;
         return Ok(());
     }
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(STEP_INSERT);
+    q.push(";\n");
+    q.push(STEP_INSERT);
     q.push_values(changed, |mut b, s| {
         b.push_bind(inst.id.to_string())
             .push_bind(s.idx as i64)
