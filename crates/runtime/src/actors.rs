@@ -146,10 +146,9 @@ async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Out
 /// records the message in the inbox: `Err` with the delivery to answer if that fails
 /// or it is a duplicate.
 async fn begin_received(store: &Store, env: &Envelope) -> Result<Hop, Delivery> {
-    let mut tx = store.hop().await.map_err(infra)?;
-    match tx.receive(&env.destination, env.id).await {
-        Ok(Receipt::First) => Ok(tx),
-        Ok(Receipt::Duplicate) => {
+    match store.hop_receiving(&env.destination, env.id).await {
+        Ok((tx, Receipt::First)) => Ok(tx),
+        Ok((_, Receipt::Duplicate)) => {
             tracing::debug!("duplicate delivery skipped");
             Err(Delivery::Delivered)
         }

@@ -205,6 +205,53 @@ impl Tx {
         self.execute(sql).await
     }
 
+    /// Opens a hop in this (shared) transaction: runs `prefix`, `statements` savepoint
+    /// statements each ending in `;`, then records `inbox` (if given) in the inbox, in
+    /// one round trip on SQLite. On an error, also how many statements of the prefix
+    /// completed before it.
+    pub(super) async fn open_hop(
+        &mut self,
+        prefix: &'static str,
+        statements: usize,
+        inbox: Option<(&str, MessageId)>,
+    ) -> std::result::Result<Option<Receipt>, (usize, crate::Error)> {
+        let recorded = match self.conn() {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => {
+                super::sqlite::Sqlite::open_hop(c, prefix, statements, inbox).await?
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => {
+                // Not used by the lanes (PostgreSQL hops have transactions of their
+                // own); correct all the same, one statement at a time.
+                use sqlx::Executor;
+                let mut done = 0;
+                for sql in prefix.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    c.execute(sql).await.map_err(|e| (done, e.into()))?;
+                    done += 1;
+                }
+                debug_assert_eq!(done, statements, "the prefix's statement count");
+                match inbox {
+                    None => None,
+                    Some((consumer, id)) => Some(
+                        <super::postgres::Postgres as super::backend::Dialect>::receive(
+                            c, consumer, id,
+                        )
+                        .await
+                        .map_err(|e| (done, e))?,
+                    ),
+                }
+            }
+        };
+        Ok(recorded.map(|first| {
+            if first {
+                Receipt::First
+            } else {
+                Receipt::Duplicate
+            }
+        }))
+    }
+
     async fn execute(&mut self, sql: &'static str) -> Result<()> {
         use sqlx::Executor;
         match self.conn() {

@@ -31,26 +31,34 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::Store;
 use super::conn::Tx;
-use crate::{Error, Result};
+use super::{Receipt, Store};
+use crate::{Error, MessageId, Result};
 
 /// Largest number of hops in one transaction: bounds how long a commit keeps the
 /// first hop of a batch waiting.
 const MAX_BATCH: usize = 64;
 
 /// The savepoint each hop after the first runs in: set, undone, dropped.
-const SAVEPOINT: &str = "SAVEPOINT agentsaga_hop";
 const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT agentsaga_hop";
 const RELEASE: &str = "RELEASE SAVEPOINT agentsaga_hop";
-/// Drops a hop's savepoint and sets the next hop's, in one round trip (on SQLite, one
-/// hand-off to its connection's thread instead of two).
-const RELEASE_AND_SET: &str = "RELEASE SAVEPOINT agentsaga_hop; SAVEPOINT agentsaga_hop";
+/// How a hop's first round trip begins (the hop's own statements, its inbox record,
+/// follow in the same round trip): nothing (the first hop of a transaction), its
+/// savepoint, or the release of the hop before it and its savepoint (on SQLite, one
+/// hand-off to the connection's thread instead of up to three).
+const OPEN_FIRST: (&str, usize) = ("", 0);
+const OPEN_SET: (&str, usize) = ("SAVEPOINT agentsaga_hop;\n", 1);
+const OPEN_RELEASE_AND_SET: (&str, usize) = (
+    "RELEASE SAVEPOINT agentsaga_hop;\nSAVEPOINT agentsaga_hop;\n",
+    2,
+);
 
 /// A caller waiting for its turn in a shared transaction.
 struct Request {
     store: Store,
-    turn: oneshot::Sender<Result<Hop>>,
+    /// The message the hop records in the inbox first, if any.
+    inbox: Option<(String, MessageId)>,
+    turn: oneshot::Sender<Result<(Hop, Option<Receipt>)>>,
 }
 
 /// How a hop gave its transaction back.
@@ -199,18 +207,45 @@ impl Store {
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
     pub async fn hop(&self) -> Result<Hop> {
+        Ok(self.turn(None).await?.0)
+    }
+
+    /// A [`hop`](Self::hop) that first records `message_id` in `consumer`'s inbox, as
+    /// [`Tx::receive`] would. On SQLite that record shares its round trip with the
+    /// savepoint statements of the shared transaction. On a
+    /// [`Receipt::Duplicate`], drop the hop.
+    ///
+    /// # Errors
+    /// [`Error::SharedCommit`] (transient) if no transaction could be begun;
+    /// [`Error::Database`] if the record failed (this hop is then undone).
+    pub async fn hop_receiving(
+        &self,
+        consumer: &str,
+        message_id: MessageId,
+    ) -> Result<(Hop, Receipt)> {
+        let (mut hop, receipt) = self.turn(Some((consumer.to_owned(), message_id))).await?;
+        let receipt = match receipt {
+            Some(r) => r,
+            None => hop.receive(consumer, message_id).await?,
+        };
+        Ok((hop, receipt))
+    }
+
+    async fn turn(&self, inbox: Option<(String, MessageId)>) -> Result<(Hop, Option<Receipt>)> {
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let super::backend::Backend::Postgres(_) = self.backend_ref() {
-            return Ok(Hop {
+            let hop = Hop {
                 tx: Some(Tx::begin(self).await?),
                 back: None,
                 counts: Arc::clone(&self.lanes.counts),
-            });
+            };
+            return Ok((hop, None));
         }
         let (turn, mine) = oneshot::channel();
         let request = Request {
             store: self.clone(),
+            inbox,
             turn,
         };
         if self.lanes.sender().send(request).is_err() {
@@ -255,8 +290,9 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut tx: Option<Tx> = None;
     let mut taken = 0usize;
-    // The next hop's savepoint was set by the statement that released the last one.
-    let mut preset = false;
+    // The next hop was opened (savepoint set, inbox recorded) by the round trip that
+    // released the hop before it: what its inbox record found.
+    let mut opened: Option<Option<Receipt>> = None;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
             queue.try_recv().ok()
@@ -284,15 +320,40 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             },
         };
         let savepoint = !kept.is_empty();
-        let set = savepoint && !std::mem::take(&mut preset);
-        if set && let Err(e) = t.savepoint_op(SAVEPOINT).await {
-            // The transaction is failed (on PostgreSQL, a statement of the first hop,
-            // which has no savepoint, failed and the hop committed anyway): its hops
-            // are not written. This caller gets a fresh transaction.
-            abort(t, std::mem::take(&mut kept), &e).await;
-            next = Some(request);
-            continue;
-        }
+        let receipt = match opened.take() {
+            Some(receipt) => receipt,
+            None => {
+                let (prefix, statements) = if savepoint { OPEN_SET } else { OPEN_FIRST };
+                let inbox = request.inbox.as_ref().map(|(c, id)| (c.as_str(), *id));
+                match t.open_hop(prefix, statements, inbox).await {
+                    Ok(receipt) => receipt,
+                    Err((done, e)) if done < statements => {
+                        // The savepoint failed: the transaction is failed (on
+                        // PostgreSQL, a statement of the first hop, which has no
+                        // savepoint, failed and the hop committed anyway), so its hops
+                        // are not written. This caller gets a fresh transaction.
+                        abort(t, std::mem::take(&mut kept), &e).await;
+                        next = Some(request);
+                        continue;
+                    }
+                    Err((_, e)) => {
+                        // Its inbox record failed: this hop alone fails.
+                        let _ = request.turn.send(Err(e));
+                        if savepoint {
+                            let mark = t.handed_mark();
+                            if let Err(e) = undo(&mut t, mark).await {
+                                abort(t, std::mem::take(&mut kept), &e).await;
+                                continue;
+                            }
+                            tx = Some(t);
+                        } else if let Err(e) = t.rollback().await {
+                            tracing::debug!(error = %e, "rollback of a shared transaction failed");
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
         let mark = t.handed_mark();
         let (back, returned) = oneshot::channel();
         let hop = Hop {
@@ -301,7 +362,7 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             counts: Arc::clone(counts),
         };
         // A caller that went away drops the hop it is sent, which gives it back.
-        let _ = request.turn.send(Ok(hop));
+        let _ = request.turn.send(Ok((hop, receipt)));
         let Ok(Back { tx: mut t, end }) = returned.await else {
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
@@ -314,31 +375,47 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
                 tx = Some(t);
             }
             (End::Commit(done), true) => {
-                // A caller already waiting gets its savepoint in the same round trip.
+                // A caller already waiting is opened in the same round trip.
                 let ahead = if taken < MAX_BATCH {
                     queue.try_recv().ok()
                 } else {
                     None
                 };
-                let sql = if ahead.is_some() {
-                    RELEASE_AND_SET
-                } else {
-                    RELEASE
+                let Some(ahead) = ahead else {
+                    match t.savepoint_op(RELEASE).await {
+                        Ok(()) => {
+                            kept.push(done);
+                            tx = Some(t);
+                        }
+                        // Its statements left the transaction failed (PostgreSQL
+                        // refuses to release then): undo it alone.
+                        Err(e) => match undo(&mut t, mark).await {
+                            Ok(()) => {
+                                let _ = done.send(Err(e));
+                                tx = Some(t);
+                            }
+                            Err(e2) => {
+                                let _ = done.send(Err(e));
+                                abort(t, kept, &e2).await;
+                                return;
+                            }
+                        },
+                    }
+                    continue;
                 };
-                let released = t.savepoint_op(sql).await;
-                preset = ahead.is_some() && released.is_ok();
-                next = ahead;
-                match released {
-                    Ok(()) => {
+                let (prefix, statements) = OPEN_RELEASE_AND_SET;
+                let inbox = ahead.inbox.as_ref().map(|(c, id)| (c.as_str(), *id));
+                match t.open_hop(prefix, statements, inbox).await {
+                    Ok(receipt) => {
                         kept.push(done);
                         tx = Some(t);
+                        opened = Some(receipt);
+                        next = Some(ahead);
                     }
-                    Err(e) => {
-                        // Its statements left the transaction failed (PostgreSQL
-                        // refuses to release then; the savepoint of the caller ahead
-                        // was not set): undo it alone. Should the release have passed
-                        // and only the new savepoint failed, the undo fails too and
-                        // the whole transaction is abandoned: nothing is half kept.
+                    Err((0, e)) => {
+                        // The release failed (see above): undo this hop alone; the
+                        // caller ahead opens its hop in a round trip of its own.
+                        next = Some(ahead);
                         match undo(&mut t, mark).await {
                             Ok(()) => {
                                 let _ = done.send(Err(e));
@@ -346,10 +423,27 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
                             }
                             Err(e2) => {
                                 let _ = done.send(Err(e));
-                                // The caller ahead, if any, gets a fresh transaction.
                                 abort(t, std::mem::take(&mut kept), &e2).await;
-                                continue;
                             }
+                        }
+                    }
+                    Err((1, e)) => {
+                        // Released, but no new savepoint: the transaction cannot be
+                        // trusted. Nothing of it is written, this hop included; the
+                        // caller ahead gets a fresh transaction.
+                        kept.push(done);
+                        abort(t, std::mem::take(&mut kept), &e).await;
+                        next = Some(ahead);
+                    }
+                    Err((_, e)) => {
+                        // This hop is kept; the inbox record of the caller ahead
+                        // failed: that hop alone fails.
+                        kept.push(done);
+                        let _ = ahead.turn.send(Err(e));
+                        let mark = t.handed_mark();
+                        match undo(&mut t, mark).await {
+                            Ok(()) => tx = Some(t),
+                            Err(e2) => abort(t, std::mem::take(&mut kept), &e2).await,
                         }
                     }
                 }
@@ -362,8 +456,8 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             }
             (End::Rollback, true) => {
                 if let Err(e) = undo(&mut t, mark).await {
-                    abort(t, kept, &e).await;
-                    return;
+                    abort(t, std::mem::take(&mut kept), &e).await;
+                    continue;
                 }
                 tx = Some(t);
             }

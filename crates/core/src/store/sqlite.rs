@@ -472,6 +472,59 @@ impl Dialect for Sqlite {
 }
 
 impl Sqlite {
+    /// Runs `prefix` (`statements` savepoint statements, each ending in `;`) and then,
+    /// if `inbox` is given, records that message in the inbox, all in one round trip
+    /// (one hand-off to the connection's thread). `Ok(Some(true))`: recorded now;
+    /// `Ok(Some(false))`: it was there already. On an error, also how many statements
+    /// of the prefix completed before it, so the caller knows which hop it belongs to.
+    ///
+    /// Several statements in one query is a SQLite-only feature of sqlx (deprecated
+    /// upstream, sqlx#3108, but supported by the 0.9 the lockfile pins); the hop tests
+    /// fail if it goes.
+    pub(super) async fn open_hop(
+        c: &mut SqliteConnection,
+        prefix: &'static str,
+        statements: usize,
+        inbox: Option<(&str, MessageId)>,
+    ) -> std::result::Result<Option<bool>, (usize, Error)> {
+        use sqlx::Executor;
+        let Some((consumer, id)) = inbox else {
+            if prefix.is_empty() {
+                return Ok(None);
+            }
+            // Count the statements that completed, as below.
+            let mut done = 0;
+            let mut results = c.fetch_many(sqlx::raw_sql(prefix));
+            while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
+                match step {
+                    Ok(sqlx::Either::Left(_)) => done += 1,
+                    Ok(sqlx::Either::Right(_)) => {}
+                    Err(e) => return Err((done, e.into())),
+                }
+            }
+            return Ok(None);
+        };
+        let sql = format!(
+            "{prefix}INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING RETURNING 1"
+        );
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(consumer)
+            .bind(id)
+            .bind(now_ms());
+        let mut done = 0;
+        let mut recorded = false;
+        let mut results = c.fetch_many(query);
+        while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
+            match step {
+                Ok(sqlx::Either::Left(_)) => done += 1,
+                Ok(sqlx::Either::Right(_)) => recorded = true,
+                Err(e) => return Err((done.min(statements), e.into())),
+            }
+        }
+        Ok(Some(recorded))
+    }
+
     /// The claim, on a connection of the caller's (the relay runs it in a hop).
     pub(super) async fn claim_on(
         c: &mut SqliteConnection,

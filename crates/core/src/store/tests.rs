@@ -931,6 +931,112 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
 }
 both_backends!(hop_tests, hops_share_a_commit_and_roll_back_alone);
 
+// A hop that opens by recording its message in the inbox (on SQLite in the round trip
+// of the savepoint statements): a message recorded before, or by a hop earlier in the
+// same shared transaction, is a duplicate; a hop rolled back leaves no record.
+async fn hops_receiving_record_once(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let ids: Vec<MessageId> = (0..8).map(|_| MessageId::new()).collect();
+    // Recorded and committed before: a duplicate from then on.
+    {
+        let (hop, receipt) = store.hop_receiving("agent", ids[0]).await.unwrap();
+        assert_eq!(receipt, Receipt::First);
+        hop.commit().await.unwrap();
+    }
+    // The first hop holds the lane until every other hop has queued behind it.
+    let first = store.hop().await.unwrap();
+    let mut tasks = Vec::new();
+    // (message, commit?) in queue order: ids[1] twice (the second a duplicate of the
+    // first, kept in the same transaction); ids[2] rolled back, then received again;
+    // ids[0] a duplicate of a committed record.
+    let plan = [
+        (ids[1], true),
+        (ids[1], true),
+        (ids[2], false),
+        (ids[2], true),
+        (ids[0], true),
+        (ids[3], true),
+        (ids[4], false),
+        (ids[5], true),
+    ];
+    for (i, (id, keep)) in plan.into_iter().enumerate() {
+        let store = store.clone();
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        tasks.push(tokio::spawn(async move {
+            // Tell the test once the hop's first poll has queued it (on SQLite).
+            let mut receiving = std::pin::pin!(store.hop_receiving("agent", id));
+            let mut queued = Some(queued);
+            let (mut hop, receipt) = std::future::poll_fn(|cx| {
+                let polled = receiving.as_mut().poll(cx);
+                if let Some(q) = queued.take() {
+                    let _ = q.send(());
+                }
+                polled
+            })
+            .await
+            .unwrap();
+            hop.enqueue(&Message::to("out").json(&(i as u32)).unwrap())
+                .await
+                .unwrap();
+            if keep {
+                hop.commit().await.unwrap();
+            } else {
+                hop.rollback();
+            }
+            receipt
+        }));
+        // Queued in plan order: the next task starts after this one has queued.
+        is_queued.await.unwrap();
+    }
+    first.commit().await.unwrap();
+    let mut receipts = Vec::new();
+    for t in tasks {
+        receipts.push(t.await.unwrap());
+    }
+    use Receipt::{Duplicate, First};
+    if backend == Backend::Sqlite {
+        // One shared transaction, in queue order.
+        assert_eq!(
+            receipts,
+            [
+                First, Duplicate, First, First, Duplicate, First, First, First
+            ]
+        );
+        assert!(store.hop_stats().commits < store.hop_stats().hops);
+    } else {
+        // Concurrent transactions: of two receipts of ids[1] (both committed) exactly
+        // one is first; ids[2] is first at least once (the kept hop's, if its record
+        // came after the rollback).
+        assert!(
+            matches!(
+                (receipts[0], receipts[1]),
+                (First, Duplicate) | (Duplicate, First)
+            ),
+            "{receipts:?}"
+        );
+        assert_eq!(receipts[3], First, "{receipts:?}");
+        assert_eq!(receipts[4], Duplicate);
+        assert_eq!(receipts[5], First);
+        assert_eq!(receipts[7], First);
+    }
+    // Recorded: ids 0, 1, 2 (by its kept hop), 3, 5; ids[4]'s hop was rolled back.
+    for (id, recorded) in [
+        (ids[0], true),
+        (ids[1], true),
+        (ids[2], true),
+        (ids[3], true),
+        (ids[4], false),
+        (ids[5], true),
+        (ids[6], false),
+    ] {
+        assert_eq!(store.seen("agent", id).await.unwrap(), recorded, "{id}");
+    }
+    let (hop, receipt) = store.hop_receiving("agent", ids[4]).await.unwrap();
+    assert_eq!(receipt, First, "a rolled-back record is gone");
+    drop(hop);
+}
+both_backends!(hop_receiving_tests, hops_receiving_record_once);
+
 /// A handover that takes up to `cap` rows of destination "direct" and records what it
 /// was given.
 struct FakeHandover {
