@@ -187,7 +187,9 @@ async fn save_sqlite(
     // Two statements in one round trip (one hand-off to the connection's thread):
     // SQLite has no data-modifying CTE to carry the instance's upsert into the steps'
     // (PostgreSQL saves in one statement). The binds are positional, numbered across
-    // both statements.
+    // both statements. Several statements in one query is a SQLite-only feature of
+    // sqlx (deprecated upstream, sqlx#3108, supported by the 0.9 the lockfile pins);
+    // every saga test saves through here.
     let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
         "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) VALUES (",
     );
