@@ -52,6 +52,8 @@ const OPEN_RELEASE_AND_SET: (&str, usize) = (
     "RELEASE SAVEPOINT agentsaga_hop;\nSAVEPOINT agentsaga_hop;\n",
     2,
 );
+/// Ends a hop when no caller is waiting: the release of its savepoint alone.
+const CLOSE: (&str, usize) = ("RELEASE SAVEPOINT agentsaga_hop;\n", 1);
 
 /// A caller waiting for its turn in a shared transaction.
 struct Request {
@@ -375,71 +377,59 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
                 tx = Some(t);
             }
             (End::Commit(done), true) => {
-                // A caller already waiting is opened in the same round trip.
+                // The release; a caller already waiting is opened in the same round
+                // trip.
                 let ahead = if taken < MAX_BATCH {
                     queue.try_recv().ok()
                 } else {
                     None
                 };
-                let Some(ahead) = ahead else {
-                    match t.savepoint_op(RELEASE).await {
-                        Ok(()) => {
-                            kept.push(done);
-                            tx = Some(t);
-                        }
-                        // Its statements left the transaction failed (PostgreSQL
-                        // refuses to release then): undo it alone.
-                        Err(e) => match undo(&mut t, mark).await {
-                            Ok(()) => {
-                                let _ = done.send(Err(e));
-                                tx = Some(t);
-                            }
-                            Err(e2) => {
-                                let _ = done.send(Err(e));
-                                abort(t, kept, &e2).await;
-                                return;
-                            }
-                        },
-                    }
-                    continue;
+                let (prefix, statements) = if ahead.is_some() {
+                    OPEN_RELEASE_AND_SET
+                } else {
+                    CLOSE
                 };
-                let (prefix, statements) = OPEN_RELEASE_AND_SET;
-                let inbox = ahead.inbox.as_ref().map(|(c, id)| (c.as_str(), *id));
-                match t.open_hop(prefix, statements, inbox).await {
+                let inbox = ahead
+                    .as_ref()
+                    .and_then(|a| a.inbox.as_ref())
+                    .map(|(c, id)| (c.as_str(), *id));
+                let opening = t.open_hop(prefix, statements, inbox).await;
+                next = ahead;
+                match opening {
                     Ok(receipt) => {
                         kept.push(done);
                         tx = Some(t);
-                        opened = Some(receipt);
-                        next = Some(ahead);
-                    }
-                    Err((0, e)) => {
-                        // The release failed (see above): undo this hop alone; the
-                        // caller ahead opens its hop in a round trip of its own.
-                        next = Some(ahead);
-                        match undo(&mut t, mark).await {
-                            Ok(()) => {
-                                let _ = done.send(Err(e));
-                                tx = Some(t);
-                            }
-                            Err(e2) => {
-                                let _ = done.send(Err(e));
-                                abort(t, std::mem::take(&mut kept), &e2).await;
-                            }
+                        if next.is_some() {
+                            opened = Some(receipt);
                         }
                     }
+                    // The release failed (its statements left the transaction failed:
+                    // PostgreSQL refuses to release then): undo this hop alone; the
+                    // caller ahead opens its hop in a round trip of its own.
+                    Err((0, e)) => match undo(&mut t, mark).await {
+                        Ok(()) => {
+                            let _ = done.send(Err(e));
+                            tx = Some(t);
+                        }
+                        Err(e2) => {
+                            let _ = done.send(Err(e));
+                            abort(t, std::mem::take(&mut kept), &e2).await;
+                        }
+                    },
                     Err((1, e)) => {
                         // Released, but no new savepoint: the transaction cannot be
                         // trusted. Nothing of it is written, this hop included; the
                         // caller ahead gets a fresh transaction.
                         kept.push(done);
                         abort(t, std::mem::take(&mut kept), &e).await;
-                        next = Some(ahead);
                     }
                     Err((_, e)) => {
                         // This hop is kept; the inbox record of the caller ahead
                         // failed: that hop alone fails.
                         kept.push(done);
-                        let _ = ahead.turn.send(Err(e));
+                        if let Some(ahead) = next.take() {
+                            let _ = ahead.turn.send(Err(e));
+                        }
                         let mark = t.handed_mark();
                         match undo(&mut t, mark).await {
                             Ok(()) => tx = Some(t),

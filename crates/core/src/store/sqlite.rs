@@ -488,30 +488,19 @@ impl Sqlite {
         inbox: Option<(&str, MessageId)>,
     ) -> std::result::Result<Option<bool>, (usize, Error)> {
         use sqlx::Executor;
-        let Some((consumer, id)) = inbox else {
-            if prefix.is_empty() {
-                return Ok(None);
-            }
-            // Count the statements that completed, as below.
-            let mut done = 0;
-            let mut results = c.fetch_many(sqlx::raw_sql(prefix));
-            while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
-                match step {
-                    Ok(sqlx::Either::Left(_)) => done += 1,
-                    Ok(sqlx::Either::Right(_)) => {}
-                    Err(e) => return Err((done, e.into())),
-                }
-            }
-            return Ok(None);
-        };
-        let sql = format!(
-            "{prefix}INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT DO NOTHING RETURNING 1"
-        );
-        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let query = match inbox {
+            None if prefix.is_empty() => return Ok(None),
+            None => sqlx::query(prefix),
+            Some((consumer, id)) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{prefix}INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING RETURNING 1"
+            )))
             .bind(consumer)
             .bind(id)
-            .bind(now_ms());
+            .bind(now_ms()),
+        };
+        // Count the statements that completed; the inbox record returns a row if it
+        // was written now.
         let mut done = 0;
         let mut recorded = false;
         let mut results = c.fetch_many(query);
@@ -522,7 +511,7 @@ impl Sqlite {
                 Err(e) => return Err((done.min(statements), e.into())),
             }
         }
-        Ok(Some(recorded))
+        Ok(inbox.map(|_| recorded))
     }
 
     /// The claim, on a connection of the caller's (the relay runs it in a hop).
