@@ -73,8 +73,8 @@ pub use store::POSTGRES_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::SQLITE_MIGRATOR;
 pub use store::{
-    Conn, Handover, Hop, HopStats, Integer, ReadPool, Receipt, Store, StoreConfig, Synchronous, Tx,
-    admin, queue,
+    Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
+    StoreConfig, Synchronous, Tx, admin, queue,
 };
 
 /// Re-exported so users name the same sqlx the store was built with.

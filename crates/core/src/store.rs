@@ -31,7 +31,7 @@ use tracing::Instrument;
 pub use config::{StoreConfig, Synchronous};
 pub use conn::{Conn, Integer, Tx};
 pub use handover::Handover;
-pub use hop::{Hop, HopStats};
+pub use hop::{Hop, HopStats, Prefetch, Prefetched};
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;

@@ -6,10 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentsaga_core::{Envelope, Hop, Receipt, Store, header};
+use agentsaga_core::{Envelope, Hop, Prefetched, Receipt, Store, header};
 use agentsaga_relay::Delivery;
 use agentsaga_relay::in_process::Deliver;
-use agentsaga_saga::{Engine, Handled, SagaState, StepOutcome, protocol};
+use agentsaga_saga::{Engine, Handled, SagaId, SagaState, StepOutcome, protocol};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Serialize;
 use tokio::sync::{Semaphore, broadcast, watch};
@@ -51,6 +51,7 @@ impl Hub {
         tx: &mut Hop,
         env: &Envelope,
         answer: &agentsaga_core::Message,
+        read: &Read,
     ) -> Result<Option<Handled>, String> {
         let Some(sagas) = &self.sagas else {
             return Ok(None);
@@ -61,7 +62,7 @@ impl Hub {
         let span = step_span(&answer.destination, answer.id, &answer.headers, true);
         sagas
             .engine
-            .apply_local(tx, answer)
+            .apply_local_prefetched(tx, answer, read.as_ref().map(|(id, r)| (*id, r)))
             .instrument(span)
             .await
             .map_err(|e| {
@@ -142,13 +143,35 @@ async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Out
     }
 }
 
+/// What an agent's hop read of its saga when it opened, for [`Hub::apply`] (SQLite).
+type Read = Option<(SagaId, Prefetched)>;
+
+impl Hub {
+    /// The saga to read when the hop of `env`'s outcome opens: the one its answer will
+    /// be applied to in that hop (see [`Hub::apply`]), if any.
+    fn prefetch(&self, env: &Envelope) -> Option<(SagaId, agentsaga_core::Prefetch)> {
+        let sagas = self.sagas.as_ref()?;
+        if env.attempts > 1 || !sagas.engine.consumes(env.header(header::REPLY_TO)?) {
+            return None;
+        }
+        let saga = protocol::saga_id(env).ok()?;
+        Some((saga, sagas.engine.prefetch(saga)?))
+    }
+}
+
 /// Begins the hop of a message's outcome (its turn in a shared transaction) and
-/// records the message in the inbox: `Err` with the delivery to answer if that fails
-/// or it is a duplicate.
-async fn begin_received(store: &Store, env: &Envelope) -> Result<Hop, Delivery> {
-    match store.hop_receiving(&env.destination, env.id).await {
-        Ok((tx, Receipt::First)) => Ok(tx),
-        Ok((_, Receipt::Duplicate)) => {
+/// records the message in the inbox, reading the saga its answer goes to in the same
+/// round trip (SQLite): `Err` with the delivery to answer if that fails or it is a
+/// duplicate.
+async fn begin_received(hub: &Hub, env: &Envelope) -> Result<(Hop, Read), Delivery> {
+    let (saga, prefetch) = hub.prefetch(env).unzip();
+    match hub
+        .store
+        .hop_receiving_prefetched(&env.destination, env.id, prefetch)
+        .await
+    {
+        Ok((tx, Receipt::First, read)) => Ok((tx, saga.zip(read))),
+        Ok((_, Receipt::Duplicate, _)) => {
             tracing::debug!("duplicate delivery skipped");
             Err(Delivery::Delivered)
         }
@@ -161,7 +184,7 @@ async fn begin_received(store: &Store, env: &Envelope) -> Result<Hop, Delivery> 
 async fn commit_with(
     hub: &Hub,
     env: &Envelope,
-    mut tx: Hop,
+    (mut tx, read): (Hop, Read),
     reply: agentsaga_core::Result<Option<agentsaga_core::Message>>,
 ) -> Delivery {
     let reply = match reply {
@@ -170,7 +193,7 @@ async fn commit_with(
     };
     let mut applied = None;
     if let Some(reply) = reply {
-        match hub.apply(&mut tx, env, &reply).await {
+        match hub.apply(&mut tx, env, &reply, &read).await {
             Ok(Some(handled)) => applied = Some(handled),
             Ok(None) => {
                 if let Err(e) = tx.enqueue(&reply).await {
@@ -203,8 +226,8 @@ async fn finish_timed_out(hub: &Hub, env: &Envelope) -> Delivery {
         timeout_ms = env.header(header::TIMEOUT_MS).unwrap_or_default(),
         "work cancelled past the step's timeout"
     );
-    match begin_received(&hub.store, env).await {
-        Ok(tx) => commit_with(hub, env, tx, Ok(protocol::timed_out(env))).await,
+    match begin_received(hub, env).await {
+        Ok(hop) => commit_with(hub, env, hop, Ok(protocol::timed_out(env))).await,
         Err(d) => d,
     }
 }
@@ -220,8 +243,8 @@ async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError) -> Delivery 
     if let Some(e) = out.error() {
         tracing::info!(error = %e, "step failed");
     }
-    match begin_received(&hub.store, env).await {
-        Ok(tx) => commit_with(hub, env, tx, protocol::reply(env, &out)).await,
+    match begin_received(hub, env).await {
+        Ok(hop) => commit_with(hub, env, hop, protocol::reply(env, &out)).await,
         Err(d) => d,
     }
 }
@@ -231,7 +254,7 @@ async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError) -> Delivery 
 async fn finish<R: Serialize>(
     hub: &Hub,
     env: &Envelope,
-    tx: Hop,
+    (tx, read): (Hop, Read),
     result: Option<Result<R, StepError>>,
 ) -> Delivery {
     let out = match result {
@@ -256,7 +279,7 @@ async fn finish<R: Serialize>(
             return finish_failed(hub, env, e).await;
         }
     };
-    commit_with(hub, env, tx, protocol::reply(env, &out)).await
+    commit_with(hub, env, (tx, read), protocol::reply(env, &out)).await
 }
 
 #[async_trait::async_trait]
@@ -275,8 +298,8 @@ impl<A: Agent> AgentRunner for Local<A> {
                 Ok(c) => c,
                 Err(d) => return d,
             };
-            let mut tx = match begin_received(&hub.store, env).await {
-                Ok(tx) => tx,
+            let (mut tx, read) = match begin_received(hub, env).await {
+                Ok(hop) => hop,
                 Err(d) => return d,
             };
             // The clock starts once the handler has its transaction: waiting for the
@@ -289,7 +312,7 @@ impl<A: Agent> AgentRunner for Local<A> {
                 };
                 bounded(deadline, self.0.handle(&mut ctx, command)).await
             };
-            finish(hub, env, tx, result).await
+            finish(hub, env, (tx, read), result).await
         };
         work.instrument(agent_span(env)).await
     }
@@ -340,8 +363,8 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                     Some(Err(e)) => return finish_failed(hub, env, e).await,
                     Some(Ok(output)) => output,
                 };
-            let mut tx = match begin_received(&hub.store, env).await {
-                Ok(tx) => tx,
+            let (mut tx, read) = match begin_received(hub, env).await {
+                Ok(hop) => hop,
                 Err(d) => return d,
             };
             // `record` gets a timeout of its own, from when it has its transaction.
@@ -353,7 +376,7 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                 };
                 bounded(deadline, self.0.record(&mut ctx, command, output)).await
             };
-            finish(hub, env, tx, result).await
+            finish(hub, env, (tx, read), result).await
         };
         work.instrument(agent_span(env)).await
     }

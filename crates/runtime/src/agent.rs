@@ -179,7 +179,10 @@ impl AgentContext<'_> {
 ///
 /// The handler runs inside that transaction: on SQLite it holds the single writer, on
 /// PostgreSQL a pooled connection, for as long as it runs. An agent that waits on the
-/// outside world (an LLM, an API, a person) is a [`CallingAgent`] instead.
+/// outside world (an LLM, an API, a person) is a [`CallingAgent`] instead. The saga
+/// tables (`saga_instances`, `saga_steps`) are the runtime's: on SQLite the hop read
+/// its saga before the handler runs, to apply the reply without a read of its own, so
+/// a handler that wrote them would have its write overwritten.
 ///
 /// Compensations are commands too: give the command type a variant for the undo (the
 /// context's [`is_compensation`](CallContext::is_compensation) tells them apart), and

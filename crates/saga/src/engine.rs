@@ -10,7 +10,9 @@ mod signals;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentsaga_core::{Envelope, Headers, Message, Receipt, RetryPolicy, Store, Tx};
+use agentsaga_core::{
+    Envelope, Headers, Message, Prefetch, Prefetched, Receipt, RetryPolicy, Store, Tx,
+};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -568,16 +570,20 @@ impl Engine {
         before: Option<&Instance>,
         fx: Effects,
     ) -> Result<()> {
-        persist::save(tx.conn(), inst, before, now_ms()).await?;
         if !fx.waits.is_empty() {
+            // The waits' rows refer to the instance: saved first.
+            persist::save(tx.conn(), inst, before, now_ms()).await?;
             let waits: Vec<&str> = fx.waits.iter().map(String::as_str).collect();
             signals::register(tx.conn(), inst.id, &waits).await?;
+            tx.cancel_pending(&fx.cancel).await?;
+            if !fx.send.is_empty() {
+                tx.enqueue_batch(&fx.send).await?;
+            }
+            return Ok(());
         }
         tx.cancel_pending(&fx.cancel).await?;
-        if !fx.send.is_empty() {
-            tx.enqueue_batch(&fx.send).await?;
-        }
-        Ok(())
+        // On SQLite, the save and the messages in one round trip.
+        persist::save_and_enqueue(tx, inst, before, now_ms(), &fx.send).await
     }
 
     /// Handles one message delivered to an orchestrator destination — a reply, a
@@ -616,10 +622,41 @@ impl Engine {
     /// # Errors
     /// As [`handle`](Self::handle). Some statements may have run: roll `tx` back.
     pub async fn apply_local(&self, tx: &mut Tx, answer: &Message) -> Result<Option<Handled>> {
+        self.apply_local_prefetched(tx, answer, None).await
+    }
+
+    /// The read of saga `saga` that an agent's hop may start with (see
+    /// [`Store::hop_receiving_prefetched`](agentsaga_core::Store::hop_receiving_prefetched)),
+    /// so that [`apply_local_prefetched`](Self::apply_local_prefetched) needs no load of
+    /// its own; `None` where hops read for themselves (a build without SQLite).
+    pub fn prefetch(&self, saga: SagaId) -> Option<Prefetch> {
+        persist::prefetch(saga)
+    }
+
+    /// [`apply_local`](Self::apply_local) with the saga as `read` found it when the hop
+    /// opened ([`prefetch`](Self::prefetch) of `saga`), instead of a load of its own.
+    /// The hop must not have written the saga's rows since. A read of another saga than
+    /// the answer's is not used.
+    ///
+    /// # Errors
+    /// As [`apply_local`](Self::apply_local).
+    pub async fn apply_local_prefetched(
+        &self,
+        tx: &mut Tx,
+        answer: &Message,
+        read: Option<(SagaId, &Prefetched)>,
+    ) -> Result<Option<Handled>> {
         if !answer.delay.is_zero() || answer.key.is_some() || !self.consumes(&answer.destination) {
             return Ok(None);
         }
-        match self.advance(tx, &protocol::envelope(answer)).await {
+        let env = protocol::envelope(answer);
+        let loaded = match read {
+            Some((saga, read)) if protocol::saga_id(&env).ok() == Some(saga) => {
+                persist::prefetched(saga, read)?
+            }
+            _ => None,
+        };
+        match self.advance_loaded(tx, &env, loaded).await {
             Ok(handled) => Ok(Some(handled)),
             // Raised after reading the saga, before writing anything.
             Err(Error::VersionNotRegistered { .. }) => Ok(None),
@@ -629,12 +666,27 @@ impl Engine {
 
     /// [`handle`](Self::handle) past the inbox: reads the saga, decides, writes.
     async fn advance(&self, tx: &mut Tx, env: &Envelope) -> Result<Handled> {
+        self.advance_loaded(tx, env, None).await
+    }
+
+    /// [`advance`](Self::advance) with the saga already read (`Some(None)`: it does
+    /// not exist), or `None` to load it.
+    async fn advance_loaded(
+        &self,
+        tx: &mut Tx,
+        env: &Envelope,
+        loaded: Option<Option<Instance>>,
+    ) -> Result<Handled> {
         let saga = protocol::saga_id(env)?;
         // Parsed now, and refused only once its saga is known to be here: a message of
         // a saga that no longer exists is dropped, and one of a version this process
         // lacks is left for a process that has it, whatever else is wrong with it.
         let inbound = Inbound::parse(env);
-        let Some(mut inst) = persist::load(tx.conn(), saga).await? else {
+        let loaded = match loaded {
+            Some(loaded) => loaded,
+            None => persist::load(tx.conn(), saga).await?,
+        };
+        let Some(mut inst) = loaded else {
             tracing::warn!(saga.id = %saga, message.id = %env.id, "message for an unknown saga; dropped");
             return Ok(Handled::Ignored(format!("unknown saga {saga}")));
         };

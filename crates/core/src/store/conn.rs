@@ -127,6 +127,85 @@ impl Tx {
         Ok(())
     }
 
+    /// Runs `before` (statements of the caller's, built on SQLite), then enqueues
+    /// `messages` as [`enqueue_batch`](Self::enqueue_batch) does (direct handover
+    /// included), all in one round trip: one hand-off to the connection's thread instead
+    /// of one for the caller's statements and one for each message written leased. With
+    /// a [`max_pending`](crate::StoreConfig::max_pending) limit, whose count must come
+    /// first, they are two round trips. The statements of `before` may not return rows
+    /// that matter to the caller (they are not returned).
+    ///
+    /// # Errors
+    /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) on a PostgreSQL
+    /// transaction; as [`enqueue_batch`](Self::enqueue_batch); the database's error of
+    /// a statement of `before` (roll the transaction back: some statements may have
+    /// run).
+    #[cfg(feature = "sqlite")]
+    pub async fn enqueue_batch_after(
+        &mut self,
+        before: sqlx::QueryBuilder<Sqlite>,
+        messages: &[Message],
+    ) -> Result<()> {
+        let store = self.store.clone();
+        #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
+        let Conn::Sqlite(c) = self.conn() else {
+            return Err(crate::Error::BackendMismatch {
+                store: store.backend(),
+                connection: "postgres",
+            });
+        };
+        if messages.is_empty() || store.config().max_pending.is_some() {
+            let mut before = before;
+            sqlx::Executor::execute(&mut *c, before.build()).await?;
+            return self.enqueue_batch(messages).await;
+        }
+        for m in messages {
+            store.validate(m)?;
+        }
+        let to = store.handover();
+        let leased: Vec<bool> = messages
+            .iter()
+            .map(|m| {
+                to.as_ref()
+                    .is_some_and(|to| m.delay.is_zero() && to.reserve(&m.destination))
+            })
+            .collect();
+        let (owner, lease) = to.as_ref().map_or(("", std::time::Duration::ZERO), |to| {
+            (to.owner(), to.lease())
+        });
+        let span = super::enqueue_span(&messages[0], messages.len(), leased.contains(&true));
+        let written = tracing::Instrument::instrument(
+            super::sqlite::Sqlite::enqueue_after(c, before, messages, &leased, (owner, lease)),
+            span,
+        )
+        .await;
+        let release = |i: usize| {
+            if let Some(to) = &to {
+                to.cancel(&messages[i].destination);
+            }
+        };
+        let written = match written {
+            Ok(written) => written,
+            Err(e) => {
+                (0..messages.len()).filter(|&i| leased[i]).for_each(release);
+                return Err(e);
+            }
+        };
+        for (i, row) in written.into_iter().enumerate() {
+            match (row, &to) {
+                (Some(row), Some(to)) => self.handed.push(std::sync::Arc::clone(to), row),
+                _ => {
+                    // Written pending (or its id was stored already).
+                    if leased[i] {
+                        release(i);
+                    }
+                    self.enqueued = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Enqueues in order, writing each message that `to` takes leased to it (handed
     /// over when this transaction commits), the others `pending`, in runs.
     async fn enqueue_handing(
@@ -206,24 +285,28 @@ impl Tx {
     }
 
     /// Opens a hop in this (shared) transaction: runs `prefix`, `statements` savepoint
-    /// statements each ending in `;`, then records `inbox` (if given) in the inbox, in
-    /// one round trip on SQLite. On an error, also how many statements of the prefix
-    /// completed before it.
+    /// statements each ending in `;`, then records `inbox` (if given) in the inbox, then
+    /// runs `prefetch` (if given), in one round trip on SQLite. On an error, also how
+    /// many statements of the prefix completed before it.
     pub(super) async fn open_hop(
         &mut self,
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
-    ) -> std::result::Result<Option<Receipt>, (usize, crate::Error)> {
-        let recorded = match self.conn() {
+        prefetch: Option<&super::Prefetch>,
+    ) -> std::result::Result<(Option<Receipt>, Option<super::Prefetched>), (usize, crate::Error)>
+    {
+        let (recorded, read) = match self.conn() {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => {
-                super::sqlite::Sqlite::open_hop(c, prefix, statements, inbox).await?
+                super::sqlite::Sqlite::open_hop(c, prefix, statements, inbox, prefetch).await?
             }
             #[cfg(feature = "postgres")]
             Conn::Postgres(c) => {
                 // Not used by the lanes (PostgreSQL hops have transactions of their
-                // own); correct all the same, one statement at a time.
+                // own); correct all the same, one statement at a time. A prefetch is a
+                // SQLite read: PostgreSQL hops read for themselves.
+                let _ = prefetch;
                 use sqlx::Executor;
                 let mut done = 0;
                 for sql in prefix.split(';').map(str::trim).filter(|s| !s.is_empty()) {
@@ -231,7 +314,7 @@ impl Tx {
                     done += 1;
                 }
                 debug_assert_eq!(done, statements, "the prefix's statement count");
-                match inbox {
+                let recorded = match inbox {
                     None => None,
                     Some((consumer, id)) => Some(
                         <super::postgres::Postgres as super::backend::Dialect>::receive(
@@ -240,16 +323,18 @@ impl Tx {
                         .await
                         .map_err(|e| (done, e))?,
                     ),
-                }
+                };
+                (recorded, None)
             }
         };
-        Ok(recorded.map(|first| {
+        let receipt = recorded.map(|first| {
             if first {
                 Receipt::First
             } else {
                 Receipt::Duplicate
             }
-        }))
+        });
+        Ok((receipt, read))
     }
 
     async fn execute(&mut self, sql: &'static str) -> Result<()> {

@@ -60,7 +60,64 @@ struct Request {
     store: Store,
     /// The message the hop records in the inbox first, if any.
     inbox: Option<(String, MessageId)>,
-    turn: oneshot::Sender<Result<(Hop, Option<Receipt>)>>,
+    /// The read the hop starts with, if any (SQLite).
+    prefetch: Option<Prefetch>,
+    turn: oneshot::Sender<Result<Turn>>,
+}
+
+/// A caller's turn: its hop, what its inbox record found, the rows its prefetch read.
+type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
+
+/// A read that a hop starts with, run (on SQLite) in the round trip that opens the hop
+/// (its savepoint and inbox record) instead of a round trip of its own: the hop's
+/// first statements and the read are one hand-off to the connection's thread.
+///
+/// The SQL is one statement whose parameters are numbered from
+/// [`FIRST_PARAM`](Self::FIRST_PARAM) (`?4`, `?5`, ...; the inbox record's come
+/// first), bound as text in the order of [`bind`](Self::bind). It reads the database as
+/// the hop finds it when it opens: a hop that writes the rows it prefetched must read
+/// them again. On PostgreSQL, where hops are transactions of their own, nothing is
+/// prefetched: the hop reads for itself.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // read by SQLite alone
+pub struct Prefetch {
+    pub(super) sql: String,
+    pub(super) binds: Vec<String>,
+}
+
+impl Prefetch {
+    /// The number of the read's first parameter: `?4`.
+    pub const FIRST_PARAM: usize = 4;
+
+    /// A read of `sql` (one statement, parameters from `?4`).
+    pub fn new(sql: impl Into<String>) -> Self {
+        Self {
+            sql: sql.into(),
+            binds: Vec::new(),
+        }
+    }
+
+    /// Binds the next parameter, as text.
+    #[must_use]
+    pub fn bind(mut self, value: impl Into<String>) -> Self {
+        self.binds.push(value.into());
+        self
+    }
+}
+
+/// The rows a [`Prefetch`] read when its hop opened.
+#[derive(Debug, Default)]
+pub struct Prefetched {
+    #[cfg(feature = "sqlite")]
+    pub(super) rows: Vec<sqlx::sqlite::SqliteRow>,
+}
+
+impl Prefetched {
+    /// The rows read, in the statement's order.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_rows(&self) -> &[sqlx::sqlite::SqliteRow] {
+        &self.rows
+    }
 }
 
 /// How a hop gave its transaction back.
@@ -209,7 +266,7 @@ impl Store {
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
     pub async fn hop(&self) -> Result<Hop> {
-        Ok(self.turn(None).await?.0)
+        Ok(self.turn(None, None).await?.0)
     }
 
     /// A [`hop`](Self::hop) that first records `message_id` in `consumer`'s inbox, as
@@ -225,15 +282,41 @@ impl Store {
         consumer: &str,
         message_id: MessageId,
     ) -> Result<(Hop, Receipt)> {
-        let (mut hop, receipt) = self.turn(Some((consumer.to_owned(), message_id))).await?;
+        let (hop, receipt, _) = self
+            .hop_receiving_prefetched(consumer, message_id, None)
+            .await?;
+        Ok((hop, receipt))
+    }
+
+    /// A [`hop_receiving`](Self::hop_receiving) that also runs `prefetch` when it
+    /// opens, in the same round trip on SQLite: its rows come with the hop (`None` on
+    /// PostgreSQL, or without a prefetch: the hop reads for itself). The rows are read
+    /// after the inbox record, whatever it found.
+    ///
+    /// # Errors
+    /// As [`hop_receiving`](Self::hop_receiving); a failed read fails this hop alone,
+    /// like a failed inbox record.
+    pub async fn hop_receiving_prefetched(
+        &self,
+        consumer: &str,
+        message_id: MessageId,
+        prefetch: Option<Prefetch>,
+    ) -> Result<(Hop, Receipt, Option<Prefetched>)> {
+        let (mut hop, receipt, read) = self
+            .turn(Some((consumer.to_owned(), message_id)), prefetch)
+            .await?;
         let receipt = match receipt {
             Some(r) => r,
             None => hop.receive(consumer, message_id).await?,
         };
-        Ok((hop, receipt))
+        Ok((hop, receipt, read))
     }
 
-    async fn turn(&self, inbox: Option<(String, MessageId)>) -> Result<(Hop, Option<Receipt>)> {
+    async fn turn(
+        &self,
+        inbox: Option<(String, MessageId)>,
+        prefetch: Option<Prefetch>,
+    ) -> Result<Turn> {
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let super::backend::Backend::Postgres(_) = self.backend_ref() {
@@ -242,12 +325,13 @@ impl Store {
                 back: None,
                 counts: Arc::clone(&self.lanes.counts),
             };
-            return Ok((hop, None));
+            return Ok((hop, None, None));
         }
         let (turn, mine) = oneshot::channel();
         let request = Request {
             store: self.clone(),
             inbox,
+            prefetch,
             turn,
         };
         if self.lanes.sender().send(request).is_err() {
@@ -294,7 +378,7 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
     let mut taken = 0usize;
     // The next hop was opened (savepoint set, inbox recorded) by the round trip that
     // released the hop before it: what its inbox record found.
-    let mut opened: Option<Option<Receipt>> = None;
+    let mut opened: Option<(Option<Receipt>, Option<Prefetched>)> = None;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
             queue.try_recv().ok()
@@ -322,13 +406,16 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             },
         };
         let savepoint = !kept.is_empty();
-        let receipt = match opened.take() {
-            Some(receipt) => receipt,
+        let (receipt, read) = match opened.take() {
+            Some(opened) => opened,
             None => {
                 let (prefix, statements) = if savepoint { OPEN_SET } else { OPEN_FIRST };
                 let inbox = request.inbox.as_ref().map(|(c, id)| (c.as_str(), *id));
-                match t.open_hop(prefix, statements, inbox).await {
-                    Ok(receipt) => receipt,
+                match t
+                    .open_hop(prefix, statements, inbox, request.prefetch.as_ref())
+                    .await
+                {
+                    Ok(opened) => opened,
                     Err((done, e)) if done < statements => {
                         // The savepoint failed: the transaction is failed (on
                         // PostgreSQL, a statement of the first hop, which has no
@@ -364,7 +451,7 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             counts: Arc::clone(counts),
         };
         // A caller that went away drops the hop it is sent, which gives it back.
-        let _ = request.turn.send(Ok((hop, receipt)));
+        let _ = request.turn.send(Ok((hop, receipt, read)));
         let Ok(Back { tx: mut t, end }) = returned.await else {
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
@@ -393,7 +480,8 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
                     .as_ref()
                     .and_then(|a| a.inbox.as_ref())
                     .map(|(c, id)| (c.as_str(), *id));
-                let opening = t.open_hop(prefix, statements, inbox).await;
+                let prefetch = ahead.as_ref().and_then(|a| a.prefetch.as_ref());
+                let opening = t.open_hop(prefix, statements, inbox, prefetch).await;
                 next = ahead;
                 match opening {
                     Ok(receipt) => {

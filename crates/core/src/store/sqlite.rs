@@ -5,6 +5,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -13,7 +14,7 @@ use sqlx::{Row, SqliteConnection};
 use super::admin::{DeadRow, Stats, Table};
 use super::backend::{Dialect, check_schema, dead_row, envelope};
 use super::queue::{Claim, DeadLetter, Retry};
-use super::{StoreConfig, Synchronous};
+use super::{Prefetch, Prefetched, StoreConfig, Synchronous};
 use crate::clock::{millis, now_ms};
 use crate::{Envelope, Error, Message, MessageId, Result};
 
@@ -486,32 +487,149 @@ impl Sqlite {
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
-    ) -> std::result::Result<Option<bool>, (usize, Error)> {
+        prefetch: Option<&Prefetch>,
+    ) -> std::result::Result<(Option<bool>, Option<Prefetched>), (usize, Error)> {
         use sqlx::Executor;
-        let query = match inbox {
-            None if prefix.is_empty() => return Ok(None),
-            None => sqlx::query(prefix),
-            Some((consumer, id)) => sqlx::query(sqlx::AssertSqlSafe(format!(
-                "{prefix}INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING RETURNING 1"
-            )))
-            .bind(consumer)
-            .bind(id)
-            .bind(now_ms()),
+        const INBOX: &str =
+            "INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING RETURNING 1";
+        let query = match (inbox, prefetch) {
+            (None, None) if prefix.is_empty() => return Ok((None, None)),
+            (None, None) => sqlx::query(prefix),
+            (Some((consumer, id)), None) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!("{prefix}{INBOX}")))
+                    .bind(consumer)
+                    .bind(id)
+                    .bind(now_ms())
+            }
+            (inbox, Some(read)) => {
+                // The read's parameters are numbered from `Prefetch::FIRST_PARAM`: the
+                // inbox record's three come first (NULL when there is none).
+                let sql = match inbox {
+                    Some(_) => format!("{prefix}{INBOX};\n{}", read.sql),
+                    None => format!("{prefix}{}", read.sql),
+                };
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                q = match inbox {
+                    Some((consumer, id)) => q.bind(consumer.to_owned()).bind(id).bind(now_ms()),
+                    None => q
+                        .bind(None::<String>)
+                        .bind(None::<String>)
+                        .bind(None::<i64>),
+                };
+                for value in &read.binds {
+                    q = q.bind(value.clone());
+                }
+                q
+            }
         };
         // Count the statements that completed; the inbox record returns a row if it
-        // was written now.
+        // was written now; the rows after it are the read's.
+        let reads_from = statements + usize::from(inbox.is_some());
         let mut done = 0;
         let mut recorded = false;
+        let mut rows = Vec::new();
         let mut results = c.fetch_many(query);
         while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
             match step {
                 Ok(sqlx::Either::Left(_)) => done += 1,
+                Ok(sqlx::Either::Right(row)) if done >= reads_from => rows.push(row),
                 Ok(sqlx::Either::Right(_)) => recorded = true,
                 Err(e) => return Err((done.min(statements), e.into())),
             }
         }
-        Ok(inbox.map(|_| recorded))
+        Ok((
+            inbox.map(|_| recorded),
+            prefetch.map(|_| Prefetched { rows }),
+        ))
+    }
+
+    /// Runs the statements of `q` (the caller's, each ending with its last bind), then
+    /// writes `messages` in order, in one round trip: each message `leased[i]` says to
+    /// hand over is first written leased to `owner` for `lease` (if its key has no live
+    /// row), and every message is written `pending` unless it was (so a message that
+    /// cannot be handed over is still written, in its place in the order). Returns, for
+    /// each message, its row if it was written leased. Validated already.
+    pub(super) async fn enqueue_after(
+        c: &mut SqliteConnection,
+        mut q: sqlx::QueryBuilder<sqlx::Sqlite>,
+        messages: &[Message],
+        leased: &[bool],
+        (owner, lease): (&str, Duration),
+    ) -> Result<Vec<Option<Envelope>>> {
+        use sqlx::Executor;
+        let now = now_ms();
+        let until = now.saturating_add(millis(lease));
+        // For each statement of ours, in order: the message it writes leased, if any.
+        let mut ours: Vec<Option<usize>> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let headers = m.headers_json()?;
+            if leased[i] {
+                q.push(
+                    ";\nINSERT INTO outbox (id, destination, key, payload, headers, available_at,
+                         created_at, state, attempts, lease_owner, lease_until)
+                     SELECT ",
+                );
+                q.separated(", ")
+                    .push_bind(m.id)
+                    .push_bind(m.destination.clone())
+                    .push_bind(m.key.clone())
+                    .push_bind(m.payload.clone())
+                    .push_bind(headers.clone())
+                    .push_bind(now)
+                    .push_bind(now);
+                q.push(", 'in_flight', 1, ");
+                q.push_bind(owner.to_owned());
+                q.push(", ");
+                q.push_bind(until);
+                q.push(" WHERE ");
+                q.push_bind(m.key.clone());
+                q.push(
+                    " IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
+                         WHERE key = ",
+                );
+                q.push_bind(m.key.clone());
+                q.push(
+                    " AND state IN ('pending', 'in_flight'))
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
+                );
+                ours.push(Some(i));
+            }
+            q.push(
+                ";\nINSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
+                 VALUES (",
+            );
+            q.separated(", ")
+                .push_bind(m.id)
+                .push_bind(m.destination.clone())
+                .push_bind(m.key.clone())
+                .push_bind(m.payload.clone())
+                .push_bind(headers)
+                .push_bind(now.saturating_add(m.delay_ms()))
+                .push_bind(now);
+            q.push(") ON CONFLICT (id) DO NOTHING");
+            ours.push(None);
+        }
+        let mut statements = 0usize;
+        let mut rows: Vec<(usize, SqliteRow)> = Vec::new();
+        let mut results = c.fetch_many(q.build());
+        while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
+            match step? {
+                sqlx::Either::Left(_) => statements += 1,
+                sqlx::Either::Right(row) => rows.push((statements, row)),
+            }
+        }
+        drop(results);
+        // The caller's statements come first: ours are the last `ours.len()`.
+        let first_ours = statements.saturating_sub(ours.len());
+        let mut written = vec![None; messages.len()];
+        for (statement, row) in rows {
+            if let Some(Some(i)) = statement.checked_sub(first_ours).and_then(|k| ours.get(k)) {
+                written[*i] = Some(envelope(&row)?);
+            }
+        }
+        Ok(written)
     }
 
     /// The claim, on a connection of the caller's (the relay runs it in a hop).

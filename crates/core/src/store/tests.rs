@@ -1037,6 +1037,124 @@ async fn hops_receiving_record_once(backend: Backend) {
 }
 both_backends!(hop_receiving_tests, hops_receiving_record_once);
 
+// A hop that opens with a read (a prefetch; on SQLite in the round trip of its
+// savepoint and inbox record) gets the rows as the shared transaction stands when it
+// opens: with the writes of the hops kept before it, without those of a hop rolled
+// back, also when its message is a duplicate. A read that fails fails its hop alone.
+// On PostgreSQL nothing is prefetched: the hop reads for itself.
+async fn hops_open_with_their_prefetch(backend: Backend) {
+    use crate::Prefetch;
+    let (store, _) = open(backend).await;
+    let count = || {
+        Prefetch::new(format!(
+            "SELECT count(*) AS n FROM outbox WHERE destination = ?{}",
+            Prefetch::FIRST_PARAM
+        ))
+        .bind("out")
+    };
+    let ids: Vec<MessageId> = (0..5).map(|_| MessageId::new()).collect();
+    {
+        let mut tx = store.begin().await.unwrap();
+        tx.enqueue(&Message::to("out").json(&0).unwrap())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    // The first hop holds the lane until every other hop has queued behind it.
+    let first = store.hop().await.unwrap();
+    // (message, read, keep?) in queue order: ids[0] kept; ids[1] rolled back; ids[2]
+    // kept; ids[0] again (a duplicate, dropped); ids[3] with a read that fails; ids[4].
+    let plan = [
+        (ids[0], count(), true),
+        (ids[1], count(), false),
+        (ids[2], count(), true),
+        (ids[0], count(), true),
+        (
+            ids[3],
+            Prefetch::new("SELECT missing FROM no_such_table"),
+            true,
+        ),
+        (ids[4], count(), true),
+    ];
+    let mut tasks = Vec::new();
+    for (id, read, keep) in plan {
+        let store = store.clone();
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        tasks.push(tokio::spawn(async move {
+            let mut receiving =
+                std::pin::pin!(store.hop_receiving_prefetched("agent", id, Some(read)));
+            let mut queued = Some(queued);
+            let opened = std::future::poll_fn(|cx| {
+                let polled = receiving.as_mut().poll(cx);
+                if let Some(q) = queued.take() {
+                    let _ = q.send(());
+                }
+                polled
+            })
+            .await;
+            let (mut hop, receipt, read) = match opened {
+                Ok(opened) => opened,
+                Err(e) => return Err(e.to_string()),
+            };
+            let n = read.map(|r| {
+                use sqlx::Row;
+                r.sqlite_rows()
+                    .iter()
+                    .map(|row| row.get::<i64, _>("n"))
+                    .collect::<Vec<_>>()
+            });
+            if receipt == Receipt::First {
+                hop.enqueue(&Message::to("out").json(&1).unwrap())
+                    .await
+                    .unwrap();
+                if keep {
+                    hop.commit().await.unwrap();
+                } else {
+                    hop.rollback();
+                }
+            }
+            Ok((receipt, n))
+        }));
+        is_queued.await.unwrap();
+    }
+    first.commit().await.unwrap();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    use Receipt::{Duplicate, First};
+    if backend == Backend::Sqlite {
+        let read = |n: i64| Some(vec![n]);
+        assert_eq!(results[0], Ok((First, read(1))));
+        assert_eq!(results[1], Ok((First, read(2))));
+        assert_eq!(
+            results[2],
+            Ok((First, read(2))),
+            "a rolled-back write is not read"
+        );
+        assert_eq!(results[3], Ok((Duplicate, read(3))));
+        let failed = results[4].as_ref().unwrap_err();
+        assert!(failed.contains("no_such_table"), "{failed}");
+        assert_eq!(results[5], Ok((First, read(3))));
+        assert!(
+            !store.seen("agent", ids[3]).await.unwrap(),
+            "the failed hop is undone"
+        );
+    } else {
+        // Nothing read: a PostgreSQL hop reads for itself (the failing read is never
+        // run either).
+        for (i, r) in results.iter().enumerate() {
+            let (_, n) = r.as_ref().unwrap();
+            assert_eq!(*n, None, "hop {i}");
+        }
+    }
+    // ids[0], ids[2] and ids[4] committed their messages (and ids[3] on PostgreSQL,
+    // where its read is not run); ids[1]'s was rolled back.
+    let expected = if backend == Backend::Sqlite { 4 } else { 5 };
+    assert_eq!(store.admin().stats().await.unwrap().pending, expected);
+}
+both_backends!(hop_prefetch_tests, hops_open_with_their_prefetch);
+
 /// A handover that takes up to `cap` rows of destination "direct" and records what it
 /// was given.
 struct FakeHandover {
@@ -1069,6 +1187,100 @@ impl crate::Handover for FakeHandover {
         self.taken.lock().unwrap().extend(rows);
     }
 }
+
+// A caller's statements and the messages after them, in one round trip on SQLite
+// (`Tx::enqueue_batch_after`): the statements run, and the messages are written as
+// `enqueue_batch` writes them, direct handover included (a keyed row whose key is live,
+// a delayed row, a row past the slots: pending, in order). A failing statement fails
+// the call and gives the slots back. A PostgreSQL transaction is refused.
+async fn statements_then_messages(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let fake = Arc::new(FakeHandover {
+        cap: 3,
+        used: Mutex::new(0),
+        taken: Mutex::new(Vec::new()),
+        lease: Duration::from_secs(30),
+    });
+    store.set_handover(Arc::clone(&fake) as _);
+    let used = || *fake.used.lock().unwrap();
+    let marker = MessageId::new();
+    let before = || {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('before', ",
+        );
+        q.push_bind(marker).push(", 0)");
+        q
+    };
+    let mut tx = store.begin().await.unwrap();
+    if backend == Backend::Postgres {
+        let refused = tx
+            .enqueue_batch_after(before(), &[Message::to("direct").json(&0).unwrap()])
+            .await;
+        assert!(
+            matches!(refused, Err(Error::BackendMismatch { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(used(), 0);
+        return;
+    }
+    let first = Message::to("direct").key("k").json(&1).unwrap();
+    let second = Message::to("direct").key("k").json(&2).unwrap();
+    let delayed = Message::to("direct")
+        .json(&3)
+        .unwrap()
+        .delay(Duration::from_secs(60));
+    let other = Message::to("elsewhere").json(&4).unwrap();
+    let more: Vec<Message> = (5..8)
+        .map(|i| Message::to("direct").json(&i).unwrap())
+        .collect();
+    let mut all = vec![
+        first.clone(),
+        second.clone(),
+        delayed.clone(),
+        other.clone(),
+    ];
+    all.extend(more.iter().cloned());
+    tx.enqueue_batch_after(before(), &all).await.unwrap();
+    assert!(
+        fake.taken.lock().unwrap().is_empty(),
+        "handed over on commit"
+    );
+    tx.commit().await.unwrap();
+    assert!(
+        store.seen("before", marker).await.unwrap(),
+        "the statements ran"
+    );
+    let taken: Vec<MessageId> = fake.taken.lock().unwrap().iter().map(|e| e.id).collect();
+    // The slots are reserved before the round trip: the second of key k took one
+    // (given back once its key was found live), so more[1] found none.
+    assert_eq!(taken, vec![first.id, more[0].id]);
+    assert_eq!(used(), 2);
+    let claimed: Vec<MessageId> =
+        claim_n(&store, "other-relay", &dests(&["direct", "elsewhere"]), 10)
+            .await
+            .iter()
+            .map(|e| e.id)
+            .collect();
+    assert_eq!(
+        claimed,
+        vec![other.id, more[1].id, more[2].id],
+        "the second of key k waits"
+    );
+    let stats = store.admin().stats().await.unwrap();
+    assert_eq!((stats.pending, stats.in_flight), (2, 5));
+
+    // A statement that fails: an error, the slots given back, nothing written.
+    *fake.used.lock().unwrap() = 0;
+    let mut tx = store.begin().await.unwrap();
+    let failing = sqlx::QueryBuilder::<sqlx::Sqlite>::new("INSERT INTO no_such_table VALUES (1)");
+    let late = Message::to("direct").json(&9).unwrap();
+    let failed = tx.enqueue_batch_after(failing, &[late]).await;
+    assert!(failed.is_err());
+    assert_eq!(used(), 0);
+    drop(tx);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 2);
+}
+both_backends!(enqueue_after_tests, statements_then_messages);
 
 // Direct handover: rows for a destination with a free slot are written leased and
 // handed over on commit (never claimable meanwhile); past the slots, for a keyed row

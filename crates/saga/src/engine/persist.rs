@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Conn, Integer, MessageId};
+use agentsaga_core::{Conn, Integer, Message, MessageId, Prefetch, Prefetched, Tx};
 use serde_json::Value;
 
 use super::model::{Instance, StepRow};
@@ -128,6 +128,14 @@ pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>>
     agentsaga_core::match_conn!(conn, sqlite(c) => load_sqlite(c, id).await, postgres(c) => load_postgres(c, id).await)
 }
 
+/// The steps of `inst` that changed since `before` (all if `None`).
+fn changed_steps<'a>(inst: &'a Instance, before: Option<&Instance>) -> Vec<&'a StepRow> {
+    inst.steps
+        .values()
+        .filter(|s| before.and_then(|b| b.steps.get(&s.idx)) != Some(*s))
+        .collect()
+}
+
 /// Saves the instance and the steps that changed since `before` (all if `None`).
 pub(crate) async fn save(
     conn: Conn<'_>,
@@ -138,37 +146,95 @@ pub(crate) async fn save(
     if before == Some(inst) {
         return Ok(());
     }
-    let changed: Vec<&StepRow> = inst
-        .steps
-        .values()
-        .filter(|s| before.and_then(|b| b.steps.get(&s.idx)) != Some(*s))
-        .collect();
+    let changed = changed_steps(inst, before);
     agentsaga_core::match_conn!(conn, sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await, postgres(c) => save_postgres(c, inst, &changed, now_ms).await)
+}
+
+/// The load of saga `id` as a read that opens a hop (see [`Prefetch`]); `None` in a
+/// build without SQLite (PostgreSQL hops read for themselves).
+pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
+    #[cfg(feature = "sqlite")]
+    {
+        Some(Prefetch::new(load_sqlite_sql(Prefetch::FIRST_PARAM)).bind(id.to_string()))
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        let _ = id;
+        None
+    }
+}
+
+/// The saga `id` from what [`prefetch`] read (`Some(None)`: no such saga); `None`
+/// when there is nothing to read it from: load it.
+pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<Instance>>> {
+    #[cfg(feature = "sqlite")]
+    {
+        from_sqlite_rows(id, read.sqlite_rows()).map(Some)
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        let _ = (id, read);
+        Ok(None)
+    }
+}
+
+/// Saves the instance and its changed steps (as [`save`]), then enqueues `messages` in
+/// `tx`: on SQLite in one round trip ([`Tx::enqueue_batch_after`]).
+pub(crate) async fn save_and_enqueue(
+    tx: &mut Tx,
+    inst: &Instance,
+    before: Option<&Instance>,
+    now_ms: i64,
+    messages: &[Message],
+) -> Result<()> {
+    #[cfg(feature = "sqlite")]
+    if before != Some(inst)
+        && let Conn::Sqlite(_) = tx.conn()
+    {
+        let changed = changed_steps(inst, before);
+        let query = save_sqlite_query(inst, &changed, now_ms);
+        tx.enqueue_batch_after(query, messages).await?;
+        return Ok(());
+    }
+    save(tx.conn(), inst, before, now_ms).await?;
+    if !messages.is_empty() {
+        tx.enqueue_batch(messages).await?;
+    }
+    Ok(())
 }
 
 agentsaga_core::if_sqlite! {
 use agentsaga_core::sqlx::SqliteConnection;
 
-async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
-    // One statement: the instance joined with its steps (one row per step, or one row
-    // with a NULL step). Safe on SQLite, where the caller's transaction began with
-    // `BEGIN IMMEDIATE`: no other writer can change the saga while it reads.
-    let sql = format!(
+/// The load of a saga on SQLite, its id the parameter `?{param}`: one statement, the
+/// instance joined with its steps (one row per step, or one row with a NULL step). Safe
+/// on SQLite, where the caller's transaction began with `BEGIN IMMEDIATE`: no other
+/// writer can change the saga while it reads.
+fn load_sqlite_sql(param: usize) -> String {
+    format!(
         "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
             i.error AS saga_error, i.stage AS saga_stage, s.*
          FROM saga_instances i
          LEFT JOIN (SELECT saga_id, {STEP_SELECT} FROM saga_steps) s ON s.saga_id = i.id
-         WHERE i.id = ?1 ORDER BY s.idx"
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+         WHERE i.id = ?{param} ORDER BY s.idx"
+    )
+}
+
+async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(load_sqlite_sql(1)))
         .bind(id.to_string())
         .fetch_all(&mut *c)
         .await?;
+    from_sqlite_rows(id, &rows)
+}
+
+/// The saga `id` from the rows of its load (none: no such saga).
+fn from_sqlite_rows(id: SagaId, rows: &[agentsaga_core::sqlx::sqlite::SqliteRow]) -> Result<Option<Instance>> {
     let Some(first) = rows.first() else {
         return Ok(None);
     };
     let mut inst = instance_row(id, first)?;
-    for r in &rows {
+    for r in rows {
         if r.try_get::<Option<i64>, _>("idx")?.is_none() {
             continue; // no steps yet
         }
@@ -184,6 +250,16 @@ async fn save_sqlite(
     changed: &[&StepRow],
     now: i64,
 ) -> Result<()> {
+    save_sqlite_query(inst, changed, now).build().execute(&mut *c).await?;
+    Ok(())
+}
+
+/// The statements that save `inst` and its `changed` steps on SQLite, as one query.
+fn save_sqlite_query(
+    inst: &Instance,
+    changed: &[&StepRow],
+    now: i64,
+) -> sqlx::QueryBuilder<sqlx::Sqlite> {
     // Two statements in one round trip (one hand-off to the connection's thread):
     // SQLite has no data-modifying CTE to carry the instance's upsert into the steps'
     // (PostgreSQL saves in one statement). The binds are positional, numbered across
@@ -211,8 +287,7 @@ async fn save_sqlite(
     q.push(")");
     q.push(INSTANCE_UPSERT);
     if changed.is_empty() {
-        q.build().execute(&mut *c).await?;
-        return Ok(());
+        return q;
     }
     q.push(";\n");
     q.push(STEP_INSERT);
@@ -241,8 +316,7 @@ async fn save_sqlite(
             .push_bind(s.compensated_at);
     });
     q.push(STEP_UPSERT);
-    q.build().execute(&mut *c).await?;
-    Ok(())
+    q
 }
 }
 
