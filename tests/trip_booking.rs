@@ -67,6 +67,16 @@ async fn survives_kill_9_while_starts_wait(backend: Backend) {
 }
 both_backends!(kill_9_admission_tests, survives_kill_9_while_starts_wait);
 
+/// The starts waiting for room in `saga_starts`, of every saga name.
+async fn waiting_starts(store: &Store) -> u64 {
+    agentsaga::saga::Engine::waiting_starts(store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum()
+}
+
 async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let url = fresh_url(backend).await;
     let mut rng = fastrand::Rng::with_seed(42);
@@ -78,20 +88,30 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         let mut args = vec!["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"];
         args.extend_from_slice(extra);
         let mut child = support::spawn("trip_booking", &url, &args);
-        std::thread::sleep(Duration::from_millis(rng.u64(400..1500)));
+        if round == 0 && !extra.is_empty() {
+            // Kill it while starts wait (however fast the runtime drains them): once
+            // some are seen waiting, at a random moment soon after.
+            let seen = std::time::Instant::now();
+            while waiting_starts(&store).await == 0
+                && seen.elapsed() < Duration::from_secs(20)
+                && child.try_wait().unwrap().is_none()
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(rng.u64(0..150)));
+        } else {
+            // The first run (300 sagas) takes about 1.4 s in a debug build here: killed
+            // mid-way.
+            let ms = if round == 0 { 300..1000 } else { 400..1500 };
+            std::thread::sleep(Duration::from_millis(rng.u64(ms)));
+        }
         // Child::kill is SIGKILL on Unix: no destructor, no graceful anything.
         match child.try_wait().unwrap() {
             None => {
                 child.kill().unwrap();
                 interrupted += 1;
                 child.wait().unwrap();
-                let waiting: u64 = agentsaga::saga::Engine::waiting_starts(&store)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|(_, n)| n)
-                    .sum();
-                killed_while_waiting = killed_while_waiting.max(waiting);
+                killed_while_waiting = killed_while_waiting.max(waiting_starts(&store).await);
             }
             Some(status) => {
                 let out = child.wait_with_output().unwrap();

@@ -60,6 +60,9 @@ impl Hub {
             return Ok(None);
         }
         let span = step_span(&answer.destination, answer.id, &answer.headers, true);
+        // Applying is the hop's last work: its save and next messages may be written in
+        // the round trip that ends the hop (SQLite).
+        tx.defer_next_write();
         sagas
             .engine
             .apply_local_prefetched(tx, answer, read.as_ref().map(|(id, r)| (*id, r)))
@@ -492,6 +495,9 @@ impl Orchestrator {
             Ok(tx) => tx,
             Err(e) => return infra(e),
         };
+        // The engine's save and messages end the hop: they may be written in the round
+        // trip that ends it (SQLite).
+        tx.defer_next_write();
         match self.engine.handle(&mut tx, env).await {
             Ok(handled) => {
                 if let Err(e) = tx.commit().await {

@@ -65,6 +65,14 @@ pub struct Tx {
     store: Store,
     enqueued: bool,
     handed: super::handover::Handed,
+    /// A hop of SQLite's lane, which may defer its last write to the round trip that
+    /// ends it.
+    in_lane: bool,
+    /// The next [`enqueue_batch_after`](Self::enqueue_batch_after) may be deferred.
+    defer: bool,
+    /// A deferred last write, run by the lane in the round trip that ends the hop.
+    #[cfg(feature = "sqlite")]
+    tail: Option<super::sqlite::Tail>,
 }
 
 impl Tx {
@@ -84,11 +92,37 @@ impl Tx {
             store: store.clone(),
             enqueued: false,
             handed: super::handover::Handed::default(),
+            in_lane: false,
+            defer: false,
+            #[cfg(feature = "sqlite")]
+            tail: None,
         })
+    }
+
+    /// Marks this transaction as the lane's (SQLite's shared transaction): its hops may
+    /// defer their last write.
+    pub(super) fn join_lane(&mut self) {
+        self.in_lane = true;
+    }
+
+    /// Lets the next [`enqueue_batch_after`](Self::enqueue_batch_after) of this hop be
+    /// run in the round trip that ends the hop (on SQLite, in the lane's shared
+    /// transaction, with the release of its savepoint and the opening of the next hop),
+    /// instead of a round trip of its own. Its errors then come from
+    /// [`Hop::commit`](super::Hop::commit), and the hop is undone. Call it only when
+    /// that write is the hop's last statement. Elsewhere (PostgreSQL, a transaction
+    /// from [`Store::begin`]) it changes nothing.
+    pub fn defer_next_write(&mut self) {
+        self.defer = self.in_lane;
     }
 
     /// The connection, for the caller's own statements in this transaction.
     pub fn conn(&mut self) -> Conn<'_> {
+        #[cfg(feature = "sqlite")]
+        debug_assert!(
+            self.tail.is_none(),
+            "a statement after a hop's deferred last write"
+        );
         match &mut self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
@@ -127,13 +161,15 @@ impl Tx {
         Ok(())
     }
 
-    /// Runs `before` (statements of the caller's, built on SQLite), then enqueues
-    /// `messages` as [`enqueue_batch`](Self::enqueue_batch) does (direct handover
-    /// included), all in one round trip: one hand-off to the connection's thread instead
-    /// of one for the caller's statements and one for each message written leased. With
-    /// a [`max_pending`](crate::StoreConfig::max_pending) limit, whose count must come
-    /// first, they are two round trips. The statements of `before` may not return rows
-    /// that matter to the caller (they are not returned).
+    /// Runs `before` (`before_statements` statements of the caller's, built on SQLite),
+    /// then enqueues `messages` as [`enqueue_batch`](Self::enqueue_batch) does (direct
+    /// handover included), all in one round trip: one hand-off to the connection's
+    /// thread instead of one for the caller's statements and one for each message
+    /// written leased. After [`defer_next_write`](Self::defer_next_write), in a hop of
+    /// SQLite's lane, that round trip is the one that ends the hop. With a
+    /// [`max_pending`](crate::StoreConfig::max_pending) limit, whose count must come
+    /// first, they are two round trips. Rows the statements of `before` return are
+    /// dropped.
     ///
     /// # Errors
     /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) on a PostgreSQL
@@ -141,22 +177,29 @@ impl Tx {
     /// a statement of `before` (roll the transaction back: some statements may have
     /// run).
     #[cfg(feature = "sqlite")]
+    #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
     pub async fn enqueue_batch_after(
         &mut self,
         before: sqlx::QueryBuilder<Sqlite>,
+        before_statements: usize,
         messages: &[Message],
     ) -> Result<()> {
         let store = self.store.clone();
-        #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
-        let Conn::Sqlite(c) = self.conn() else {
+        let defer = std::mem::take(&mut self.defer);
+        #[allow(unreachable_patterns)] // a SQLite-only build has no other transaction
+        if !matches!(self.inner, Inner::Sqlite(_)) {
             return Err(crate::Error::BackendMismatch {
                 store: store.backend(),
                 connection: "postgres",
             });
-        };
-        if messages.is_empty() || store.config().max_pending.is_some() {
-            let mut before = before;
-            sqlx::Executor::execute(&mut *c, before.build()).await?;
+        }
+        // An earlier deferred write goes first.
+        self.flush_tail().await?;
+        if store.config().max_pending.is_some() {
+            if let Conn::Sqlite(c) = self.conn() {
+                let mut before = before;
+                sqlx::Executor::execute(&mut *c, before.build()).await?;
+            }
             return self.enqueue_batch(messages).await;
         }
         for m in messages {
@@ -170,38 +213,75 @@ impl Tx {
                     .is_some_and(|to| m.delay.is_zero() && to.reserve(&m.destination))
             })
             .collect();
-        let (owner, lease) = to.as_ref().map_or(("", std::time::Duration::ZERO), |to| {
-            (to.owner(), to.lease())
-        });
-        let span = super::enqueue_span(&messages[0], messages.len(), leased.contains(&true));
-        let written = tracing::Instrument::instrument(
-            super::sqlite::Sqlite::enqueue_after(c, before, messages, &leased, (owner, lease)),
-            span,
-        )
-        .await;
-        let release = |i: usize| {
-            if let Some(to) = &to {
-                to.cancel(&messages[i].destination);
-            }
+        // The messages' headers carry the enqueue span's context: built in it.
+        let span = match messages.first() {
+            Some(first) => super::enqueue_span(first, messages.len(), leased.contains(&true)),
+            None => tracing::Span::none(),
         };
-        let written = match written {
-            Ok(written) => written,
+        let give_back = to.clone();
+        let tail = span.in_scope(|| {
+            super::sqlite::Tail::new(before, before_statements, messages, &leased, to)
+        });
+        let mut tail = match tail {
+            Ok(tail) => tail,
             Err(e) => {
-                (0..messages.len()).filter(|&i| leased[i]).for_each(release);
+                // No tail holds the slots yet: give them back here.
+                if let Some(to) = give_back {
+                    for (m, _) in messages.iter().zip(&leased).filter(|(_, l)| **l) {
+                        to.cancel(&m.destination);
+                    }
+                }
                 return Err(e);
             }
         };
-        for (i, row) in written.into_iter().enumerate() {
-            match (row, &to) {
-                (Some(row), Some(to)) => self.handed.push(std::sync::Arc::clone(to), row),
-                _ => {
-                    // Written pending (or its id was stored already).
-                    if leased[i] {
-                        release(i);
-                    }
-                    self.enqueued = true;
-                }
+        if defer {
+            self.tail = Some(tail);
+            return Ok(());
+        }
+        let Conn::Sqlite(c) = self.conn() else {
+            return Ok(()); // checked above
+        };
+        let run = super::sqlite::Sqlite::open_hop(c, Some(&mut tail), "", 0, None, None);
+        let opened = tracing::Instrument::instrument(run, span).await;
+        let opened = opened.map_err(|failed| failed.error)?;
+        self.settle(tail, opened.tail_rows)
+    }
+
+    /// Takes what a tail wrote: its leased rows to hand over on commit, a wake-up for
+    /// its pending ones.
+    #[cfg(feature = "sqlite")]
+    fn settle(
+        &mut self,
+        tail: super::sqlite::Tail,
+        rows: Vec<(usize, sqlx::sqlite::SqliteRow)>,
+    ) -> Result<()> {
+        let settled = tail.settle(rows)?;
+        if let Some(to) = settled.to {
+            for row in settled.handed {
+                self.handed.push(std::sync::Arc::clone(&to), row);
             }
+        }
+        self.enqueued |= settled.pending;
+        Ok(())
+    }
+
+    /// Drops a deferred last write (its hop is undone): its handover slots are given
+    /// back.
+    pub(super) fn drop_tail(&mut self) {
+        #[cfg(feature = "sqlite")]
+        {
+            self.tail = None;
+        }
+    }
+
+    /// Runs a deferred last write now, in a round trip of its own.
+    ///
+    /// # Errors
+    /// The database's; the hop that deferred it must then be undone.
+    pub(super) async fn flush_tail(&mut self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if self.tail.is_some() {
+            self.open_hop("", 0, None, None).await.map_err(|(_, e)| e)?;
         }
         Ok(())
     }
@@ -296,10 +376,40 @@ impl Tx {
         prefetch: Option<&super::Prefetch>,
     ) -> std::result::Result<(Option<Receipt>, Option<super::Prefetched>), (usize, crate::Error)>
     {
+        #[cfg(feature = "sqlite")]
+        let mut tail = self.tail.take();
         let (recorded, read) = match self.conn() {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => {
-                super::sqlite::Sqlite::open_hop(c, prefix, statements, inbox, prefetch).await?
+                let opened = super::sqlite::Sqlite::open_hop(
+                    c,
+                    tail.as_mut(),
+                    prefix,
+                    statements,
+                    inbox,
+                    prefetch,
+                )
+                .await;
+                let opened = match opened {
+                    Ok(opened) => opened,
+                    Err(failed) => {
+                        // The prefix ran whole: the failure is the next hop's (its
+                        // inbox record or read), and the ended hop, its tail included,
+                        // is kept. Otherwise the ended hop is undone, its tail dropped.
+                        if failed.prefix_done == statements
+                            && let Some(tail) = tail
+                        {
+                            self.settle(tail, failed.tail_rows).map_err(|e| (0, e))?;
+                        }
+                        return Err((failed.prefix_done, failed.error));
+                    }
+                };
+                if let Some(tail) = tail {
+                    // The tail's statements are the first of the round trip: a failure
+                    // of its own settling is the ended hop's (none of the prefix).
+                    self.settle(tail, opened.tail_rows).map_err(|e| (0, e))?;
+                }
+                (opened.recorded, opened.read)
             }
             #[cfg(feature = "postgres")]
             Conn::Postgres(c) => {

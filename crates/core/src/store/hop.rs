@@ -72,12 +72,12 @@ type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
 /// (its savepoint and inbox record) instead of a round trip of its own: the hop's
 /// first statements and the read are one hand-off to the connection's thread.
 ///
-/// The SQL is one statement whose parameters are numbered from
-/// [`FIRST_PARAM`](Self::FIRST_PARAM) (`?4`, `?5`, ...; the inbox record's come
-/// first), bound as text in the order of [`bind`](Self::bind). It reads the database as
-/// the hop finds it when it opens: a hop that writes the rows it prefetched must read
-/// them again. On PostgreSQL, where hops are transactions of their own, nothing is
-/// prefetched: the hop reads for itself.
+/// The SQL is one statement whose parameters are plain `?`s (no numbers: the round trip
+/// holds other statements' parameters too), bound as text in the order of
+/// [`bind`](Self::bind); a `?` inside a string literal is taken for one, so write none.
+/// It reads the database as the hop finds it when it opens: a hop that writes the rows
+/// it prefetched must read them again. On PostgreSQL, where hops are transactions of
+/// their own, nothing is prefetched: the hop reads for itself.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // read by SQLite alone
 pub struct Prefetch {
@@ -86,10 +86,7 @@ pub struct Prefetch {
 }
 
 impl Prefetch {
-    /// The number of the read's first parameter: `?4`.
-    pub const FIRST_PARAM: usize = 4;
-
-    /// A read of `sql` (one statement, parameters from `?4`).
+    /// A read of `sql` (one statement, parameters `?`).
     pub fn new(sql: impl Into<String>) -> Self {
         Self {
             sql: sql.into(),
@@ -397,7 +394,10 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
         let mut t = match tx.take() {
             Some(t) => t,
             None => match Tx::begin(&request.store).await {
-                Ok(t) => t,
+                Ok(mut t) => {
+                    t.join_lane();
+                    t
+                }
                 Err(e) => {
                     // Nothing kept yet (a transaction is begun only with none open).
                     let _ = request.turn.send(Err(e));
@@ -528,11 +528,13 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             }
             (End::Rollback, false) => {
                 // The first hop: rolling back the transaction undoes only it.
+                t.drop_tail();
                 if let Err(e) = t.rollback().await {
                     tracing::debug!(error = %e, "rollback of a shared transaction failed");
                 }
             }
             (End::Rollback, true) => {
+                t.drop_tail();
                 if let Err(e) = undo(&mut t, mark).await {
                     abort(t, std::mem::take(&mut kept), &e).await;
                     continue;
@@ -541,7 +543,12 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             }
         }
     }
-    let Some(t) = tx else { return };
+    let Some(mut t) = tx else { return };
+    // The last write the first hop deferred, if it was the only one.
+    if let Err(e) = t.flush_tail().await {
+        abort(t, kept, &e).await;
+        return;
+    }
     crash_hook::stop_if(crash_hook::At::Before, kept.len()).await;
     match t.commit().await {
         Ok(()) => {

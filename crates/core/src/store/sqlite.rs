@@ -484,152 +484,76 @@ impl Sqlite {
     /// fail if it goes.
     pub(super) async fn open_hop(
         c: &mut SqliteConnection,
+        tail: Option<&mut Tail>,
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
         prefetch: Option<&Prefetch>,
-    ) -> std::result::Result<(Option<bool>, Option<Prefetched>), (usize, Error)> {
+    ) -> std::result::Result<Opened, OpenFailed> {
         use sqlx::Executor;
-        const INBOX: &str =
-            "INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING RETURNING 1";
-        let query = match (inbox, prefetch) {
-            (None, None) if prefix.is_empty() => return Ok((None, None)),
-            (None, None) => sqlx::query(prefix),
-            (Some((consumer, id)), None) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!("{prefix}{INBOX}")))
-                    .bind(consumer)
-                    .bind(id)
-                    .bind(now_ms())
+        // One query, its parameters all `?` (a numbered one would count from the first
+        // statement's): the tail's statements, the prefix, the inbox record, the read.
+        let (mut q, tail_statements) = match tail {
+            Some(t) => {
+                let mut q = std::mem::replace(&mut t.query, sqlx::QueryBuilder::new(""));
+                q.push(";\n");
+                (q, t.statements)
             }
-            (inbox, Some(read)) => {
-                // The read's parameters are numbered from `Prefetch::FIRST_PARAM`: the
-                // inbox record's three come first (NULL when there is none).
-                let sql = match inbox {
-                    Some(_) => format!("{prefix}{INBOX};\n{}", read.sql),
-                    None => format!("{prefix}{}", read.sql),
-                };
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                q = match inbox {
-                    Some((consumer, id)) => q.bind(consumer.to_owned()).bind(id).bind(now_ms()),
-                    None => q
-                        .bind(None::<String>)
-                        .bind(None::<String>)
-                        .bind(None::<i64>),
-                };
-                for value in &read.binds {
-                    q = q.bind(value.clone());
-                }
-                q
-            }
+            None => (sqlx::QueryBuilder::new(""), 0),
         };
-        // Count the statements that completed; the inbox record returns a row if it
-        // was written now; the rows after it are the read's.
-        let reads_from = statements + usize::from(inbox.is_some());
+        q.push(prefix);
+        if let Some((consumer, id)) = inbox {
+            q.push("INSERT INTO inbox (consumer, message_id, received_at) VALUES (");
+            q.separated(", ")
+                .push_bind(consumer.to_owned())
+                .push_bind(id)
+                .push_bind(now_ms());
+            q.push(") ON CONFLICT DO NOTHING RETURNING 1;\n");
+        }
+        if let Some(read) = prefetch {
+            // The read's `?`s, bound in order.
+            let mut parts = read.sql.split('?');
+            q.push(parts.next().unwrap_or_default());
+            let mut binds = read.binds.iter();
+            for part in parts {
+                q.push_bind(binds.next().cloned());
+                q.push(part);
+            }
+        }
+        let mut opened = Opened::default();
+        if tail_statements == 0 && prefix.is_empty() && inbox.is_none() && prefetch.is_none() {
+            return Ok(opened);
+        }
+        // Count the statements that completed. The rows of the tail's statements are
+        // its leased messages'; the inbox record returns a row if it was written now;
+        // the rows after it are the read's.
+        let reads_from = tail_statements + statements + usize::from(inbox.is_some());
         let mut done = 0;
         let mut recorded = false;
         let mut rows = Vec::new();
-        let mut results = c.fetch_many(query);
+        let mut results = c.fetch_many(q.build());
         while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
             match step {
                 Ok(sqlx::Either::Left(_)) => done += 1,
+                Ok(sqlx::Either::Right(row)) if done < tail_statements => {
+                    opened.tail_rows.push((done, row));
+                }
                 Ok(sqlx::Either::Right(row)) if done >= reads_from => rows.push(row),
                 Ok(sqlx::Either::Right(_)) => recorded = true,
-                Err(e) => return Err((done.min(statements), e.into())),
+                // A failure in the tail counts as one before the prefix's first
+                // statement completed.
+                Err(e) => {
+                    return Err(OpenFailed {
+                        prefix_done: done.saturating_sub(tail_statements).min(statements),
+                        error: e.into(),
+                        tail_rows: opened.tail_rows,
+                    });
+                }
             }
         }
-        Ok((
-            inbox.map(|_| recorded),
-            prefetch.map(|_| Prefetched { rows }),
-        ))
-    }
-
-    /// Runs the statements of `q` (the caller's, each ending with its last bind), then
-    /// writes `messages` in order, in one round trip: each message `leased[i]` says to
-    /// hand over is first written leased to `owner` for `lease` (if its key has no live
-    /// row), and every message is written `pending` unless it was (so a message that
-    /// cannot be handed over is still written, in its place in the order). Returns, for
-    /// each message, its row if it was written leased. Validated already.
-    pub(super) async fn enqueue_after(
-        c: &mut SqliteConnection,
-        mut q: sqlx::QueryBuilder<sqlx::Sqlite>,
-        messages: &[Message],
-        leased: &[bool],
-        (owner, lease): (&str, Duration),
-    ) -> Result<Vec<Option<Envelope>>> {
-        use sqlx::Executor;
-        let now = now_ms();
-        let until = now.saturating_add(millis(lease));
-        // For each statement of ours, in order: the message it writes leased, if any.
-        let mut ours: Vec<Option<usize>> = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            let headers = m.headers_json()?;
-            if leased[i] {
-                q.push(
-                    ";\nINSERT INTO outbox (id, destination, key, payload, headers, available_at,
-                         created_at, state, attempts, lease_owner, lease_until)
-                     SELECT ",
-                );
-                q.separated(", ")
-                    .push_bind(m.id)
-                    .push_bind(m.destination.clone())
-                    .push_bind(m.key.clone())
-                    .push_bind(m.payload.clone())
-                    .push_bind(headers.clone())
-                    .push_bind(now)
-                    .push_bind(now);
-                q.push(", 'in_flight', 1, ");
-                q.push_bind(owner.to_owned());
-                q.push(", ");
-                q.push_bind(until);
-                q.push(" WHERE ");
-                q.push_bind(m.key.clone());
-                q.push(
-                    " IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
-                         WHERE key = ",
-                );
-                q.push_bind(m.key.clone());
-                q.push(
-                    " AND state IN ('pending', 'in_flight'))
-                     ON CONFLICT (id) DO NOTHING
-                     RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
-                );
-                ours.push(Some(i));
-            }
-            q.push(
-                ";\nINSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
-                 VALUES (",
-            );
-            q.separated(", ")
-                .push_bind(m.id)
-                .push_bind(m.destination.clone())
-                .push_bind(m.key.clone())
-                .push_bind(m.payload.clone())
-                .push_bind(headers)
-                .push_bind(now.saturating_add(m.delay_ms()))
-                .push_bind(now);
-            q.push(") ON CONFLICT (id) DO NOTHING");
-            ours.push(None);
-        }
-        let mut statements = 0usize;
-        let mut rows: Vec<(usize, SqliteRow)> = Vec::new();
-        let mut results = c.fetch_many(q.build());
-        while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
-            match step? {
-                sqlx::Either::Left(_) => statements += 1,
-                sqlx::Either::Right(row) => rows.push((statements, row)),
-            }
-        }
-        drop(results);
-        // The caller's statements come first: ours are the last `ours.len()`.
-        let first_ours = statements.saturating_sub(ours.len());
-        let mut written = vec![None; messages.len()];
-        for (statement, row) in rows {
-            if let Some(Some(i)) = statement.checked_sub(first_ours).and_then(|k| ours.get(k)) {
-                written[*i] = Some(envelope(&row)?);
-            }
-        }
-        Ok(written)
+        opened.recorded = inbox.map(|_| recorded);
+        opened.read = prefetch.map(|_| Prefetched { rows });
+        Ok(opened)
     }
 
     /// The claim, on a connection of the caller's (the relay runs it in a hop).
@@ -684,5 +608,214 @@ impl Sqlite {
         .execute(c)
         .await?;
         Ok(r.rows_affected())
+    }
+}
+
+/// Why a hop's opening round trip failed (SQLite).
+#[derive(Debug)]
+pub(crate) struct OpenFailed {
+    /// The prefix's statements that completed (none if the tail failed).
+    pub(crate) prefix_done: usize,
+    pub(crate) error: Error,
+    /// The rows of the tail's statements, if they all ran.
+    pub(crate) tail_rows: Vec<(usize, SqliteRow)>,
+}
+
+/// What a hop's opening round trip found (SQLite).
+#[derive(Debug, Default)]
+pub(crate) struct Opened {
+    /// The inbox record's: written now (`Some(true)`), a duplicate, or none asked.
+    pub(crate) recorded: Option<bool>,
+    /// The prefetch's rows, if one was asked.
+    pub(crate) read: Option<Prefetched>,
+    /// The rows of the tail's statements, with each statement's index.
+    pub(crate) tail_rows: Vec<(usize, SqliteRow)>,
+}
+
+/// A write of the caller's statements and then messages in one round trip (see
+/// `Tx::enqueue_batch_after`), run at once or deferred to the round trip that ends the
+/// hop: the caller's statements, then each message's (a message to hand over is first
+/// written leased, then, in case it could not be, pending: it keeps its place in the
+/// order either way).
+pub(crate) struct Tail {
+    query: sqlx::QueryBuilder<sqlx::Sqlite>,
+    /// Statements in `query`.
+    statements: usize,
+    /// For each of the last `ours.len()` statements: the message it writes leased.
+    ours: Vec<Option<usize>>,
+    /// Each message's destination, and whether a handover slot was reserved for it.
+    messages: Vec<(String, bool)>,
+    to: Option<std::sync::Arc<dyn super::Handover>>,
+    /// Its slots were settled (kept for the rows written leased, given back for the
+    /// others); otherwise dropping it gives them all back.
+    settled: bool,
+}
+
+/// What a tail wrote: its rows written leased, for `to` to take on commit, and whether
+/// any message was written pending.
+pub(crate) struct Settled {
+    pub(crate) handed: Vec<Envelope>,
+    pub(crate) to: Option<std::sync::Arc<dyn super::Handover>>,
+    pub(crate) pending: bool,
+}
+
+impl std::fmt::Debug for Tail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tail")
+            .field("statements", &self.statements)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tail {
+    /// `query` (`before_statements` statements of the caller's), then `messages`, each
+    /// with `leased[i]` (a slot reserved with `to`) written leased if it can be.
+    /// Validated already.
+    pub(crate) fn new(
+        mut query: sqlx::QueryBuilder<sqlx::Sqlite>,
+        before_statements: usize,
+        messages: &[Message],
+        leased: &[bool],
+        to: Option<std::sync::Arc<dyn super::Handover>>,
+    ) -> Result<Self> {
+        let now = now_ms();
+        let (owner, until) = match &to {
+            Some(to) => (
+                to.owner().to_owned(),
+                now.saturating_add(millis(to.lease())),
+            ),
+            None => (String::new(), now),
+        };
+        let mut ours = Vec::new();
+        let mut first = before_statements == 0;
+        let mut next_statement = |query: &mut sqlx::QueryBuilder<sqlx::Sqlite>| {
+            if !first {
+                query.push(";\n");
+            }
+            first = false;
+        };
+        for (i, m) in messages.iter().enumerate() {
+            let headers = m.headers_json()?;
+            if leased[i] {
+                next_statement(&mut query);
+                query.push(
+                    "INSERT INTO outbox (id, destination, key, payload, headers, available_at,
+                         created_at, state, attempts, lease_owner, lease_until)
+                     SELECT ",
+                );
+                push_row(&mut query, m, &headers, now, now);
+                query.push(", 'in_flight', 1, ");
+                query.push_bind(owner.clone());
+                query.push(", ");
+                query.push_bind(until);
+                query.push(" WHERE ");
+                query.push_bind(m.key.clone());
+                query.push(" IS NULL OR NOT EXISTS (SELECT 1 FROM outbox WHERE key = ");
+                query.push_bind(m.key.clone());
+                query.push(
+                    " AND state IN ('pending', 'in_flight'))
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING seq, id, destination, key, payload, headers, attempts, created_at",
+                );
+                ours.push(Some(i));
+            }
+            next_statement(&mut query);
+            query.push(
+                "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
+                 VALUES (",
+            );
+            push_row(
+                &mut query,
+                m,
+                &headers,
+                now.saturating_add(m.delay_ms()),
+                now,
+            );
+            query.push(") ON CONFLICT (id) DO NOTHING");
+            ours.push(None);
+        }
+        Ok(Self {
+            query,
+            statements: before_statements + ours.len(),
+            ours,
+            messages: messages
+                .iter()
+                .zip(leased)
+                .map(|(m, &l)| (m.destination.clone(), l))
+                .collect(),
+            to,
+            settled: false,
+        })
+    }
+
+    /// After its statements ran (`rows`, each with its statement's index): the rows
+    /// written leased (to hand over to the handover returned, on commit), and whether
+    /// any message was written pending (the relay's to claim). The slots of the messages
+    /// not written leased are given back.
+    pub(crate) fn settle(mut self, rows: Vec<(usize, SqliteRow)>) -> Result<Settled> {
+        let first_ours = self.statements - self.ours.len();
+        let mut written = vec![None; self.messages.len()];
+        for (statement, row) in rows {
+            if let Some(Some(i)) = statement
+                .checked_sub(first_ours)
+                .and_then(|k| self.ours.get(k))
+            {
+                written[*i] = Some(envelope(&row)?);
+            }
+        }
+        self.settled = true;
+        let mut handed = Vec::new();
+        let mut pending = false;
+        for ((destination, leased), row) in self.messages.iter().zip(written) {
+            match row {
+                Some(row) => handed.push(row),
+                None => {
+                    if *leased && let Some(to) = &self.to {
+                        to.cancel(destination);
+                    }
+                    pending = true;
+                }
+            }
+        }
+        Ok(Settled {
+            handed,
+            to: self.to.clone(),
+            pending,
+        })
+    }
+}
+
+/// Binds a message's row: id, destination, key, payload, headers, available_at,
+/// created_at, separated by commas.
+fn push_row(
+    query: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
+    m: &Message,
+    headers: &str,
+    available_at: i64,
+    created_at: i64,
+) {
+    query
+        .separated(", ")
+        .push_bind(m.id)
+        .push_bind(m.destination.clone())
+        .push_bind(m.key.clone())
+        .push_bind(m.payload.clone())
+        .push_bind(headers.to_owned())
+        .push_bind(available_at)
+        .push_bind(created_at);
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        if let Some(to) = &self.to {
+            for (destination, leased) in &self.messages {
+                if *leased {
+                    to.cancel(destination);
+                }
+            }
+        }
     }
 }

@@ -931,6 +931,24 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
 }
 both_backends!(hop_tests, hops_share_a_commit_and_roll_back_alone);
 
+/// Awaits `opening` (a hop's), telling `queued` once its first poll has queued it for
+/// the lane (on SQLite), so that a test queues hops in the order it means.
+async fn after_queueing<F: std::future::Future>(
+    opening: F,
+    queued: tokio::sync::oneshot::Sender<()>,
+) -> F::Output {
+    let mut opening = std::pin::pin!(opening);
+    let mut queued = Some(queued);
+    std::future::poll_fn(|cx| {
+        let polled = opening.as_mut().poll(cx);
+        if let Some(q) = queued.take() {
+            let _ = q.send(());
+        }
+        polled
+    })
+    .await
+}
+
 // A hop that opens by recording its message in the inbox (on SQLite in the round trip
 // of the savepoint statements): a message recorded before, or by a hop earlier in the
 // same shared transaction, is a duplicate; a hop rolled back leaves no record.
@@ -963,18 +981,9 @@ async fn hops_receiving_record_once(backend: Backend) {
         let store = store.clone();
         let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
         tasks.push(tokio::spawn(async move {
-            // Tell the test once the hop's first poll has queued it (on SQLite).
-            let mut receiving = std::pin::pin!(store.hop_receiving("agent", id));
-            let mut queued = Some(queued);
-            let (mut hop, receipt) = std::future::poll_fn(|cx| {
-                let polled = receiving.as_mut().poll(cx);
-                if let Some(q) = queued.take() {
-                    let _ = q.send(());
-                }
-                polled
-            })
-            .await
-            .unwrap();
+            let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
+                .await
+                .unwrap();
             hop.enqueue(&Message::to("out").json(&(i as u32)).unwrap())
                 .await
                 .unwrap();
@@ -1045,13 +1054,8 @@ both_backends!(hop_receiving_tests, hops_receiving_record_once);
 async fn hops_open_with_their_prefetch(backend: Backend) {
     use crate::Prefetch;
     let (store, _) = open(backend).await;
-    let count = || {
-        Prefetch::new(format!(
-            "SELECT count(*) AS n FROM outbox WHERE destination = ?{}",
-            Prefetch::FIRST_PARAM
-        ))
-        .bind("out")
-    };
+    let count =
+        || Prefetch::new("SELECT count(*) AS n FROM outbox WHERE destination = ?").bind("out");
     let ids: Vec<MessageId> = (0..5).map(|_| MessageId::new()).collect();
     {
         let mut tx = store.begin().await.unwrap();
@@ -1081,17 +1085,8 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
         let store = store.clone();
         let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
         tasks.push(tokio::spawn(async move {
-            let mut receiving =
-                std::pin::pin!(store.hop_receiving_prefetched("agent", id, Some(read)));
-            let mut queued = Some(queued);
-            let opened = std::future::poll_fn(|cx| {
-                let polled = receiving.as_mut().poll(cx);
-                if let Some(q) = queued.take() {
-                    let _ = q.send(());
-                }
-                polled
-            })
-            .await;
+            let opening = store.hop_receiving_prefetched("agent", id, Some(read));
+            let opened = after_queueing(opening, queued).await;
             let (mut hop, receipt, read) = match opened {
                 Ok(opened) => opened,
                 Err(e) => return Err(e.to_string()),
@@ -1157,11 +1152,52 @@ both_backends!(hop_prefetch_tests, hops_open_with_their_prefetch);
 
 /// A handover that takes up to `cap` rows of destination "direct" and records what it
 /// was given.
+/// Messages that test the handover's rules: two keyed rows of one key, a delayed one,
+/// another destination, then three more for "direct" (past a cap of 3).
+struct Mix {
+    first: Message,
+    second: Message,
+    delayed: Message,
+    other: Message,
+    more: Vec<Message>,
+}
+
+impl Mix {
+    fn new() -> Self {
+        Self {
+            first: Message::to("direct").key("k").json(&1).unwrap(),
+            second: Message::to("direct").key("k").json(&2).unwrap(),
+            delayed: Message::to("direct")
+                .json(&3)
+                .unwrap()
+                .delay(Duration::from_secs(60)),
+            other: Message::to("elsewhere").json(&4).unwrap(),
+            more: (5..8)
+                .map(|i| Message::to("direct").json(&i).unwrap())
+                .collect(),
+        }
+    }
+}
+
 struct FakeHandover {
     cap: usize,
     used: Mutex<usize>,
     taken: Mutex<Vec<crate::Envelope>>,
     lease: Duration,
+}
+
+impl FakeHandover {
+    /// A fake with `cap` slots, set as `store`'s handover.
+    fn installed(store: &Store, cap: usize, lease: Duration) -> Arc<Self> {
+        let fake = Arc::new(Self {
+            cap,
+            used: Mutex::new(0),
+            taken: Mutex::new(Vec::new()),
+            lease,
+        });
+        store.set_handover(Arc::clone(&fake) as _);
+        fake
+    }
 }
 
 impl crate::Handover for FakeHandover {
@@ -1195,13 +1231,7 @@ impl crate::Handover for FakeHandover {
 // the call and gives the slots back. A PostgreSQL transaction is refused.
 async fn statements_then_messages(backend: Backend) {
     let (store, _) = open(backend).await;
-    let fake = Arc::new(FakeHandover {
-        cap: 3,
-        used: Mutex::new(0),
-        taken: Mutex::new(Vec::new()),
-        lease: Duration::from_secs(30),
-    });
-    store.set_handover(Arc::clone(&fake) as _);
+    let fake = FakeHandover::installed(&store, 3, Duration::from_secs(30));
     let used = || *fake.used.lock().unwrap();
     let marker = MessageId::new();
     let before = || {
@@ -1214,7 +1244,7 @@ async fn statements_then_messages(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     if backend == Backend::Postgres {
         let refused = tx
-            .enqueue_batch_after(before(), &[Message::to("direct").json(&0).unwrap()])
+            .enqueue_batch_after(before(), 1, &[Message::to("direct").json(&0).unwrap()])
             .await;
         assert!(
             matches!(refused, Err(Error::BackendMismatch { .. })),
@@ -1223,16 +1253,13 @@ async fn statements_then_messages(backend: Backend) {
         assert_eq!(used(), 0);
         return;
     }
-    let first = Message::to("direct").key("k").json(&1).unwrap();
-    let second = Message::to("direct").key("k").json(&2).unwrap();
-    let delayed = Message::to("direct")
-        .json(&3)
-        .unwrap()
-        .delay(Duration::from_secs(60));
-    let other = Message::to("elsewhere").json(&4).unwrap();
-    let more: Vec<Message> = (5..8)
-        .map(|i| Message::to("direct").json(&i).unwrap())
-        .collect();
+    let Mix {
+        first,
+        second,
+        delayed,
+        other,
+        more,
+    } = Mix::new();
     let mut all = vec![
         first.clone(),
         second.clone(),
@@ -1240,7 +1267,7 @@ async fn statements_then_messages(backend: Backend) {
         other.clone(),
     ];
     all.extend(more.iter().cloned());
-    tx.enqueue_batch_after(before(), &all).await.unwrap();
+    tx.enqueue_batch_after(before(), 1, &all).await.unwrap();
     assert!(
         fake.taken.lock().unwrap().is_empty(),
         "handed over on commit"
@@ -1274,13 +1301,104 @@ async fn statements_then_messages(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     let failing = sqlx::QueryBuilder::<sqlx::Sqlite>::new("INSERT INTO no_such_table VALUES (1)");
     let late = Message::to("direct").json(&9).unwrap();
-    let failed = tx.enqueue_batch_after(failing, &[late]).await;
+    let failed = tx.enqueue_batch_after(failing, 1, &[late]).await;
     assert!(failed.is_err());
     assert_eq!(used(), 0);
     drop(tx);
     assert_eq!(store.admin().stats().await.unwrap().pending, 2);
 }
 both_backends!(enqueue_after_tests, statements_then_messages);
+
+// A hop's last write deferred (`Tx::defer_next_write`, then `enqueue_batch_after`) runs
+// in the round trip that ends the hop on SQLite: written with the hop, handed over on
+// commit. A deferred write that fails undoes its hop alone (its commit fails, its
+// handover slots come back): the hop before and after it are kept, also when the
+// failing one is the first of its shared transaction. A lone hop's deferred write runs
+// before the commit. On PostgreSQL (no lane) nothing is deferred and the same holds.
+async fn deferred_last_writes(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let fake = FakeHandover::installed(&store, 100, Duration::from_secs(30));
+    let marker = |id: MessageId, ok: bool| {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(if ok {
+            "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('marker', "
+        } else {
+            "INSERT INTO no_such_table (consumer, message_id, received_at) VALUES ('marker', "
+        });
+        q.push_bind(id).push(", 0)");
+        q
+    };
+    // Each hop: (ok?), in queue order. The first holds the lane until all queued.
+    let plan = [false, true, true, false, true];
+    if backend == Backend::Postgres {
+        // No lane: a PostgreSQL transaction refuses a SQLite write, deferred or not.
+        let mut hop = store.hop().await.unwrap();
+        hop.defer_next_write();
+        let refused = hop
+            .enqueue_batch_after(marker(MessageId::new(), true), 1, &[])
+            .await;
+        assert!(matches!(refused, Err(Error::BackendMismatch { .. })));
+        return;
+    }
+    let mut tasks = Vec::new();
+    let mut ids = Vec::new();
+    for ok in plan {
+        let id = MessageId::new();
+        ids.push(id);
+        let store = store.clone();
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        let q = marker(id, ok);
+        tasks.push(tokio::spawn(async move {
+            let mut hop = after_queueing(store.hop(), queued).await.unwrap();
+            hop.defer_next_write();
+            let m = Message::to("direct").json(&id.to_string()).unwrap();
+            hop.enqueue_batch_after(q, 1, std::slice::from_ref(&m))
+                .await
+                .unwrap();
+            (m.id, hop.commit().await)
+        }));
+        is_queued.await.unwrap();
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    for ((id, ok), (_, committed)) in ids.iter().zip(plan).zip(&results) {
+        assert_eq!(committed.is_ok(), ok, "{committed:?}");
+        assert_eq!(store.seen("marker", *id).await.unwrap(), ok);
+    }
+    // The kept hops' messages were handed over, in order; the undone ones' slots are back.
+    let kept: Vec<MessageId> = results
+        .iter()
+        .zip(plan)
+        .filter(|(_, ok)| *ok)
+        .map(|((m, _), _)| *m)
+        .collect();
+    let taken: Vec<MessageId> = fake.taken.lock().unwrap().iter().map(|e| e.id).collect();
+    assert_eq!(taken, kept);
+    assert_eq!(*fake.used.lock().unwrap(), kept.len());
+    let stats = store.admin().stats().await.unwrap();
+    assert_eq!((stats.pending, stats.in_flight), (0, kept.len() as u64));
+    assert!(
+        store.hop_stats().commits < store.hop_stats().hops,
+        "shared commits"
+    );
+
+    // A lone hop: its deferred write runs before the commit.
+    let id = MessageId::new();
+    let mut hop = store.hop().await.unwrap();
+    hop.defer_next_write();
+    hop.enqueue_batch_after(
+        marker(id, true),
+        1,
+        &[Message::to("elsewhere").json(&1).unwrap()],
+    )
+    .await
+    .unwrap();
+    hop.commit().await.unwrap();
+    assert!(store.seen("marker", id).await.unwrap());
+    assert_eq!(store.admin().stats().await.unwrap().pending, 1);
+}
+both_backends!(deferred_write_tests, deferred_last_writes);
 
 // Direct handover: rows for a destination with a free slot are written leased and
 // handed over on commit (never claimable meanwhile); past the slots, for a keyed row
@@ -1289,13 +1407,7 @@ both_backends!(enqueue_after_tests, statements_then_messages);
 // back to the pool like a claimed one.
 async fn direct_handover(backend: Backend) {
     let (store, _) = open(backend).await;
-    let fake = Arc::new(FakeHandover {
-        cap: 3,
-        used: Mutex::new(0),
-        taken: Mutex::new(Vec::new()),
-        lease: Duration::from_millis(300),
-    });
-    store.set_handover(Arc::clone(&fake) as _);
+    let fake = FakeHandover::installed(&store, 3, Duration::from_millis(300));
     let used = || *fake.used.lock().unwrap();
 
     // Rolled back: nothing taken, slot back.
@@ -1309,16 +1421,13 @@ async fn direct_handover(backend: Backend) {
     assert!(fake.taken.lock().unwrap().is_empty());
 
     // Two keyed rows of one key, a delayed one, another destination, then past the cap.
-    let first = Message::to("direct").key("k").json(&1).unwrap();
-    let second = Message::to("direct").key("k").json(&2).unwrap();
-    let delayed = Message::to("direct")
-        .json(&3)
-        .unwrap()
-        .delay(Duration::from_secs(60));
-    let other = Message::to("elsewhere").json(&4).unwrap();
-    let more: Vec<Message> = (5..8)
-        .map(|i| Message::to("direct").json(&i).unwrap())
-        .collect();
+    let Mix {
+        first,
+        second,
+        delayed,
+        other,
+        more,
+    } = Mix::new();
     let mut tx = store.begin().await.unwrap();
     tx.enqueue_batch(&[
         first.clone(),

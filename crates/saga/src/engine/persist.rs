@@ -155,7 +155,7 @@ pub(crate) async fn save(
 pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
     #[cfg(feature = "sqlite")]
     {
-        Some(Prefetch::new(load_sqlite_sql(Prefetch::FIRST_PARAM)).bind(id.to_string()))
+        Some(Prefetch::new(load_sqlite_sql("?")).bind(id.to_string()))
     }
     #[cfg(not(feature = "sqlite"))]
     {
@@ -179,7 +179,8 @@ pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<
 }
 
 /// Saves the instance and its changed steps (as [`save`]), then enqueues `messages` in
-/// `tx`: on SQLite in one round trip ([`Tx::enqueue_batch_after`]).
+/// `tx`: on SQLite in one round trip ([`Tx::enqueue_batch_after`]; after
+/// [`Tx::defer_next_write`], the one that ends the hop).
 pub(crate) async fn save_and_enqueue(
     tx: &mut Tx,
     inst: &Instance,
@@ -193,7 +194,9 @@ pub(crate) async fn save_and_enqueue(
     {
         let changed = changed_steps(inst, before);
         let query = save_sqlite_query(inst, &changed, now_ms);
-        tx.enqueue_batch_after(query, messages).await?;
+        // The instance's upsert, and the steps' if any changed.
+        let statements = if changed.is_empty() { 1 } else { 2 };
+        tx.enqueue_batch_after(query, statements, messages).await?;
         return Ok(());
     }
     save(tx.conn(), inst, before, now_ms).await?;
@@ -206,22 +209,22 @@ pub(crate) async fn save_and_enqueue(
 agentsaga_core::if_sqlite! {
 use agentsaga_core::sqlx::SqliteConnection;
 
-/// The load of a saga on SQLite, its id the parameter `?{param}`: one statement, the
+/// The load of a saga on SQLite, its id the parameter `param`: one statement, the
 /// instance joined with its steps (one row per step, or one row with a NULL step). Safe
 /// on SQLite, where the caller's transaction began with `BEGIN IMMEDIATE`: no other
 /// writer can change the saga while it reads.
-fn load_sqlite_sql(param: usize) -> String {
+fn load_sqlite_sql(param: &str) -> String {
     format!(
         "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
             i.error AS saga_error, i.stage AS saga_stage, s.*
          FROM saga_instances i
          LEFT JOIN (SELECT saga_id, {STEP_SELECT} FROM saga_steps) s ON s.saga_id = i.id
-         WHERE i.id = ?{param} ORDER BY s.idx"
+         WHERE i.id = {param} ORDER BY s.idx"
     )
 }
 
 async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Instance>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(load_sqlite_sql(1)))
+    let rows = sqlx::query(sqlx::AssertSqlSafe(load_sqlite_sql("?1")))
         .bind(id.to_string())
         .fetch_all(&mut *c)
         .await?;
