@@ -227,28 +227,13 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                         .with_floor(batched.rate),
                 );
             }
-            report.figures.extend([
-                floored(
-                    Figure::new(
-                        BENCH,
-                        name,
-                        metric("p50"),
-                        percentile(&runtime.latencies, 50.0),
-                        "ms",
-                    ),
-                    percentile(&floor.latencies, 50.0),
-                ),
-                floored(
-                    Figure::new(
-                        BENCH,
-                        name,
-                        metric("p99"),
-                        percentile(&runtime.latencies, 99.0),
-                        "ms",
-                    ),
-                    percentile(&floor.latencies, 99.0),
-                ),
-            ]);
+            for (m, p) in [("p50", 50.0), ("p99", 99.0)] {
+                let latency = percentile(&runtime.latencies, p);
+                report.figures.push(floored(
+                    Figure::new(BENCH, name, metric(m), latency, "ms"),
+                    percentile(&floor.latencies, p),
+                ));
+            }
             report.notes.push(format!(
                 "{name} {}: runtime {:.1} hops per shared commit, {:.0} % of deliveries by \
                  direct handover (no claim); the one-transaction-per-hop floor {:.0} sagas/s, \

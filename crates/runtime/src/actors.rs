@@ -53,12 +53,9 @@ impl Hub {
         answer: &agentsaga_core::Message,
         read: &Read,
     ) -> Result<Option<Handled>, String> {
-        let Some(sagas) = &self.sagas else {
+        let Some(sagas) = self.applies_here(env, &answer.destination) else {
             return Ok(None);
         };
-        if env.attempts > 1 || !sagas.engine.consumes(&answer.destination) {
-            return Ok(None);
-        }
         let span = step_span(&answer.destination, answer.id, &answer.headers, true);
         // Applying is the hop's last work: its save and next messages may be written in
         // the round trip that ends the hop (SQLite).
@@ -146,6 +143,16 @@ async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Out
     }
 }
 
+impl Hub {
+    /// This process's sagas, if an answer to `destination` for `env` is applied in the
+    /// agent's own hop: the sagas run here, consume `destination`, and `env` is on its
+    /// first delivery.
+    fn applies_here(&self, env: &Envelope, destination: &str) -> Option<&Orchestrator> {
+        let sagas = self.sagas.as_deref()?;
+        (env.attempts <= 1 && sagas.engine.consumes(destination)).then_some(sagas)
+    }
+}
+
 /// What an agent's hop read of its saga when it opened, for [`Hub::apply`] (SQLite).
 type Read = Option<(SagaId, Prefetched)>;
 
@@ -153,10 +160,7 @@ impl Hub {
     /// The saga to read when the hop of `env`'s outcome opens: the one its answer will
     /// be applied to in that hop (see [`Hub::apply`]), if any.
     fn prefetch(&self, env: &Envelope) -> Option<(SagaId, agentsaga_core::Prefetch)> {
-        let sagas = self.sagas.as_ref()?;
-        if env.attempts > 1 || !sagas.engine.consumes(env.header(header::REPLY_TO)?) {
-            return None;
-        }
+        let sagas = self.applies_here(env, env.header(header::REPLY_TO)?)?;
         let saga = protocol::saga_id(env).ok()?;
         Some((saga, sagas.engine.prefetch(saga)?))
     }

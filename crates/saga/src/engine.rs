@@ -570,20 +570,18 @@ impl Engine {
         before: Option<&Instance>,
         fx: Effects,
     ) -> Result<()> {
+        let mut saved = before;
         if !fx.waits.is_empty() {
-            // The waits' rows refer to the instance: saved first.
+            // The waits' rows refer to the instance: saved first (the save below then
+            // has nothing left to write).
             persist::save(tx.conn(), inst, before, now_ms()).await?;
             let waits: Vec<&str> = fx.waits.iter().map(String::as_str).collect();
             signals::register(tx.conn(), inst.id, &waits).await?;
-            tx.cancel_pending(&fx.cancel).await?;
-            if !fx.send.is_empty() {
-                tx.enqueue_batch(&fx.send).await?;
-            }
-            return Ok(());
+            saved = Some(inst);
         }
         tx.cancel_pending(&fx.cancel).await?;
         // On SQLite, the save and the messages in one round trip.
-        persist::save_and_enqueue(tx, inst, before, now_ms(), &fx.send).await
+        persist::save_and_enqueue(tx, inst, saved, now_ms(), &fx.send).await
     }
 
     /// Handles one message delivered to an orchestrator destination — a reply, a

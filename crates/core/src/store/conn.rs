@@ -218,22 +218,9 @@ impl Tx {
             Some(first) => super::enqueue_span(first, messages.len(), leased.contains(&true)),
             None => tracing::Span::none(),
         };
-        let give_back = to.clone();
-        let tail = span.in_scope(|| {
+        let mut tail = span.in_scope(|| {
             super::sqlite::Tail::new(before, before_statements, messages, &leased, to)
-        });
-        let mut tail = match tail {
-            Ok(tail) => tail,
-            Err(e) => {
-                // No tail holds the slots yet: give them back here.
-                if let Some(to) = give_back {
-                    for (m, _) in messages.iter().zip(&leased).filter(|(_, l)| **l) {
-                        to.cancel(&m.destination);
-                    }
-                }
-                return Err(e);
-            }
-        };
+        })?;
         if defer {
             self.tail = Some(tail);
             return Ok(());

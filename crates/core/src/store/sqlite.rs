@@ -675,7 +675,8 @@ impl std::fmt::Debug for Tail {
 impl Tail {
     /// `query` (`before_statements` statements of the caller's), then `messages`, each
     /// with `leased[i]` (a slot reserved with `to`) written leased if it can be.
-    /// Validated already.
+    /// Validated already. The tail holds the reserved slots from here on: should it
+    /// fail to build, dropping it gives them back.
     pub(crate) fn new(
         mut query: sqlx::QueryBuilder<sqlx::Sqlite>,
         before_statements: usize,
@@ -690,6 +691,18 @@ impl Tail {
                 now.saturating_add(millis(to.lease())),
             ),
             None => (String::new(), now),
+        };
+        let mut tail = Self {
+            query: sqlx::QueryBuilder::new(""),
+            statements: before_statements,
+            ours: Vec::new(),
+            messages: messages
+                .iter()
+                .zip(leased)
+                .map(|(m, &l)| (m.destination.clone(), l))
+                .collect(),
+            to,
+            settled: false,
         };
         let mut ours = Vec::new();
         let mut first = before_statements == 0;
@@ -739,18 +752,10 @@ impl Tail {
             query.push(") ON CONFLICT (id) DO NOTHING");
             ours.push(None);
         }
-        Ok(Self {
-            query,
-            statements: before_statements + ours.len(),
-            ours,
-            messages: messages
-                .iter()
-                .zip(leased)
-                .map(|(m, &l)| (m.destination.clone(), l))
-                .collect(),
-            to,
-            settled: false,
-        })
+        tail.query = query;
+        tail.statements += ours.len();
+        tail.ours = ours;
+        Ok(tail)
     }
 
     /// After its statements ran (`rows`, each with its statement's index): the rows
