@@ -189,11 +189,10 @@ pub async fn parked(store: &Store) -> anyhow::Result<u64> {
 /// Waits until no saga is running or compensating (sagas parked at a wait for a signal
 /// aside, when `signals`) and no start waits, with a progress bar.
 pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Result<()> {
-    let start_left = unfinished(&counts(store).await?) + waiting(store).await?;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
-        let b = indicatif::ProgressBar::new(start_left);
+        let b = indicatif::ProgressBar::new(0);
         b.set_style(
             indicatif::ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} sagas settled {msg}",
@@ -204,6 +203,9 @@ pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Resu
     };
     let mut last_log = Instant::now();
     let mut backoff = Duration::from_millis(100);
+    // What was left at the first count that succeeded: the bar's length. The first
+    // count may meet an outage as well as any later one.
+    let mut start_left = None;
     loop {
         // The database may go away for a while: say so, back off, and carry on.
         let counted = match counts(store).await {
@@ -225,6 +227,10 @@ pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Resu
         };
         backoff = Duration::from_millis(100);
         let left = (unfinished(&c) + waiting_starts).saturating_sub(parked);
+        let start_left = *start_left.get_or_insert_with(|| {
+            bar.set_length(left);
+            left
+        });
         bar.set_position(start_left.saturating_sub(left));
         bar.set_message(format!(
             "(completed {}, compensated {}, stuck {})",
@@ -258,7 +264,18 @@ pub async fn summary(
     elapsed: Duration,
     url: &str,
 ) -> anyhow::Result<()> {
-    let c = counts(store).await?;
+    // The database may go away between the last wait and this count, too.
+    let mut backoff = Duration::from_millis(100);
+    let c = loop {
+        match counts(store).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!(error = %e, "database unavailable; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
     let get = |s| c.get(&s).copied().unwrap_or(0);
     println!();
     println!("sagas started this run : {started}");
