@@ -11,6 +11,8 @@
 
 pub mod admin;
 pub(crate) mod backend;
+#[cfg(feature = "sqlite")]
+mod checkpoint;
 mod config;
 mod conn;
 mod handover;

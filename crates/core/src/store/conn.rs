@@ -461,7 +461,15 @@ impl Tx {
     pub async fn commit(mut self) -> Result<()> {
         match self.inner {
             #[cfg(feature = "sqlite")]
-            Inner::Sqlite(tx) => tx.commit().await?,
+            Inner::Sqlite(tx) => {
+                tx.commit().await?;
+                #[allow(irrefutable_let_patterns)]
+                if let Backend::Sqlite(db) = self.store.backend_ref()
+                    && let Some(c) = &db.checkpoints
+                {
+                    c.poke();
+                }
+            }
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.commit().await?,
         }

@@ -13,6 +13,7 @@ use sqlx::{Row, SqliteConnection};
 
 use super::admin::{DeadRow, Stats, Table};
 use super::backend::{Dialect, check_schema, dead_row, envelope};
+use super::checkpoint::{self, Checkpointer};
 use super::queue::{Claim, DeadLetter, Retry};
 use super::{Prefetch, Prefetched, StoreConfig, Synchronous};
 use crate::clock::{millis, now_ms};
@@ -25,6 +26,8 @@ use crate::{Envelope, Error, Message, MessageId, Result};
 pub(crate) struct Sqlite {
     pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
+    /// Checkpoints the WAL off the writer's path (`None` in memory: no WAL).
+    pub(crate) checkpoints: Option<Checkpointer>,
 }
 
 /// Opens (creating and migrating if need be) the database.
@@ -87,6 +90,13 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
         // changes), which in files cost a `pwrite` each, two thirds of the writer's
         // system calls in the saga bench.
         .pragma("temp_store", "MEMORY");
+    // The WAL's checkpoints run in the background (see `checkpoint`); the writer's own
+    // only past a threshold, as a safety net.
+    let options = if memory {
+        options
+    } else {
+        options.pragma("wal_autocheckpoint", checkpoint::WRITER_PAGES.to_string())
+    };
     let connect = |e| Error::Connect {
         scheme: "sqlite",
         source: e,
@@ -116,11 +126,16 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
             .max_connections(config.max_connections)
             .test_before_acquire(false)
             .acquire_timeout(config.acquire_timeout)
-            .connect_with(options.read_only(true))
+            .connect_with(options.clone().read_only(true))
             .await
             .map_err(connect)?
     };
-    Ok(Sqlite { writer, reader })
+    let checkpoints = (!memory).then(|| Checkpointer::start(options));
+    Ok(Sqlite {
+        writer,
+        reader,
+        checkpoints,
+    })
 }
 
 /// Applies the embedded migrations. SQLite has no lock for this (sqlx's is a no-op
@@ -472,6 +487,9 @@ impl Dialect for Sqlite {
     }
 
     async fn close(&self) {
+        if let Some(c) = &self.checkpoints {
+            c.stop();
+        }
         self.reader.close().await;
         self.writer.close().await;
     }

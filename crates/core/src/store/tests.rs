@@ -1512,3 +1512,39 @@ async fn direct_handover(backend: Backend) {
     assert_eq!(fake.taken.lock().unwrap().len(), 3);
 }
 both_backends!(handover_tests, direct_handover);
+
+// SQLite's WAL is checkpointed in the background, off the writer: written to three
+// times the writer's own checkpoint threshold, the background checkpointer copied it
+// back to the database file, and the WAL stayed bounded (a checkpoint that catches up
+// completely lets the next writer start the WAL over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_wal_is_checkpointed_in_the_background() {
+    let (store, url) = open(Backend::Sqlite).await;
+    let wal = std::path::PathBuf::from(format!("{}-wal", url.trim_start_matches("sqlite://")));
+    let page = 4096u64;
+    let threshold = u64::from(super::checkpoint::WRITER_PAGES) * page;
+    // A message with a payload of ~64 KiB: 16 pages and more per commit.
+    let payload = "x".repeat(64 * 1024);
+    let mut written = 0u64;
+    let mut largest = 0u64;
+    while written < 3 * threshold {
+        let mut tx = store.begin().await.unwrap();
+        tx.enqueue(&Message::to("big").json(&payload).unwrap())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        written += payload.len() as u64;
+        largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+        tokio::task::yield_now().await;
+    }
+    let Db::Sqlite(db) = store.backend_ref() else {
+        unreachable!("a SQLite store")
+    };
+    let copied = db.checkpoints.as_ref().expect("a file database").copied();
+    assert!(copied > 0, "no background checkpoint copied the WAL back");
+    assert!(
+        largest < 2 * threshold,
+        "the WAL reached {largest} bytes for {written} written: unbounded"
+    );
+    store.close().await;
+}
