@@ -495,6 +495,50 @@ impl Dialect for Sqlite {
     }
 }
 
+/// How long a hop's round trip is waited for without sleeping ([`Answer`]).
+const ANSWER_SPIN: Duration = Duration::from_micros(300);
+
+/// Waits for the items of one round trip to the connection's thread without a wake-up
+/// per item, where it can.
+///
+/// sqlx sends a round trip's results one item at a time (a row, a statement's count),
+/// each through a channel to the waiting task; a task that sleeps between items is woken
+/// for each (a hop's round trip has ten or more), and on this project's 2-vCPU VMs a
+/// wake-up that crosses vCPUs costs more than the statement it waits for. So for up to
+/// [`ANSWER_SPIN`] from the round trip's start, the items are polled without a waker,
+/// the thread yielding between polls (to the connection's thread, if they share a
+/// vCPU); after that, the wait sleeps as any other. Measured on the saga bench
+/// (2026-11-25): +15–25 % sagas/s on SQLite. The budget bounds what a round trip can
+/// keep its tokio worker from other tasks.
+struct Answer {
+    until: std::time::Instant,
+}
+
+impl Answer {
+    fn new() -> Self {
+        Self {
+            until: std::time::Instant::now() + ANSWER_SPIN,
+        }
+    }
+
+    async fn wait<F: std::future::Future>(&mut self, fut: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            // The context lives in this block alone: it is not `Send`, and the wait below
+            // is an await point.
+            let polled = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+            if let Poll::Ready(v) = polled {
+                return v;
+            }
+            if std::time::Instant::now() >= self.until {
+                return fut.await;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Sqlite {
     /// Runs `prefix` (`statements` savepoint statements, each ending in `;`) and then,
     /// if `inbox` is given, records that message in the inbox, all in one round trip
@@ -555,7 +599,11 @@ impl Sqlite {
         let mut recorded = false;
         let mut rows = Vec::new();
         let mut results = c.fetch_many(q.build());
-        while let Some(step) = std::future::poll_fn(|cx| results.as_mut().poll_next(cx)).await {
+        let mut answer = Answer::new();
+        while let Some(step) = answer
+            .wait(std::future::poll_fn(|cx| results.as_mut().poll_next(cx)))
+            .await
+        {
             match step {
                 Ok(sqlx::Either::Left(_)) => done += 1,
                 Ok(sqlx::Either::Right(row)) if done < tail_statements => {
