@@ -186,6 +186,26 @@ pub async fn parked(store: &Store) -> anyhow::Result<u64> {
     Ok(list.len() as u64)
 }
 
+/// Runs `read` until it succeeds: the database may go away for a while (an outage, a
+/// restart). Each failure is said, then waited out (100 ms, doubling up to 5 s).
+pub async fn retrying<T, F, Fut>(mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match read().await {
+            Ok(v) => return v,
+            Err(e) => {
+                tracing::warn!(error = %e, "database unavailable; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
 /// Waits until no saga is running or compensating (sagas parked at a wait for a signal
 /// aside, when `signals`) and no start waits, with a progress bar.
 pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Result<()> {
@@ -202,30 +222,16 @@ pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Resu
         b
     };
     let mut last_log = Instant::now();
-    let mut backoff = Duration::from_millis(100);
-    // What was left at the first count that succeeded: the bar's length. The first
-    // count may meet an outage as well as any later one.
+    // What was left at the first count: the bar's length.
     let mut start_left = None;
     loop {
-        // The database may go away for a while: say so, back off, and carry on.
-        let counted = match counts(store).await {
-            Ok(c) => match waiting(store).await {
-                Ok(w) if signals => parked(store).await.map(|p| (c, w, p)),
-                Ok(w) => Ok((c, w, 0)),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        let (c, waiting_starts, parked) = match counted {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "database unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(100);
+        let (c, waiting_starts, parked) = retrying(|| async {
+            let c = counts(store).await?;
+            let w = waiting(store).await?;
+            let p = if signals { parked(store).await? } else { 0 };
+            Ok((c, w, p))
+        })
+        .await;
         let left = (unfinished(&c) + waiting_starts).saturating_sub(parked);
         let start_left = *start_left.get_or_insert_with(|| {
             bar.set_length(left);
@@ -265,17 +271,7 @@ pub async fn summary(
     url: &str,
 ) -> anyhow::Result<()> {
     // The database may go away between the last wait and this count, too.
-    let mut backoff = Duration::from_millis(100);
-    let c = loop {
-        match counts(store).await {
-            Ok(c) => break c,
-            Err(e) => {
-                tracing::warn!(error = %e, "database unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    };
+    let c = retrying(|| counts(store)).await;
     let get = |s| c.get(&s).copied().unwrap_or(0);
     println!();
     println!("sagas started this run : {started}");
