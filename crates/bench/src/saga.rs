@@ -15,7 +15,9 @@
 //!
 //! Both sides are driven alike: sagas are started 50 per transaction (like the
 //! `trip_booking` example), a new batch whenever at most 150 are unfinished (so at most
-//! 200 in flight), until N are started; then the driver waits for the last.
+//! 200 in flight), until N are started; then the driver waits for the last. The
+//! runtime starts each batch with one `Runtime::start_sagas_in` (multi-row statements);
+//! the floor writes its start rows one statement at a time.
 //!
 //! The floor writes, per saga, the rows the runtime writes, in the same transactions:
 //! the start (instance + first step row + its command in the outbox, 50 sagas per
@@ -261,7 +263,9 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             "sagas: {} per run, 3 no-op steps (a, b with compensations; c the pivot); \
              compensating runs fail step c fatally for every {FAIL_EVERY}th saga (from the \
              saga data), which then compensates b and a. Started {START_BATCH} per \
-             transaction whenever at most {} are unfinished ({WINDOW} in flight at most); \
+             transaction whenever at most {} are unfinished ({WINDOW} in flight at most; \
+             the runtime with one `start_sagas_in` per transaction, the floor a row at a \
+             time); \
              rate = N / (first start -> last terminal, polled every {} ms); {rounds}",
             sizes.sagas,
             WINDOW - START_BATCH,

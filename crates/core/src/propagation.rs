@@ -48,3 +48,23 @@ pub(crate) fn outgoing(headers: &Headers) -> Option<Headers> {
     p.inject(&mut h);
     Some(h)
 }
+
+/// Gives `messages`, produced under the current span, the trace context of an
+/// `outbox.enqueue` span of their own, a child of the current span: for a producer that
+/// enqueues the messages of several traces in one batch (one statement for many sagas'
+/// first commands), so that each keeps its own trace, shaped as if enqueued alone. The
+/// batch's enqueue then leaves their context as it is. Without a propagator installed,
+/// a no-op.
+pub fn stamp_enqueue(messages: &mut [crate::Message]) {
+    let Some(p) = PROPAGATOR.get() else {
+        return;
+    };
+    if messages.is_empty() {
+        return;
+    }
+    let span = crate::store::enqueue_span(messages, false);
+    let _entered = span.enter();
+    for m in messages {
+        p.inject(&mut m.headers);
+    }
+}

@@ -92,19 +92,27 @@ pub enum Receipt {
     Duplicate,
 }
 
-/// The producer span of an enqueue of `count` messages starting with `first`
-/// (`handed_over`: written leased for direct handover).
-fn enqueue_span(first: &Message, count: usize, handed_over: bool) -> tracing::Span {
+/// The producer span of an enqueue of `messages` (`handed_over`: written leased for
+/// direct handover). It names their saga only if they all have the same one.
+pub(crate) fn enqueue_span(messages: &[Message], handed_over: bool) -> tracing::Span {
+    let Some(first) = messages.first() else {
+        return tracing::Span::none();
+    };
     let span = tracing::info_span!(
         "outbox.enqueue",
         otel.kind = "producer",
         message.destination = %first.destination,
         message.id = %first.id,
-        messages = count,
+        messages = messages.len(),
         handed_over,
         saga.id = tracing::field::Empty,
     );
-    if let Some(saga) = first.headers.get(crate::header::SAGA_ID) {
+    let saga = first.headers.get(crate::header::SAGA_ID);
+    if let Some(saga) = saga
+        && messages
+            .iter()
+            .all(|m| m.headers.get(crate::header::SAGA_ID) == Some(saga))
+    {
         span.record("saga.id", saga.as_str());
     }
     span
@@ -250,7 +258,7 @@ impl Store {
         async {
             on_conn!(conn, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
         }
-        .instrument(enqueue_span(message, 1, true))
+        .instrument(enqueue_span(std::slice::from_ref(message), true))
         .await
     }
 
@@ -318,11 +326,11 @@ impl Store {
 
     /// [`enqueue_batch`](Self::enqueue_batch) of messages validated already.
     pub(crate) async fn enqueue_valid(&self, conn: Conn<'_>, messages: &[Message]) -> Result<()> {
-        let Some(first) = messages.first() else {
+        if messages.is_empty() {
             return Ok(());
-        };
+        }
         self.enqueue_checked(conn, messages)
-            .instrument(enqueue_span(first, messages.len(), false))
+            .instrument(enqueue_span(messages, false))
             .await
     }
 

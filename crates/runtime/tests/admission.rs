@@ -61,7 +61,16 @@ async fn waiting(rt: &Runtime) -> u64 {
         .sum()
 }
 
-async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
+/// A runtime whose saga `job` has one gated step and at most `bound` sagas in flight.
+struct GatedRuntime {
+    rt: Runtime,
+    open: watch::Sender<bool>,
+    in_flight: Arc<AtomicU32>,
+    peak: Arc<AtomicU32>,
+    order: Arc<Mutex<Vec<u32>>>,
+}
+
+async fn gated_runtime(backend: Backend, bound: usize) -> GatedRuntime {
     let (open, gate) = watch::channel(false);
     let in_flight = Arc::new(AtomicU32::new(0));
     let peak = Arc::new(AtomicU32::new(0));
@@ -83,10 +92,27 @@ async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
             order: Arc::clone(&order),
         })
         .saga(saga)
-        .max_sagas_in_flight(Some(10))
+        .max_sagas_in_flight(Some(bound))
         .start()
         .await
         .unwrap();
+    GatedRuntime {
+        rt,
+        open,
+        in_flight,
+        peak,
+        order,
+    }
+}
+
+async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
+    let GatedRuntime {
+        rt,
+        open,
+        in_flight,
+        peak,
+        order,
+    } = gated_runtime(backend, 10).await;
     // 50 starts in the caller's transaction: all accepted, 10 started, 40 waiting.
     let mut tx = rt.store().begin().await.unwrap();
     let mut ids = Vec::new();
@@ -146,3 +172,71 @@ async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
     Arc::into_inner(rt).unwrap().shutdown().await;
 }
 both_backends!(burst_tests, a_burst_beyond_the_bound_waits_its_turn);
+
+/// `start_sagas_in` decides a batch as that many `start_saga_in`s would: within the
+/// bound started, the rest waiting in order; a rolled-back batch leaves nothing.
+async fn a_batch_of_starts_is_admitted_like_single_starts(backend: Backend) {
+    let GatedRuntime {
+        rt,
+        open,
+        in_flight,
+        peak,
+        order,
+    } = gated_runtime(backend, 10).await;
+    // 30 starts in one call: 10 started, 20 waiting, the ids in the data's order.
+    let jobs: Vec<Job> = (0..30).map(|n| Job { n }).collect();
+    let mut tx = rt.store().begin().await.unwrap();
+    let ids = rt.start_sagas_in(&mut tx, "job", &jobs).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ids.len(), 30);
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 30, "every start has its own saga");
+    assert_eq!(waiting(&rt).await, 20);
+    until("10 calls wait", async || {
+        in_flight.load(Ordering::SeqCst) == 10
+    })
+    .await;
+    open.send_replace(true);
+    for id in &ids {
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(60), rt.wait(*id))
+                .await
+                .unwrap()
+                .unwrap(),
+            SagaState::Completed
+        );
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 10, "never more than the bound");
+    assert_eq!(waiting(&rt).await, 0);
+    let done = order.lock().unwrap().clone();
+    assert_eq!(done.len(), 30, "each saga's step ran once: {done:?}");
+    let mut first: Vec<u32> = done[..10].to_vec();
+    first.sort_unstable();
+    assert_eq!(
+        first,
+        (0..10).collect::<Vec<_>>(),
+        "the first ten started first"
+    );
+    // A batch rolled back: no saga, no waiting start, no call.
+    let mut tx = rt.store().begin().await.unwrap();
+    let gone = rt
+        .start_sagas_in(&mut tx, "job", &[Job { n: 1000 }, Job { n: 1001 }])
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(gone.len(), 2);
+    for id in &gone {
+        let found = agentsaga_saga::query::get(rt.store(), *id).await.unwrap();
+        assert!(found.is_none(), "a saga of a rolled-back batch exists");
+    }
+    assert_eq!(waiting(&rt).await, 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(order.lock().unwrap().len(), 30, "a rolled-back start ran");
+    rt.shutdown().await;
+}
+both_backends!(
+    batch_tests,
+    a_batch_of_starts_is_admitted_like_single_starts
+);

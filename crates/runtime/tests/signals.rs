@@ -260,6 +260,38 @@ async fn early_signal_is_kept(backend: Backend) {
 }
 both_backends!(early_tests, early_signal_is_kept);
 
+// Sagas started in one batch (`start_sagas_in`) have their waits registered with them:
+// an early signal to each is kept and used.
+async fn batch_started_sagas_wait_too(backend: Backend) {
+    let w = world(backend, vec![approval_saga(None)], false).await;
+    let mut tx = w.rt.store().begin().await.unwrap();
+    let ids =
+        w.rt.start_sagas_in(&mut tx, "mail", &[mail(), mail()])
+            .await
+            .unwrap();
+    tx.commit().await.unwrap();
+    for (n, id) in ids.iter().enumerate() {
+        let by = format!("ops{n}");
+        assert_eq!(
+            w.rt.signal(*id, "approval", Signal::Approve(json!({ "by": by })))
+                .await
+                .unwrap(),
+            SignalReceipt::Recorded
+        );
+    }
+    w.open.send_replace(true);
+    for id in &ids {
+        assert_eq!(settle(&w.rt, *id).await, SagaState::Completed);
+    }
+    let mut approvers: Vec<Value> = sent(&w, "sender")
+        .into_iter()
+        .map(|v| v["approved_by"].clone())
+        .collect();
+    approvers.sort_by_key(Value::to_string);
+    assert_eq!(approvers, [json!("ops0"), json!("ops1")]);
+}
+both_backends!(batch_tests, batch_started_sagas_wait_too);
+
 // Misaddressed signals are typed errors and write nothing.
 async fn misaddressed_signals_write_nothing(backend: Backend) {
     let w = world(backend, vec![approval_saga(None)], true).await;

@@ -310,6 +310,106 @@ impl Engine {
         Ok(Accepted::Started(id))
     }
 
+    /// [`accept`](Self::accept) for many starts of saga `name` in `tx`, decided in
+    /// order as that many `accept`s would be (the starts past the admission bound
+    /// wait, in order), but written in a few statements for the lot instead of a few
+    /// per saga: the instances in one, their first steps in one, their first messages
+    /// in one batch (SQLite: all three in one round trip). Each saga's first messages
+    /// carry the trace context of an `outbox.enqueue` span of their own under the
+    /// saga's `saga.start`, so each saga is one trace as when started alone (the
+    /// batch's own enqueue span stands apart). The answers come in the order of `data`.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); a `data` that fails its saga's checks fails the
+    /// whole call before anything is written.
+    pub async fn accept_many(
+        &self,
+        tx: &mut Tx,
+        name: &str,
+        data: Vec<Value>,
+    ) -> Result<Vec<Accepted>> {
+        let version = self.version_of(name)?;
+        let data = data
+            .into_iter()
+            .map(|d| self.prepare(name, version, d))
+            .collect::<Result<Vec<_>>>()?;
+        let room = match self.max_in_flight(name) {
+            None => data.len(),
+            Some(_) if data.is_empty() => 0,
+            Some(bound) => {
+                if admission::any_waiting(tx.conn(), name).await? {
+                    0
+                } else {
+                    let n = self.in_flight_estimate(tx, name).await?;
+                    usize::try_from((bound as u64).saturating_sub(n)).unwrap_or(usize::MAX)
+                }
+            }
+        };
+        let mut accepted = Vec::with_capacity(data.len());
+        let mut insts = Vec::new();
+        let mut waits = Vec::new();
+        let mut send = Vec::new();
+        let mut later = Vec::new();
+        for data in data {
+            let id = SagaId::new();
+            if insts.len() >= room {
+                later.push((id, data));
+                accepted.push(Accepted::Waiting(id));
+                continue;
+            }
+            let mut inst = Instance {
+                id,
+                name: name.to_owned(),
+                version,
+                state: SagaState::Running,
+                data,
+                error: None,
+                stage: 0,
+                steps: BTreeMap::new(),
+                finished: false,
+            };
+            let span = tracing::info_span!(
+                "saga.start",
+                saga.id = %id,
+                saga.name = %name,
+                saga.version = version,
+                waited_ms = 0,
+                otel.kind = "producer",
+            );
+            let fx = span.in_scope(|| -> Result<Effects> {
+                let mut ctx = self.ctx(&mut inst)?;
+                ctx.start(std::time::Duration::ZERO)?;
+                let mut fx = std::mem::take(&mut ctx.fx);
+                agentsaga_core::propagation::stamp_enqueue(&mut fx.send);
+                Ok(fx)
+            })?;
+            if !fx.waits.is_empty() {
+                waits.push((id, fx.waits));
+            }
+            send.extend(fx.send);
+            insts.push(inst);
+            accepted.push(Accepted::Started(id));
+        }
+        persist::insert_new(tx, &insts, &waits, now_ms(), &send).await?;
+        for (id, data) in &later {
+            let mut headers = Headers::new();
+            agentsaga_core::propagation::inject_current(&mut headers);
+            admission::push(tx.conn(), *id, name, data, &headers, now_ms()).await?;
+        }
+        if !later.is_empty() {
+            tracing::debug!(saga.name = %name, waiting = later.len(), "saga starts wait for room");
+        }
+        if let Some(seen) = self
+            .in_flight_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(name)
+        {
+            seen.1 += insts.len() as u64;
+        }
+        Ok(accepted)
+    }
+
     /// Sagas of `name` in flight, as a start decides on it: counted in `tx` at most
     /// every [`IN_FLIGHT_FRESH`], and in between the last count plus the starts made
     /// here since (sagas finished meanwhile are noticed at the next count). Counting

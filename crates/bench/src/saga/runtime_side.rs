@@ -83,15 +83,17 @@ pub(super) async fn runtime_run(
         |first, count| {
             let runtime = &runtime;
             async move {
+                let data: Vec<Data> = (first..first + count)
+                    .map(|i| {
+                        let n = i as u64;
+                        Data {
+                            n,
+                            fail: scenario.fails(n),
+                        }
+                    })
+                    .collect();
                 let mut tx = runtime.store().begin().await?;
-                for i in first..first + count {
-                    let n = i as u64;
-                    let data = Data {
-                        n,
-                        fail: scenario.fails(n),
-                    };
-                    runtime.start_saga_in(&mut tx, SAGA, &data).await?;
-                }
+                runtime.start_sagas_in(&mut tx, SAGA, &data).await?;
                 tx.commit().await?;
                 Ok(())
             }

@@ -214,10 +214,7 @@ impl Tx {
             })
             .collect();
         // The messages' headers carry the enqueue span's context: built in it.
-        let span = match messages.first() {
-            Some(first) => super::enqueue_span(first, messages.len(), leased.contains(&true)),
-            None => tracing::Span::none(),
-        };
+        let span = super::enqueue_span(messages, leased.contains(&true));
         let mut tail = span.in_scope(|| {
             super::sqlite::Tail::new(before, before_statements, messages, &leased, to)
         })?;

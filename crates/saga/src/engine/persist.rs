@@ -206,6 +206,74 @@ pub(crate) async fn save_and_enqueue(
     Ok(())
 }
 
+/// Largest number of bound values in one of [`insert_new`]'s statements, under both
+/// backends' limits (SQLite 32,766, PostgreSQL 65,535).
+const MAX_BINDS: usize = 20_000;
+
+/// Binds an instance and its steps take in [`insert_new`]'s statements.
+fn binds_of(inst: &Instance) -> usize {
+    10 + 22 * inst.steps.len()
+}
+
+/// Inserts new instances with their steps, then enqueues `messages`, in `tx`: a few
+/// statements for the lot, on SQLite the last of them in one round trip with the
+/// messages ([`Tx::enqueue_batch_after`]). `waits` are the `saga_signals` rows to write
+/// between the two, per saga.
+#[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
+pub(crate) async fn insert_new(
+    tx: &mut Tx,
+    insts: &[Instance],
+    waits: &[(SagaId, Vec<String>)],
+    now_ms: i64,
+    messages: &[Message],
+) -> Result<()> {
+    let mut chunks: Vec<Vec<&Instance>> = vec![Vec::new()];
+    let mut binds = 0;
+    for inst in insts {
+        let n = binds_of(inst);
+        if binds + n > MAX_BINDS && chunks.last().is_some_and(|c| !c.is_empty()) {
+            chunks.push(Vec::new());
+            binds = 0;
+        }
+        binds += n;
+        if let Some(last) = chunks.last_mut() {
+            last.push(inst);
+        }
+    }
+    chunks.retain(|c| !c.is_empty());
+    #[cfg(not(feature = "sqlite"))]
+    let _ = now_ms; // PostgreSQL takes its times from now()
+    #[cfg(feature = "sqlite")]
+    if waits.is_empty()
+        && let Conn::Sqlite(_) = tx.conn()
+        && let Some((last, firsts)) = chunks.split_last()
+    {
+        for chunk in firsts {
+            let (mut q, _) = insert_sqlite_query(chunk, now_ms);
+            if let Conn::Sqlite(c) = tx.conn() {
+                q.build().execute(&mut *c).await?;
+            }
+        }
+        let (q, statements) = insert_sqlite_query(last, now_ms);
+        tx.enqueue_batch_after(q, statements, messages).await?;
+        return Ok(());
+    }
+    for chunk in &chunks {
+        agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
+            let (mut q, _) = insert_sqlite_query(chunk, now_ms);
+            q.build().execute(&mut *c).await?;
+        }, postgres(c) => insert_postgres(c, chunk).await?);
+    }
+    for (id, names) in waits {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        super::signals::register(tx.conn(), *id, &names).await?;
+    }
+    if !messages.is_empty() {
+        tx.enqueue_batch(messages).await?;
+    }
+    Ok(())
+}
+
 agentsaga_core::if_sqlite! {
 use agentsaga_core::sqlx::SqliteConnection;
 
@@ -294,32 +362,70 @@ fn save_sqlite_query(
     }
     q.push(";\n");
     q.push(STEP_INSERT);
-    q.push_values(changed, |mut b, s| {
-        b.push_bind(inst.id.to_string())
-            .push_bind(s.idx as i64)
-            .push_bind(s.stage as i64)
-            .push_bind(&s.name)
-            .push_bind(&s.destination)
-            .push_bind(s.state.as_str())
-            .push_bind(i64::from(s.attempts))
-            .push_bind(s.command_id)
-            .push_bind(s.timer_id)
-            .push_bind(s.input.as_ref().map(Value::to_string))
-            .push_bind(s.output.as_ref().map(Value::to_string))
-            .push_bind(s.error.as_deref())
-            .push_bind(s.compensation_destination.as_deref())
-            .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
-            .push_bind(s.compensation_state.map(|c| c.as_str()))
-            .push_bind(i64::from(s.compensation_attempts))
-            .push_bind(s.compensation_message_id)
-            .push_bind(s.compensation_error.as_deref())
-            .push_bind(s.deadline_ms)
-            .push_bind(s.dispatched_at)
-            .push_bind(s.replied_at)
-            .push_bind(s.compensated_at);
-    });
+    q.push_values(changed, |mut b, s| sqlite_step_values(&mut b, inst.id, s));
     q.push(STEP_UPSERT);
     q
+}
+
+/// Binds a step's row as [`STEP_INSERT`] lists its columns.
+fn sqlite_step_values(
+    b: &mut sqlx::query_builder::Separated<'_, sqlx::Sqlite, &'static str>,
+    saga: SagaId,
+    s: &StepRow,
+) {
+    b.push_bind(saga.to_string())
+        .push_bind(s.idx as i64)
+        .push_bind(s.stage as i64)
+        .push_bind(s.name.clone())
+        .push_bind(s.destination.clone())
+        .push_bind(s.state.as_str())
+        .push_bind(i64::from(s.attempts))
+        .push_bind(s.command_id)
+        .push_bind(s.timer_id)
+        .push_bind(s.input.as_ref().map(Value::to_string))
+        .push_bind(s.output.as_ref().map(Value::to_string))
+        .push_bind(s.error.clone())
+        .push_bind(s.compensation_destination.clone())
+        .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
+        .push_bind(s.compensation_state.map(|c| c.as_str()))
+        .push_bind(i64::from(s.compensation_attempts))
+        .push_bind(s.compensation_message_id)
+        .push_bind(s.compensation_error.clone())
+        .push_bind(s.deadline_ms)
+        .push_bind(s.dispatched_at)
+        .push_bind(s.replied_at)
+        .push_bind(s.compensated_at);
+}
+
+/// The statements that insert new instances and their steps on SQLite, as one query
+/// (one or two statements: the count is returned too).
+fn insert_sqlite_query(insts: &[&Instance], now: i64) -> (sqlx::QueryBuilder<sqlx::Sqlite>, usize) {
+    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) ",
+    );
+    q.push_values(insts, |mut b, inst| {
+        b.push_bind(inst.id.to_string())
+            .push_bind(inst.name.clone())
+            .push_bind(inst.version)
+            .push_bind(inst.state.as_str())
+            .push_bind(inst.data.to_string())
+            .push_bind(inst.error.clone())
+            .push_bind(inst.stage as i64)
+            .push_bind(now)
+            .push_bind(now)
+            .push_bind(inst.finished.then_some(now));
+    });
+    let steps: Vec<(SagaId, &StepRow)> = insts
+        .iter()
+        .flat_map(|i| i.steps.values().map(move |s| (i.id, s)))
+        .collect();
+    if steps.is_empty() {
+        return (q, 1);
+    }
+    q.push(";\n");
+    q.push(STEP_INSERT);
+    q.push_values(&steps, |mut b, (saga, s)| sqlite_step_values(&mut b, *saga, s));
+    (q, 2)
 }
 }
 
@@ -399,42 +505,84 @@ async fn save_postgres(
     if !changed.is_empty() {
         q.push(") ");
         q.push(STEP_INSERT);
-        q.push_values(changed, |mut b, s| {
-            b.push_bind(inst.id.as_uuid())
-                .push_bind(s.idx as i32)
-                .push_bind(s.stage as i32)
-                .push_bind(&s.name)
-                .push_bind(&s.destination)
-                .push_bind(s.state.as_str())
-                .push_bind(s.attempts as i32)
-                .push_bind(s.command_id)
-                .push_bind(s.timer_id)
-                .push_bind(s.input.as_ref().map(Value::to_string))
-                .push_unseparated("::jsonb")
-                .push_bind(s.output.as_ref().map(Value::to_string))
-                .push_unseparated("::jsonb")
-                .push_bind(s.error.as_deref())
-                .push_bind(s.compensation_destination.as_deref())
-                .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
-                .push_unseparated("::jsonb")
-                .push_bind(s.compensation_state.map(|c| c.as_str()))
-                .push_bind(s.compensation_attempts as i32)
-                .push_bind(s.compensation_message_id)
-                .push_bind(s.compensation_error.as_deref())
-                .push("to_timestamp(")
-                .push_bind_unseparated(s.deadline_ms)
-                .push_unseparated(" / 1000.0)")
-                .push("to_timestamp(")
-                .push_bind_unseparated(s.dispatched_at)
-                .push_unseparated(" / 1000.0)")
-                .push("to_timestamp(")
-                .push_bind_unseparated(s.replied_at)
-                .push_unseparated(" / 1000.0)")
-                .push("to_timestamp(")
-                .push_bind_unseparated(s.compensated_at)
-                .push_unseparated(" / 1000.0)");
-        });
+        q.push_values(changed, |mut b, s| postgres_step_values(&mut b, inst.id, s));
         q.push(STEP_UPSERT);
+    }
+    q.build().execute(&mut *c).await?;
+    Ok(())
+}
+
+/// Binds a step's row as [`STEP_INSERT`] lists its columns.
+fn postgres_step_values(
+    b: &mut sqlx::query_builder::Separated<'_, sqlx::Postgres, &'static str>,
+    saga: SagaId,
+    s: &StepRow,
+) {
+    b.push_bind(saga.as_uuid())
+        .push_bind(s.idx as i32)
+        .push_bind(s.stage as i32)
+        .push_bind(s.name.clone())
+        .push_bind(s.destination.clone())
+        .push_bind(s.state.as_str())
+        .push_bind(s.attempts as i32)
+        .push_bind(s.command_id)
+        .push_bind(s.timer_id)
+        .push_bind(s.input.as_ref().map(Value::to_string))
+        .push_unseparated("::jsonb")
+        .push_bind(s.output.as_ref().map(Value::to_string))
+        .push_unseparated("::jsonb")
+        .push_bind(s.error.clone())
+        .push_bind(s.compensation_destination.clone())
+        .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
+        .push_unseparated("::jsonb")
+        .push_bind(s.compensation_state.map(|c| c.as_str()))
+        .push_bind(s.compensation_attempts as i32)
+        .push_bind(s.compensation_message_id)
+        .push_bind(s.compensation_error.clone())
+        .push("to_timestamp(")
+        .push_bind_unseparated(s.deadline_ms)
+        .push_unseparated(" / 1000.0)")
+        .push("to_timestamp(")
+        .push_bind_unseparated(s.dispatched_at)
+        .push_unseparated(" / 1000.0)")
+        .push("to_timestamp(")
+        .push_bind_unseparated(s.replied_at)
+        .push_unseparated(" / 1000.0)")
+        .push("to_timestamp(")
+        .push_bind_unseparated(s.compensated_at)
+        .push_unseparated(" / 1000.0)");
+}
+
+/// Inserts new instances and their steps on PostgreSQL in one statement (the steps'
+/// foreign key is checked at its end, when the instances are there).
+async fn insert_postgres(c: &mut PgConnection, insts: &[&Instance]) -> Result<()> {
+    let steps: Vec<(SagaId, &StepRow)> = insts
+        .iter()
+        .flat_map(|i| i.steps.values().map(move |s| (i.id, s)))
+        .collect();
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(if steps.is_empty() {
+        ""
+    } else {
+        "WITH saga AS ("
+    });
+    q.push("INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at) ");
+    q.push_values(insts, |mut b, inst| {
+        b.push_bind(inst.id.as_uuid())
+            .push_bind(inst.name.clone())
+            .push_bind(inst.version)
+            .push_bind(inst.state.as_str())
+            .push_bind(inst.data.to_string())
+            .push_unseparated("::jsonb")
+            .push_bind(inst.error.clone())
+            .push_bind(inst.stage as i32)
+            .push("CASE WHEN ")
+            .push_bind_unseparated(inst.finished)
+            .push_unseparated(" THEN now() END");
+    });
+    if !steps.is_empty() {
+        q.push(") ");
+        q.push(STEP_INSERT);
+        q.push_values(&steps, |mut b, (saga, s)| postgres_step_values(&mut b, *saga, s));
     }
     q.build().execute(&mut *c).await?;
     Ok(())
