@@ -374,15 +374,20 @@ pub async fn run<T: serde::Serialize>(
     while n < common.sagas {
         let batch = (common.sagas - n).min(50);
         let mut tx = runtime.store().begin().await?;
-        for i in n..n + batch {
-            match &saga.key {
-                Some(key) => {
+        match &saga.key {
+            // One start at a time: each claims its key.
+            Some(key) => {
+                for i in n..n + batch {
                     runtime
                         .start_saga_in_with_key(&mut tx, saga.name, &key(i), &data(i))
-                        .await?
+                        .await?;
                 }
-                None => runtime.start_saga_in(&mut tx, saga.name, &data(i)).await?,
-            };
+            }
+            // The batch in a few statements.
+            None => {
+                let batch: Vec<T> = (n..n + batch).map(&mut data).collect();
+                runtime.start_sagas_in(&mut tx, saga.name, &batch).await?;
+            }
         }
         tx.commit().await?;
         n += batch;
