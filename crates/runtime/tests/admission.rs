@@ -219,6 +219,27 @@ async fn a_batch_of_starts_is_admitted_like_single_starts(backend: Backend) {
         (0..10).collect::<Vec<_>>(),
         "the first ten started first"
     );
+    // An empty batch starts nothing; an unknown saga name is a typed error.
+    let mut tx = rt.store().begin().await.unwrap();
+    let none: &[Job] = &[];
+    assert!(
+        rt.start_sagas_in(&mut tx, "job", none)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let unknown = rt
+        .start_sagas_in(&mut tx, "no_such_saga", &[Job { n: 0 }])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown,
+            agentsaga_runtime::Error::Saga(agentsaga_saga::Error::UnknownSaga(_))
+        ),
+        "{unknown:?}"
+    );
+    tx.rollback().await.unwrap();
     // A batch rolled back: no saga, no waiting start, no call.
     let mut tx = rt.store().begin().await.unwrap();
     let gone = rt
