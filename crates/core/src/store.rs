@@ -93,7 +93,10 @@ pub enum Receipt {
 }
 
 /// The producer span of an enqueue of `messages` (`handed_over`: written leased for
-/// direct handover). It names their saga only if they all have the same one.
+/// direct handover). It names their saga only if they all have the same one and none
+/// carries a trace context already: such a message's producer span is elsewhere
+/// ([`propagation::stamp_enqueue`](crate::propagation::stamp_enqueue)), and this span,
+/// in no saga's trace, must not claim one.
 pub(crate) fn enqueue_span(messages: &[Message], handed_over: bool) -> tracing::Span {
     let Some(first) = messages.first() else {
         return tracing::Span::none();
@@ -109,9 +112,10 @@ pub(crate) fn enqueue_span(messages: &[Message], handed_over: bool) -> tracing::
     );
     let saga = first.headers.get(crate::header::SAGA_ID);
     if let Some(saga) = saga
-        && messages
-            .iter()
-            .all(|m| m.headers.get(crate::header::SAGA_ID) == Some(saga))
+        && messages.iter().all(|m| {
+            m.headers.get(crate::header::SAGA_ID) == Some(saga)
+                && !m.headers.contains_key(crate::header::TRACEPARENT)
+        })
     {
         span.record("saga.id", saga.as_str());
     }
