@@ -357,32 +357,8 @@ impl Engine {
                 accepted.push(Accepted::Waiting(id));
                 continue;
             }
-            let mut inst = Instance {
-                id,
-                name: name.to_owned(),
-                version,
-                state: SagaState::Running,
-                data,
-                error: None,
-                stage: 0,
-                steps: BTreeMap::new(),
-                finished: false,
-            };
-            let span = tracing::info_span!(
-                "saga.start",
-                saga.id = %id,
-                saga.name = %name,
-                saga.version = version,
-                waited_ms = 0,
-                otel.kind = "producer",
-            );
-            let fx = span.in_scope(|| -> Result<Effects> {
-                let mut ctx = self.ctx(&mut inst)?;
-                ctx.start(std::time::Duration::ZERO)?;
-                let mut fx = std::mem::take(&mut ctx.fx);
-                agentsaga_core::propagation::stamp_enqueue(&mut fx.send);
-                Ok(fx)
-            })?;
+            let (inst, mut fx, span) = self.begin_instance(id, name, version, data, 0, None)?;
+            span.in_scope(|| agentsaga_core::propagation::stamp_enqueue(&mut fx.send));
             if !fx.waits.is_empty() {
                 waits.push((id, fx.waits));
             }
@@ -596,6 +572,22 @@ impl Engine {
         waited_ms: i64,
         parent: Option<&Headers>,
     ) -> Result<()> {
+        let (inst, fx, span) = self.begin_instance(id, name, version, data, waited_ms, parent)?;
+        self.write(tx, &inst, None, fx).instrument(span).await
+    }
+
+    /// A new instance `id` of saga `name` and the effects of its start, decided in its
+    /// `saga.start` span (a child of the context in `parent`, if any), which is
+    /// returned: the start's writes belong in it.
+    fn begin_instance(
+        &self,
+        id: SagaId,
+        name: &str,
+        version: i32,
+        data: Value,
+        waited_ms: i64,
+        parent: Option<&Headers>,
+    ) -> Result<(Instance, Effects, tracing::Span)> {
         let mut inst = Instance {
             id,
             name: name.to_owned(),
@@ -609,7 +601,7 @@ impl Engine {
         };
         let span = tracing::info_span!(
             "saga.start",
-            saga.id = %inst.id,
+            saga.id = %id,
             saga.name = %name,
             saga.version = version,
             waited_ms,
@@ -618,10 +610,12 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let mut ctx = self.ctx(&mut inst)?;
-        ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
-        let fx = std::mem::take(&mut ctx.fx);
-        self.write(tx, &inst, None, fx).instrument(span).await
+        let fx = span.in_scope(|| -> Result<Effects> {
+            let mut ctx = self.ctx(&mut inst)?;
+            ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
+            Ok(std::mem::take(&mut ctx.fx))
+        })?;
+        Ok((inst, fx, span))
     }
 
     /// The signals saga `inst` has received, if its definition waits for any (no
