@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
-use agentsaga_saga::{Engine, Saga, SagaState, Step};
+use agentsaga_saga::{Engine, Saga, SagaId, SagaState, Step};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -105,6 +105,19 @@ async fn gated_runtime(backend: Backend, bound: usize) -> GatedRuntime {
     }
 }
 
+/// Waits for every saga of `ids` to complete.
+async fn all_complete(rt: &Runtime, ids: &[SagaId]) {
+    for id in ids {
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(60), rt.wait(*id))
+                .await
+                .unwrap()
+                .unwrap(),
+            SagaState::Completed
+        );
+    }
+}
+
 async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
     let GatedRuntime {
         rt,
@@ -143,15 +156,7 @@ async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
     // Still ten: the bound held while the rest waited.
     assert_eq!(in_flight.load(Ordering::SeqCst), 10);
     open.send_replace(true);
-    for id in &ids {
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(60), rt.wait(*id))
-                .await
-                .unwrap()
-                .unwrap(),
-            SagaState::Completed
-        );
-    }
+    all_complete(&rt, &ids).await;
     let late = tokio::time::timeout(Duration::from_secs(60), late)
         .await
         .unwrap()
@@ -199,15 +204,7 @@ async fn a_batch_of_starts_is_admitted_like_single_starts(backend: Backend) {
     })
     .await;
     open.send_replace(true);
-    for id in &ids {
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(60), rt.wait(*id))
-                .await
-                .unwrap()
-                .unwrap(),
-            SagaState::Completed
-        );
-    }
+    all_complete(&rt, &ids).await;
     assert_eq!(peak.load(Ordering::SeqCst), 10, "never more than the bound");
     assert_eq!(waiting(&rt).await, 0);
     let done = order.lock().unwrap().clone();

@@ -8,8 +8,8 @@ use std::time::Duration;
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use opentelemetry::trace::{SpanId, TracerProvider as _};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, util::SubscriberInitExt};
@@ -29,6 +29,21 @@ impl Agent for Echo {
         }
         Ok(cmd)
     }
+}
+
+/// The names of `spans` by span id, and the names of those whose parent is not among
+/// them (the roots of their tree).
+fn tree<'a>(spans: &[&'a SpanData]) -> (HashMap<SpanId, &'a str>, Vec<&'a str>) {
+    let ids: HashMap<_, _> = spans
+        .iter()
+        .map(|s| (s.span_context.span_id(), s.name.as_ref()))
+        .collect();
+    let roots = spans
+        .iter()
+        .filter(|s| !ids.contains_key(&s.parent_span_id))
+        .map(|s| s.name.as_ref())
+        .collect();
+    (ids, roots)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,15 +107,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
     );
 
     // A tree: one root (saga.start); every other span's parent is in the trace.
-    let ids: HashMap<_, _> = ours
-        .iter()
-        .map(|s| (s.span_context.span_id(), s.name.as_ref()))
-        .collect();
-    let roots: Vec<&str> = ours
-        .iter()
-        .filter(|s| !ids.contains_key(&s.parent_span_id))
-        .map(|s| s.name.as_ref())
-        .collect();
+    let (ids, roots) = tree(&ours);
     assert_eq!(roots, vec!["saga.start"], "{names:?}");
     let parent_of = |name: &str| -> Vec<&str> {
         ours.iter()
@@ -198,15 +205,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
             .iter()
             .filter(|s| s.span_context.trace_id() == trace)
             .collect();
-        let ids: HashMap<_, _> = in_trace
-            .iter()
-            .map(|s| (s.span_context.span_id(), s.name.as_ref()))
-            .collect();
-        let roots: Vec<&str> = in_trace
-            .iter()
-            .filter(|s| !ids.contains_key(&s.parent_span_id))
-            .map(|s| s.name.as_ref())
-            .collect();
+        let (ids, roots) = tree(&in_trace);
         assert_eq!(roots, vec!["saga.start"], "saga {saga_id}: {names:?}");
         let delivered: Vec<&str> = in_trace
             .iter()
