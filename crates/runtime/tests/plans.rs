@@ -330,13 +330,32 @@ async fn invalid_plans_write_nothing(backend: Backend) {
             "unknown field `run`",
         ),
     ];
-    for (start, why) in cases {
-        let err = w.rt.start_saga("errand", &start).await.unwrap_err();
+    for (start, why) in &cases {
+        let err = w.rt.start_saga("errand", start).await.unwrap_err();
         assert!(
             matches!(&err, agentsaga_runtime::Error::Saga(SagaError::InvalidPlan(w)) if w.contains(why)),
             "{start}: {err}"
         );
     }
+    // A batch with a valid plan first and an invalid one after is refused whole, before
+    // anything is written: its transaction commits nothing of it.
+    let valid = json!(
+        PlanStart::new(
+            Plan::new().then(undone(PlanStep::command("a", "search", Value::Null))),
+            Value::Null
+        )
+        .unwrap()
+    );
+    let mut tx = w.rt.store().begin().await.unwrap();
+    let err =
+        w.rt.start_sagas_in(&mut tx, "errand", &[valid, cases[0].0.clone()])
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(&err, agentsaga_runtime::Error::Saga(SagaError::InvalidPlan(w)) if w.contains(cases[0].1)),
+        "{err}"
+    );
+    tx.commit().await.unwrap();
     let sagas = query::list(w.rt.store(), &ListFilter::default())
         .await
         .unwrap();
