@@ -72,6 +72,8 @@ pub use retry::RetryPolicy;
 pub use store::POSTGRES_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::SQLITE_MIGRATOR;
+#[cfg(feature = "sqlite")]
+pub use store::{Bind, Row, Separated, Statements, Value};
 pub use store::{
     Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
     StoreConfig, Synchronous, Tx, admin, queue,

@@ -15,6 +15,8 @@ pub(crate) mod backend;
 mod checkpoint;
 mod config;
 mod conn;
+#[cfg(feature = "sqlite")]
+pub(crate) mod direct;
 mod handover;
 mod hop;
 #[cfg(feature = "postgres")]
@@ -32,6 +34,8 @@ use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
 pub use conn::{Conn, Integer, Tx};
+#[cfg(feature = "sqlite")]
+pub use direct::{Bind, Row, Separated, Statements, Value};
 pub use handover::Handover;
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
 

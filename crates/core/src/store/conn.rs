@@ -53,14 +53,43 @@ impl<'a> From<&'a mut PgConnection> for Conn<'a> {
 enum Inner {
     #[cfg(feature = "sqlite")]
     Sqlite(Transaction<'static, Sqlite>),
+    /// SQLite's lane: the writer connection, its transactions begun and ended by hand
+    /// (statements run on it directly), kept by the lane from one batch to the next.
+    #[cfg(feature = "sqlite")]
+    Lane(LaneConn),
     #[cfg(feature = "postgres")]
     Postgres(Transaction<'static, Postgres>),
+}
+
+/// The writer connection of SQLite's lane.
+#[cfg(feature = "sqlite")]
+#[derive(Debug)]
+struct LaneConn {
+    conn: sqlx::pool::PoolConnection<Sqlite>,
+    /// A transaction is open on it, or may be (one that failed to end). sqlx knows
+    /// nothing of it: dropped so, the connection is closed instead of going back to
+    /// the pool, and closing rolls the transaction back.
+    open: bool,
+}
+
+#[cfg(feature = "sqlite")]
+impl Drop for LaneConn {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 /// A write transaction of the store. Dropping it without committing rolls it back.
 #[derive(Debug)]
 #[must_use = "a transaction that is not committed is rolled back"]
 pub struct Tx {
+    /// SQLite's lane: the connection locked away from sqlx's thread while the lane's
+    /// statements run on it directly (see [`direct`](super::direct)). Declared before
+    /// `inner`, whose connection it borrows: dropped first.
+    #[cfg(feature = "sqlite")]
+    direct: Option<super::direct::Session>,
     inner: Inner,
     store: Store,
     enqueued: bool,
@@ -88,6 +117,8 @@ impl Tx {
             Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
         };
         Ok(Self {
+            #[cfg(feature = "sqlite")]
+            direct: None,
             inner,
             store: store.clone(),
             enqueued: false,
@@ -119,15 +150,32 @@ impl Tx {
     /// The connection, for the caller's own statements in this transaction.
     pub fn conn(&mut self) -> Conn<'_> {
         #[cfg(feature = "sqlite")]
-        debug_assert!(
-            self.tail.is_none(),
-            "a statement after a hop's deferred last write"
-        );
+        {
+            debug_assert!(
+                self.tail.is_none(),
+                "a statement after a hop's deferred last write"
+            );
+            // sqlx's thread runs what comes next: give the connection back to it.
+            self.direct = None;
+        }
         match &mut self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(lane) => Conn::Sqlite(&mut lane.conn),
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`: the backend of this transaction (without taking its
+    /// connection, as [`conn`](Self::conn) does).
+    pub fn backend(&self) -> &'static str {
+        match &self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(_) | Inner::Lane(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(_) => "postgres",
         }
     }
 
@@ -180,14 +228,13 @@ impl Tx {
     #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
     pub async fn enqueue_batch_after(
         &mut self,
-        before: sqlx::QueryBuilder<Sqlite>,
-        before_statements: usize,
+        before: super::direct::Statements,
         messages: &[Message],
     ) -> Result<()> {
         let store = self.store.clone();
         let defer = std::mem::take(&mut self.defer);
         #[allow(unreachable_patterns)] // a SQLite-only build has no other transaction
-        if !matches!(self.inner, Inner::Sqlite(_)) {
+        if self.backend() != "sqlite" {
             return Err(crate::Error::BackendMismatch {
                 store: store.backend(),
                 connection: "postgres",
@@ -197,8 +244,7 @@ impl Tx {
         self.flush_tail().await?;
         if store.config().max_pending.is_some() {
             if let Conn::Sqlite(c) = self.conn() {
-                let mut before = before;
-                sqlx::Executor::execute(&mut *c, before.build()).await?;
+                sqlx::Executor::execute(&mut *c, before.to_sqlx().build()).await?;
             }
             return self.enqueue_batch(messages).await;
         }
@@ -215,17 +261,12 @@ impl Tx {
             .collect();
         // The messages' headers carry the enqueue span's context: built in it.
         let span = super::enqueue_span(messages, leased.contains(&true));
-        let mut tail = span.in_scope(|| {
-            super::sqlite::Tail::new(before, before_statements, messages, &leased, to)
-        })?;
+        let mut tail = span.in_scope(|| super::sqlite::Tail::new(before, messages, &leased, to))?;
         if defer {
             self.tail = Some(tail);
             return Ok(());
         }
-        let Conn::Sqlite(c) = self.conn() else {
-            return Ok(()); // checked above
-        };
-        let run = super::sqlite::Sqlite::open_hop(c, Some(&mut tail), "", 0, None, None);
+        let run = self.open_sqlite(Some(&mut tail), "", 0, None, None);
         let opened = tracing::Instrument::instrument(run, span).await;
         let opened = opened.map_err(|failed| failed.error)?;
         self.settle(tail, opened.tail_rows)
@@ -237,7 +278,7 @@ impl Tx {
     fn settle(
         &mut self,
         tail: super::sqlite::Tail,
-        rows: Vec<(usize, sqlx::sqlite::SqliteRow)>,
+        rows: Vec<(usize, super::direct::Row)>,
     ) -> Result<()> {
         let settled = tail.settle(rows)?;
         if let Some(to) = settled.to {
@@ -338,6 +379,9 @@ impl Tx {
     /// # Errors
     /// As [`Store::cancel_pending`].
     pub async fn cancel_pending(&mut self, ids: &[MessageId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
         let store = self.store.clone();
         store.cancel_pending(self.conn(), ids).await
     }
@@ -361,65 +405,38 @@ impl Tx {
     ) -> std::result::Result<(Option<Receipt>, Option<super::Prefetched>), (usize, crate::Error)>
     {
         #[cfg(feature = "sqlite")]
-        let mut tail = self.tail.take();
-        let (recorded, read) = match self.conn() {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                let opened = super::sqlite::Sqlite::open_hop(
-                    c,
-                    tail.as_mut(),
-                    prefix,
-                    statements,
-                    inbox,
-                    prefetch,
-                )
+        let (recorded, read) = if self.backend() == "sqlite" {
+            let mut tail = self.tail.take();
+            let opened = self
+                .open_sqlite(tail.as_mut(), prefix, statements, inbox, prefetch)
                 .await;
-                let opened = match opened {
-                    Ok(opened) => opened,
-                    Err(failed) => {
-                        // The prefix ran whole: the failure is the next hop's (its
-                        // inbox record or read), and the ended hop, its tail included,
-                        // is kept. Otherwise the ended hop is undone, its tail dropped.
-                        if failed.prefix_done == statements
-                            && let Some(tail) = tail
-                        {
-                            self.settle(tail, failed.tail_rows).map_err(|e| (0, e))?;
-                        }
-                        return Err((failed.prefix_done, failed.error));
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(failed) => {
+                    // The prefix ran whole: the failure is the next hop's (its inbox
+                    // record or read), and the ended hop, its tail included, is kept.
+                    // Otherwise the ended hop is undone, its tail dropped.
+                    if failed.prefix_done == statements
+                        && let Some(tail) = tail
+                    {
+                        self.settle(tail, failed.tail_rows).map_err(|e| (0, e))?;
                     }
-                };
-                if let Some(tail) = tail {
-                    // The tail's statements are the first of the round trip: a failure
-                    // of its own settling is the ended hop's (none of the prefix).
-                    self.settle(tail, opened.tail_rows).map_err(|e| (0, e))?;
+                    return Err((failed.prefix_done, failed.error));
                 }
-                (opened.recorded, opened.read)
+            };
+            if let Some(tail) = tail {
+                // The tail's statements are the first of the round trip: a failure of
+                // its own settling is the ended hop's (none of the prefix).
+                self.settle(tail, opened.tail_rows).map_err(|e| (0, e))?;
             }
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                // Not used by the lanes (PostgreSQL hops have transactions of their
-                // own); correct all the same, one statement at a time. A prefetch is a
-                // SQLite read: PostgreSQL hops read for themselves.
-                let _ = prefetch;
-                use sqlx::Executor;
-                let mut done = 0;
-                for sql in prefix.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                    c.execute(sql).await.map_err(|e| (done, e.into()))?;
-                    done += 1;
-                }
-                debug_assert_eq!(done, statements, "the prefix's statement count");
-                let recorded = match inbox {
-                    None => None,
-                    Some((consumer, id)) => Some(
-                        <super::postgres::Postgres as super::backend::Dialect>::receive(
-                            c, consumer, id,
-                        )
-                        .await
-                        .map_err(|e| (done, e))?,
-                    ),
-                };
-                (recorded, None)
-            }
+            (opened.recorded, opened.read)
+        } else {
+            self.open_postgres(prefix, statements, inbox).await?
+        };
+        #[cfg(not(feature = "sqlite"))]
+        let (recorded, read) = {
+            let _ = prefetch; // a SQLite read: PostgreSQL hops read for themselves
+            self.open_postgres(prefix, statements, inbox).await?
         };
         let receipt = recorded.map(|first| {
             if first {
@@ -431,8 +448,213 @@ impl Tx {
         Ok((receipt, read))
     }
 
+    /// Opens a hop on PostgreSQL. Not used by the lanes (PostgreSQL hops have
+    /// transactions of their own); correct all the same, one statement at a time.
+    #[allow(irrefutable_let_patterns, clippy::type_complexity)]
+    async fn open_postgres(
+        &mut self,
+        prefix: &'static str,
+        statements: usize,
+        inbox: Option<(&str, MessageId)>,
+    ) -> std::result::Result<(Option<bool>, Option<super::Prefetched>), (usize, crate::Error)> {
+        #[cfg(feature = "postgres")]
+        if let Conn::Postgres(c) = self.conn() {
+            use sqlx::Executor;
+            let mut done = 0;
+            for sql in prefix.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                c.execute(sql).await.map_err(|e| (done, e.into()))?;
+                done += 1;
+            }
+            debug_assert_eq!(done, statements, "the prefix's statement count");
+            let recorded = match inbox {
+                None => None,
+                Some((consumer, id)) => Some(
+                    <super::postgres::Postgres as super::backend::Dialect>::receive(
+                        c, consumer, id,
+                    )
+                    .await
+                    .map_err(|e| (done, e))?,
+                ),
+            };
+            return Ok((recorded, None));
+        }
+        let _ = (prefix, statements, inbox);
+        Err((
+            0,
+            crate::Error::BackendMismatch {
+                store: self.store.backend(),
+                connection: "sqlite",
+            },
+        ))
+    }
+
+    /// A transaction of SQLite's lane, begun by [`begin_lane`](Self::begin_lane).
+    #[cfg(feature = "sqlite")]
+    pub(super) fn is_lane(&self) -> bool {
+        matches!(self.inner, Inner::Lane(_))
+    }
+
+    /// The SQLite connection, without giving it back to sqlx's thread.
+    #[cfg(feature = "sqlite")]
+    fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => Some(tx),
+            Inner::Lane(lane) => Some(&mut lane.conn),
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(_) => None,
+        }
+    }
+
+    /// The connection locked for statements run directly, locked now if need be.
+    #[cfg(feature = "sqlite")]
+    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
+    async fn session(&mut self) -> Result<&mut super::direct::Session> {
+        if self.direct.is_none() {
+            let Some(c) = self.sqlite_conn() else {
+                return Err(crate::Error::BackendMismatch {
+                    store: "sqlite",
+                    connection: "postgres",
+                });
+            };
+            // SAFETY: the session is kept in `self.direct`, declared before
+            // `self.inner` (dropped first), taken before the transaction commits or
+            // rolls back through sqlx, and dropped by `conn()` before sqlx uses the
+            // connection.
+            let locked = unsafe { super::direct::Session::lock(c).await }?;
+            self.direct = Some(locked);
+        }
+        match &mut self.direct {
+            Some(session) => Ok(session),
+            None => unreachable!("locked just above"),
+        }
+    }
+
+    /// Begins the lane's shared transaction (SQLite): on `spare`, the connection the
+    /// lane kept from its last one, or on the writer taken from the pool.
+    #[cfg(feature = "sqlite")]
+    pub(super) async fn begin_lane(store: &Store, spare: Option<Tx>) -> Result<Tx> {
+        let mut t = match spare {
+            Some(t) => t,
+            None => {
+                #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other backend
+                let Backend::Sqlite(db) = store.backend_ref() else {
+                    let mut t = Self::begin(store).await?;
+                    t.join_lane();
+                    return Ok(t);
+                };
+                Tx {
+                    direct: None,
+                    inner: Inner::Lane(LaneConn {
+                        conn: db.writer.acquire().await?,
+                        open: false,
+                    }),
+                    store: store.clone(),
+                    enqueued: false,
+                    handed: super::handover::Handed::default(),
+                    in_lane: true,
+                    defer: false,
+                    tail: None,
+                }
+            }
+        };
+        if let Inner::Lane(lane) = &mut t.inner {
+            lane.open = true;
+        }
+        t.lane_statement("BEGIN IMMEDIATE").await?;
+        Ok(t)
+    }
+
+    /// Runs `BEGIN IMMEDIATE`, `COMMIT` or `ROLLBACK` on the lane's connection:
+    /// directly, except a `BEGIN` that would wait for another process's write and a
+    /// `COMMIT` that syncs to disk (`synchronous = FULL`), which sqlx's thread waits
+    /// for instead of a tokio worker.
+    #[cfg(feature = "sqlite")]
+    async fn lane_statement(&mut self, sql: &'static str) -> Result<()> {
+        let begin = sql.starts_with("BEGIN");
+        let syncs = sql == "COMMIT" && self.store.config().synchronous == super::Synchronous::Full;
+        if !syncs {
+            let busy_timeout = self.store.config().busy_timeout;
+            let session = self.session().await?;
+            if begin {
+                session.busy_timeout(std::time::Duration::ZERO);
+            }
+            let ran = session.run(&super::direct::Statement::plain(sql), |_| {});
+            if begin {
+                session.busy_timeout(busy_timeout);
+            }
+            match ran {
+                Err(e) if begin && super::sqlite::is_busy(&e) => {}
+                ran => return ran,
+            }
+        }
+        self.direct = None;
+        let Some(c) = self.sqlite_conn() else {
+            return Ok(());
+        };
+        sqlx::Executor::execute(c, sql).await?;
+        Ok(())
+    }
+
+    /// Ends the lane's transaction, keeping the connection for the next: commits
+    /// (then hands over and wakes as [`commit`](Self::commit)) or rolls back. After an
+    /// error the transaction may still be open: drop the `Tx` (its connection is
+    /// closed, which rolls back).
+    #[cfg(feature = "sqlite")]
+    pub(super) async fn end_lane(&mut self, commit: bool) -> Result<()> {
+        self.tail = None;
+        self.defer = false;
+        if commit {
+            self.lane_statement("COMMIT").await?;
+            Self::after_commit(&self.store, &mut self.handed, self.enqueued);
+        } else {
+            self.lane_statement("ROLLBACK").await?;
+            self.handed.cancel_since(0);
+        }
+        self.enqueued = false;
+        if let Inner::Lane(lane) = &mut self.inner {
+            lane.open = false;
+        }
+        Ok(())
+    }
+
+    /// Runs a hop's opening round trip on SQLite (see [`super::sqlite::Sqlite::open_hop`]):
+    /// in the lane on the connection directly, elsewhere through sqlx.
+    #[cfg(feature = "sqlite")]
+    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
+    async fn open_sqlite(
+        &mut self,
+        tail: Option<&mut super::sqlite::Tail>,
+        prefix: &'static str,
+        statements: usize,
+        inbox: Option<(&str, MessageId)>,
+        prefetch: Option<&super::Prefetch>,
+    ) -> std::result::Result<super::sqlite::Opened, super::sqlite::OpenFailed> {
+        let failed = |error| super::sqlite::OpenFailed {
+            prefix_done: 0,
+            error,
+            tail_rows: Vec::new(),
+        };
+        if !self.in_lane {
+            let Some(c) = self.sqlite_conn() else {
+                return Err(failed(crate::Error::BackendMismatch {
+                    store: "sqlite",
+                    connection: "postgres",
+                }));
+            };
+            return super::sqlite::Sqlite::open_hop(c, tail, prefix, statements, inbox, prefetch)
+                .await;
+        }
+        let session = self.session().await.map_err(failed)?;
+        super::sqlite::Sqlite::open_hop_direct(session, tail, prefix, statements, inbox, prefetch)
+    }
+
     async fn execute(&mut self, sql: &'static str) -> Result<()> {
         use sqlx::Executor;
+        #[cfg(feature = "sqlite")]
+        if let Some(session) = &mut self.direct {
+            // The lane's savepoints, while it holds the connection.
+            return session.run(&super::direct::Statement::plain(sql), |_| {});
+        }
         match self.conn() {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => {
@@ -456,35 +678,57 @@ impl Tx {
     /// [`Error::Database`](crate::Error::Database) if the commit fails; nothing was
     /// written then.
     pub async fn commit(mut self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if let Inner::Lane(_) = self.inner {
+            return self.end_lane(true).await;
+        }
+        #[cfg(feature = "sqlite")]
+        drop(self.direct.take());
         match self.inner {
             #[cfg(feature = "sqlite")]
-            Inner::Sqlite(tx) => {
-                tx.commit().await?;
-                #[allow(irrefutable_let_patterns)]
-                if let Backend::Sqlite(db) = self.store.backend_ref()
-                    && let Some(c) = &db.checkpoints
-                {
-                    c.poke();
-                }
-            }
+            Inner::Sqlite(tx) => tx.commit().await?,
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(_) => {} // ended above
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.commit().await?,
         }
-        self.handed.commit();
-        if self.enqueued {
-            self.store.wake();
-        }
+        Self::after_commit(&self.store, &mut self.handed, self.enqueued);
         Ok(())
+    }
+
+    /// After a commit: the checkpointer poked (SQLite), the rows written leased handed
+    /// over, the relays woken if anything was enqueued.
+    fn after_commit(store: &Store, handed: &mut super::handover::Handed, enqueued: bool) {
+        #[cfg(feature = "sqlite")]
+        #[allow(irrefutable_let_patterns)]
+        if let Backend::Sqlite(db) = store.backend_ref()
+            && let Some(c) = &db.checkpoints
+        {
+            c.poke();
+        }
+        handed.commit();
+        if enqueued {
+            store.wake();
+        }
     }
 
     /// Rolls back: nothing enqueued in it ever existed.
     ///
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) on a database error.
-    pub async fn rollback(self) -> Result<()> {
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+    pub async fn rollback(mut self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if let Inner::Lane(_) = self.inner {
+            return self.end_lane(false).await;
+        }
+        #[cfg(feature = "sqlite")]
+        drop(self.direct.take());
         match self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.rollback().await?,
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(_) => {} // ended above
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.rollback().await?,
         }

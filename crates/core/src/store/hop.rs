@@ -114,13 +114,13 @@ impl Prefetch {
 #[derive(Debug, Default)]
 pub struct Prefetched {
     #[cfg(feature = "sqlite")]
-    pub(super) rows: Vec<sqlx::sqlite::SqliteRow>,
+    pub(super) rows: Vec<super::direct::Row>,
 }
 
 impl Prefetched {
     /// The rows read, in the statement's order.
     #[cfg(feature = "sqlite")]
-    pub fn sqlite_rows(&self) -> &[sqlx::sqlite::SqliteRow] {
+    pub fn rows(&self) -> &[super::direct::Row] {
         &self.rows
     }
 }
@@ -364,18 +364,104 @@ impl Store {
     }
 }
 
+/// How long the lane keeps its connection (SQLite's writer) from one shared
+/// transaction to the next while callers keep coming: past it, the connection goes back
+/// to the pool between two, so that the store's other writers (a [`Store::begin`], the
+/// relay's statements outside hops) get their turn. Keeping it saves giving it back
+/// (sqlx pings a connection it takes back) and taking it again, a few round trips to
+/// the connection's thread per transaction.
+const HOLD: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A lane: takes the waiting callers, a batch at a time, until the store is dropped.
 async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
-    while let Some(first) = queue.recv().await {
+    // The connection kept from the last batch, and since when it is held.
+    let mut spare: Option<(Tx, std::time::Instant)> = None;
+    loop {
+        let first = match queue.try_recv() {
+            Ok(first) => first,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                // Idle: the connection is kept for the rest of its time, then goes back
+                // to the pool.
+                let waited = match &spare {
+                    Some((_, since)) => {
+                        let left = HOLD.saturating_sub(since.elapsed());
+                        tokio::time::timeout(left, queue.recv()).await.ok()
+                    }
+                    None => None,
+                };
+                match waited {
+                    Some(Some(first)) => first,
+                    Some(None) => break,
+                    None => {
+                        spare = None;
+                        counts.busy.store(false, Ordering::Release);
+                        match queue.recv().await {
+                            Some(first) => first,
+                            None => break,
+                        }
+                    }
+                }
+            }
+        };
+        if spare
+            .as_ref()
+            .is_some_and(|(_, since)| since.elapsed() >= HOLD)
+        {
+            spare = None;
+        }
+        let since = spare.as_ref().map(|(_, since)| *since);
         counts.busy.store(true, Ordering::Release);
-        batch(first, &mut queue, &counts).await;
-        counts.busy.store(false, Ordering::Release);
+        let kept = batch(first, &mut queue, &counts, spare.take().map(|(t, _)| t)).await;
+        spare = kept.map(|t| (t, since.unwrap_or_else(std::time::Instant::now)));
+        if spare.is_none() {
+            counts.busy.store(false, Ordering::Release);
+        }
     }
+    counts.busy.store(false, Ordering::Release);
+}
+
+/// Begins a shared transaction, on `spare` if there is one (see [`Tx::begin_lane`]).
+async fn begin_shared(store: &Store, spare: Option<Tx>) -> Result<Tx> {
+    #[cfg(feature = "sqlite")]
+    {
+        Tx::begin_lane(store, spare).await
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        drop(spare);
+        let mut t = Tx::begin(store).await?;
+        t.join_lane();
+        Ok(t)
+    }
+}
+
+/// Commits or rolls back a shared transaction; its connection, if it can serve the
+/// next one.
+async fn end_shared(t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
+    #[cfg(feature = "sqlite")]
+    if t.is_lane() {
+        let mut t = t;
+        let ended = t.end_lane(commit).await;
+        let keep = ended.is_ok();
+        return (ended, keep.then_some(t));
+    }
+    let ended = if commit {
+        t.commit().await
+    } else {
+        t.rollback().await
+    };
+    (ended, None)
 }
 
 /// Runs one shared transaction: hands it to `first`, then to each caller waiting,
 /// then commits and answers them all.
-async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, counts: &Arc<Counts>) {
+async fn batch(
+    first: Request,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    counts: &Arc<Counts>,
+    mut spare: Option<Tx>,
+) -> Option<Tx> {
     let mut next = Some(first);
     // The hops kept so far, waiting for the commit.
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
@@ -401,11 +487,8 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
         }
         let mut t = match tx.take() {
             Some(t) => t,
-            None => match Tx::begin(&request.store).await {
-                Ok(mut t) => {
-                    t.join_lane();
-                    t
-                }
+            None => match begin_shared(&request.store, spare.take()).await {
+                Ok(t) => t,
                 Err(e) => {
                     // Nothing kept yet (a transaction is begun only with none open).
                     let _ = request.turn.send(Err(e));
@@ -464,7 +547,7 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
             fail_all(kept, "a shared transaction was lost");
-            return;
+            return None;
         };
         match (end, savepoint) {
             (End::Commit(done), false) => {
@@ -537,9 +620,11 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             (End::Rollback, false) => {
                 // The first hop: rolling back the transaction undoes only it.
                 t.drop_tail();
-                if let Err(e) = t.rollback().await {
+                let (ended, kept_conn) = end_shared(t, false).await;
+                if let Err(e) = ended {
                     tracing::debug!(error = %e, "rollback of a shared transaction failed");
                 }
+                spare = kept_conn;
             }
             (End::Rollback, true) => {
                 t.drop_tail();
@@ -551,14 +636,15 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
             }
         }
     }
-    let Some(mut t) = tx else { return };
+    let Some(mut t) = tx else { return spare };
     // The last write the first hop deferred, if it was the only one.
     if let Err(e) = t.flush_tail().await {
         abort(t, kept, &e).await;
-        return;
+        return None;
     }
     crash_hook::stop_if(crash_hook::At::Before, kept.len()).await;
-    match t.commit().await {
+    let (committed, kept_conn) = end_shared(t, true).await;
+    match committed {
         Ok(()) => {
             crash_hook::stop_if(crash_hook::At::After, kept.len()).await;
             counts.commits.fetch_add(1, Ordering::Relaxed);
@@ -569,6 +655,7 @@ async fn batch(first: Request, queue: &mut mpsc::UnboundedReceiver<Request>, cou
         }
         Err(e) => fail_all(kept, &format!("the shared commit failed: {e}")),
     }
+    kept_conn
 }
 
 /// Rolls back to the hop's savepoint and drops it.

@@ -5,7 +5,6 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -14,6 +13,7 @@ use sqlx::{Row, SqliteConnection};
 use super::admin::{DeadRow, Stats, Table};
 use super::backend::{Dialect, check_schema, dead_row, envelope};
 use super::checkpoint::{self, Checkpointer};
+use super::direct::{self, Session, Statement, Statements, Value};
 use super::queue::{Claim, DeadLetter, Retry};
 use super::{Prefetch, Prefetched, StoreConfig, Synchronous};
 use crate::clock::{millis, now_ms};
@@ -36,6 +36,7 @@ pub(crate) struct Sqlite {
 /// WAL and migrate it, and SQLite answers the loser with `SQLITE_BUSY` at once (its busy
 /// handler would deadlock there), so opening tries again, within the busy timeout.
 pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Sqlite> {
+    super::direct::memory_statistics_off();
     let deadline = tokio::time::Instant::now() + config.busy_timeout;
     let mut delay = std::time::Duration::from_millis(10);
     loop {
@@ -51,8 +52,12 @@ pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Sqlite> {
 }
 
 /// Is this SQLITE_BUSY or SQLITE_LOCKED (any extended code), however wrapped?
-fn is_busy(e: &Error) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+pub(super) fn is_busy(e: &Error) -> bool {
+    // `Error::Database` is transparent: its `source()` skips the sqlx error it holds.
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = match e {
+        Error::Database(db) => Some(db),
+        e => Some(e),
+    };
     while let Some(err) = cur {
         if let Some(sqlx::Error::Database(db)) = err.downcast_ref::<sqlx::Error>() {
             let code: i64 = db.code().and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -498,6 +503,11 @@ impl Dialect for Sqlite {
 /// How long a hop's opening round trip is waited for without sleeping ([`Answer`]).
 const ANSWER_SPIN: Duration = Duration::from_micros(300);
 
+/// A hop's inbox record, around its values (consumer, message id, time): returns a
+/// row if the message was recorded now, none if it was there already.
+const INBOX_RECORD_HEAD: &str = "INSERT INTO inbox (consumer, message_id, received_at) VALUES (";
+const INBOX_RECORD_TAIL: &str = ") ON CONFLICT DO NOTHING RETURNING 1";
+
 /// Waits for the items of a hop's opening round trip to the writer's thread without a
 /// wake-up per item, where it can.
 ///
@@ -564,20 +574,21 @@ impl Sqlite {
         // statement's): the tail's statements, the prefix, the inbox record, the read.
         let (mut q, tail_statements) = match tail {
             Some(t) => {
-                let mut q = std::mem::replace(&mut t.query, sqlx::QueryBuilder::new(""));
+                let mut q = t.query.to_sqlx();
                 q.push(";\n");
-                (q, t.statements)
+                (q, t.query.len())
             }
             None => (sqlx::QueryBuilder::new(""), 0),
         };
         q.push(prefix);
         if let Some((consumer, id)) = inbox {
-            q.push("INSERT INTO inbox (consumer, message_id, received_at) VALUES (");
+            q.push(INBOX_RECORD_HEAD);
             q.separated(", ")
                 .push_bind(consumer.to_owned())
                 .push_bind(id)
                 .push_bind(now_ms());
-            q.push(") ON CONFLICT DO NOTHING RETURNING 1;\n");
+            q.push(INBOX_RECORD_TAIL);
+            q.push(";\n");
         }
         if let Some(read) = prefetch {
             // The read's `?`s, bound in order.
@@ -602,30 +613,100 @@ impl Sqlite {
         let mut rows = Vec::new();
         let mut results = c.fetch_many(q.build());
         let mut answer = Answer::new();
+        let failed = |done: usize, error: Error, tail_rows| OpenFailed {
+            // A failure in the tail counts as one before the prefix's first statement
+            // completed.
+            prefix_done: done.saturating_sub(tail_statements).min(statements),
+            error,
+            tail_rows,
+        };
         while let Some(step) = answer
             .wait(std::future::poll_fn(|cx| results.as_mut().poll_next(cx)))
             .await
         {
             match step {
                 Ok(sqlx::Either::Left(_)) => done += 1,
-                Ok(sqlx::Either::Right(row)) if done < tail_statements => {
-                    opened.tail_rows.push((done, row));
+                Ok(sqlx::Either::Right(row)) => {
+                    let row = match direct::Row::from_sqlx(&row) {
+                        Ok(row) => row,
+                        Err(e) => return Err(failed(done, e, opened.tail_rows)),
+                    };
+                    if done < tail_statements {
+                        opened.tail_rows.push((done, row));
+                    } else if done >= reads_from {
+                        rows.push(row);
+                    } else {
+                        recorded = true;
+                    }
                 }
-                Ok(sqlx::Either::Right(row)) if done >= reads_from => rows.push(row),
-                Ok(sqlx::Either::Right(_)) => recorded = true,
-                // A failure in the tail counts as one before the prefix's first
-                // statement completed.
-                Err(e) => {
-                    return Err(OpenFailed {
-                        prefix_done: done.saturating_sub(tail_statements).min(statements),
-                        error: e.into(),
-                        tail_rows: opened.tail_rows,
-                    });
-                }
+                Err(e) => return Err(failed(done, e.into(), opened.tail_rows)),
             }
         }
         opened.recorded = inbox.map(|_| recorded);
         opened.read = prefetch.map(|_| Prefetched { rows });
+        Ok(opened)
+    }
+
+    /// As [`open_hop`](Self::open_hop), the statements run by `session` on the
+    /// connection directly (SQLite's lane; see [`direct`](super::direct)).
+    pub(super) fn open_hop_direct(
+        session: &mut Session,
+        tail: Option<&mut Tail>,
+        prefix: &'static str,
+        statements: usize,
+        inbox: Option<(&str, MessageId)>,
+        prefetch: Option<&Prefetch>,
+    ) -> std::result::Result<Opened, OpenFailed> {
+        let mut opened = Opened::default();
+        if let Some(t) = tail {
+            for (k, st) in t.query.statements().iter().enumerate() {
+                let rows = &mut opened.tail_rows;
+                if let Err(error) = session.run(st, |row| rows.push((k, row))) {
+                    return Err(OpenFailed {
+                        prefix_done: 0,
+                        error,
+                        tail_rows: Vec::new(),
+                    });
+                }
+            }
+        }
+        let failed = |prefix_done, error, opened: Opened| OpenFailed {
+            prefix_done,
+            error,
+            tail_rows: opened.tail_rows,
+        };
+        let mut done = 0;
+        for sql in prefix.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            if let Err(e) = session.run(&Statement::plain(sql), |_| {}) {
+                return Err(failed(done, e, opened));
+            }
+            done += 1;
+        }
+        debug_assert_eq!(done, statements, "the prefix's statement count");
+        if let Some((consumer, id)) = inbox {
+            let mut record = Statements::new(INBOX_RECORD_HEAD);
+            record
+                .separated(", ")
+                .push_bind(consumer)
+                .push_bind(id)
+                .push_bind(now_ms());
+            record.push(INBOX_RECORD_TAIL);
+            let mut recorded = false;
+            for st in record.statements() {
+                if let Err(e) = session.run(st, |_| recorded = true) {
+                    return Err(failed(statements, e, opened));
+                }
+            }
+            opened.recorded = Some(recorded);
+        }
+        if let Some(read) = prefetch {
+            let st = Statement::with(&read.sql, read.binds.iter().cloned().map(Value::Text));
+            let mut rows = Vec::new();
+            if let Err(e) = session.run(&st, |row| rows.push(row)) {
+                return Err(failed(statements, e, opened));
+            }
+            opened.read = Some(Prefetched { rows });
+        }
         Ok(opened)
     }
 
@@ -691,7 +772,7 @@ pub(crate) struct OpenFailed {
     pub(crate) prefix_done: usize,
     pub(crate) error: Error,
     /// The rows of the tail's statements, if they all ran.
-    pub(crate) tail_rows: Vec<(usize, SqliteRow)>,
+    pub(crate) tail_rows: Vec<(usize, direct::Row)>,
 }
 
 /// What a hop's opening round trip found (SQLite).
@@ -702,7 +783,7 @@ pub(crate) struct Opened {
     /// The prefetch's rows, if one was asked.
     pub(crate) read: Option<Prefetched>,
     /// The rows of the tail's statements, with each statement's index.
-    pub(crate) tail_rows: Vec<(usize, SqliteRow)>,
+    pub(crate) tail_rows: Vec<(usize, direct::Row)>,
 }
 
 /// A write of the caller's statements and then messages in one round trip (see
@@ -711,9 +792,7 @@ pub(crate) struct Opened {
 /// written leased, then, in case it could not be, pending: it keeps its place in the
 /// order either way).
 pub(crate) struct Tail {
-    query: sqlx::QueryBuilder<sqlx::Sqlite>,
-    /// Statements in `query`.
-    statements: usize,
+    query: Statements,
     /// For each of the last `ours.len()` statements: the message it writes leased.
     ours: Vec<Option<usize>>,
     /// Each message's destination, and whether a handover slot was reserved for it.
@@ -735,19 +814,18 @@ pub(crate) struct Settled {
 impl std::fmt::Debug for Tail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tail")
-            .field("statements", &self.statements)
+            .field("statements", &self.query.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Tail {
-    /// `query` (`before_statements` statements of the caller's), then `messages`, each
+    /// `query` (statements of the caller's), then `messages`, each
     /// with `leased[i]` (a slot reserved with `to`) written leased if it can be.
     /// Validated already. The tail holds the reserved slots from here on: should it
     /// fail to build, dropping it gives them back.
     pub(crate) fn new(
-        mut query: sqlx::QueryBuilder<sqlx::Sqlite>,
-        before_statements: usize,
+        mut query: Statements,
         messages: &[Message],
         leased: &[bool],
         to: Option<std::sync::Arc<dyn super::Handover>>,
@@ -761,8 +839,7 @@ impl Tail {
             None => (String::new(), now),
         };
         let mut tail = Self {
-            query: sqlx::QueryBuilder::new(""),
-            statements: before_statements,
+            query: Statements::default(),
             ours: Vec::new(),
             messages: messages
                 .iter()
@@ -773,12 +850,8 @@ impl Tail {
             settled: false,
         };
         let mut ours = Vec::new();
-        let mut first = before_statements == 0;
-        let mut next_statement = |query: &mut sqlx::QueryBuilder<sqlx::Sqlite>| {
-            if !first {
-                query.push(";\n");
-            }
-            first = false;
+        let next_statement = |query: &mut Statements| {
+            query.end_statement();
         };
         for (i, m) in messages.iter().enumerate() {
             let headers = m.headers_json()?;
@@ -821,7 +894,6 @@ impl Tail {
             ours.push(None);
         }
         tail.query = query;
-        tail.statements += ours.len();
         tail.ours = ours;
         Ok(tail)
     }
@@ -830,15 +902,15 @@ impl Tail {
     /// written leased (to hand over to the handover returned, on commit), and whether
     /// any message was written pending (the relay's to claim). The slots of the messages
     /// not written leased are given back.
-    pub(crate) fn settle(mut self, rows: Vec<(usize, SqliteRow)>) -> Result<Settled> {
-        let first_ours = self.statements - self.ours.len();
+    pub(crate) fn settle(mut self, rows: Vec<(usize, direct::Row)>) -> Result<Settled> {
+        let first_ours = self.query.len() - self.ours.len();
         let mut written = vec![None; self.messages.len()];
         for (statement, row) in rows {
             if let Some(Some(i)) = statement
                 .checked_sub(first_ours)
                 .and_then(|k| self.ours.get(k))
             {
-                written[*i] = Some(envelope(&row)?);
+                written[*i] = Some(direct_envelope(&row)?);
             }
         }
         self.settled = true;
@@ -863,10 +935,30 @@ impl Tail {
     }
 }
 
+/// Decodes an outbox row the lane read directly (see [`envelope`] for sqlx's rows).
+fn direct_envelope(row: &direct::Row) -> Result<Envelope> {
+    let corrupt = |column: &str, e: &dyn std::fmt::Display| Error::Corrupt {
+        table: "outbox",
+        reason: format!("{column}: {e}"),
+    };
+    Ok(Envelope {
+        seq: row.int("seq")?,
+        id: row
+            .opt_id("id")
+            .and_then(|id| id.ok_or_else(|| corrupt("id", &"NULL")))?,
+        destination: row.text("destination")?,
+        key: row.opt_text("key")?,
+        payload: row.text("payload")?,
+        headers: serde_json::from_str(&row.text("headers")?).map_err(|e| corrupt("headers", &e))?,
+        attempts: u32::try_from(row.int("attempts")?.max(0)).unwrap_or(u32::MAX),
+        created_at_ms: row.int("created_at")?,
+    })
+}
+
 /// Binds a message's row: id, destination, key, payload, headers, available_at,
 /// created_at, separated by commas.
 fn push_row(
-    query: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
+    query: &mut Statements,
     m: &Message,
     headers: &str,
     available_at: i64,

@@ -1092,10 +1092,9 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
                 Err(e) => return Err(e.to_string()),
             };
             let n = read.map(|r| {
-                use sqlx::Row;
-                r.sqlite_rows()
+                r.rows()
                     .iter()
-                    .map(|row| row.get::<i64, _>("n"))
+                    .map(|row| row.int("n").unwrap())
                     .collect::<Vec<_>>()
             });
             if receipt == Receipt::First {
@@ -1235,7 +1234,7 @@ async fn statements_then_messages(backend: Backend) {
     let used = || *fake.used.lock().unwrap();
     let marker = MessageId::new();
     let before = || {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        let mut q = crate::Statements::new(
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('before', ",
         );
         q.push_bind(marker).push(", 0)");
@@ -1244,7 +1243,7 @@ async fn statements_then_messages(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     if backend == Backend::Postgres {
         let refused = tx
-            .enqueue_batch_after(before(), 1, &[Message::to("direct").json(&0).unwrap()])
+            .enqueue_batch_after(before(), &[Message::to("direct").json(&0).unwrap()])
             .await;
         assert!(
             matches!(refused, Err(Error::BackendMismatch { .. })),
@@ -1267,7 +1266,7 @@ async fn statements_then_messages(backend: Backend) {
         other.clone(),
     ];
     all.extend(more.iter().cloned());
-    tx.enqueue_batch_after(before(), 1, &all).await.unwrap();
+    tx.enqueue_batch_after(before(), &all).await.unwrap();
     assert!(
         fake.taken.lock().unwrap().is_empty(),
         "handed over on commit"
@@ -1299,9 +1298,9 @@ async fn statements_then_messages(backend: Backend) {
     // A statement that fails: an error, the slots given back, nothing written.
     *fake.used.lock().unwrap() = 0;
     let mut tx = store.begin().await.unwrap();
-    let failing = sqlx::QueryBuilder::<sqlx::Sqlite>::new("INSERT INTO no_such_table VALUES (1)");
+    let failing = crate::Statements::new("INSERT INTO no_such_table VALUES (1)");
     let late = Message::to("direct").json(&9).unwrap();
-    let failed = tx.enqueue_batch_after(failing, 1, &[late]).await;
+    let failed = tx.enqueue_batch_after(failing, &[late]).await;
     assert!(failed.is_err());
     assert_eq!(used(), 0);
     drop(tx);
@@ -1319,7 +1318,7 @@ async fn deferred_last_writes(backend: Backend) {
     let (store, _) = open(backend).await;
     let fake = FakeHandover::installed(&store, 100, Duration::from_secs(30));
     let marker = |id: MessageId, ok: bool| {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(if ok {
+        let mut q = crate::Statements::new(if ok {
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('marker', "
         } else {
             "INSERT INTO no_such_table (consumer, message_id, received_at) VALUES ('marker', "
@@ -1334,7 +1333,7 @@ async fn deferred_last_writes(backend: Backend) {
         let mut hop = store.hop().await.unwrap();
         hop.defer_next_write();
         let refused = hop
-            .enqueue_batch_after(marker(MessageId::new(), true), 1, &[])
+            .enqueue_batch_after(marker(MessageId::new(), true), &[])
             .await;
         assert!(matches!(refused, Err(Error::BackendMismatch { .. })));
         return;
@@ -1351,7 +1350,7 @@ async fn deferred_last_writes(backend: Backend) {
             let mut hop = after_queueing(store.hop(), queued).await.unwrap();
             hop.defer_next_write();
             let m = Message::to("direct").json(&id.to_string()).unwrap();
-            hop.enqueue_batch_after(q, 1, std::slice::from_ref(&m))
+            hop.enqueue_batch_after(q, std::slice::from_ref(&m))
                 .await
                 .unwrap();
             (m.id, hop.commit().await)
@@ -1389,7 +1388,6 @@ async fn deferred_last_writes(backend: Backend) {
     hop.defer_next_write();
     hop.enqueue_batch_after(
         marker(id, true),
-        1,
         &[Message::to("elsewhere").json(&1).unwrap()],
     )
     .await
@@ -1546,5 +1544,100 @@ async fn sqlite_wal_is_checkpointed_in_the_background() {
         largest < 2 * threshold,
         "the WAL reached {largest} bytes for {written} written: unbounded"
     );
+    store.close().await;
+}
+
+// SQLite's lane keeps its connection from one shared transaction to the next while
+// hops keep coming, but gives it back (within `hop::HOLD`) so that the store's other
+// writers are not starved: a `Store::begin` commits while hops are still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lane_gives_the_writer_to_other_writers() {
+    let (store, _) = open(Backend::Sqlite).await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hops = {
+        let (store, done) = (store.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            // Until the writer below is through (bounded: a lane that never gave the
+            // connection back fails the test instead of hanging it).
+            let mut n = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Acquire) && n < 200_000 {
+                let mut hop = store.hop().await.unwrap();
+                hop.enqueue(&Message::to("h").json(&n).unwrap())
+                    .await
+                    .unwrap();
+                hop.commit().await.unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    // Let the hops get going, then write outside them.
+    while store.hop_stats().commits < 10 {
+        tokio::task::yield_now().await;
+    }
+    enqueue_one(&store, &Message::to("outside").json(&1).unwrap()).await;
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let n = hops.await.unwrap();
+    assert!(n < 200_000, "the writer outside waited for all the hops");
+    let d = dests(&["outside"]);
+    assert_eq!(claim_n(&store, "r", &d, 10).await.len(), 1);
+    store.close().await;
+}
+
+// The lane begins its transaction without waiting on a tokio worker when another
+// connection (another process) holds SQLite's write lock: it waits on sqlx's thread,
+// within the busy timeout, and its hops commit once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lane_waits_for_another_writer() {
+    use sqlx::Connection;
+    let (store, url) = open(Backend::Sqlite).await;
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let hop = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut hop = store.hop().await?;
+            hop.enqueue(&Message::to("after").json(&1).unwrap()).await?;
+            hop.commit().await
+        })
+    };
+    // The hop is waiting for the lock (bounded: it cannot commit before it is free).
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if hop.is_finished() {
+            panic!(
+                "a hop ended under another's write lock: {:?}",
+                hop.await.unwrap()
+            );
+        }
+    }
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    hop.await.unwrap().unwrap();
+    let d = dests(&["after"]);
+    assert_eq!(claim_n(&store, "r", &d, 10).await.len(), 1);
+    store.close().await;
+}
+
+// A lane transaction dropped while open (its lane stopped mid-batch) is rolled back:
+// its connection is closed rather than given back to the pool inside a transaction,
+// and the store's next writer finds the database as it was.
+#[tokio::test]
+async fn sqlite_lane_transaction_dropped_open_is_rolled_back() {
+    let (store, _) = open(Backend::Sqlite).await;
+    let mut t = super::Tx::begin_lane(&store, None).await.unwrap();
+    t.enqueue(&Message::to("lost").json(&1).unwrap())
+        .await
+        .unwrap();
+    drop(t);
+    enqueue_one(&store, &Message::to("kept").json(&2).unwrap()).await;
+    let stats = store.admin().stats().await.unwrap();
+    assert_eq!(stats.pending, 1, "{stats:?}");
+    let d = dests(&["kept", "lost"]);
+    let got = claim_n(&store, "r", &d, 10).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].destination, "kept");
     store.close().await;
 }

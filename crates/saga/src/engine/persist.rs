@@ -6,8 +6,10 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Conn, Integer, Message, MessageId, Prefetch, Prefetched, Tx};
+use agentsaga_core::sqlx;
+use agentsaga_core::{Conn, Message, MessageId, Prefetch, Prefetched, Tx};
+#[cfg(feature = "postgres")]
+use agentsaga_core::{Integer, sqlx::Row};
 use serde_json::Value;
 
 use super::model::{Instance, StepRow};
@@ -63,62 +65,97 @@ const INSTANCE_UPSERT: &str = " ON CONFLICT (id) DO UPDATE SET state = excluded.
     updated_at = excluded.updated_at,
     finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)";
 
+/// The columns of a row as the loads read them: what [`step_row`] and
+/// [`instance_row`] decode, on either backend.
+trait Cols {
+    /// A small integer (`INTEGER` on SQLite, `int4` on PostgreSQL).
+    fn int(&self, col: &str) -> Result<i64>;
+    /// A nullable 64-bit integer.
+    fn opt_int(&self, col: &str) -> Result<Option<i64>>;
+    fn text(&self, col: &str) -> Result<String>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>>;
+    fn opt_id(&self, col: &str) -> Result<Option<MessageId>>;
+}
+
+#[cfg(feature = "sqlite")]
+impl Cols for agentsaga_core::Row {
+    fn int(&self, col: &str) -> Result<i64> {
+        Ok(agentsaga_core::Row::int(self, col)?)
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
+        Ok(agentsaga_core::Row::opt_int(self, col)?)
+    }
+    fn text(&self, col: &str) -> Result<String> {
+        Ok(agentsaga_core::Row::text(self, col)?)
+    }
+    fn opt_text(&self, col: &str) -> Result<Option<String>> {
+        Ok(agentsaga_core::Row::opt_text(self, col)?)
+    }
+    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
+        Ok(agentsaga_core::Row::opt_id(self, col)?)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Cols for sqlx::postgres::PgRow {
+    fn int(&self, col: &str) -> Result<i64> {
+        Ok(self.try_get::<Integer, _>(col)?.0)
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(col)?)
+    }
+    fn text(&self, col: &str) -> Result<String> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_text(&self, col: &str) -> Result<Option<String>> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
+        Ok(self.try_get(col)?)
+    }
+}
+
 /// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
-fn step_row<'r, R>(r: &'r R) -> Result<StepRow>
-where
-    R: Row,
-    &'static str: sqlx::ColumnIndex<R>,
-    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    MessageId: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    let int = |col: &'static str| -> Result<i64> { Ok(r.try_get::<Integer, _>(col)?.0) };
+fn step_row(r: &impl Cols) -> Result<StepRow> {
     Ok(StepRow {
-        idx: int("idx")? as usize,
-        stage: int("stage")? as usize,
-        name: r.try_get("name")?,
-        destination: r.try_get("destination")?,
-        state: parse(&r.try_get::<String, _>("state")?, "step state")?,
-        attempts: int("attempts")? as u32,
-        command_id: r.try_get("command_id")?,
-        timer_id: r.try_get("timer_id")?,
-        input: json(r.try_get("input")?)?,
-        output: json(r.try_get("output")?)?,
-        error: r.try_get("error")?,
-        compensation_destination: r.try_get("compensation_destination")?,
-        compensation_payload: json(r.try_get("compensation_payload")?)?,
+        idx: r.int("idx")? as usize,
+        stage: r.int("stage")? as usize,
+        name: r.text("name")?,
+        destination: r.text("destination")?,
+        state: parse(&r.text("state")?, "step state")?,
+        attempts: r.int("attempts")? as u32,
+        command_id: r.opt_id("command_id")?,
+        timer_id: r.opt_id("timer_id")?,
+        input: json(r.opt_text("input")?)?,
+        output: json(r.opt_text("output")?)?,
+        error: r.opt_text("error")?,
+        compensation_destination: r.opt_text("compensation_destination")?,
+        compensation_payload: json(r.opt_text("compensation_payload")?)?,
         compensation_state: r
-            .try_get::<Option<String>, _>("compensation_state")?
+            .opt_text("compensation_state")?
             .map(|s| parse(&s, "compensation state"))
             .transpose()?,
-        compensation_attempts: int("compensation_attempts")? as u32,
-        compensation_message_id: r.try_get("compensation_message_id")?,
-        compensation_error: r.try_get("compensation_error")?,
-        deadline_ms: r.try_get("deadline")?,
-        dispatched_at: r.try_get("dispatched_at")?,
-        replied_at: r.try_get("replied_at")?,
-        compensated_at: r.try_get("compensated_at")?,
+        compensation_attempts: r.int("compensation_attempts")? as u32,
+        compensation_message_id: r.opt_id("compensation_message_id")?,
+        compensation_error: r.opt_text("compensation_error")?,
+        deadline_ms: r.opt_int("deadline")?,
+        dispatched_at: r.opt_int("dispatched_at")?,
+        replied_at: r.opt_int("replied_at")?,
+        compensated_at: r.opt_int("compensated_at")?,
     })
 }
 
 /// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
 /// saga_error, saga_stage`), its steps not yet attached.
-fn instance_row<'r, R>(id: SagaId, r: &'r R) -> Result<Instance>
-where
-    R: Row,
-    &'static str: sqlx::ColumnIndex<R>,
-    Integer: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+fn instance_row(id: SagaId, r: &impl Cols) -> Result<Instance> {
     Ok(Instance {
         id,
-        name: r.try_get("saga_name")?,
-        version: r.try_get::<Integer, _>("version")?.0 as i32,
-        state: parse(&r.try_get::<String, _>("saga_state")?, "saga state")?,
-        data: serde_json::from_str(&r.try_get::<String, _>("data")?)?,
-        error: r.try_get("saga_error")?,
-        stage: r.try_get::<Integer, _>("saga_stage")?.0 as usize,
+        name: r.text("saga_name")?,
+        version: r.int("version")? as i32,
+        state: parse(&r.text("saga_state")?, "saga state")?,
+        data: serde_json::from_str(&r.text("data")?)?,
+        error: r.opt_text("saga_error")?,
+        stage: r.int("saga_stage")? as usize,
         steps: BTreeMap::new(),
         finished: false,
     })
@@ -169,7 +206,7 @@ pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
 pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<Instance>>> {
     #[cfg(feature = "sqlite")]
     {
-        from_sqlite_rows(id, read.sqlite_rows()).map(Some)
+        from_sqlite_rows(id, read.rows()).map(Some)
     }
     #[cfg(not(feature = "sqlite"))]
     {
@@ -189,14 +226,10 @@ pub(crate) async fn save_and_enqueue(
     messages: &[Message],
 ) -> Result<()> {
     #[cfg(feature = "sqlite")]
-    if before != Some(inst)
-        && let Conn::Sqlite(_) = tx.conn()
-    {
+    if before != Some(inst) && tx.backend() == "sqlite" {
         let changed = changed_steps(inst, before);
         let query = save_sqlite_query(inst, &changed, now_ms);
-        // The instance's upsert, and the steps' if any changed.
-        let statements = if changed.is_empty() { 1 } else { 2 };
-        tx.enqueue_batch_after(query, statements, messages).await?;
+        tx.enqueue_batch_after(query, messages).await?;
         return Ok(());
     }
     save(tx.conn(), inst, before, now_ms).await?;
@@ -245,23 +278,22 @@ pub(crate) async fn insert_new(
     let _ = now_ms; // PostgreSQL takes its times from now()
     #[cfg(feature = "sqlite")]
     if waits.is_empty()
-        && let Conn::Sqlite(_) = tx.conn()
+        && tx.backend() == "sqlite"
         && let Some((last, firsts)) = chunks.split_last()
     {
         for chunk in firsts {
-            let (mut q, _) = insert_sqlite_query(chunk, now_ms);
+            let q = insert_sqlite_query(chunk, now_ms);
             if let Conn::Sqlite(c) = tx.conn() {
-                q.build().execute(&mut *c).await?;
+                q.to_sqlx().build().execute(&mut *c).await?;
             }
         }
-        let (q, statements) = insert_sqlite_query(last, now_ms);
-        tx.enqueue_batch_after(q, statements, messages).await?;
+        tx.enqueue_batch_after(insert_sqlite_query(last, now_ms), messages)
+            .await?;
         return Ok(());
     }
     for chunk in &chunks {
         agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
-            let (mut q, _) = insert_sqlite_query(chunk, now_ms);
-            q.build().execute(&mut *c).await?;
+            insert_sqlite_query(chunk, now_ms).to_sqlx().build().execute(&mut *c).await?;
         }, postgres(c) => insert_postgres(c, chunk).await?);
     }
     for (id, names) in waits {
@@ -296,17 +328,21 @@ async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Inst
         .bind(id.to_string())
         .fetch_all(&mut *c)
         .await?;
+    let rows = rows
+        .iter()
+        .map(agentsaga_core::Row::from_sqlx)
+        .collect::<agentsaga_core::Result<Vec<_>>>()?;
     from_sqlite_rows(id, &rows)
 }
 
 /// The saga `id` from the rows of its load (none: no such saga).
-fn from_sqlite_rows(id: SagaId, rows: &[agentsaga_core::sqlx::sqlite::SqliteRow]) -> Result<Option<Instance>> {
+fn from_sqlite_rows(id: SagaId, rows: &[agentsaga_core::Row]) -> Result<Option<Instance>> {
     let Some(first) = rows.first() else {
         return Ok(None);
     };
     let mut inst = instance_row(id, first)?;
     for r in rows {
-        if r.try_get::<Option<i64>, _>("idx")?.is_none() {
+        if r.opt_int("idx")?.is_none() {
             continue; // no steps yet
         }
         let step = step_row(r)?;
@@ -321,7 +357,7 @@ async fn save_sqlite(
     changed: &[&StepRow],
     now: i64,
 ) -> Result<()> {
-    save_sqlite_query(inst, changed, now).build().execute(&mut *c).await?;
+    save_sqlite_query(inst, changed, now).to_sqlx().build().execute(&mut *c).await?;
     Ok(())
 }
 
@@ -330,14 +366,14 @@ fn save_sqlite_query(
     inst: &Instance,
     changed: &[&StepRow],
     now: i64,
-) -> sqlx::QueryBuilder<sqlx::Sqlite> {
+) -> agentsaga_core::Statements {
     // Two statements in one round trip (one hand-off to the connection's thread):
     // SQLite has no data-modifying CTE to carry the instance's upsert into the steps'
     // (PostgreSQL saves in one statement). The binds are positional, numbered across
     // both statements. Several statements in one query is a SQLite-only feature of
     // sqlx (deprecated upstream, sqlx#3108, supported by the 0.9 the lockfile pins);
     // every saga test saves through here.
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+    let mut q = agentsaga_core::Statements::new(
         "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) VALUES (",
     );
     q.separated(", ")
@@ -360,7 +396,7 @@ fn save_sqlite_query(
     if changed.is_empty() {
         return q;
     }
-    q.push(";\n");
+    q.end_statement();
     q.push(STEP_INSERT);
     q.push_values(changed, |mut b, s| sqlite_step_values(&mut b, inst.id, s));
     q.push(STEP_UPSERT);
@@ -369,7 +405,7 @@ fn save_sqlite_query(
 
 /// Binds a step's row as [`STEP_INSERT`] lists its columns.
 fn sqlite_step_values(
-    b: &mut sqlx::query_builder::Separated<'_, sqlx::Sqlite, &'static str>,
+    b: &mut agentsaga_core::Separated<'_>,
     saga: SagaId,
     s: &StepRow,
 ) {
@@ -399,8 +435,8 @@ fn sqlite_step_values(
 
 /// The statements that insert new instances and their steps on SQLite, as one query
 /// (one or two statements: the count is returned too).
-fn insert_sqlite_query(insts: &[&Instance], now: i64) -> (sqlx::QueryBuilder<sqlx::Sqlite>, usize) {
-    let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+fn insert_sqlite_query(insts: &[&Instance], now: i64) -> agentsaga_core::Statements {
+    let mut q = agentsaga_core::Statements::new(
         "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) ",
     );
     q.push_values(insts, |mut b, inst| {
@@ -420,12 +456,12 @@ fn insert_sqlite_query(insts: &[&Instance], now: i64) -> (sqlx::QueryBuilder<sql
         .flat_map(|i| i.steps.values().map(move |s| (i.id, s)))
         .collect();
     if steps.is_empty() {
-        return (q, 1);
+        return q;
     }
-    q.push(";\n");
+    q.end_statement();
     q.push(STEP_INSERT);
     q.push_values(&steps, |mut b, (saga, s)| sqlite_step_values(&mut b, *saga, s));
-    (q, 2)
+    q
 }
 }
 

@@ -1,0 +1,762 @@
+//! A hop's statements run on SQLite's connection from the calling thread.
+//!
+//! sqlx runs each SQLite connection on a thread of its own and sends it every query
+//! through a channel, so each round trip of a hop is two hand-offs between threads: on
+//! the saga bench, ~40 % of the writer's CPU and a third of the process's went to
+//! putting threads to sleep and waking them, more than SQLite's own work. A hop of
+//! SQLite's lane (see [`Store::hop`](super::Store::hop)) runs its statements here
+//! instead: the lane locks the connection away from its thread once
+//! ([`sqlx::sqlite::SqliteConnection::lock_handle`], sqlx's documented way to call
+//! SQLite directly) and runs the statements through `libsqlite3-sys` (the SQLite sqlx
+//! itself links), on the thread that holds the lock.
+//!
+//! The lock is released before anything else uses the connection through sqlx (a
+//! statement of the caller's, the commit), since sqlx's thread waits for it; the
+//! statements prepared under it are finalized first. Values are bound as sqlx binds
+//! them (text, 64-bit integers, reals, blobs, `NULL`; a [`MessageId`] as hyphenated
+//! text), so rows written either way read the same.
+//!
+//! This module and the call that locks a session (`Tx::open_sqlite`) are the crate's
+//! only `unsafe` code.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use libsqlite3_sys as ffi;
+use sqlx::sqlite::{LockedSqliteHandle, SqliteConnection};
+
+use crate::{Error, MessageId, Result};
+
+/// A value bound to a statement or read from a row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// SQL `NULL`.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Real(f64),
+    /// Text.
+    Text(String),
+    /// Bytes.
+    Blob(Vec<u8>),
+}
+
+/// What [`Statements::push_bind`] takes: converts as sqlx's SQLite driver would bind it.
+pub trait Bind {
+    /// The value bound.
+    fn into_value(self) -> Value;
+}
+
+impl Bind for Value {
+    fn into_value(self) -> Value {
+        self
+    }
+}
+
+impl Bind for i64 {
+    fn into_value(self) -> Value {
+        Value::Int(self)
+    }
+}
+
+impl Bind for i32 {
+    fn into_value(self) -> Value {
+        Value::Int(i64::from(self))
+    }
+}
+
+impl Bind for bool {
+    fn into_value(self) -> Value {
+        Value::Int(i64::from(self))
+    }
+}
+
+impl Bind for f64 {
+    fn into_value(self) -> Value {
+        Value::Real(self)
+    }
+}
+
+impl Bind for String {
+    fn into_value(self) -> Value {
+        Value::Text(self)
+    }
+}
+
+impl Bind for &String {
+    fn into_value(self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl Bind for &str {
+    fn into_value(self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+
+impl Bind for Vec<u8> {
+    fn into_value(self) -> Value {
+        Value::Blob(self)
+    }
+}
+
+impl Bind for MessageId {
+    fn into_value(self) -> Value {
+        Value::Text(self.to_string())
+    }
+}
+
+impl<T: Bind> Bind for Option<T> {
+    fn into_value(self) -> Value {
+        self.map_or(Value::Null, Bind::into_value)
+    }
+}
+
+/// One statement: its SQL (parameters `?`) and its values.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    /// Where each `?` of a bound value is in `sql`.
+    marks: Vec<usize>,
+    pub(crate) binds: Vec<Value>,
+}
+
+impl Statement {
+    /// A statement without parameters.
+    pub(crate) fn plain(sql: &str) -> Self {
+        Self {
+            sql: sql.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// `sql` (parameters `?`, none inside a string literal) with `binds` in order.
+    pub(crate) fn with(sql: &str, binds: impl IntoIterator<Item = Value>) -> Self {
+        let marks = sql.match_indices('?').map(|(i, _)| i).collect();
+        Self {
+            sql: sql.to_owned(),
+            marks,
+            binds: binds.into_iter().collect(),
+        }
+    }
+}
+
+/// Statements to run in order, built like `sqlx::QueryBuilder`: each with its own
+/// SQL and values. On SQLite's lane they run on the connection directly; elsewhere as
+/// one sqlx query of several statements.
+#[derive(Debug, Clone, Default)]
+pub struct Statements {
+    list: Vec<Statement>,
+    /// The next push begins a new statement.
+    ended: bool,
+}
+
+impl Statements {
+    /// Statements beginning with `sql`.
+    pub fn new(sql: impl AsRef<str>) -> Self {
+        let mut s = Self::default();
+        s.push(sql);
+        s
+    }
+
+    fn current(&mut self) -> &mut Statement {
+        if self.ended || self.list.is_empty() {
+            self.list.push(Statement::default());
+            self.ended = false;
+        }
+        let last = self.list.len() - 1;
+        &mut self.list[last]
+    }
+
+    /// Appends SQL to the current statement.
+    pub fn push(&mut self, sql: impl AsRef<str>) -> &mut Self {
+        let sql = sql.as_ref();
+        if !sql.is_empty() {
+            self.current().sql.push_str(sql);
+        }
+        self
+    }
+
+    /// Appends a parameter (`?`) bound to `value` to the current statement.
+    pub fn push_bind(&mut self, value: impl Bind) -> &mut Self {
+        let st = self.current();
+        st.marks.push(st.sql.len());
+        st.sql.push('?');
+        st.binds.push(value.into_value());
+        self
+    }
+
+    /// Ends the current statement: the next push begins another.
+    pub fn end_statement(&mut self) -> &mut Self {
+        self.ended = true;
+        self
+    }
+
+    /// How many statements there are.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// No statement at all.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Appends `other`'s statements after these.
+    pub fn append(&mut self, other: Statements) {
+        self.list.extend(other.list);
+        self.ended = true;
+    }
+
+    /// Pushes values separated by `separator`, like `QueryBuilder::separated`.
+    pub fn separated<'a>(&'a mut self, separator: &'static str) -> Separated<'a> {
+        Separated {
+            to: self,
+            separator,
+            first: true,
+        }
+    }
+
+    /// Pushes `VALUES (…), (…)`, one row per item, like `QueryBuilder::push_values`.
+    pub fn push_values<I, F>(&mut self, items: I, mut row: F) -> &mut Self
+    where
+        I: IntoIterator,
+        F: FnMut(Separated<'_>, I::Item),
+    {
+        self.push("VALUES ");
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.push("(");
+            row(self.separated(", "), item);
+            self.push(")");
+        }
+        self
+    }
+
+    pub(crate) fn statements(&self) -> &[Statement] {
+        &self.list
+    }
+
+    /// All statements as one sqlx query (SQLite runs several statements in one query;
+    /// parameters are `?`, bound in order).
+    pub fn to_sqlx(&self) -> sqlx::QueryBuilder<sqlx::Sqlite> {
+        let mut q = sqlx::QueryBuilder::new("");
+        for (i, st) in self.list.iter().enumerate() {
+            if i > 0 {
+                q.push(";\n");
+            }
+            let mut from = 0;
+            for (mark, value) in st.marks.iter().zip(&st.binds) {
+                q.push(&st.sql[from..*mark]);
+                q.push_bind(value.clone());
+                from = mark + 1;
+            }
+            q.push(&st.sql[from..]);
+        }
+        q
+    }
+}
+
+/// Pushes separated by a separator; see [`Statements::separated`].
+#[derive(Debug)]
+pub struct Separated<'a> {
+    to: &'a mut Statements,
+    separator: &'static str,
+    first: bool,
+}
+
+impl Separated<'_> {
+    fn next(&mut self) {
+        if !self.first {
+            self.to.push(self.separator);
+        }
+        self.first = false;
+    }
+
+    /// The separator (but before the first), then a parameter bound to `value`.
+    pub fn push_bind(&mut self, value: impl Bind) -> &mut Self {
+        self.next();
+        self.to.push_bind(value);
+        self
+    }
+
+    /// The separator (but before the first), then `sql`.
+    pub fn push(&mut self, sql: impl AsRef<str>) -> &mut Self {
+        self.next();
+        self.to.push(sql);
+        self
+    }
+
+    /// A parameter bound to `value`, without a separator.
+    pub fn push_bind_unseparated(&mut self, value: impl Bind) -> &mut Self {
+        self.to.push_bind(value);
+        self
+    }
+
+    /// `sql`, without a separator.
+    pub fn push_unseparated(&mut self, sql: impl AsRef<str>) -> &mut Self {
+        self.to.push(sql);
+        self
+    }
+}
+
+impl sqlx::Type<sqlx::Sqlite> for Value {
+    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
+        <String as sqlx::Type<sqlx::Sqlite>>::type_info()
+    }
+
+    fn compatible(_: &sqlx::sqlite::SqliteTypeInfo) -> bool {
+        true
+    }
+}
+
+impl<'q> sqlx::Encode<'q, sqlx::Sqlite> for Value {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <sqlx::Sqlite as sqlx::Database>::ArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        match self {
+            Value::Null => Ok(sqlx::encode::IsNull::Yes),
+            Value::Int(v) => <i64 as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
+            Value::Real(v) => <f64 as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
+            Value::Text(v) => <String as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
+            Value::Blob(v) => <Vec<u8> as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
+        }
+    }
+}
+
+/// A row read by a statement: its columns by name.
+#[derive(Debug, Clone)]
+pub struct Row {
+    columns: Arc<[String]>,
+    values: Vec<Value>,
+}
+
+impl Row {
+    /// The value of column `name`.
+    ///
+    /// # Errors
+    /// `sqlx::Error::ColumnNotFound` if there is no such column.
+    pub fn value(&self, name: &str) -> Result<&Value> {
+        self.columns
+            .iter()
+            .position(|c| c == name)
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| Error::Database(sqlx::Error::ColumnNotFound(name.to_owned())))
+    }
+
+    fn mismatch(&self, name: &str, wanted: &str) -> Error {
+        let index = self.columns.iter().position(|c| c == name).unwrap_or(0);
+        Error::Database(sqlx::Error::ColumnDecode {
+            index: name.to_owned(),
+            source: format!("column {index} is not {wanted}").into(),
+        })
+    }
+
+    /// An integer column that may be `NULL`.
+    ///
+    /// # Errors
+    /// No such column, or neither an integer nor `NULL`.
+    pub fn opt_int(&self, name: &str) -> Result<Option<i64>> {
+        match self.value(name)? {
+            Value::Null => Ok(None),
+            Value::Int(v) => Ok(Some(*v)),
+            _ => Err(self.mismatch(name, "an integer")),
+        }
+    }
+
+    /// An integer column.
+    ///
+    /// # Errors
+    /// No such column, or not an integer.
+    pub fn int(&self, name: &str) -> Result<i64> {
+        self.opt_int(name)?
+            .ok_or_else(|| self.mismatch(name, "a non-NULL integer"))
+    }
+
+    /// A text column that may be `NULL`.
+    ///
+    /// # Errors
+    /// No such column, or neither text nor `NULL`.
+    pub fn opt_text(&self, name: &str) -> Result<Option<String>> {
+        match self.value(name)? {
+            Value::Null => Ok(None),
+            Value::Text(v) => Ok(Some(v.clone())),
+            _ => Err(self.mismatch(name, "text")),
+        }
+    }
+
+    /// A text column.
+    ///
+    /// # Errors
+    /// No such column, or not text.
+    pub fn text(&self, name: &str) -> Result<String> {
+        self.opt_text(name)?
+            .ok_or_else(|| self.mismatch(name, "non-NULL text"))
+    }
+
+    /// A message id column (hyphenated text) that may be `NULL`.
+    ///
+    /// # Errors
+    /// No such column, or neither an id nor `NULL`.
+    pub fn opt_id(&self, name: &str) -> Result<Option<MessageId>> {
+        self.opt_text(name)?
+            .map(|t| t.parse().map_err(|_| self.mismatch(name, "a message id")))
+            .transpose()
+    }
+
+    /// A row of sqlx's SQLite driver, column by column.
+    ///
+    /// # Errors
+    /// A column sqlx cannot read as its own type says.
+    pub fn from_sqlx(row: &sqlx::sqlite::SqliteRow) -> Result<Self> {
+        use sqlx::{Column, Row as _, TypeInfo, ValueRef};
+        let columns: Arc<[String]> = row.columns().iter().map(|c| c.name().to_owned()).collect();
+        let mut values = Vec::with_capacity(columns.len());
+        for i in 0..columns.len() {
+            let raw = row.try_get_raw(i)?;
+            let value = if raw.is_null() {
+                Value::Null
+            } else {
+                match raw.type_info().name() {
+                    "INTEGER" | "BOOLEAN" => Value::Int(row.try_get(i)?),
+                    "REAL" => Value::Real(row.try_get(i)?),
+                    "BLOB" => Value::Blob(row.try_get(i)?),
+                    _ => Value::Text(row.try_get(i)?),
+                }
+            };
+            values.push(value);
+        }
+        Ok(Self { columns, values })
+    }
+}
+
+/// A database error of a statement run here, as sqlx reports SQLite's: the extended
+/// result code as the code.
+#[derive(Debug)]
+struct DirectError {
+    code: c_int,
+    message: String,
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DirectError {}
+
+impl sqlx::error::DatabaseError for DirectError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(self.code.to_string().into())
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use sqlx::error::ErrorKind;
+        match self.code {
+            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                ErrorKind::UniqueViolation
+            }
+            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// Turns SQLite's memory statistics off, once per process, before the first
+/// connection opens (afterwards SQLite refuses the change, and nothing changes): with
+/// them on, every allocation SQLite makes takes a process-wide mutex to count it, ~4 %
+/// of the saga bench's writer thread. `sqlite3_memory_used` then reports 0.
+pub(crate) fn memory_statistics_off() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: SQLITE_CONFIG_MEMSTATUS takes one int. Before SQLite is initialized
+        // it applies; after, it returns SQLITE_MISUSE and changes nothing.
+        let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int) };
+        tracing::debug!(rc, "sqlite memory statistics off");
+    });
+}
+
+/// A prepared statement and its columns' names.
+struct Prepared {
+    stmt: NonNull<ffi::sqlite3_stmt>,
+    columns: Arc<[String]>,
+}
+
+/// The connection locked away from sqlx's thread, with the statements prepared under
+/// the lock. Dropping it finalizes them and gives the connection back.
+pub(crate) struct Session {
+    db: NonNull<ffi::sqlite3>,
+    prepared: HashMap<String, Prepared>,
+    /// Declared last: dropped after the statements are finalized (in `Drop`).
+    _lock: LockedSqliteHandle<'static>,
+}
+
+// SAFETY: the handle and the statements are used only through `&mut Session`, by one
+// thread at a time, while the lock keeps sqlx's thread off the connection (SQLite is
+// built thread-safe; a connection may move between threads when not in use).
+unsafe impl Send for Session {}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("prepared", &self.prepared.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Locks `c` away from sqlx's thread.
+    ///
+    /// # Safety
+    /// The session must be dropped before `c` (the connection it borrows, whose lock it
+    /// holds, is not tracked by the borrow checker past this call), and `c` must not be
+    /// used through sqlx while the session lives (sqlx's thread would wait for it).
+    pub(crate) async unsafe fn lock(c: &mut SqliteConnection) -> Result<Self> {
+        let mut lock = c.lock_handle().await?;
+        let db = lock.as_raw_handle();
+        // SAFETY: the guard borrows the mutex inside the connection's shared state (an
+        // `Arc`, so it does not move with the connection); the caller keeps the
+        // connection alive for as long as the session.
+        let lock: LockedSqliteHandle<'static> = unsafe { std::mem::transmute(lock) };
+        Ok(Self {
+            db,
+            prepared: HashMap::new(),
+            _lock: lock,
+        })
+    }
+
+    /// Sets the connection's busy timeout (how long a statement waits for another
+    /// process's lock).
+    pub(crate) fn busy_timeout(&mut self, timeout: std::time::Duration) {
+        let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: `db` is a live connection this session holds the lock of.
+        unsafe { ffi::sqlite3_busy_timeout(self.db.as_ptr(), ms) };
+    }
+
+    fn error(&self, code: c_int) -> Error {
+        // SAFETY: `db` is a live connection this session holds the lock of.
+        let message = unsafe {
+            let m = ffi::sqlite3_errmsg(self.db.as_ptr());
+            if m.is_null() {
+                format!("sqlite error {code}")
+            } else {
+                CStr::from_ptr(m).to_string_lossy().into_owned()
+            }
+        };
+        // SAFETY: as above.
+        let code = unsafe { ffi::sqlite3_extended_errcode(self.db.as_ptr()) };
+        Error::Database(sqlx::Error::Database(Box::new(DirectError {
+            code,
+            message,
+        })))
+    }
+
+    fn prepare(&mut self, sql: &str) -> Result<()> {
+        if self.prepared.contains_key(sql) {
+            return Ok(());
+        }
+        let len = c_int::try_from(sql.len())
+            .map_err(|_| Error::Database(sqlx::Error::Protocol("statement too long".to_owned())))?;
+        let mut stmt = std::ptr::null_mut();
+        let mut tail: *const c_char = std::ptr::null();
+        // SAFETY: `sql` is valid for `len` bytes; the out-pointers are valid.
+        let rc = unsafe {
+            ffi::sqlite3_prepare_v3(
+                self.db.as_ptr(),
+                sql.as_ptr().cast::<c_char>(),
+                len,
+                ffi::SQLITE_PREPARE_PERSISTENT,
+                &mut stmt,
+                &mut tail,
+            )
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(self.error(rc));
+        }
+        let Some(stmt) = NonNull::new(stmt) else {
+            return Err(Error::Database(sqlx::Error::Protocol(
+                "an empty statement".to_owned(),
+            )));
+        };
+        // SAFETY: `tail` points into `sql` (or at its end).
+        let rest = unsafe { tail.offset_from(sql.as_ptr().cast::<c_char>()) };
+        let rest = usize::try_from(rest).unwrap_or(sql.len());
+        if !sql.get(rest..).unwrap_or_default().trim().is_empty() {
+            // SAFETY: `stmt` was just prepared and is not kept.
+            unsafe { ffi::sqlite3_finalize(stmt.as_ptr()) };
+            return Err(Error::Database(sqlx::Error::Protocol(format!(
+                "one statement expected: {sql}"
+            ))));
+        }
+        // SAFETY: `stmt` is a prepared statement.
+        let n = unsafe { ffi::sqlite3_column_count(stmt.as_ptr()) };
+        let columns = (0..n)
+            .map(|i| {
+                // SAFETY: `i` is a column of `stmt`.
+                let name = unsafe { ffi::sqlite3_column_name(stmt.as_ptr(), i) };
+                if name.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: SQLite returns a NUL-terminated string.
+                    unsafe { CStr::from_ptr(name) }
+                        .to_string_lossy()
+                        .into_owned()
+                }
+            })
+            .collect();
+        self.prepared
+            .insert(sql.to_owned(), Prepared { stmt, columns });
+        Ok(())
+    }
+
+    /// Runs one statement, passing each row it returns to `row`.
+    pub(crate) fn run(&mut self, st: &Statement, mut row: impl FnMut(Row)) -> Result<()> {
+        self.prepare(&st.sql)?;
+        let Some(p) = self.prepared.get(&st.sql) else {
+            return Ok(()); // prepared just above
+        };
+        let stmt = p.stmt.as_ptr();
+        let columns = Arc::clone(&p.columns);
+        let result = self.bind_and_step(stmt, st, &columns, &mut row);
+        // SAFETY: `stmt` is a prepared statement of this connection; the values bound
+        // (borrowed from `st`, `SQLITE_STATIC`) are cleared before `st` can go.
+        unsafe {
+            ffi::sqlite3_reset(stmt);
+            ffi::sqlite3_clear_bindings(stmt);
+        }
+        result
+    }
+
+    fn bind_and_step(
+        &self,
+        stmt: *mut ffi::sqlite3_stmt,
+        st: &Statement,
+        columns: &Arc<[String]>,
+        row: &mut impl FnMut(Row),
+    ) -> Result<()> {
+        // SAFETY: `stmt` is a prepared statement of this connection.
+        let count = unsafe { ffi::sqlite3_bind_parameter_count(stmt) };
+        if usize::try_from(count).ok() != Some(st.binds.len()) {
+            return Err(Error::Database(sqlx::Error::Protocol(format!(
+                "{} values for {count} parameters",
+                st.binds.len()
+            ))));
+        }
+        for (i, value) in st.binds.iter().enumerate() {
+            let i = c_int::try_from(i + 1).unwrap_or(c_int::MAX);
+            // SAFETY: `i` is a parameter of `stmt`; text and blobs are bound static,
+            // valid until the bindings are cleared (in `run`, before `st` can go).
+            let rc = unsafe {
+                match value {
+                    Value::Null => ffi::sqlite3_bind_null(stmt, i),
+                    Value::Int(v) => ffi::sqlite3_bind_int64(stmt, i, *v),
+                    Value::Real(v) => ffi::sqlite3_bind_double(stmt, i, *v),
+                    Value::Text(v) => ffi::sqlite3_bind_text64(
+                        stmt,
+                        i,
+                        v.as_ptr().cast::<c_char>(),
+                        v.len() as u64,
+                        ffi::SQLITE_STATIC(),
+                        ffi::SQLITE_UTF8 as u8,
+                    ),
+                    Value::Blob(v) => ffi::sqlite3_bind_blob64(
+                        stmt,
+                        i,
+                        v.as_ptr().cast(),
+                        v.len() as u64,
+                        ffi::SQLITE_STATIC(),
+                    ),
+                }
+            };
+            if rc != ffi::SQLITE_OK {
+                return Err(self.error(rc));
+            }
+        }
+        loop {
+            // SAFETY: as above.
+            let rc = unsafe { ffi::sqlite3_step(stmt) };
+            match rc {
+                ffi::SQLITE_DONE => return Ok(()),
+                ffi::SQLITE_ROW => row(Self::read(stmt, columns)),
+                _ => return Err(self.error(rc)),
+            }
+        }
+    }
+
+    fn read(stmt: *mut ffi::sqlite3_stmt, columns: &Arc<[String]>) -> Row {
+        let mut values = Vec::with_capacity(columns.len());
+        for i in 0..columns.len() {
+            let i = c_int::try_from(i).unwrap_or(c_int::MAX);
+            // SAFETY: `stmt` has a row, `i` is one of its columns; the text and blob
+            // pointers are valid until the next step, and copied here.
+            let value = unsafe {
+                match ffi::sqlite3_column_type(stmt, i) {
+                    ffi::SQLITE_INTEGER => Value::Int(ffi::sqlite3_column_int64(stmt, i)),
+                    ffi::SQLITE_FLOAT => Value::Real(ffi::sqlite3_column_double(stmt, i)),
+                    ffi::SQLITE_TEXT => {
+                        let p = ffi::sqlite3_column_text(stmt, i);
+                        let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
+                        if p.is_null() {
+                            Value::Text(String::new())
+                        } else {
+                            let bytes = std::slice::from_raw_parts(p, n);
+                            Value::Text(String::from_utf8_lossy(bytes).into_owned())
+                        }
+                    }
+                    ffi::SQLITE_BLOB => {
+                        let p = ffi::sqlite3_column_blob(stmt, i);
+                        let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
+                        if p.is_null() {
+                            Value::Blob(Vec::new())
+                        } else {
+                            Value::Blob(std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec())
+                        }
+                    }
+                    _ => Value::Null,
+                }
+            };
+            values.push(value);
+        }
+        Row {
+            columns: Arc::clone(columns),
+            values,
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for (_, p) in self.prepared.drain() {
+            // SAFETY: each statement was prepared on this connection, is not in use,
+            // and is finalized once; the lock is still held.
+            unsafe { ffi::sqlite3_finalize(p.stmt.as_ptr()) };
+        }
+    }
+}
