@@ -488,6 +488,24 @@ impl Tx {
         ))
     }
 
+    /// On the lane's connection (SQLite), marks `delivered` and claims as
+    /// [`Queue::ack_and_claim`](super::queue::Queue::ack_and_claim), with statements
+    /// run directly; `None` for another transaction.
+    #[cfg(feature = "sqlite")]
+    pub(super) async fn lane_ack_and_claim(
+        &mut self,
+        delivered: &[i64],
+        claim: &super::queue::Claim<'_>,
+    ) -> Option<Result<(u64, Vec<crate::Envelope>)>> {
+        if !self.is_lane() {
+            return None;
+        }
+        Some(match self.session().await {
+            Ok(session) => super::sqlite::Sqlite::ack_and_claim_direct(session, delivered, claim),
+            Err(e) => Err(e),
+        })
+    }
+
     /// A transaction of SQLite's lane, begun by [`begin_lane`](Self::begin_lane).
     #[cfg(feature = "sqlite")]
     pub(super) fn is_lane(&self) -> bool {

@@ -94,6 +94,12 @@ impl Queue<'_> {
     async fn in_hop(&self, delivered: &[i64], claim: &Claim<'_>) -> Result<(u64, Vec<Envelope>)> {
         use super::sqlite::Sqlite;
         let mut hop = self.store.hop().await?;
+        if let Some(done) = hop.lane_ack_and_claim(delivered, claim).await {
+            let (n, mut rows) = done?;
+            hop.commit().await?;
+            rows.sort_by_key(|e| e.seq);
+            return Ok((n, rows));
+        }
         #[allow(irrefutable_let_patterns)]
         let super::Conn::Sqlite(c) = hop.conn() else {
             return Err(crate::Error::BackendMismatch {
