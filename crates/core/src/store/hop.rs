@@ -22,13 +22,15 @@
 //! rows (the replies of a saga's parallel steps) in different orders deadlock, which
 //! PostgreSQL resolves only by failing one whole batch.
 //!
-//! On SQLite a hop costs as few round trips to the connection's thread as it can: the
-//! round trip that ends a hop (releases its savepoint) also opens the next one (sets
-//! its savepoint, records its message in the inbox, runs its [`Prefetch`] read), and
-//! starts with the ended hop's last write if the hop deferred it
-//! ([`Tx::defer_next_write`]). The count of statements that completed says whose
-//! failure a failed round trip was: the ended hop's (it alone is undone), the
-//! transaction's (abandoned), or the next hop's (it alone fails).
+//! On SQLite the lane runs its statements on the connection directly, not through
+//! sqlx's thread (see [`direct`](super::direct)), and keeps the connection from one
+//! shared transaction to the next while callers keep coming (at most [`HOLD`]). A hop
+//! costs as few statement groups as it can: the group that ends a hop (releases its
+//! savepoint) also opens the next one (sets its savepoint, records its message in the
+//! inbox, runs its [`Prefetch`] read), and starts with the ended hop's last write if
+//! the hop deferred it ([`Tx::defer_next_write`]). The count of statements that
+//! completed says whose failure a failed group was: the ended hop's (it alone is
+//! undone), the transaction's (abandoned), or the next hop's (it alone fails).
 //!
 //! A hop holds its lane while it runs: its work should be statements, not waits on
 //! the outside world (that is what an agent's `call` is for).
