@@ -94,9 +94,6 @@ pub struct Tx {
     store: Store,
     enqueued: bool,
     handed: super::handover::Handed,
-    /// A hop of SQLite's lane, which may defer its last write to the round trip that
-    /// ends it.
-    in_lane: bool,
     /// The next [`enqueue_batch_after`](Self::enqueue_batch_after) may be deferred.
     defer: bool,
     /// A deferred last write, run by the lane in the round trip that ends the hop.
@@ -116,24 +113,35 @@ impl Tx {
             #[cfg(feature = "postgres")]
             Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
         };
-        Ok(Self {
+        Ok(Self::new(store, inner))
+    }
+
+    /// A transaction of `store` on `inner`, nothing written in it yet.
+    fn new(store: &Store, inner: Inner) -> Self {
+        Self {
             #[cfg(feature = "sqlite")]
             direct: None,
             inner,
             store: store.clone(),
             enqueued: false,
             handed: super::handover::Handed::default(),
-            in_lane: false,
             defer: false,
             #[cfg(feature = "sqlite")]
             tail: None,
-        })
+        }
     }
 
-    /// Marks this transaction as the lane's (SQLite's shared transaction): its hops may
-    /// defer their last write.
-    pub(super) fn join_lane(&mut self) {
-        self.in_lane = true;
+    /// A hop of SQLite's lane ([`begin_lane`](Self::begin_lane)): its hops may defer
+    /// their last write, and its statements run on the connection directly.
+    fn in_lane(&self) -> bool {
+        #[cfg(feature = "sqlite")]
+        {
+            self.is_lane()
+        }
+        #[cfg(not(feature = "sqlite"))]
+        {
+            false
+        }
     }
 
     /// Lets the next [`enqueue_batch_after`](Self::enqueue_batch_after) of this hop be
@@ -144,7 +152,7 @@ impl Tx {
     /// that write is the hop's last statement. Elsewhere (PostgreSQL, a transaction
     /// from [`Store::begin`]) it changes nothing.
     pub fn defer_next_write(&mut self) {
-        self.defer = self.in_lane;
+        self.defer = self.in_lane();
     }
 
     /// The connection, for the caller's own statements in this transaction.
@@ -500,10 +508,11 @@ impl Tx {
         if !self.is_lane() {
             return None;
         }
-        Some(match self.session().await {
-            Ok(session) => super::sqlite::Sqlite::ack_and_claim_direct(session, delivered, claim),
-            Err(e) => Err(e),
-        })
+        Some(
+            self.session()
+                .await
+                .and_then(|s| super::sqlite::Sqlite::ack_and_claim_direct(s, delivered, claim)),
+        )
     }
 
     /// A transaction of SQLite's lane, begun by [`begin_lane`](Self::begin_lane).
@@ -527,24 +536,23 @@ impl Tx {
     #[cfg(feature = "sqlite")]
     #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
     async fn session(&mut self) -> Result<&mut super::direct::Session> {
-        if self.direct.is_none() {
-            let Some(c) = self.sqlite_conn() else {
-                return Err(crate::Error::BackendMismatch {
-                    store: "sqlite",
-                    connection: "postgres",
-                });
-            };
-            // SAFETY: the session is kept in `self.direct`, declared before
-            // `self.inner` (dropped first), taken before the transaction commits or
-            // rolls back through sqlx, and dropped by `conn()` before sqlx uses the
-            // connection.
-            let locked = unsafe { super::direct::Session::lock(c).await }?;
-            self.direct = Some(locked);
-        }
-        match &mut self.direct {
-            Some(session) => Ok(session),
-            None => unreachable!("locked just above"),
-        }
+        let session = match self.direct.take() {
+            Some(session) => session,
+            None => {
+                let Some(c) = self.sqlite_conn() else {
+                    return Err(crate::Error::BackendMismatch {
+                        store: "sqlite",
+                        connection: "postgres",
+                    });
+                };
+                // SAFETY: the session is kept in `self.direct`, declared before
+                // `self.inner` (dropped first), taken before the transaction commits or
+                // rolls back through sqlx, and dropped by `conn()` before sqlx uses the
+                // connection.
+                unsafe { super::direct::Session::lock(c).await }?
+            }
+        };
+        Ok(self.direct.insert(session))
     }
 
     /// Begins the lane's shared transaction (SQLite): on `spare`, the connection the
@@ -556,23 +564,11 @@ impl Tx {
             None => {
                 #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other backend
                 let Backend::Sqlite(db) = store.backend_ref() else {
-                    let mut t = Self::begin(store).await?;
-                    t.join_lane();
-                    return Ok(t);
+                    // No lane on PostgreSQL: a transaction of its own.
+                    return Self::begin(store).await;
                 };
-                Tx {
-                    direct: None,
-                    inner: Inner::Lane(LaneConn {
-                        conn: db.writer.acquire().await?,
-                        open: false,
-                    }),
-                    store: store.clone(),
-                    enqueued: false,
-                    handed: super::handover::Handed::default(),
-                    in_lane: true,
-                    defer: false,
-                    tail: None,
-                }
+                let conn = db.writer.acquire().await?;
+                Self::new(store, Inner::Lane(LaneConn { conn, open: false }))
             }
         };
         if let Inner::Lane(lane) = &mut t.inner {
@@ -652,7 +648,7 @@ impl Tx {
             error,
             tail_rows: Vec::new(),
         };
-        if !self.in_lane {
+        if !self.in_lane() {
             let Some(c) = self.sqlite_conn() else {
                 return Err(failed(crate::Error::BackendMismatch {
                     store: "sqlite",

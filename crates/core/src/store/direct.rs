@@ -741,6 +741,23 @@ impl Session {
         }
     }
 
+    /// The bytes of column `i` of `stmt`'s row, at `p` (its text or blob; null for an
+    /// empty one).
+    ///
+    /// # Safety
+    /// `stmt` has a row, `i` is one of its columns and `p` its text or blob pointer,
+    /// just taken: the slice is valid until the next step, reset or conversion.
+    unsafe fn column_bytes<'a>(stmt: *mut ffi::sqlite3_stmt, i: c_int, p: *const u8) -> &'a [u8] {
+        if p.is_null() {
+            return &[];
+        }
+        // SAFETY: as the caller promises; SQLite gives the size after the pointer.
+        unsafe {
+            let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
+            std::slice::from_raw_parts(p, n)
+        }
+    }
+
     fn read(stmt: *mut ffi::sqlite3_stmt, columns: &Arc<[String]>) -> Row {
         let mut values = Vec::with_capacity(columns.len());
         for i in 0..columns.len() {
@@ -753,22 +770,12 @@ impl Session {
                     ffi::SQLITE_FLOAT => Value::Real(ffi::sqlite3_column_double(stmt, i)),
                     ffi::SQLITE_TEXT => {
                         let p = ffi::sqlite3_column_text(stmt, i);
-                        let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
-                        if p.is_null() {
-                            Value::Text(String::new())
-                        } else {
-                            let bytes = std::slice::from_raw_parts(p, n);
-                            Value::Text(String::from_utf8_lossy(bytes).into_owned())
-                        }
+                        let bytes = Self::column_bytes(stmt, i, p);
+                        Value::Text(String::from_utf8_lossy(bytes).into_owned())
                     }
                     ffi::SQLITE_BLOB => {
-                        let p = ffi::sqlite3_column_blob(stmt, i);
-                        let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
-                        if p.is_null() {
-                            Value::Blob(Vec::new())
-                        } else {
-                            Value::Blob(std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec())
-                        }
+                        let p = ffi::sqlite3_column_blob(stmt, i).cast::<u8>();
+                        Value::Blob(Self::column_bytes(stmt, i, p).to_vec())
                     }
                     _ => Value::Null,
                 }

@@ -152,7 +152,8 @@ pub(crate) struct Lanes {
 struct Counts {
     hops: AtomicU64,
     commits: AtomicU64,
-    /// A shared transaction is open (a batch is running).
+    /// The lane holds the writer (a batch is running, or it keeps the connection
+    /// between two).
     busy: std::sync::atomic::AtomicBool,
 }
 
@@ -350,8 +351,9 @@ impl Store {
 }
 
 impl Store {
-    /// Is a shared transaction open right now (SQLite's lane is running a batch)? A
-    /// writer that would wait for it may rather join it as a hop.
+    /// Does SQLite's lane hold the writer right now (running a batch, or keeping the
+    /// connection between two, see [`HOLD`])? A writer that would wait for it may
+    /// rather join it as a hop.
     #[cfg(feature = "sqlite")]
     pub(crate) fn hops_running(&self) -> bool {
         self.lanes.counts.busy.load(Ordering::Acquire)
@@ -432,18 +434,16 @@ async fn begin_shared(store: &Store, spare: Option<Tx>) -> Result<Tx> {
     #[cfg(not(feature = "sqlite"))]
     {
         drop(spare);
-        let mut t = Tx::begin(store).await?;
-        t.join_lane();
-        Ok(t)
+        Tx::begin(store).await
     }
 }
 
 /// Commits or rolls back a shared transaction; its connection, if it can serve the
 /// next one.
-async fn end_shared(t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
+#[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+async fn end_shared(mut t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
     #[cfg(feature = "sqlite")]
     if t.is_lane() {
-        let mut t = t;
         let ended = t.end_lane(commit).await;
         let keep = ended.is_ok();
         return (ended, keep.then_some(t));
