@@ -197,17 +197,23 @@ async fn approved_goes_on(backend: Backend) {
         "nothing sent before the approval"
     );
 
+    // Both in one transaction: the saga cannot go on (and finish, which refuses any
+    // later signal) before the second is answered. Two transactions raced that.
     let approve = Signal::Approve(json!({ "by": "ops" }));
+    let mut tx = w.rt.store().begin().await.unwrap();
     assert_eq!(
-        w.rt.signal(id, "approval", approve.clone()).await.unwrap(),
+        w.rt.signal_in(&mut tx, id, "approval", approve)
+            .await
+            .unwrap(),
         SignalReceipt::Recorded
     );
     assert_eq!(
-        w.rt.signal(id, "approval", Signal::Reject("too late".into()))
+        w.rt.signal_in(&mut tx, id, "approval", Signal::Reject("too late".into()))
             .await
             .unwrap(),
         SignalReceipt::Duplicate
     );
+    tx.commit().await.unwrap();
     assert_eq!(settle(&w.rt, id).await, SagaState::Completed);
     assert_eq!(
         sent(&w, "sender"),
