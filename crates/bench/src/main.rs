@@ -66,6 +66,13 @@ mod scale;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// mimalloc, not glibc's malloc: on the saga bench glibc's allocator (its arena locks,
+/// `malloc_consolidate`) took about a quarter of the process's CPU, and a multi-threaded
+/// allocator is what a deployed orchestrator binary should use too. Runtime and floors
+/// share it, so the ratios compare like with like.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Benchmarks of agentsaga against hand-written sqlx floors.
 #[derive(Debug, Parser)]
 #[command(name = "agentsaga-bench", version)]
@@ -156,7 +163,11 @@ async fn main() -> anyhow::Result<()> {
         Bench::RelayChild(_) | Bench::ScaleChild(_) => unreachable!("handled above"),
     };
     scratch.cleanup().await;
-    let report = result?;
+    let mut report = result?;
+    report.notes.push(
+        "allocator: mimalloc (the bench binary's global allocator, for runtime and floors alike)"
+            .to_owned(),
+    );
     report.print();
     Ok(())
 }
