@@ -92,6 +92,35 @@ async fn database_at_0008() -> (String, SqlitePool) {
     (url, pool)
 }
 
+/// Every table and index of the database: kind, name, SQL (sqlx's own table aside).
+async fn schema(store: &Store) -> Vec<(String, String, Option<String>)> {
+    let ReadPool::Sqlite(pool) = store.reader() else {
+        panic!("not SQLite")
+    };
+    sqlx::query_as(
+        "SELECT type, name, sql FROM sqlite_master \
+         WHERE name <> '_sqlx_migrations' AND name NOT LIKE 'sqlite_autoindex__sqlx%' \
+         ORDER BY type, name",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the schema")
+}
+
+/// One value read on the store's writer (the connection that migrated).
+async fn write_scalar(store: &Store, sql: &str) -> i64 {
+    let mut tx = store.begin().await.expect("begin");
+    let Conn::Sqlite(c) = tx.conn() else {
+        panic!("not SQLite")
+    };
+    let v = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(&mut *c)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    tx.commit().await.expect("commit");
+    v
+}
+
 async fn scalar(store: &Store, sql: &str) -> i64 {
     let ReadPool::Sqlite(pool) = store.reader() else {
         panic!("not SQLite")
@@ -160,16 +189,18 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
     );
     assert_eq!(scalar(&store, "SELECT count(*) FROM saga_steps").await, 3);
     assert_eq!(scalar(&store, "SELECT count(*) FROM saga_signals").await, 1);
-    // The indexes, under their names.
-    assert_eq!(
-        scalar(
-            &store,
-            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN \
-             ('outbox_pending', 'outbox_key', 'outbox_lease', 'outbox_delivered', \
-              'outbox_dead', 'outbox_key_in_flight', 'saga_instances_state')"
-        )
-        .await,
-        7
+    // The schema, object for object (tables, indexes and their SQL), is a fresh
+    // database's.
+    let fresh = Store::connect("sqlite::memory:")
+        .await
+        .expect("open sqlite::memory:");
+    assert_eq!(schema(&store).await, schema(&fresh).await);
+    assert!(
+        schema(&store)
+            .await
+            .iter()
+            .any(|(kind, name, _)| kind == "index" && name == "outbox_key_in_flight"),
+        "the schema read is empty"
     );
     assert_eq!(
         scalar(
@@ -221,7 +252,11 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
         assert_eq!(write(&store, good).await.expect(good), 1, "{good}");
     }
 
-    // Foreign keys are on again, their cascades intact.
+    // Foreign keys are on again on the writer, their cascades intact.
+    assert_eq!(
+        write_scalar(&store, "SELECT foreign_keys FROM pragma_foreign_keys").await,
+        1
+    );
     let e = write(
         &store,
         "INSERT INTO saga_steps (saga_id, idx, stage, name, destination, state) \
@@ -242,4 +277,55 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
         0
     );
     assert_eq!(scalar(&store, "SELECT count(*) FROM saga_signals").await, 0);
+}
+
+/// The migration run again over its own result (a crash between its commit and sqlx's
+/// record of it, or a second process migrating the same file at once) changes nothing:
+/// same schema, same rows, same sequence.
+#[tokio::test]
+async fn running_0009_again_changes_nothing() {
+    let (url, old) = database_at_0008().await;
+    old.close().await;
+    let store = Store::connect(&url)
+        .await
+        .expect("open and migrate to 0009");
+    let before = schema(&store).await;
+    let rows = |store: &Store| {
+        let store = store.clone();
+        async move {
+            (
+                scalar(&store, "SELECT count(*) FROM outbox").await,
+                scalar(&store, "SELECT count(*) FROM saga_instances").await,
+                scalar(&store, "SELECT count(*) FROM saga_steps").await,
+                scalar(&store, "SELECT count(*) FROM saga_signals").await,
+                scalar(
+                    &store,
+                    "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+                )
+                .await,
+            )
+        }
+    };
+    let counted = rows(&store).await;
+    assert_eq!(counted, (3, 2, 3, 1, 4));
+    // As a second process would: on a connection of its own, with foreign keys on.
+    let options: SqliteConnectOptions = url.parse().expect("a sqlite url");
+    let other = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.foreign_keys(true))
+        .await
+        .expect("open the file again");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(include_str!(
+        "../../../migrations/sqlite/0009_checks_without_in_lists.sql"
+    )))
+    .execute(&other)
+    .await
+    .expect("run 0009 again");
+    other.close().await;
+    assert_eq!(schema(&store).await, before);
+    assert_eq!(rows(&store).await, counted);
+    assert_eq!(
+        write_scalar(&store, "SELECT foreign_keys FROM pragma_foreign_keys").await,
+        1
+    );
 }

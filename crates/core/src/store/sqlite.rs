@@ -123,6 +123,7 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
         .map_err(connect)?;
     check_schema(&applied(&writer).await?, &super::SQLITE_MIGRATOR)?;
     migrate(&writer).await?;
+    foreign_keys_on(&writer).await?;
     let reader = if memory {
         // Each connection to `:memory:` is a database of its own: share the writer.
         writer.clone()
@@ -144,10 +145,12 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
 }
 
 /// Applies the embedded migrations. SQLite has no lock for this (sqlx's is a no-op
-/// there), so two processes opening one new file may both try a migration; the loser's
-/// fails ("table already exists") and is rolled back. When the applied migrations
-/// changed during a failed run, another process is migrating: run again, and skip what
-/// it applied.
+/// there), so two processes opening one new file may both try a migration. The loser's
+/// fails ("table already exists") and is rolled back; or, for a migration that runs
+/// its own transaction (0009, `-- no-transaction`), it waits for the winner's to commit,
+/// repeats its work on the migrated tables (the same result) and fails on recording the
+/// version the winner recorded. When the applied migrations changed during a failed
+/// run, another process is migrating: run again, and skip what it applied.
 async fn migrate(writer: &SqlitePool) -> Result<()> {
     for _ in 0..=super::SQLITE_MIGRATOR.iter().count() {
         let before = applied(writer).await?;
@@ -158,6 +161,26 @@ async fn migrate(writer: &SqlitePool) -> Result<()> {
         }
     }
     Ok(super::SQLITE_MIGRATOR.run(writer).await?)
+}
+
+/// Turns foreign keys on again on the writer, and checks that they are. Migration 0009
+/// turns them off while it rebuilds tables and back on at its end; a run of it that
+/// failed midway (another process migrating at the same time, a busy timeout) and was
+/// skipped on the retry would otherwise leave the writer without them for the life of
+/// the process: no cascade from a pruned saga to its steps, no check of a step's saga.
+async fn foreign_keys_on(writer: &SqlitePool) -> Result<()> {
+    sqlx::query("PRAGMA foreign_keys = ON")
+        .execute(writer)
+        .await?;
+    let on: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(writer)
+        .await?;
+    if on != 1 {
+        return Err(Error::Database(sqlx::Error::Protocol(
+            "SQLite refused to turn foreign keys on (a transaction left open?)".to_owned(),
+        )));
+    }
+    Ok(())
 }
 
 /// The versions of the migrations applied, in order (none before the first).
