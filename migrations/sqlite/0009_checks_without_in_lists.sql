@@ -2,8 +2,8 @@
 -- The state CHECKs as chains of equalities instead of IN lists. SQLite evaluates
 -- `CHECK (state IN ('pending', 'in_flight', 'delivered', 'dead'))` by building an
 -- ephemeral index of the list (opening a temporary b-tree, inserting each value,
--- closing it) for every row it inserts or updates: five to six times per hop of a saga,
--- about a fifth of the saga bench's CPU. `state = 'pending' OR state = 'in_flight' OR …`
+-- closing it) for every row it inserts or updates: five to six times per hop of a saga
+-- (without it the saga bench made ~24 % more sagas/s). `state = 'pending' OR state = 'in_flight' OR …`
 -- accepts and rejects exactly the same values (NULL included: both give NULL, which a
 -- CHECK lets pass) with a few comparisons.
 --
