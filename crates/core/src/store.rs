@@ -288,6 +288,12 @@ impl Store {
     /// Begins a write transaction. Commit it with [`Tx::commit`], which also wakes the
     /// relays of this process (and, on Postgres, of others) if it enqueued anything.
     ///
+    /// On SQLite, while the runtime's hops are running, this transaction waits for the
+    /// single writer and then takes it from them (the lane gives it up between two
+    /// shared transactions and takes it back after). For short work under load, such
+    /// as starting a batch of sagas, [`hop`](Self::hop) joins their shared transaction
+    /// instead and costs them nothing; on PostgreSQL the two are the same.
+    ///
     /// # Errors
     /// [`Error::Database`] if no connection can be had.
     pub async fn begin(&self) -> Result<Tx> {

@@ -258,3 +258,57 @@ both_backends!(
     batch_tests,
     a_batch_of_starts_is_admitted_like_single_starts
 );
+
+/// A batch of starts in a hop (on SQLite a turn in the shared transaction of the hops
+/// running, behind a hop held open): committed, its sagas run to the end; rolled back
+/// (also when it is not the first hop of its transaction), it leaves no saga, no
+/// waiting start and no command, and the hops beside it are kept.
+async fn a_batch_of_starts_in_a_hop(backend: Backend) {
+    let GatedRuntime {
+        rt, open, order, ..
+    } = gated_runtime(backend, 100).await;
+    open.send_replace(true);
+    let rt = Arc::new(rt);
+    let first = rt.store().hop().await.unwrap();
+    let batch = |from: u32, keep: bool| {
+        let rt = Arc::clone(&rt);
+        tokio::spawn(async move {
+            let jobs: Vec<Job> = (from..from + 5).map(|n| Job { n }).collect();
+            let mut hop = rt.store().hop().await.unwrap();
+            let ids = rt.start_sagas_in(&mut hop, "job", &jobs).await.unwrap();
+            if keep {
+                hop.commit().await.unwrap();
+            } else {
+                hop.rollback();
+            }
+            ids
+        })
+    };
+    let (kept, dropped, kept_too) = (batch(0, true), batch(100, false), batch(200, true));
+    // Give the three time to queue behind the first hop (on SQLite): the assertions
+    // hold whether they did or not.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.commit().await.unwrap();
+    let (kept, dropped, kept_too) = (
+        kept.await.unwrap(),
+        dropped.await.unwrap(),
+        kept_too.await.unwrap(),
+    );
+    let started: Vec<SagaId> = kept.iter().chain(&kept_too).copied().collect();
+    all_complete(&rt, &started).await;
+    for id in &dropped {
+        let found = agentsaga_saga::query::get(rt.store(), *id).await.unwrap();
+        assert!(found.is_none(), "a saga of a rolled-back hop exists");
+    }
+    assert_eq!(waiting(&rt).await, 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut ran = order.lock().unwrap().clone();
+    ran.sort_unstable();
+    let expected: Vec<u32> = (0..5).chain(200..205).collect();
+    assert_eq!(
+        ran, expected,
+        "each kept saga's step ran once, no dropped one's"
+    );
+    Arc::into_inner(rt).unwrap().shutdown().await;
+}
+both_backends!(hop_batch_tests, a_batch_of_starts_in_a_hop);

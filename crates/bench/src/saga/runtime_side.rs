@@ -92,7 +92,7 @@ pub(super) async fn runtime_run(
                         }
                     })
                     .collect();
-                let mut tx = runtime.store().begin().await?;
+                let mut tx = runtime.store().hop().await?;
                 runtime.start_sagas_in(&mut tx, SAGA, &data).await?;
                 tx.commit().await?;
                 Ok(())

@@ -269,7 +269,10 @@ impl Store {
     /// other hops that were ready at the same moment.
     ///
     /// Use it like [`begin`](Self::begin)'s [`Tx`], for short work: while a hop runs,
-    /// the hops queued behind it wait.
+    /// the hops queued behind it wait. It is how to write under load on SQLite (a
+    /// batch of saga starts, say): a [`begin`](Self::begin) transaction takes the
+    /// single writer away from the running hops instead. Never ask for a hop while
+    /// holding one (inside an agent's handler, say): it would wait for itself.
     ///
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
