@@ -291,8 +291,9 @@ impl Store {
     /// On SQLite, while the runtime's hops are running, this transaction waits for the
     /// single writer and then takes it from them (the lane gives it up between two
     /// shared transactions and takes it back after). For short work under load, such
-    /// as starting a batch of sagas, [`hop`](Self::hop) joins their shared transaction
-    /// instead and costs them nothing; on PostgreSQL the two are the same.
+    /// as starting a batch of sagas, [`hop`](Self::hop) takes a turn in their shared
+    /// transaction instead (the hops queued behind it wait while it runs, as behind any
+    /// hop); on PostgreSQL the two are the same.
     ///
     /// # Errors
     /// [`Error::Database`] if no connection can be had.

@@ -272,7 +272,7 @@ impl Store {
     /// the hops queued behind it wait. It is how to write under load on SQLite (a
     /// batch of saga starts, say): a [`begin`](Self::begin) transaction takes the
     /// single writer away from the running hops instead. Never ask for a hop while
-    /// holding one (inside an agent's handler, say): it would wait for itself.
+    /// holding one (inside an agent's handler, say): on SQLite it would wait for itself.
     ///
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
