@@ -332,7 +332,7 @@ async fn figure(
                     runtime_side::runtime_run(backend, &url, scenario, sizes.sagas, workers).await?
                 }
                 Side::Floor => {
-                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1).await?
+                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1, false).await?
                 }
                 Side::Batched => {
                     floor::floor_run(
@@ -342,6 +342,7 @@ async fn figure(
                         sizes.sagas,
                         workers,
                         PHYSICAL_BATCH,
+                        std::env::var_os("AGENTSAGA_BENCH_PHYSICAL_SETS").is_some(),
                     )
                     .await?
                 }
