@@ -145,6 +145,9 @@ enum Side {
     /// The physical reference: the floor's writes, up to [`PHYSICAL_BATCH`] hops per
     /// transaction.
     Batched,
+    /// The set reference (PostgreSQL): the physical reference's transactions, each
+    /// kind of row written for all their hops in one statement.
+    Sets,
 }
 
 /// Hops per transaction of the physical reference.
@@ -185,7 +188,7 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             Backend::Postgres => POSTGRES_TARGET,
         };
         for scenario in [Scenario::Happy, Scenario::Compensating] {
-            let (runtime, floor, batched) = figure(
+            let (runtime, floor, batched, sets) = figure(
                 backend,
                 scenario,
                 sizes,
@@ -200,6 +203,8 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                     (Scenario::Happy, "rate") => "happy_rate",
                     (Scenario::Happy, "physical") => "happy_rate_vs_physical",
                     (Scenario::Compensating, "physical") => "compensating_rate_vs_physical",
+                    (Scenario::Happy, "sets") => "happy_rate_vs_set_reference",
+                    (Scenario::Compensating, "sets") => "compensating_rate_vs_set_reference",
                     (Scenario::Happy, "p50") => "happy_latency_p50",
                     (Scenario::Happy, _) => "happy_latency_p99",
                     (Scenario::Compensating, "rate") => "compensating_rate",
@@ -231,6 +236,12 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                         .with_floor(batched.rate),
                 );
             }
+            if let Some(sets) = &sets {
+                report.figures.push(
+                    Figure::new(BENCH, name, metric("sets"), runtime.rate, "sagas/s")
+                        .with_floor(sets.rate),
+                );
+            }
             for (m, p) in [("p50", 50.0), ("p99", 99.0)] {
                 let latency = percentile(&runtime.latencies, p);
                 report.figures.push(floored(
@@ -248,6 +259,14 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                 floor.rate,
                 batched.rate,
             ));
+            if let Some(sets) = &sets {
+                report.notes.push(format!(
+                    "{name} {}: the set reference (the physical reference's transactions, \
+                     one statement per kind of row for all their hops) {:.0} sagas/s",
+                    scenario.name(),
+                    sets.rate,
+                ));
+            }
         }
     }
     let rounds = if sizes.rounds == 1 {
@@ -290,7 +309,11 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
              relay claims or acks, no saga loads, a failed step writes its reply without \
              the runtime's rollback-and-retry of the agent transaction. The physical \
              reference (`*_vs_physical`): the same writes, each task taking up to \
-             {PHYSICAL_BATCH} ready hops into one transaction",
+             {PHYSICAL_BATCH} ready hops into one transaction. The set reference \
+             (`*_vs_set_reference`, postgres only): the physical reference's \
+             transactions with each kind of row (instances, steps, inbox, outbox; inserts \
+             and updates) written for all their hops in one `unnest` statement at the \
+             commit: what the database does when hops are written as sets",
             args.workers
         ),
         "latency: updated_at - created_at of each saga (start transaction -> terminal \
@@ -307,7 +330,8 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
     Ok(report)
 }
 
-/// (runtime, floor, physical reference): the runs of median rate.
+/// (runtime, floor, physical reference, set reference on PostgreSQL): the runs of
+/// median rate.
 async fn figure(
     backend: Backend,
     scenario: Scenario,
@@ -315,24 +339,29 @@ async fn figure(
     workers: usize,
     runtime_only: bool,
     scratch: &mut Scratch,
-) -> anyhow::Result<(Run, Run, Run)> {
-    let mut runs = (Vec::new(), Vec::new(), Vec::new());
+) -> anyhow::Result<(Run, Run, Run, Option<Run>)> {
+    let mut runs = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let sets = backend == Backend::Postgres;
     for round in 0..sizes.rounds {
         let order: &[Side] = if runtime_only {
             &[Side::Runtime]
         } else if round % 2 == 0 {
-            &[Side::Floor, Side::Batched, Side::Runtime]
+            &[Side::Floor, Side::Batched, Side::Sets, Side::Runtime]
         } else {
-            &[Side::Runtime, Side::Batched, Side::Floor]
+            &[Side::Runtime, Side::Sets, Side::Batched, Side::Floor]
         };
         for &side in order {
+            if side == Side::Sets && !sets {
+                continue;
+            }
             let url = scratch.fresh_url(backend).await?;
             let run = match side {
                 Side::Runtime => {
                     runtime_side::runtime_run(backend, &url, scenario, sizes.sagas, workers).await?
                 }
                 Side::Floor => {
-                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1, false).await?
+                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1, false)
+                        .await?
                 }
                 Side::Batched => {
                     floor::floor_run(
@@ -342,7 +371,19 @@ async fn figure(
                         sizes.sagas,
                         workers,
                         PHYSICAL_BATCH,
-                        std::env::var_os("AGENTSAGA_BENCH_PHYSICAL_SETS").is_some(),
+                        false,
+                    )
+                    .await?
+                }
+                Side::Sets => {
+                    floor::floor_run(
+                        backend,
+                        &url,
+                        scenario,
+                        sizes.sagas,
+                        workers,
+                        PHYSICAL_BATCH,
+                        true,
                     )
                     .await?
                 }
@@ -357,6 +398,7 @@ async fn figure(
                     Side::Runtime => "runtime",
                     Side::Floor => "floor",
                     Side::Batched => "physical",
+                    Side::Sets => "sets",
                 },
                 run.rate,
                 percentile(&run.latencies, 50.0),
@@ -366,10 +408,12 @@ async fn figure(
                 Side::Runtime => runs.0.push(run),
                 Side::Floor => runs.1.push(run),
                 Side::Batched => runs.2.push(run),
+                Side::Sets => runs.3.push(run),
             }
         }
     }
-    Ok((pooled(runs.0), pooled(runs.1), pooled(runs.2)))
+    let sets = (!runs.3.is_empty()).then(|| pooled(runs.3));
+    Ok((pooled(runs.0), pooled(runs.1), pooled(runs.2), sets))
 }
 
 /// The median rate of `runs`, and the latencies of all their sagas together.

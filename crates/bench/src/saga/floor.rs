@@ -1,6 +1,8 @@
 //! The floor of the `saga` bench: the runtime's row writes, in the same transactions,
 //! by hand in plain sqlx ([`Sql`] holds each statement in both dialects,
-//! [`FloorTx::exec`] runs it), handed on through an in-memory queue.
+//! [`FloorTx::exec`] runs it), handed on through an in-memory queue. The same
+//! transactions with each kind of row written for all their hops in one statement
+//! ([`Sql::pg_set`], PostgreSQL) are the set reference.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,7 +78,10 @@ enum FloorTx {
     Postgres(Transaction<'static, Postgres>),
     /// PostgreSQL, each kind of statement's rows collected and written at the commit in
     /// one statement per kind (in the order each kind first came).
-    PostgresSets(Transaction<'static, Postgres>, Vec<(&'static Sql, Vec<Vec<Arg>>)>),
+    PostgresSets(
+        Transaction<'static, Postgres>,
+        Vec<(&'static Sql, Vec<Vec<Arg>>)>,
+    ),
 }
 
 /// One column of a set statement's rows, as the array PostgreSQL binds.
@@ -202,10 +207,11 @@ const INSERT_INSTANCE: Sql = Sql {
     pg: "INSERT INTO saga_instances (id, name, version, state, data, stage, created_at, updated_at)
          VALUES ($1, $2, 1, 'running', $3::jsonb, 0, to_timestamp($4 / 1000.0),
                  to_timestamp($4 / 1000.0))",
-    pg_set: "INSERT INTO saga_instances (id, name, version, state, data, stage, created_at, updated_at)
+    pg_set:
+        "INSERT INTO saga_instances (id, name, version, state, data, stage, created_at, updated_at)
              SELECT u.id, u.name, 1, 'running', u.data::jsonb, 0, to_timestamp(u.now / 1000.0),
                     to_timestamp(u.now / 1000.0)
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int8[]) AS u(id, name, data, now)"
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int8[]) AS u(id, name, data, now)",
 };
 
 /// (saga, idx, name, destination, command id, input, compensation destination,
@@ -227,7 +233,7 @@ const INSERT_STEP: Sql = Sql {
                     u.cp::jsonb, u.cs, to_timestamp(u.now / 1000.0)
              FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::uuid[],
                          $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[])
-                  AS u(s, i, n, d, c, inp, cd, cp, cs, now)"
+                  AS u(s, i, n, d, c, inp, cd, cp, cs, now)",
 };
 
 /// (id, destination, key, payload, headers, now): the store's INSERT.
@@ -242,7 +248,7 @@ const INSERT_OUTBOX: Sql = Sql {
              SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, to_timestamp(u.now / 1000.0)
              FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[])
                   AS u(id, d, k, p, h, now)
-             ON CONFLICT (id) DO NOTHING"
+             ON CONFLICT (id) DO NOTHING",
 };
 
 /// (consumer, message id, now): the store's receive.
@@ -255,7 +261,7 @@ const INSERT_INBOX: Sql = Sql {
     pg_set: "INSERT INTO inbox (consumer, message_id, received_at)
              SELECT u.c, u.m, to_timestamp(u.now / 1000.0)
              FROM unnest($1::text[], $2::uuid[], $3::int8[]) AS u(c, m, now)
-             ON CONFLICT DO NOTHING"
+             ON CONFLICT DO NOTHING",
 };
 
 /// (saga, state, stage, error, finished, now)
@@ -272,7 +278,7 @@ const UPDATE_INSTANCE: Sql = Sql {
                  finished_at = CASE WHEN u.f THEN to_timestamp(u.now / 1000.0) END
              FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::bool[], $6::int8[])
                   AS u(id, st, sg, e, f, now)
-             WHERE s.id = u.id"
+             WHERE s.id = u.id",
 };
 
 /// (saga, idx, state, output, error, now)
@@ -286,7 +292,7 @@ const UPDATE_STEP: Sql = Sql {
                  replied_at = to_timestamp(u.now / 1000.0)
              FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[])
                   AS u(id, i, st, o, e, now)
-             WHERE s.saga_id = u.id AND s.idx = u.i"
+             WHERE s.saga_id = u.id AND s.idx = u.i",
 };
 
 /// (saga, idx, compensation message id)
@@ -300,7 +306,7 @@ const COMPENSATION_SENT: Sql = Sql {
     pg_set: "UPDATE saga_steps s SET compensation_state = 'dispatched',
                  compensation_attempts = s.compensation_attempts + 1, compensation_message_id = u.m
              FROM unnest($1::uuid[], $2::int4[], $3::uuid[]) AS u(id, i, m)
-             WHERE s.saga_id = u.id AND s.idx = u.i"
+             WHERE s.saga_id = u.id AND s.idx = u.i",
 };
 
 /// (saga, idx, now)
@@ -313,7 +319,7 @@ const COMPENSATION_DONE: Sql = Sql {
     pg_set: "UPDATE saga_steps s SET compensation_state = 'done',
                  compensated_at = to_timestamp(u.now / 1000.0)
              FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS u(id, i, now)
-             WHERE s.saga_id = u.id AND s.idx = u.i"
+             WHERE s.saga_id = u.id AND s.idx = u.i",
 };
 
 fn data_json(saga: SagaRef) -> String {
