@@ -74,6 +74,8 @@ pub use store::POSTGRES_MIGRATOR;
 pub use store::SQLITE_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::{Bind, Row, Separated, Statements, Value};
+#[cfg(feature = "postgres")]
+pub use store::{SetStatement, SetValue};
 pub use store::{
     Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
     StoreConfig, Synchronous, Tx, admin, queue,

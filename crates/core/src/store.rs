@@ -20,6 +20,8 @@ pub(crate) mod direct;
 mod handover;
 mod hop;
 #[cfg(feature = "postgres")]
+mod sets;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub mod queue;
 #[cfg(feature = "sqlite")]
@@ -38,6 +40,8 @@ pub use conn::{Conn, Integer, Tx};
 pub use direct::{Bind, Row, Separated, Statements, Value};
 pub use handover::Handover;
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
+#[cfg(feature = "postgres")]
+pub use sets::{SetStatement, SetValue};
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;

@@ -34,6 +34,12 @@ pub struct StoreConfig {
     pub max_connections: u32,
     /// How long to wait for a pooled connection (SQLite writers queue here). Default 60 s.
     pub acquire_timeout: Duration,
+    /// PostgreSQL: run the hops that apply an answer to a saga of this process in
+    /// shared transactions whose statements each serve all their hops (the set lane,
+    /// see [`Store::hop_receiving_prefetched`](crate::Store::hop_receiving_prefetched)).
+    /// Default `true`; `false` gives each such hop a transaction of its own. Not used
+    /// with a [`max_pending`](Self::max_pending) limit.
+    pub set_lane: bool,
 }
 
 impl Default for StoreConfig {
@@ -45,6 +51,7 @@ impl Default for StoreConfig {
             busy_timeout: Duration::from_secs(10),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(60),
+            set_lane: true,
         }
     }
 }
@@ -54,6 +61,13 @@ impl StoreConfig {
     #[must_use]
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets [`set_lane`](Self::set_lane).
+    #[must_use]
+    pub fn set_lane(mut self, on: bool) -> Self {
+        self.set_lane = on;
         self
     }
 

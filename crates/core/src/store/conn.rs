@@ -99,6 +99,9 @@ pub struct Tx {
     /// A deferred last write, run by the lane in the round trip that ends the hop.
     #[cfg(feature = "sqlite")]
     tail: Option<super::sqlite::Tail>,
+    /// PostgreSQL's set lane: what its hops keep as data, written at the batch's end.
+    #[cfg(feature = "postgres")]
+    sets: Option<super::sets::Kept>,
 }
 
 impl Tx {
@@ -128,6 +131,8 @@ impl Tx {
             defer: false,
             #[cfg(feature = "sqlite")]
             tail: None,
+            #[cfg(feature = "postgres")]
+            sets: None,
         }
     }
 
@@ -153,10 +158,112 @@ impl Tx {
     /// from [`Store::begin`]) it changes nothing.
     pub fn defer_next_write(&mut self) {
         self.defer = self.in_lane();
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            kept.deferrable = true;
+        }
+    }
+
+    /// In a hop of PostgreSQL's set lane after
+    /// [`defer_next_write`](Self::defer_next_write): `true`, and the caller then
+    /// hands its last write over as data ([`defer_rows`](Self::defer_rows),
+    /// [`defer_enqueue`](Self::defer_enqueue)), written with the batch's. Elsewhere
+    /// `false`: write it as usual. Either way the permission is used up.
+    pub fn take_set_deferral(&mut self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            return std::mem::take(&mut kept.deferrable);
+        }
+        false
+    }
+
+    /// Keeps `row` of `statement`, written with the rows of the batch's other hops in
+    /// one statement when the set lane's batch ends (see
+    /// [`take_set_deferral`](Self::take_set_deferral)). Later statements of this hop
+    /// do not see it.
+    ///
+    /// # Errors
+    /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) outside a hop of the
+    /// set lane.
+    #[cfg(feature = "postgres")]
+    pub fn defer_rows(
+        &mut self,
+        statement: &'static super::sets::SetStatement,
+        row: Vec<super::sets::SetValue>,
+    ) -> Result<()> {
+        match &mut self.sets {
+            Some(kept) => {
+                kept.push_row(statement, row);
+                Ok(())
+            }
+            None => Err(crate::Error::BackendMismatch {
+                store: "postgres (set lane)",
+                connection: self.backend(),
+            }),
+        }
+    }
+
+    /// Keeps `messages`, enqueued with the batch's other messages when the set lane's
+    /// batch ends (handed over directly where they can be), as
+    /// [`defer_rows`](Self::defer_rows) keeps rows.
+    ///
+    /// # Errors
+    /// As [`Store::enqueue`](crate::Store::enqueue) for bad input (nothing kept);
+    /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) outside a hop of the
+    /// set lane.
+    pub fn defer_enqueue(&mut self, messages: &[Message]) -> Result<()> {
+        for m in messages {
+            self.store.validate(m)?;
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            kept.push_messages(messages);
+            return Ok(());
+        }
+        Err(crate::Error::BackendMismatch {
+            store: "postgres (set lane)",
+            connection: self.backend(),
+        })
+    }
+
+    /// This transaction becomes the set lane's: its hops may keep their writes.
+    #[cfg(feature = "postgres")]
+    pub(super) fn start_sets(&mut self) {
+        self.sets = Some(super::sets::Kept::default());
+    }
+
+    #[cfg(feature = "postgres")]
+    pub(super) fn kept_mut(&mut self) -> Option<&mut super::sets::Kept> {
+        self.sets.as_mut()
+    }
+
+    #[cfg(feature = "postgres")]
+    pub(super) fn take_kept(&mut self) -> Option<super::sets::Kept> {
+        self.sets.take()
+    }
+
+    /// A row written leased, handed over when this transaction commits.
+    #[cfg(feature = "postgres")]
+    pub(super) fn push_handed(
+        &mut self,
+        to: std::sync::Arc<dyn super::Handover>,
+        row: crate::Envelope,
+    ) {
+        self.handed.push(to, row);
     }
 
     /// The connection, for the caller's own statements in this transaction.
     pub fn conn(&mut self) -> Conn<'_> {
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            kept.dirty = true;
+        }
+        self.conn_clean()
+    }
+
+    /// The connection, for the store's own statements (not the caller's: a hop of
+    /// the set lane stays clean).
+    pub(super) fn conn_clean(&mut self) -> Conn<'_> {
         #[cfg(feature = "sqlite")]
         {
             debug_assert!(
@@ -669,7 +776,7 @@ impl Tx {
             // The lane's savepoints, while it holds the connection.
             return session.run(&super::direct::Statement::plain(sql), |_| {});
         }
-        match self.conn() {
+        match self.conn_clean() {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => {
                 c.execute(sql).await?;

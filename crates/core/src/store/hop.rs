@@ -76,7 +76,7 @@ struct Request {
 }
 
 /// A caller's turn: its hop, what its inbox record found, the rows its prefetch read.
-type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
+pub(super) type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
 
 /// A read that a hop starts with, run (on SQLite) in the round trip that opens the hop
 /// (its savepoint and inbox record) instead of a round trip of its own: the hop's
@@ -93,6 +93,10 @@ type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
 pub struct Prefetch {
     pub(super) sql: String,
     pub(super) binds: Vec<String>,
+    /// PostgreSQL's set lane: the key, and statements that read all the batch's keys
+    /// at once.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(super) set: Option<(uuid::Uuid, &'static [&'static str])>,
 }
 
 impl Prefetch {
@@ -101,7 +105,20 @@ impl Prefetch {
         Self {
             sql: sql.into(),
             binds: Vec::new(),
+            set: None,
         }
+    }
+
+    /// The same read for PostgreSQL's set lane (see
+    /// [`Store::hop_receiving_prefetched`]): `statements` run once for all the keys of
+    /// a batch, in order, each with one parameter, the keys as `uuid[]` (`= ANY($1)`),
+    /// each returning its rows with their key in a column `prefetch_key`. A hop gets
+    /// the rows of its `key` ([`Prefetched::set_rows`]). Without it, a hop on
+    /// PostgreSQL reads for itself.
+    #[must_use]
+    pub fn with_set(mut self, key: uuid::Uuid, statements: &'static [&'static str]) -> Self {
+        self.set = Some((key, statements));
+        self
     }
 
     /// Binds the next parameter, as text.
@@ -113,10 +130,19 @@ impl Prefetch {
 }
 
 /// The rows a [`Prefetch`] read when its hop opened.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Prefetched {
     #[cfg(feature = "sqlite")]
     pub(super) rows: Vec<super::direct::Row>,
+    /// Per set statement, this hop's rows (PostgreSQL's set lane).
+    #[cfg(feature = "postgres")]
+    pub(super) set_rows: Vec<Vec<sqlx::postgres::PgRow>>,
+}
+
+impl std::fmt::Debug for Prefetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetched").finish_non_exhaustive()
+    }
 }
 
 impl Prefetched {
@@ -125,33 +151,44 @@ impl Prefetched {
     pub fn rows(&self) -> &[super::direct::Row] {
         &self.rows
     }
+
+    /// The rows of each of the prefetch's set statements ([`Prefetch::with_set`]) for
+    /// this hop's key, in the statements' order; empty if the hop was not opened by
+    /// PostgreSQL's set lane.
+    #[cfg(feature = "postgres")]
+    pub fn set_rows(&self) -> &[Vec<sqlx::postgres::PgRow>] {
+        &self.set_rows
+    }
 }
 
 /// How a hop gave its transaction back.
-enum End {
+pub(super) enum End {
     /// Keep its effects; tell it whether the transaction committed.
     Commit(oneshot::Sender<Result<()>>),
     /// Undo its effects (dropped, rolled back, or its caller went away).
     Rollback,
 }
 
-struct Back {
-    tx: Tx,
-    end: End,
+pub(super) struct Back {
+    pub(super) tx: Tx,
+    pub(super) end: End,
 }
 
 /// The lanes of one store: created on the first hop.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Lanes {
     queue: Arc<OnceLock<mpsc::UnboundedSender<Request>>>,
+    /// PostgreSQL's set lane.
+    #[cfg(feature = "postgres")]
+    sets: Arc<OnceLock<Vec<mpsc::UnboundedSender<super::sets::Request>>>>,
     counts: Arc<Counts>,
 }
 
 /// Hops committed and the commits they took, since the store was opened.
 #[derive(Debug, Default)]
-struct Counts {
-    hops: AtomicU64,
-    commits: AtomicU64,
+pub(super) struct Counts {
+    pub(super) hops: AtomicU64,
+    pub(super) commits: AtomicU64,
     /// The lane holds the writer (a batch is running, or it keeps the connection
     /// between two).
     busy: std::sync::atomic::AtomicBool,
@@ -180,6 +217,22 @@ impl Lanes {
             tx
         })
     }
+
+    /// The set lane of saga `key`: always the same one, so that a saga's hops never
+    /// wait for another lane's batch.
+    #[cfg(feature = "postgres")]
+    fn set_sender(&self, key: uuid::Uuid) -> &mpsc::UnboundedSender<super::sets::Request> {
+        let lanes = self.sets.get_or_init(|| {
+            (0..super::sets::lanes())
+                .map(|_| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(super::sets::lane(rx, Arc::clone(&self.counts)));
+                    tx
+                })
+                .collect()
+        });
+        &lanes[(key.as_u128() % lanes.len() as u128) as usize]
+    }
 }
 
 /// One hop's turn in a shared transaction (on PostgreSQL, a transaction of its own):
@@ -200,6 +253,16 @@ impl std::fmt::Debug for Hop {
 }
 
 impl Hop {
+    /// A turn in a lane's shared transaction, given back through `back`.
+    #[cfg(feature = "postgres")]
+    pub(super) fn in_lane(tx: Tx, back: oneshot::Sender<Back>, counts: Arc<Counts>) -> Self {
+        Self {
+            tx: Some(tx),
+            back: Some(back),
+            counts,
+        }
+    }
+
     /// Keeps this hop's effects, and waits until the shared transaction commits.
     ///
     /// # Errors
@@ -331,6 +394,27 @@ impl Store {
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let super::backend::Backend::Postgres(_) = self.backend_ref() {
+            if let (Some((consumer, id)), Some((key, statements))) =
+                (&inbox, prefetch.as_ref().and_then(|p| p.set))
+                && self.config().set_lane
+                && self.config().max_pending.is_none()
+            {
+                let (turn, mine) = oneshot::channel();
+                let request = super::sets::Request {
+                    store: self.clone(),
+                    consumer: consumer.clone(),
+                    id: *id,
+                    key,
+                    statements,
+                    turn,
+                };
+                if self.lanes.set_sender(key).send(request).is_err() {
+                    return Err(Error::SharedCommit("the set lane stopped".into()));
+                }
+                return mine
+                    .await
+                    .unwrap_or_else(|_| Err(Error::SharedCommit("the set lane stopped".into())));
+            }
             let hop = Hop {
                 tx: Some(Tx::begin(self).await?),
                 back: None,
@@ -689,13 +773,13 @@ fn fail_all(kept: Vec<oneshot::Sender<Result<()>>>, why: &str) {
 /// at least `n` hops, the next one stops its lane just before (or just after) its
 /// commit, forever, and says so on stderr, so that a test can `kill -9` the process
 /// there. Read once; any other value is ignored.
-mod crash_hook {
+pub(super) mod crash_hook {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Where in the commit to stop.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(super) enum At {
+    pub(in crate::store) enum At {
         Before,
         After,
     }
@@ -723,7 +807,7 @@ mod crash_hook {
     }
 
     /// Stops forever here if the hook is set for `at` and `hops` reaches its count.
-    pub(super) async fn stop_if(at: At, hops: usize) {
+    pub(in crate::store) async fn stop_if(at: At, hops: usize) {
         static SEEN: AtomicUsize = AtomicUsize::new(0);
         let Some((when, n, skip)) = setting() else {
             return;

@@ -666,7 +666,10 @@ impl Sqlite {
             }
         }
         opened.recorded = inbox.map(|_| recorded);
-        opened.read = prefetch.map(|_| Prefetched { rows });
+        opened.read = prefetch.map(|_| Prefetched {
+            rows,
+            ..Prefetched::default()
+        });
         Ok(opened)
     }
 
@@ -728,7 +731,10 @@ impl Sqlite {
             if let Err(e) = session.run(&st, |row| rows.push(row)) {
                 return Err(failed(statements, e, opened));
             }
-            opened.read = Some(Prefetched { rows });
+            opened.read = Some(Prefetched {
+                rows,
+                ..Prefetched::default()
+            });
         }
         Ok(opened)
     }

@@ -187,32 +187,47 @@ pub(crate) async fn save(
     agentsaga_core::match_conn!(conn, sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await, postgres(c) => save_postgres(c, inst, &changed, now_ms).await)
 }
 
-/// The load of saga `id` as a read that opens a hop (see [`Prefetch`]); `None` in a
-/// build without SQLite (PostgreSQL hops read for themselves).
+/// The load of saga `id` as a read that opens a hop (see [`Prefetch`]): on SQLite one
+/// statement in the hop's opening round trip, on PostgreSQL's set lane
+/// [`LOAD_SET_POSTGRES`] for all the sagas of the batch.
 pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
     #[cfg(feature = "sqlite")]
-    {
-        Some(Prefetch::new(load_sqlite_sql("?")).bind(id.to_string()))
-    }
+    let read = Prefetch::new(load_sqlite_sql("?")).bind(id.to_string());
     #[cfg(not(feature = "sqlite"))]
-    {
-        let _ = id;
-        None
-    }
+    let read = Prefetch::new("");
+    #[cfg(feature = "postgres")]
+    let read = read.with_set(*id.as_uuid(), &LOAD_SET_POSTGRES);
+    Some(read)
 }
 
-/// The saga `id` from what [`prefetch`] read (`Some(None)`: no such saga); `None`
-/// when there is nothing to read it from: load it.
-pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<Instance>>> {
+/// The saga `id` from what [`prefetch`] read in a hop of `backend` (`Some(None)`: no
+/// such saga); `None` when there is nothing to read it from: load it.
+pub(crate) fn prefetched(
+    id: SagaId,
+    read: &Prefetched,
+    backend: &str,
+) -> Result<Option<Option<Instance>>> {
+    #[cfg(feature = "postgres")]
+    if backend == "postgres" {
+        let [instances, steps] = read.set_rows() else {
+            return Ok(None);
+        };
+        let Some(first) = instances.first() else {
+            return Ok(Some(None));
+        };
+        let mut inst = instance_row(id, first)?;
+        for r in steps {
+            let step = step_row(r)?;
+            inst.steps.insert(step.idx, step);
+        }
+        return Ok(Some(Some(inst)));
+    }
     #[cfg(feature = "sqlite")]
-    {
-        from_sqlite_rows(id, read.rows()).map(Some)
+    if backend == "sqlite" {
+        return from_sqlite_rows(id, read.rows()).map(Some);
     }
-    #[cfg(not(feature = "sqlite"))]
-    {
-        let _ = (id, read);
-        Ok(None)
-    }
+    let _ = (id, read, backend);
+    Ok(None)
 }
 
 /// Saves the instance and its changed steps (as [`save`]), then enqueues `messages` in
@@ -225,6 +240,17 @@ pub(crate) async fn save_and_enqueue(
     now_ms: i64,
     messages: &[Message],
 ) -> Result<()> {
+    #[cfg(feature = "postgres")]
+    if tx.take_set_deferral() {
+        // PostgreSQL's set lane: written with the batch's other hops' rows.
+        if before != Some(inst) {
+            defer_postgres(tx, inst, &changed_steps(inst, before))?;
+        }
+        if !messages.is_empty() {
+            tx.defer_enqueue(messages)?;
+        }
+        return Ok(());
+    }
     #[cfg(feature = "sqlite")]
     if before != Some(inst) && tx.backend() == "sqlite" {
         let changed = changed_steps(inst, before);
@@ -466,6 +492,123 @@ fn insert_sqlite_query(insts: &[&Instance], now: i64) -> agentsaga_core::Stateme
 }
 
 agentsaga_core::if_postgres! {
+use agentsaga_core::{SetStatement, SetValue};
+
+/// The set lane's load of a batch's sagas (see [`prefetch`]): the instances locked in
+/// id order (so that two batches never deadlock), then their steps, read after the
+/// locks are held (as [`load_postgres`] does, a fresh snapshot per statement).
+static LOAD_SET_POSTGRES: [&str; 2] = [
+    "SELECT id AS prefetch_key, name AS saga_name, version, state AS saga_state,
+        data::text AS data, error AS saga_error, stage AS saga_stage
+     FROM saga_instances WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+    "SELECT saga_id AS prefetch_key, idx, stage, name, destination, state, attempts,
+        command_id, timer_id, input::text AS input, output::text AS output, error,
+        compensation_destination, compensation_payload::text AS compensation_payload,
+        compensation_state, compensation_attempts, compensation_message_id,
+        compensation_error,
+        (extract(epoch FROM deadline) * 1000)::bigint AS deadline,
+        (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
+        (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
+        (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
+     FROM saga_steps WHERE saga_id = ANY($1) ORDER BY saga_id, idx",
+];
+
+/// [`save_postgres`]'s instance upsert for a batch of sagas (the set lane).
+static SAVE_INSTANCES_SET: SetStatement = SetStatement {
+    sql: "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
+          SELECT u.id, u.name, u.version, u.state, u.data::jsonb, u.error, u.stage,
+                 CASE WHEN u.finished THEN now() END
+          FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[],
+                      $7::int4[], $8::bool[])
+               AS u(id, name, version, state, data, error, stage, finished)
+          ON CONFLICT (id) DO UPDATE SET state = excluded.state,
+              data = excluded.data, error = excluded.error, stage = excluded.stage,
+              updated_at = excluded.updated_at,
+              finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
+    key_columns: 1,
+};
+
+/// [`save_postgres`]'s steps upsert for a batch of sagas (the set lane).
+static SAVE_STEPS_SET: SetStatement = SetStatement {
+    sql: "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
+              state, attempts, command_id, timer_id, input, output, error,
+              compensation_destination, compensation_payload, compensation_state,
+              compensation_attempts, compensation_message_id, compensation_error, deadline,
+              dispatched_at, replied_at, compensated_at)
+          SELECT u.saga_id, u.idx, u.stage, u.name, u.destination, u.state, u.attempts,
+                 u.command_id, u.timer_id, u.input::jsonb, u.output::jsonb, u.error, u.cd,
+                 u.cp::jsonb, u.cs, u.ca, u.cm, u.ce, to_timestamp(u.deadline / 1000.0),
+                 to_timestamp(u.dispatched_at / 1000.0), to_timestamp(u.replied_at / 1000.0),
+                 to_timestamp(u.compensated_at / 1000.0)
+          FROM unnest($1::uuid[], $2::int4[], $3::int4[], $4::text[], $5::text[], $6::text[],
+                      $7::int4[], $8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[],
+                      $13::text[], $14::text[], $15::text[], $16::int4[], $17::uuid[],
+                      $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[])
+               AS u(saga_id, idx, stage, name, destination, state, attempts, command_id,
+                    timer_id, input, output, error, cd, cp, cs, ca, cm, ce, deadline,
+                    dispatched_at, replied_at, compensated_at)
+          ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+              attempts = excluded.attempts, command_id = excluded.command_id,
+              timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
+              error = excluded.error, compensation_payload = excluded.compensation_payload,
+              compensation_state = excluded.compensation_state,
+              compensation_attempts = excluded.compensation_attempts,
+              compensation_message_id = excluded.compensation_message_id,
+              compensation_error = excluded.compensation_error, deadline = excluded.deadline,
+              dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
+              compensated_at = excluded.compensated_at",
+    key_columns: 2,
+};
+
+/// [`save_postgres`] as rows kept by a hop of the set lane.
+fn defer_postgres(tx: &mut Tx, inst: &Instance, changed: &[&StepRow]) -> Result<()> {
+    let text = |v: &Option<Value>| SetValue::Text(v.as_ref().map(Value::to_string));
+    let id = |m: Option<MessageId>| SetValue::Uuid(m.map(|m| *m.as_uuid()));
+    tx.defer_rows(
+        &SAVE_INSTANCES_SET,
+        vec![
+            SetValue::Uuid(Some(*inst.id.as_uuid())),
+            SetValue::Text(Some(inst.name.clone())),
+            SetValue::Int(Some(inst.version)),
+            SetValue::Text(Some(inst.state.as_str().to_owned())),
+            SetValue::Text(Some(inst.data.to_string())),
+            SetValue::Text(inst.error.clone()),
+            SetValue::Int(Some(inst.stage as i32)),
+            SetValue::Bool(Some(inst.finished)),
+        ],
+    )?;
+    for s in changed {
+        tx.defer_rows(
+            &SAVE_STEPS_SET,
+            vec![
+                SetValue::Uuid(Some(*inst.id.as_uuid())),
+                SetValue::Int(Some(s.idx as i32)),
+                SetValue::Int(Some(s.stage as i32)),
+                SetValue::Text(Some(s.name.clone())),
+                SetValue::Text(Some(s.destination.clone())),
+                SetValue::Text(Some(s.state.as_str().to_owned())),
+                SetValue::Int(Some(s.attempts as i32)),
+                id(s.command_id),
+                id(s.timer_id),
+                text(&s.input),
+                text(&s.output),
+                SetValue::Text(s.error.clone()),
+                SetValue::Text(s.compensation_destination.clone()),
+                text(&s.compensation_payload),
+                SetValue::Text(s.compensation_state.map(|c| c.as_str().to_owned())),
+                SetValue::Int(Some(s.compensation_attempts as i32)),
+                id(s.compensation_message_id),
+                SetValue::Text(s.compensation_error.clone()),
+                SetValue::BigInt(s.deadline_ms),
+                SetValue::BigInt(s.dispatched_at),
+                SetValue::BigInt(s.replied_at),
+                SetValue::BigInt(s.compensated_at),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 use agentsaga_core::sqlx::PgConnection;
 
 // Two statements, on purpose: the first locks the instance (waiting for a transaction

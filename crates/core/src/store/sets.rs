@@ -1,0 +1,638 @@
+//! PostgreSQL's set lane: hops that are ready at once share one transaction whose
+//! statements each serve all of them.
+//!
+//! On PostgreSQL a statement's cost is its execution (executor start, constraint and
+//! index work, the round trip's system calls), not its commit, and it varies little
+//! with the number of rows it writes. So the lane takes the hops waiting (up to
+//! [`MAX_BATCH`], at most one per saga and one per message) and, in one transaction:
+//!
+//! 1. records all their messages in the inbox in one statement (`unnest`), which says
+//!    which are first deliveries;
+//! 2. runs each [`Prefetch`](super::Prefetch)'s set statements once for all the
+//!    batch's keys (the saga engine's: lock the sagas in id order, then read their
+//!    steps), and gives each hop its rows;
+//! 3. hands the transaction to each hop in turn. A hop that writes only through
+//!    [`Tx::defer_rows`] and [`Tx::defer_enqueue`] (the engine's save and next
+//!    messages) runs no statement: its writes are kept as data. A hop that runs
+//!    statements of its own ([`Tx::conn`]) is *dirty*;
+//! 4. writes the kept data, one statement per kind of row for the whole batch, and the
+//!    messages in at most two (those handed over directly, written leased; the rest);
+//! 5. commits, and answers every hop.
+//!
+//! A hop that rolls back undoes only itself: its kept data is dropped, its inbox
+//! record deleted, and if it ran statements, they are rolled back to the savepoint it
+//! ran in. Savepoints cost round trips, so a hop gets one only if its consumer was
+//! seen dirty before (in this process); a dirty hop that rolls back without one fails
+//! the transaction instead (its hops fail with [`Error::SharedCommit`], which their
+//! callers retry, and the hops not yet run get a fresh batch), and its consumer's hops
+//! get savepoints from then on. A failed write of the batch's data, or a failed
+//! commit, fails the batch's hops alike: nothing of them is written.
+//!
+//! Locks: the batch locks its sagas in one statement in id order, so two batches
+//! never deadlock; a hop outside the lane locks one saga.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use sqlx::Row as _;
+use sqlx::postgres::PgRow;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::conn::Tx;
+use super::hop::{Back, Counts, End, Hop, Prefetched, Turn};
+use super::{Receipt, Store};
+use crate::{Error, Message, MessageId, Result};
+
+/// Largest number of hops in one transaction.
+const MAX_BATCH: usize = 64;
+
+/// How many set lanes a store runs (each a batch at a time, on a connection of its
+/// own); a saga's hops always go to the same one.
+pub(crate) fn lanes() -> usize {
+    std::env::var("AGENTSAGA_SET_LANES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2)
+}
+
+/// A statement that writes many rows at once: each parameter `$n` an array (the
+/// `n`th value of every row), as `unnest` takes them. The first `key_columns`
+/// values identify a row: of two rows of a batch with the same key, the later is
+/// written (the later state of the same row).
+#[derive(Debug)]
+pub struct SetStatement {
+    /// The SQL, one array parameter per column.
+    pub sql: &'static str,
+    /// How many leading columns are the row's key.
+    pub key_columns: usize,
+}
+
+/// One value of a [`SetStatement`]'s row. Every row of a statement has the same
+/// variants in the same order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SetValue {
+    /// `uuid[]`
+    Uuid(Option<Uuid>),
+    /// `text[]`
+    Text(Option<String>),
+    /// `int4[]`
+    Int(Option<i32>),
+    /// `int8[]`
+    BigInt(Option<i64>),
+    /// `bool[]`
+    Bool(Option<bool>),
+}
+
+/// One column of a set statement, as the array bound for it.
+enum Column {
+    Uuid(Vec<Option<Uuid>>),
+    Text(Vec<Option<String>>),
+    Int(Vec<Option<i32>>),
+    BigInt(Vec<Option<i64>>),
+    Bool(Vec<Option<bool>>),
+}
+
+impl Column {
+    fn of(value: &SetValue) -> Self {
+        match value {
+            SetValue::Uuid(_) => Self::Uuid(Vec::new()),
+            SetValue::Text(_) => Self::Text(Vec::new()),
+            SetValue::Int(_) => Self::Int(Vec::new()),
+            SetValue::BigInt(_) => Self::BigInt(Vec::new()),
+            SetValue::Bool(_) => Self::Bool(Vec::new()),
+        }
+    }
+
+    fn push(&mut self, value: SetValue) -> bool {
+        match (self, value) {
+            (Self::Uuid(v), SetValue::Uuid(x)) => v.push(x),
+            (Self::Text(v), SetValue::Text(x)) => v.push(x),
+            (Self::Int(v), SetValue::Int(x)) => v.push(x),
+            (Self::BigInt(v), SetValue::BigInt(x)) => v.push(x),
+            (Self::Bool(v), SetValue::Bool(x)) => v.push(x),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// What a hop of the set lane keeps as data, written at the end of its batch.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    rows: Vec<(&'static SetStatement, Vec<SetValue>)>,
+    messages: Vec<Message>,
+    /// The hop ran a statement of its own.
+    pub(crate) dirty: bool,
+    /// The caller allowed its next write to be kept ([`Tx::defer_next_write`]).
+    pub(crate) deferrable: bool,
+}
+
+impl Kept {
+    fn mark(&self) -> (usize, usize) {
+        (self.rows.len(), self.messages.len())
+    }
+
+    fn truncate(&mut self, (rows, messages): (usize, usize)) {
+        self.rows.truncate(rows);
+        self.messages.truncate(messages);
+    }
+
+    pub(crate) fn push_row(&mut self, statement: &'static SetStatement, row: Vec<SetValue>) {
+        self.rows.push((statement, row));
+    }
+
+    pub(crate) fn push_messages(&mut self, messages: &[Message]) {
+        self.messages.extend_from_slice(messages);
+    }
+}
+
+/// A hop waiting for the set lane.
+pub(crate) struct Request {
+    pub(crate) store: Store,
+    pub(crate) consumer: String,
+    pub(crate) id: MessageId,
+    /// The prefetch's key and set statements.
+    pub(crate) key: Uuid,
+    pub(crate) statements: &'static [&'static str],
+    pub(crate) turn: oneshot::Sender<Result<Turn>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Request")
+    }
+}
+
+/// The set lane: takes the waiting hops, a batch at a time, until the store is
+/// dropped.
+pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
+    // Hops put back: another of their saga or message was in the batch.
+    let mut held: VecDeque<Request> = VecDeque::new();
+    // Consumers seen running statements of their own: their hops get savepoints.
+    let mut writers: HashSet<String> = HashSet::new();
+    loop {
+        let first = match held.pop_front() {
+            Some(first) => first,
+            None => match queue.recv().await {
+                Some(first) => first,
+                None => break,
+            },
+        };
+        let mut sagas = HashSet::from([first.key]);
+        let mut messages = HashSet::from([(first.consumer.clone(), first.id)]);
+        let mut batch = vec![first];
+        let mut again = VecDeque::new();
+        while batch.len() < MAX_BATCH {
+            let Some(r) = held.pop_front().or_else(|| queue.try_recv().ok()) else {
+                break;
+            };
+            if sagas.contains(&r.key) || messages.contains(&(r.consumer.clone(), r.id)) {
+                again.push_back(r);
+                continue;
+            }
+            sagas.insert(r.key);
+            messages.insert((r.consumer.clone(), r.id));
+            batch.push(r);
+        }
+        again.extend(held.drain(..));
+        held = again;
+        let unrun = run(batch, &counts, &mut writers).await;
+        for r in unrun.into_iter().rev() {
+            held.push_front(r);
+        }
+    }
+}
+
+fn fail(requests: impl IntoIterator<Item = Request>, why: &str) {
+    for r in requests {
+        let _ = r.turn.send(Err(Error::SharedCommit(why.to_owned())));
+    }
+}
+
+fn fail_kept(kept: Vec<oneshot::Sender<Result<()>>>, why: &str) {
+    for done in kept {
+        let _ = done.send(Err(Error::SharedCommit(why.to_owned())));
+    }
+}
+
+/// Runs one batch; returns the hops it did not run (their batch failed before their
+/// turn), for a batch of their own.
+async fn run(
+    batch: Vec<Request>,
+    counts: &Arc<Counts>,
+    writers: &mut HashSet<String>,
+) -> Vec<Request> {
+    let store = batch[0].store.clone();
+    let mut tx = match Tx::begin(&store).await {
+        Ok(tx) => tx,
+        Err(e) => {
+            fail(batch, &format!("no transaction could be begun: {e}"));
+            return Vec::new();
+        }
+    };
+    let opened = match open(&mut tx, &batch).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            tracing::warn!(error = %e, hops = batch.len(), "a set batch failed to open; its hops will be retried");
+            let _ = tx.rollback().await;
+            fail(batch, &format!("the shared transaction failed: {e}"));
+            return Vec::new();
+        }
+    };
+    tx.start_sets();
+    let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
+    let mut requests = batch.into_iter().zip(opened).collect::<VecDeque<_>>();
+    while let Some((request, (receipt, read))) = requests.pop_front() {
+        let first = receipt == Receipt::First;
+        let savepoint = first && writers.contains(&request.consumer);
+        if savepoint && let Err(e) = tx.savepoint_op("SAVEPOINT agentsaga_hop").await {
+            return abort(tx, kept, requests, request, &e).await;
+        }
+        let mark = tx.kept_mut().map(|k| k.mark()).unwrap_or_default();
+        let handed = tx.handed_mark();
+        if let Some(k) = tx.kept_mut() {
+            k.dirty = false;
+        }
+        let (back, returned) = oneshot::channel();
+        let hop = Hop::in_lane(tx, back, Arc::clone(counts));
+        let consumer = request.consumer.clone();
+        let id = request.id;
+        let _ = request.turn.send(Ok((hop, Some(receipt), Some(read))));
+        let Ok(Back { tx: mut t, end }) = returned.await else {
+            fail_kept(kept, "a shared transaction was lost");
+            fail(requests.into_iter().map(|(r, _)| r), "a shared transaction was lost");
+            return Vec::new();
+        };
+        let dirty = t.kept_mut().is_some_and(|k| k.dirty);
+        if dirty && !savepoint {
+            writers.insert(consumer.clone());
+        }
+        match end {
+            End::Commit(done) => {
+                if savepoint && let Err(e) = t.savepoint_op("RELEASE SAVEPOINT agentsaga_hop").await
+                {
+                    let _ = done.send(Err(Error::SharedCommit(e.to_string())));
+                    return abort_unrun(t, kept, requests, &e).await;
+                }
+                kept.push(done);
+            }
+            End::Rollback => {
+                if let Some(k) = t.kept_mut() {
+                    k.truncate(mark);
+                }
+                t.cancel_handed_since(handed);
+                if dirty && !savepoint {
+                    // Its statements cannot be undone alone.
+                    let e = Error::SharedCommit(format!(
+                        "a hop of `{consumer}` rolled back statements it ran without a savepoint"
+                    ));
+                    return abort_unrun(t, kept, requests, &e).await;
+                }
+                if savepoint
+                    && let Err(e) = undo(&mut t).await
+                {
+                    return abort_unrun(t, kept, requests, &e).await;
+                }
+                if first && let Err(e) = forget(&mut t, &consumer, id).await {
+                    return abort_unrun(t, kept, requests, &e).await;
+                }
+            }
+        }
+        tx = t;
+    }
+    if let Err(e) = tx.flush_sets().await {
+        tracing::warn!(error = %e, hops = kept.len(), "a set batch's writes failed; its hops will be retried");
+        let _ = tx.rollback().await;
+        fail_kept(kept, &format!("the shared transaction failed: {e}"));
+        return Vec::new();
+    }
+    super::hop::crash_hook::stop_if(super::hop::crash_hook::At::Before, kept.len()).await;
+    match tx.commit().await {
+        Ok(()) => {
+            super::hop::crash_hook::stop_if(super::hop::crash_hook::At::After, kept.len()).await;
+            counts.commits.fetch_add(1, Ordering::Relaxed);
+            counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
+            for done in kept {
+                let _ = done.send(Ok(()));
+            }
+        }
+        Err(e) => fail_kept(kept, &format!("the shared commit failed: {e}")),
+    }
+    Vec::new()
+}
+
+/// The batch cannot go on: rolls it back, fails the hops kept and `current`, and
+/// returns the hops not yet run.
+async fn abort(
+    tx: Tx,
+    kept: Vec<oneshot::Sender<Result<()>>>,
+    requests: VecDeque<(Request, (Receipt, Prefetched))>,
+    current: Request,
+    why: &Error,
+) -> Vec<Request> {
+    let _ = current
+        .turn
+        .send(Err(Error::SharedCommit(format!("the shared transaction failed: {why}"))));
+    abort_unrun(tx, kept, requests, why).await
+}
+
+async fn abort_unrun(
+    tx: Tx,
+    kept: Vec<oneshot::Sender<Result<()>>>,
+    requests: VecDeque<(Request, (Receipt, Prefetched))>,
+    why: &Error,
+) -> Vec<Request> {
+    tracing::warn!(error = %why, hops = kept.len(), "a set batch failed; its hops will be retried");
+    let _ = tx.rollback().await;
+    fail_kept(kept, &format!("the shared transaction failed: {why}"));
+    requests.into_iter().map(|(r, _)| r).collect()
+}
+
+async fn undo(t: &mut Tx) -> Result<()> {
+    t.savepoint_op("ROLLBACK TO SAVEPOINT agentsaga_hop").await?;
+    t.savepoint_op("RELEASE SAVEPOINT agentsaga_hop").await
+}
+
+/// Deletes the inbox record of a hop that rolled back (the batch wrote it first).
+async fn forget(t: &mut Tx, consumer: &str, id: MessageId) -> Result<()> {
+    let super::Conn::Postgres(c) = t.conn_clean() else {
+        return Ok(());
+    };
+    sqlx::query("DELETE FROM inbox WHERE consumer = $1 AND message_id = $2")
+        .bind(consumer)
+        .bind(id)
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// The batch's inbox records and reads: each hop's receipt and rows, in order.
+async fn open(tx: &mut Tx, batch: &[Request]) -> Result<Vec<(Receipt, Prefetched)>> {
+    let super::Conn::Postgres(c) = tx.conn_clean() else {
+        return Err(Error::BackendMismatch {
+            store: "postgres",
+            connection: "sqlite",
+        });
+    };
+    let consumers: Vec<&str> = batch.iter().map(|r| r.consumer.as_str()).collect();
+    let ids: Vec<MessageId> = batch.iter().map(|r| r.id).collect();
+    let firsts: HashSet<(String, Uuid)> = sqlx::query(
+        "INSERT INTO inbox (consumer, message_id)
+         SELECT * FROM unnest($1::text[], $2::uuid[])
+         ON CONFLICT DO NOTHING
+         RETURNING consumer, message_id",
+    )
+    .bind(&consumers)
+    .bind(&ids)
+    .fetch_all(&mut *c)
+    .await?
+    .iter()
+    .map(|row| Ok((row.try_get("consumer")?, row.try_get("message_id")?)))
+    .collect::<std::result::Result<_, sqlx::Error>>()?;
+    let receipts: Vec<Receipt> = batch
+        .iter()
+        .map(|r| {
+            if firsts.contains(&(r.consumer.clone(), *r.id.as_uuid())) {
+                Receipt::First
+            } else {
+                Receipt::Duplicate
+            }
+        })
+        .collect();
+    // The reads, once per kind of prefetch, for the first deliveries' keys.
+    let mut reads: Vec<Prefetched> = batch.iter().map(|_| Prefetched::default()).collect();
+    let mut kinds: Vec<&'static [&'static str]> = Vec::new();
+    for (r, receipt) in batch.iter().zip(&receipts) {
+        if *receipt == Receipt::First && !kinds.iter().any(|k| std::ptr::eq(*k, r.statements)) {
+            kinds.push(r.statements);
+        }
+    }
+    for kind in kinds {
+        let mut keys: Vec<Uuid> = batch
+            .iter()
+            .zip(&receipts)
+            .filter(|(r, receipt)| **receipt == Receipt::First && std::ptr::eq(r.statements, kind))
+            .map(|(r, _)| r.key)
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for (n, sql) in kind.iter().enumerate() {
+            let mut by_key: HashMap<Uuid, Vec<PgRow>> = HashMap::new();
+            for row in sqlx::query(*sql).bind(&keys).fetch_all(&mut *c).await? {
+                let key: Uuid = row.try_get("prefetch_key")?;
+                by_key.entry(key).or_default().push(row);
+            }
+            for ((r, receipt), read) in batch.iter().zip(&receipts).zip(reads.iter_mut()) {
+                if *receipt == Receipt::First && std::ptr::eq(r.statements, kind) {
+                    let rows = by_key.remove(&r.key).unwrap_or_default();
+                    read.set_rows.resize_with(n, Vec::new);
+                    read.set_rows.push(rows);
+                }
+            }
+        }
+    }
+    Ok(receipts.into_iter().zip(reads).collect())
+}
+
+impl Tx {
+    /// Writes what the batch's hops kept: each set statement's rows (in the order the
+    /// statements first came, a key's last row), then the messages.
+    pub(super) async fn flush_sets(&mut self) -> Result<()> {
+        let Some(kept) = self.take_kept() else {
+            return Ok(());
+        };
+        let store = self.store().clone();
+        let mut statements: Vec<(&'static SetStatement, Vec<Vec<SetValue>>)> = Vec::new();
+        for (statement, row) in kept.rows {
+            match statements.iter_mut().find(|(s, _)| std::ptr::eq(*s, statement)) {
+                Some((_, rows)) => rows.push(row),
+                None => statements.push((statement, vec![row])),
+            }
+        }
+        for (statement, rows) in statements {
+            self.write_set(statement, rows).await?;
+        }
+        if !kept.messages.is_empty() {
+            self.write_messages(&store, kept.messages).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_set(&mut self, statement: &SetStatement, rows: Vec<Vec<SetValue>>) -> Result<()> {
+        // A key's last row stands for it, in the place of its first.
+        let mut at: HashMap<Vec<SetValue>, usize> = HashMap::new();
+        let mut unique: Vec<Vec<SetValue>> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = row[..statement.key_columns.min(row.len())].to_vec();
+            match at.get(&key) {
+                Some(&i) if statement.key_columns > 0 => unique[i] = row,
+                _ => {
+                    at.insert(key, unique.len());
+                    unique.push(row);
+                }
+            }
+        }
+        let Some(first) = unique.first() else {
+            return Ok(());
+        };
+        let mut columns: Vec<Column> = first.iter().map(Column::of).collect();
+        for row in unique {
+            if row.len() != columns.len() {
+                return Err(Error::Corrupt {
+                    table: "(a set statement's rows)",
+                    reason: format!("a row has {} values, not {}", row.len(), columns.len()),
+                });
+            }
+            for (column, value) in columns.iter_mut().zip(row) {
+                if !column.push(value) {
+                    return Err(Error::Corrupt {
+                        table: "(a set statement's rows)",
+                        reason: "a column changes type between rows".into(),
+                    });
+                }
+            }
+        }
+        let mut q = sqlx::query(statement.sql);
+        for column in columns {
+            q = match column {
+                Column::Uuid(v) => q.bind(v),
+                Column::Text(v) => q.bind(v),
+                Column::Int(v) => q.bind(v),
+                Column::BigInt(v) => q.bind(v),
+                Column::Bool(v) => q.bind(v),
+            };
+        }
+        let super::Conn::Postgres(c) = self.conn_clean() else {
+            return Ok(());
+        };
+        q.execute(c).await?;
+        Ok(())
+    }
+
+    /// The batch's messages: those handed over directly written leased in one
+    /// statement (the first of its key in the batch, none of its key live), the rest
+    /// pending in another, in the batch's order.
+    async fn write_messages(&mut self, store: &Store, messages: Vec<Message>) -> Result<()> {
+        let to = store.handover();
+        let mut keys: HashSet<&str> = HashSet::new();
+        let mut leased: Vec<&Message> = Vec::new();
+        for m in &messages {
+            let first_of_key = m.key.as_deref().is_none_or(|k| keys.insert(k));
+            if first_of_key
+                && m.delay.is_zero()
+                && to.as_ref().is_some_and(|to| to.reserve(&m.destination))
+            {
+                leased.push(m);
+            }
+        }
+        let mut written: HashSet<MessageId> = HashSet::new();
+        if let Some(to) = &to
+            && !leased.is_empty()
+        {
+            let mut cols = MessageColumns::default();
+            for m in &leased {
+                cols.push(m)?;
+            }
+            let super::Conn::Postgres(c) = self.conn_clean() else {
+                return Ok(());
+            };
+            let rows = sqlx::query(
+                "INSERT INTO outbox (id, destination, key, payload, headers,
+                                     state, attempts, lease_owner, lease_until)
+                 SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, 'in_flight', 1, $6,
+                        now() + $7 * interval '1 millisecond'
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+                      WITH ORDINALITY AS u(id, d, k, p, h, ord)
+                 WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
+                     WHERE key = u.k AND state IN ('pending', 'in_flight'))
+                 ORDER BY u.ord
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING seq, id, destination, key, payload::text AS payload,
+                     headers::text AS headers, attempts,
+                     (extract(epoch FROM created_at) * 1000)::bigint AS created_at",
+            )
+            .bind(cols.ids)
+            .bind(cols.destinations)
+            .bind(cols.keys)
+            .bind(cols.payloads)
+            .bind(cols.headers)
+            .bind(to.owner())
+            .bind(crate::clock::millis(to.lease()))
+            .fetch_all(c)
+            .await;
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(e) => {
+                    for m in &leased {
+                        to.cancel(&m.destination);
+                    }
+                    return Err(e.into());
+                }
+            };
+            for row in &rows {
+                let envelope = super::backend::envelope(row)?;
+                written.insert(envelope.id);
+                self.push_handed(Arc::clone(to), envelope);
+            }
+            for m in &leased {
+                if !written.contains(&m.id) {
+                    // Its key has a live row (it waits its turn) or its id is stored.
+                    to.cancel(&m.destination);
+                }
+            }
+        }
+        let mut cols = MessageColumns::default();
+        let mut delays = Vec::new();
+        for m in messages.iter().filter(|m| !written.contains(&m.id)) {
+            cols.push(m)?;
+            delays.push(m.delay_ms());
+        }
+        if cols.ids.is_empty() {
+            return Ok(());
+        }
+        let super::Conn::Postgres(c) = self.conn_clean() else {
+            return Ok(());
+        };
+        sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                  WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
+             ORDER BY u.ord
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(cols.ids)
+        .bind(cols.destinations)
+        .bind(cols.keys)
+        .bind(cols.payloads)
+        .bind(cols.headers)
+        .bind(delays)
+        .execute(c)
+        .await?;
+        self.mark_enqueued();
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct MessageColumns {
+    ids: Vec<MessageId>,
+    destinations: Vec<String>,
+    keys: Vec<Option<String>>,
+    payloads: Vec<String>,
+    headers: Vec<String>,
+}
+
+impl MessageColumns {
+    fn push(&mut self, m: &Message) -> Result<()> {
+        self.ids.push(m.id);
+        self.destinations.push(m.destination.clone());
+        self.keys.push(m.key.clone());
+        self.payloads.push(m.payload.clone());
+        self.headers.push(m.headers_json()?);
+        Ok(())
+    }
+}
