@@ -74,12 +74,12 @@ pub use store::POSTGRES_MIGRATOR;
 pub use store::SQLITE_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::{Bind, Row, Separated, Statements, Value};
-#[cfg(feature = "postgres")]
-pub use store::{SetStatement, SetValue};
 pub use store::{
     Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
     StoreConfig, Synchronous, Tx, admin, queue,
 };
+#[cfg(feature = "postgres")]
+pub use store::{SetStatement, SetValue};
 
 /// Re-exported so users name the same sqlx the store was built with.
 pub use sqlx;

@@ -20,10 +20,10 @@ pub(crate) mod direct;
 mod handover;
 mod hop;
 #[cfg(feature = "postgres")]
-mod sets;
-#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub mod queue;
+#[cfg(feature = "postgres")]
+mod sets;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 mod wake;

@@ -25,7 +25,7 @@ pub const DEFAULT_DATABASE: &str = "sqlite://agentsaga.db";
 
 /// Deliveries a database-only [`Agent`] handles at once unless told otherwise: its
 /// hops share commits, so a few more than the cores.
-pub const DEFAULT_AGENT_CONCURRENCY: usize = 16;
+pub const DEFAULT_AGENT_CONCURRENCY: usize = 64;
 /// Deliveries a [`CallingAgent`] works on at once unless told otherwise: sized for
 /// waiting on the outside world, not for CPU.
 pub const DEFAULT_CALLING_CONCURRENCY: usize = 512;

@@ -223,7 +223,7 @@ impl Lanes {
     #[cfg(feature = "postgres")]
     fn set_sender(&self, key: uuid::Uuid) -> &mpsc::UnboundedSender<super::sets::Request> {
         let lanes = self.sets.get_or_init(|| {
-            (0..super::sets::lanes())
+            (0..super::sets::LANES)
                 .map(|_| {
                     let (tx, rx) = mpsc::unbounded_channel();
                     tokio::spawn(super::sets::lane(rx, Arc::clone(&self.counts)));

@@ -48,15 +48,12 @@ use crate::{Error, Message, MessageId, Result};
 /// Largest number of hops in one transaction.
 const MAX_BATCH: usize = 64;
 
-/// How many set lanes a store runs (each a batch at a time, on a connection of its
-/// own); a saga's hops always go to the same one.
-pub(crate) fn lanes() -> usize {
-    std::env::var("AGENTSAGA_SET_LANES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(2)
-}
+/// How many set lanes a store runs, each a batch at a time on a connection of its
+/// own; a saga's hops always go to the same one. Two: one batch's statements run while
+/// the other's hops take their turns (measured 2026-11-26 on the saga bench: one lane
+/// made 2,040 / 1,520 sagas/s, two 2,010–2,140 / 1,720–1,770, three 1,770 / 1,590,
+/// four 1,400 / 1,230).
+pub(crate) const LANES: usize = 2;
 
 /// A statement that writes many rows at once: each parameter `$n` an array (the
 /// `n`th value of every row), as `unnest` takes them. The first `key_columns`
@@ -263,7 +260,10 @@ async fn run(
         let _ = request.turn.send(Ok((hop, Some(receipt), Some(read))));
         let Ok(Back { tx: mut t, end }) = returned.await else {
             fail_kept(kept, "a shared transaction was lost");
-            fail(requests.into_iter().map(|(r, _)| r), "a shared transaction was lost");
+            fail(
+                requests.into_iter().map(|(r, _)| r),
+                "a shared transaction was lost",
+            );
             return Vec::new();
         };
         let dirty = t.kept_mut().is_some_and(|k| k.dirty);
@@ -291,9 +291,7 @@ async fn run(
                     ));
                     return abort_unrun(t, kept, requests, &e).await;
                 }
-                if savepoint
-                    && let Err(e) = undo(&mut t).await
-                {
+                if savepoint && let Err(e) = undo(&mut t).await {
                     return abort_unrun(t, kept, requests, &e).await;
                 }
                 if first && let Err(e) = forget(&mut t, &consumer, id).await {
@@ -333,9 +331,9 @@ async fn abort(
     current: Request,
     why: &Error,
 ) -> Vec<Request> {
-    let _ = current
-        .turn
-        .send(Err(Error::SharedCommit(format!("the shared transaction failed: {why}"))));
+    let _ = current.turn.send(Err(Error::SharedCommit(format!(
+        "the shared transaction failed: {why}"
+    ))));
     abort_unrun(tx, kept, requests, why).await
 }
 
@@ -352,7 +350,8 @@ async fn abort_unrun(
 }
 
 async fn undo(t: &mut Tx) -> Result<()> {
-    t.savepoint_op("ROLLBACK TO SAVEPOINT agentsaga_hop").await?;
+    t.savepoint_op("ROLLBACK TO SAVEPOINT agentsaga_hop")
+        .await?;
     t.savepoint_op("RELEASE SAVEPOINT agentsaga_hop").await
 }
 
@@ -447,7 +446,10 @@ impl Tx {
         let store = self.store().clone();
         let mut statements: Vec<(&'static SetStatement, Vec<Vec<SetValue>>)> = Vec::new();
         for (statement, row) in kept.rows {
-            match statements.iter_mut().find(|(s, _)| std::ptr::eq(*s, statement)) {
+            match statements
+                .iter_mut()
+                .find(|(s, _)| std::ptr::eq(*s, statement))
+            {
                 Some((_, rows)) => rows.push(row),
                 None => statements.push((statement, vec![row])),
             }
@@ -461,7 +463,11 @@ impl Tx {
         Ok(())
     }
 
-    async fn write_set(&mut self, statement: &SetStatement, rows: Vec<Vec<SetValue>>) -> Result<()> {
+    async fn write_set(
+        &mut self,
+        statement: &SetStatement,
+        rows: Vec<Vec<SetValue>>,
+    ) -> Result<()> {
         // A key's last row stands for it, in the place of its first.
         let mut at: HashMap<Vec<SetValue>, usize> = HashMap::new();
         let mut unique: Vec<Vec<SetValue>> = Vec::with_capacity(rows.len());
