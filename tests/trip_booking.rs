@@ -167,17 +167,18 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     );
 }
 
-// Kills the process inside a shared commit (SQLite, whose hops share its single
-// writer's commits; `AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT` stops the sixth batch of
-// at least 4 hops there, with many sagas under way): once with the batch written but not committed, once committed
-// but not yet answered (none of its messages acknowledged). Each batch is redone whole
-// or skipped whole: every saga ends completed or compensated, every effect once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn survives_kill_9_inside_a_shared_commit() {
+// Kills the process inside a shared commit (SQLite's lane, whose hops share its single
+// writer's commits; PostgreSQL's set lane, whose hops share a transaction and its
+// statements; `AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT` stops the sixth batch of at least 4
+// hops there, with many sagas under way): once with the batch written but not
+// committed, once committed but not yet answered (none of its messages acknowledged).
+// Each batch is redone whole or skipped whole: every saga ends completed or
+// compensated, every effect once.
+async fn survives_kill_9_inside_a_shared_commit(backend: Backend) {
     use std::io::{BufRead, BufReader};
 
     const HOOK: &str = "AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT";
-    let url = fresh_url(Backend::Sqlite).await;
+    let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.unwrap();
     let args = ["--sagas", "300", "--fail-rate", "0.2", "--seed", "7"];
     for at in ["before:4:5", "after:4:5"] {
@@ -228,6 +229,10 @@ async fn survives_kill_9_inside_a_shared_commit() {
     );
     eprintln!("killed inside two shared commits: {completed} completed, {compensated} compensated");
 }
+both_backends!(
+    shared_commit_kill_9_tests,
+    survives_kill_9_inside_a_shared_commit
+);
 
 // Two processes on one database: on Postgres they share the work through SKIP LOCKED
 // claims and NOTIFY wakeups; on SQLite they share one file (WAL, `BEGIN IMMEDIATE`

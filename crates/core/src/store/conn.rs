@@ -217,7 +217,22 @@ impl Tx {
         }
         #[cfg(feature = "postgres")]
         if let Some(kept) = &mut self.sets {
-            kept.push_messages(messages);
+            // Their trace context is the caller's, taken now (the batch writes them
+            // later, in the lane's task).
+            let span = super::enqueue_span(messages, false);
+            let stamped: Vec<Message> = span.in_scope(|| {
+                messages
+                    .iter()
+                    .map(|m| {
+                        let mut m = m.clone();
+                        if let Some(headers) = crate::propagation::outgoing(&m.headers) {
+                            m.headers = headers;
+                        }
+                        m
+                    })
+                    .collect()
+            });
+            kept.push_messages(stamped);
             return Ok(());
         }
         Err(crate::Error::BackendMismatch {

@@ -141,8 +141,8 @@ impl Kept {
         self.rows.push((statement, row));
     }
 
-    pub(crate) fn push_messages(&mut self, messages: &[Message]) {
-        self.messages.extend_from_slice(messages);
+    pub(crate) fn push_messages(&mut self, messages: Vec<Message>) {
+        self.messages.extend(messages);
     }
 }
 

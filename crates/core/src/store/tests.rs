@@ -1641,3 +1641,265 @@ async fn sqlite_lane_transaction_dropped_open_is_rolled_back() {
     assert_eq!(got[0].destination, "kept");
     store.close().await;
 }
+
+/// PostgreSQL's set lane: a test table, a prefetch of its rows and a set upsert.
+#[cfg(feature = "postgres")]
+mod set_lane {
+    use super::*;
+    use crate::{Prefetch, SetStatement, SetValue};
+    use sqlx::Row as _;
+    use uuid::Uuid;
+
+    static READ: [&str; 1] =
+        ["SELECT k AS prefetch_key, v FROM set_test WHERE k = ANY($1) ORDER BY k FOR UPDATE"];
+    static WRITE: SetStatement = SetStatement {
+        sql: "INSERT INTO set_test (k, v) SELECT * FROM unnest($1::uuid[], $2::text[])
+              ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+        key_columns: 1,
+    };
+
+    /// `n` keys of the set lane that `of` goes to.
+    fn keys_like(of: Uuid, n: usize) -> Vec<Uuid> {
+        let lanes = crate::store::sets::LANES as u128;
+        std::iter::repeat_with(Uuid::now_v7)
+            .filter(|k| k.as_u128() % lanes == of.as_u128() % lanes)
+            .take(n)
+            .collect()
+    }
+
+    fn read(key: Uuid) -> Prefetch {
+        Prefetch::new("").with_set(key, &READ)
+    }
+
+    fn value(read: Option<crate::Prefetched>) -> Option<String> {
+        let read = read?;
+        let rows = read.set_rows().first()?;
+        rows.first().map(|r| r.try_get::<String, _>("v").unwrap())
+    }
+
+    async fn table_value(store: &Store, key: Uuid) -> String {
+        let mut tx = store.begin().await.unwrap();
+        let crate::Conn::Postgres(c) = tx.conn() else {
+            unreachable!()
+        };
+        sqlx::query("SELECT v FROM set_test WHERE k = $1")
+            .bind(key)
+            .fetch_one(c)
+            .await
+            .unwrap()
+            .get("v")
+    }
+
+    async fn logged(store: &Store) -> Vec<String> {
+        let mut tx = store.begin().await.unwrap();
+        let crate::Conn::Postgres(c) = tx.conn() else {
+            unreachable!()
+        };
+        sqlx::query("SELECT what FROM set_log ORDER BY what")
+            .fetch_all(c)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("what"))
+            .collect()
+    }
+
+    /// What a queued hop does with its turn.
+    #[derive(Clone, Copy)]
+    enum Do {
+        /// Keeps `v` for its key and a message, commits.
+        Keep(&'static str),
+        /// Keeps `v`, then rolls back.
+        Undo(&'static str),
+        /// Runs a statement of its own (a row in `set_log`), commits or rolls back.
+        Write(&'static str, bool),
+    }
+
+    /// Queues hops in order behind a hop that holds their lane, then lets it go; each
+    /// returns its receipt, what it read, and how its commit went.
+    async fn batch(
+        store: &Store,
+        hold: Uuid,
+        plan: Vec<(&'static str, MessageId, Uuid, Do)>,
+    ) -> Vec<(Receipt, Option<String>, std::result::Result<(), String>)> {
+        let (holder, receipt, _) = store
+            .hop_receiving_prefetched("holder", MessageId::new(), Some(read(hold)))
+            .await
+            .unwrap();
+        assert_eq!(receipt, Receipt::First);
+        let mut tasks = Vec::new();
+        for (consumer, id, key, what) in plan {
+            let store = store.clone();
+            let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+            tasks.push(tokio::spawn(async move {
+                let opening = store.hop_receiving_prefetched(consumer, id, Some(read(key)));
+                let (mut hop, receipt, read) = after_queueing(opening, queued).await.unwrap();
+                let seen = value(read);
+                if receipt == Receipt::Duplicate {
+                    return (receipt, seen, Ok(()));
+                }
+                let row = |v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
+                let ended = match what {
+                    Do::Keep(v) | Do::Undo(v) => {
+                        hop.defer_next_write();
+                        assert!(hop.take_set_deferral(), "a set lane hop may keep its write");
+                        assert!(!hop.take_set_deferral(), "once per defer_next_write");
+                        hop.defer_rows(&WRITE, row(v)).unwrap();
+                        hop.defer_enqueue(&[Message::to("out").json(&v).unwrap()])
+                            .unwrap();
+                        if matches!(what, Do::Undo(_)) {
+                            hop.rollback();
+                            Ok(())
+                        } else {
+                            hop.commit().await.map_err(|e| e.to_string())
+                        }
+                    }
+                    Do::Write(what, keep) => {
+                        let crate::Conn::Postgres(c) = hop.conn() else {
+                            unreachable!()
+                        };
+                        sqlx::query("INSERT INTO set_log (what) VALUES ($1)")
+                            .bind(what)
+                            .execute(c)
+                            .await
+                            .unwrap();
+                        if keep {
+                            hop.commit().await.map_err(|e| e.to_string())
+                        } else {
+                            hop.rollback();
+                            Ok(())
+                        }
+                    }
+                };
+                (receipt, seen, ended)
+            }));
+            is_queued.await.unwrap();
+        }
+        holder.commit().await.unwrap();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        results
+    }
+
+    // Hops ready at once share a transaction whose statements serve them all: each
+    // reads its row as the batch found it, keeps its writes as data (written at the
+    // batch's end) or runs statements of its own; a hop that rolls back undoes only
+    // itself (its kept rows, its inbox record); a second hop of the same key or
+    // message waits for the next batch (and sees the first's writes, or is a
+    // duplicate). A hop that rolls back statements it ran without a savepoint fails
+    // its batch (retried by its callers; the hops not yet run get a batch of their
+    // own), and its consumer's hops get savepoints from then on: then it undoes only
+    // itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hops_share_statements_and_roll_back_alone() {
+        let (store, _) = open(Backend::Postgres).await;
+        exec(
+            &store,
+            "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await;
+        exec(&store, "CREATE TABLE set_log (what TEXT PRIMARY KEY)").await;
+        let hold = Uuid::now_v7();
+        let k = keys_like(hold, 6);
+        {
+            let mut tx = store.begin().await.unwrap();
+            let crate::Conn::Postgres(c) = tx.conn() else {
+                unreachable!()
+            };
+            sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
+                .bind(&k)
+                .execute(c)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let before = store.hop_stats();
+        let ids: Vec<MessageId> = (0..8).map(|_| MessageId::new()).collect();
+        let results = batch(
+            &store,
+            hold,
+            vec![
+                ("agent", ids[0], k[0], Do::Keep("a")),
+                ("agent", ids[1], k[1], Do::Undo("b")),
+                ("writer", ids[2], k[2], Do::Write("c", true)),
+                ("agent", ids[0], k[3], Do::Keep("dup")),
+                ("agent", ids[3], k[0], Do::Keep("a2")),
+                ("agent", ids[4], k[4], Do::Keep("e")),
+            ],
+        )
+        .await;
+        use Receipt::{Duplicate, First};
+        let ok = Ok(());
+        assert_eq!(results[0], (First, Some("0".into()), ok.clone()));
+        assert_eq!(results[1], (First, Some("0".into()), ok.clone()));
+        assert_eq!(results[2], (First, Some("0".into()), ok.clone()));
+        assert_eq!(results[3].0, Duplicate, "the same message, next batch");
+        assert_eq!(
+            results[4],
+            (First, Some("a".into()), ok.clone()),
+            "the same key waits for the next batch and reads its first hop's write"
+        );
+        assert_eq!(results[5], (First, Some("0".into()), ok.clone()));
+        assert_eq!(table_value(&store, k[0]).await, "a2");
+        assert_eq!(table_value(&store, k[1]).await, "0", "rolled back alone");
+        assert_eq!(table_value(&store, k[4]).await, "e");
+        assert_eq!(logged(&store).await, ["c"]);
+        assert!(store.seen("agent", ids[0]).await.unwrap());
+        assert!(!store.seen("agent", ids[1]).await.unwrap());
+        assert!(store.seen("writer", ids[2]).await.unwrap());
+        // a, a2, e (and the holder's none).
+        assert_eq!(store.admin().stats().await.unwrap().pending, 3);
+        let after = store.hop_stats();
+        assert!(
+            after.commits - before.commits < after.hops - before.hops,
+            "{before:?} {after:?}"
+        );
+
+        // `writer2` rolls back a statement it ran without a savepoint: the batch fails
+        // (the hop kept before it gets a shared-commit error), the hop after it runs in
+        // a batch of its own.
+        let results = batch(
+            &store,
+            hold,
+            vec![
+                ("agent", ids[5], k[0], Do::Keep("lost")),
+                ("writer2", ids[6], k[1], Do::Write("undone", false)),
+                ("agent", ids[7], k[5], Do::Keep("f")),
+            ],
+        )
+        .await;
+        let failed = results[0].2.as_ref().unwrap_err();
+        assert!(failed.contains("shared transaction"), "{failed}");
+        assert_eq!(results[2], (First, Some("0".into()), ok.clone()));
+        assert_eq!(
+            table_value(&store, k[0]).await,
+            "a2",
+            "the failed batch wrote nothing"
+        );
+        assert_eq!(table_value(&store, k[5]).await, "f");
+        assert!(!store.seen("agent", ids[5]).await.unwrap());
+        assert!(!store.seen("writer2", ids[6]).await.unwrap());
+
+        // Now `writer2`'s hops run in savepoints: its rollback undoes only itself.
+        let more: Vec<MessageId> = (0..3).map(|_| MessageId::new()).collect();
+        let results = batch(
+            &store,
+            hold,
+            vec![
+                ("agent", more[0], k[0], Do::Keep("g")),
+                ("writer2", more[1], k[1], Do::Write("undone again", false)),
+                ("writer2", more[2], k[2], Do::Write("kept", true)),
+            ],
+        )
+        .await;
+        for r in &results {
+            assert_eq!(r.2, ok, "{results:?}");
+        }
+        assert_eq!(table_value(&store, k[0]).await, "g");
+        assert_eq!(logged(&store).await, ["c", "kept"]);
+        assert!(!store.seen("writer2", more[1]).await.unwrap());
+        assert!(store.seen("writer2", more[2]).await.unwrap());
+    }
+}
