@@ -720,7 +720,9 @@ impl Engine {
     /// The read of saga `saga` that an agent's hop may start with (see
     /// [`Store::hop_receiving_prefetched`](agentsaga_core::Store::hop_receiving_prefetched)),
     /// so that [`apply_local_prefetched`](Self::apply_local_prefetched) needs no load of
-    /// its own; `None` where hops read for themselves (a build without SQLite).
+    /// its own: on SQLite in the hop's opening round trip, on PostgreSQL by the set lane
+    /// for all the sagas of its batch (see
+    /// [`Prefetch::with_set`](agentsaga_core::Prefetch::with_set)).
     pub fn prefetch(&self, saga: SagaId) -> Option<Prefetch> {
         persist::prefetch(saga)
     }

@@ -16,11 +16,15 @@
 //! hand-offs.
 //!
 //! SQLite has one lane: its single writer, which writers take turns on anyway. On
-//! PostgreSQL each hop is a transaction of its own, on its own pooled connection, as
-//! many at once as the pool allows: concurrent shared transactions would each hold the
-//! row locks of all their hops until their commit, and two of them that lock the same
-//! rows (the replies of a saga's parallel steps) in different orders deadlock, which
-//! PostgreSQL resolves only by failing one whole batch.
+//! PostgreSQL a statement costs its execution, not its commit, so sharing commits buys
+//! little there; what does is statements that serve many hops at once. The hops that
+//! open with a set read ([`Prefetch::with_set`]: an agent's hop that applies its answer
+//! to a saga of this process) go to the set lanes ([`sets`](super::sets)), which batch
+//! their reads and writes as well as their commit. Every other hop on PostgreSQL is a
+//! transaction of its own, on its own pooled connection, as many at once as the pool
+//! allows: shared transactions of hops that lock rows one at a time would hold them
+//! all until their commit, and two that lock the same rows in different orders
+//! deadlock (the set lanes lock a batch's sagas in one ordered statement).
 //!
 //! On SQLite the lane runs its statements on the connection directly, not through
 //! sqlx's thread (see [`direct`](super::direct)), and keeps the connection from one
@@ -86,8 +90,9 @@ pub(super) type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
 /// holds other statements' parameters too), bound as text in the order of
 /// [`bind`](Self::bind); a `?` inside a string literal is taken for one, so write none.
 /// It reads the database as the hop finds it when it opens: a hop that writes the rows
-/// it prefetched must read them again. On PostgreSQL, where hops are transactions of
-/// their own, nothing is prefetched: the hop reads for itself.
+/// it prefetched must read them again. On PostgreSQL only the set form
+/// ([`with_set`](Self::with_set)) is read, by the set lane; without it the hop reads
+/// for itself.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // read by SQLite alone
 pub struct Prefetch {
@@ -146,6 +151,16 @@ impl std::fmt::Debug for Prefetched {
 }
 
 impl Prefetched {
+    /// What a SQLite hop's opening read.
+    #[cfg(feature = "sqlite")]
+    pub(super) fn of_rows(rows: Vec<super::direct::Row>) -> Self {
+        Self {
+            rows,
+            #[cfg(feature = "postgres")]
+            set_rows: Vec::new(),
+        }
+    }
+
     /// The rows read, in the statement's order.
     #[cfg(feature = "sqlite")]
     pub fn rows(&self) -> &[super::direct::Row] {
@@ -363,9 +378,15 @@ impl Store {
     }
 
     /// A [`hop_receiving`](Self::hop_receiving) that also runs `prefetch` when it
-    /// opens, in the same round trip on SQLite: its rows come with the hop (`None` on
-    /// PostgreSQL, or without a prefetch: the hop reads for itself). The rows are read
-    /// after the inbox record, whatever it found.
+    /// opens, in the same round trip on SQLite: its rows come with the hop (`None`
+    /// without a prefetch: the hop reads for itself). On PostgreSQL a prefetch with a
+    /// set form ([`Prefetch::with_set`]) sends the hop to a set lane (unless
+    /// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane) is off or a
+    /// [`max_pending`](crate::StoreConfig::max_pending) limit is set), which reads it
+    /// for the whole batch at once and keeps the writes its hops hand over as data
+    /// ([`Tx::take_set_deferral`]); without one, the hop is a transaction of its own
+    /// and reads nothing (`None`). The rows are read after the inbox record, whatever
+    /// it found (on the set lane, only for a first delivery).
     ///
     /// # Errors
     /// As [`hop_receiving`](Self::hop_receiving); a failed read fails this hop alone,

@@ -274,8 +274,22 @@ async fn run(
             End::Commit(done) => {
                 if savepoint && let Err(e) = t.savepoint_op("RELEASE SAVEPOINT agentsaga_hop").await
                 {
-                    let _ = done.send(Err(Error::SharedCommit(e.to_string())));
-                    return abort_unrun(t, kept, requests, &e).await;
+                    // Its statements left the transaction failed (PostgreSQL refuses
+                    // to release then): undo this hop alone.
+                    if let Some(k) = t.kept_mut() {
+                        k.truncate(mark);
+                    }
+                    t.cancel_handed_since(handed);
+                    let undone = match undo(&mut t).await {
+                        Ok(()) if first => forget(&mut t, &consumer, id).await,
+                        undone => undone,
+                    };
+                    let _ = done.send(Err(e));
+                    if let Err(e) = undone {
+                        return abort_unrun(t, kept, requests, &e).await;
+                    }
+                    tx = t;
+                    continue;
                 }
                 kept.push(done);
             }

@@ -666,10 +666,7 @@ impl Sqlite {
             }
         }
         opened.recorded = inbox.map(|_| recorded);
-        opened.read = prefetch.map(|_| Prefetched {
-            rows,
-            ..Prefetched::default()
-        });
+        opened.read = prefetch.map(|_| Prefetched::of_rows(rows));
         Ok(opened)
     }
 
@@ -731,10 +728,7 @@ impl Sqlite {
             if let Err(e) = session.run(&st, |row| rows.push(row)) {
                 return Err(failed(statements, e, opened));
             }
-            opened.read = Some(Prefetched {
-                rows,
-                ..Prefetched::default()
-            });
+            opened.read = Some(Prefetched::of_rows(rows));
         }
         Ok(opened)
     }
