@@ -31,6 +31,9 @@
 //! Locks: the batch locks its sagas in one statement in id order, so two batches
 //! never deadlock; a hop outside the lane locks one saga.
 
+// A PostgreSQL-only build has no other connection than PostgreSQL's.
+#![allow(irrefutable_let_patterns)]
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
