@@ -350,7 +350,10 @@ impl Store {
     /// the hops queued behind it wait. It is how to write under load on SQLite (a
     /// batch of saga starts, say): a [`begin`](Self::begin) transaction takes the
     /// single writer away from the running hops instead. Never ask for a hop while
-    /// holding one (inside an agent's handler, say): on SQLite it would wait for itself.
+    /// holding one (inside an agent's handler, say): on SQLite it would wait for itself,
+    /// and on PostgreSQL a hop of the set lane holds its batch's sagas locked (a
+    /// transaction of its own that writes one of them waits for the batch, which
+    /// waits for the hop, until PostgreSQL ends the batch after 60 s idle).
     ///
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
@@ -389,8 +392,9 @@ impl Store {
     /// it found (on the set lane, only for a first delivery).
     ///
     /// # Errors
-    /// As [`hop_receiving`](Self::hop_receiving); a failed read fails this hop alone,
-    /// like a failed inbox record.
+    /// As [`hop_receiving`](Self::hop_receiving); on SQLite a failed read fails this
+    /// hop alone, like a failed inbox record; on PostgreSQL's set lane a failed read or
+    /// inbox record fails the hops of its batch ([`Error::SharedCommit`]).
     pub async fn hop_receiving_prefetched(
         &self,
         consumer: &str,

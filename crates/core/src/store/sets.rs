@@ -25,11 +25,17 @@
 //! seen dirty before (in this process); a dirty hop that rolls back without one fails
 //! the transaction instead (its hops fail with [`Error::SharedCommit`], which their
 //! callers retry, and the hops not yet run get a fresh batch), and its consumer's hops
-//! get savepoints from then on. A failed write of the batch's data, or a failed
-//! commit, fails the batch's hops alike: nothing of them is written.
+//! get savepoints from then on (per lane). A failed write of the batch's data, or a
+//! failed commit, fails the batch's hops alike: nothing of them is written. A hop whose
+//! savepoint cannot be released (its statements failed the subtransaction) is undone
+//! alone and gets the database's error.
 //!
 //! Locks: the batch locks its sagas in one statement in id order, so two batches
-//! never deadlock; a hop outside the lane locks one saga.
+//! never deadlock on sagas; a hop outside the lane locks one saga. Rows that hops lock
+//! with statements of their own are held to the batch's commit: two batches can
+//! deadlock on them, and PostgreSQL then fails one. A hop waiting on another
+//! connection for a lock its batch holds would hang the lane: the batch's session ends
+//! after 60 s idle in its transaction.
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
 #![allow(irrefutable_let_patterns)]
@@ -244,6 +250,10 @@ async fn run(
     };
     tx.start_sets();
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
+    // A hop ran statements of its own outside a savepoint: one of them may have
+    // failed the transaction unseen (its error swallowed), which PostgreSQL would
+    // answer to the COMMIT with a rollback that sqlx does not report.
+    let mut unguarded = false;
     let mut requests = batch.into_iter().zip(opened).collect::<VecDeque<_>>();
     while let Some((request, (receipt, read))) = requests.pop_front() {
         let first = receipt == Receipt::First;
@@ -255,6 +265,7 @@ async fn run(
         let handed = tx.handed_mark();
         if let Some(k) = tx.kept_mut() {
             k.dirty = false;
+            k.deferrable = false;
         }
         let (back, returned) = oneshot::channel();
         let hop = Hop::in_lane(tx, back, Arc::clone(counts));
@@ -272,6 +283,7 @@ async fn run(
         let dirty = t.kept_mut().is_some_and(|k| k.dirty);
         if dirty && !savepoint {
             writers.insert(consumer.clone());
+            unguarded = true;
         }
         match end {
             End::Commit(done) => {
@@ -318,7 +330,11 @@ async fn run(
         }
         tx = t;
     }
-    if let Err(e) = tx.flush_sets().await {
+    let flushed = match tx.flush_sets().await {
+        Ok(()) if unguarded => probe(&mut tx).await,
+        flushed => flushed,
+    };
+    if let Err(e) = flushed {
         tracing::warn!(error = %e, hops = kept.len(), "a set batch's writes failed; its hops will be retried");
         let _ = tx.rollback().await;
         fail_kept(kept, &format!("the shared transaction failed: {e}"));
@@ -366,6 +382,15 @@ async fn abort_unrun(
     requests.into_iter().map(|(r, _)| r).collect()
 }
 
+/// Fails if the transaction is failed (a statement in it failed).
+async fn probe(t: &mut Tx) -> Result<()> {
+    let super::Conn::Postgres(c) = t.conn_clean() else {
+        return Ok(());
+    };
+    sqlx::query("SELECT 1").execute(c).await?;
+    Ok(())
+}
+
 async fn undo(t: &mut Tx) -> Result<()> {
     t.savepoint_op("ROLLBACK TO SAVEPOINT agentsaga_hop")
         .await?;
@@ -393,6 +418,13 @@ async fn open(tx: &mut Tx, batch: &[Request]) -> Result<Vec<(Receipt, Prefetched
             connection: "sqlite",
         });
     };
+    // A hop that waits, on another connection, for a lock this batch holds (its
+    // handler signalling its own saga through a transaction of its own, say) would
+    // wait forever, and so would its lane: PostgreSQL sees no cycle. Past this, it
+    // ends the batch's session instead (the batch fails and its hops are retried).
+    sqlx::query("SET LOCAL idle_in_transaction_session_timeout = '60s'")
+        .execute(&mut *c)
+        .await?;
     let consumers: Vec<&str> = batch.iter().map(|r| r.consumer.as_str()).collect();
     let ids: Vec<MessageId> = batch.iter().map(|r| r.id).collect();
     let firsts: HashSet<(String, Uuid)> = sqlx::query(
@@ -539,26 +571,36 @@ impl Tx {
     /// statement (the first of its key in the batch, none of its key live), the rest
     /// pending in another, in the batch's order.
     async fn write_messages(&mut self, store: &Store, messages: Vec<Message>) -> Result<()> {
+        // Every message's columns first: nothing can fail between a handover slot's
+        // reservation and its row's fate (handed over, or the slot given back).
+        let mut all = MessageColumns::default();
+        for m in &messages {
+            all.push(m)?;
+        }
         let to = store.handover();
         let mut keys: HashSet<&str> = HashSet::new();
-        let mut leased: Vec<&Message> = Vec::new();
-        for m in &messages {
+        let mut leased: Vec<usize> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
             let first_of_key = m.key.as_deref().is_none_or(|k| keys.insert(k));
             if first_of_key
                 && m.delay.is_zero()
                 && to.as_ref().is_some_and(|to| to.reserve(&m.destination))
             {
-                leased.push(m);
+                leased.push(i);
             }
         }
         let mut written: HashSet<MessageId> = HashSet::new();
         if let Some(to) = &to
             && !leased.is_empty()
         {
-            let mut cols = MessageColumns::default();
-            for m in &leased {
-                cols.push(m)?;
-            }
+            let pick = |i: &usize| all.at(*i);
+            let cols = leased
+                .iter()
+                .map(pick)
+                .fold(MessageColumns::default(), |mut c, m| {
+                    c.extend(m);
+                    c
+                });
             let super::Conn::Postgres(c) = self.conn_clean() else {
                 return Ok(());
             };
@@ -586,32 +628,38 @@ impl Tx {
             .bind(crate::clock::millis(to.lease()))
             .fetch_all(c)
             .await;
-            let rows = match rows {
-                Ok(rows) => rows,
+            let envelopes = rows.map_err(Error::from).and_then(|rows| {
+                rows.iter()
+                    .map(super::backend::envelope)
+                    .collect::<Result<Vec<_>>>()
+            });
+            let envelopes = match envelopes {
+                Ok(envelopes) => envelopes,
                 Err(e) => {
-                    for m in &leased {
-                        to.cancel(&m.destination);
+                    for &i in &leased {
+                        to.cancel(&messages[i].destination);
                     }
-                    return Err(e.into());
+                    return Err(e);
                 }
             };
-            for row in &rows {
-                let envelope = super::backend::envelope(row)?;
+            for envelope in envelopes {
                 written.insert(envelope.id);
                 self.push_handed(Arc::clone(to), envelope);
             }
-            for m in &leased {
-                if !written.contains(&m.id) {
+            for &i in &leased {
+                if !written.contains(&messages[i].id) {
                     // Its key has a live row (it waits its turn) or its id is stored.
-                    to.cancel(&m.destination);
+                    to.cancel(&messages[i].destination);
                 }
             }
         }
         let mut cols = MessageColumns::default();
         let mut delays = Vec::new();
-        for m in messages.iter().filter(|m| !written.contains(&m.id)) {
-            cols.push(m)?;
-            delays.push(m.delay_ms());
+        for (i, m) in messages.iter().enumerate() {
+            if !written.contains(&m.id) {
+                cols.extend(all.at(i));
+                delays.push(m.delay_ms());
+            }
         }
         if cols.ids.is_empty() {
             return Ok(());
@@ -649,6 +697,9 @@ struct MessageColumns {
     headers: Vec<String>,
 }
 
+/// One message's columns, borrowed from a [`MessageColumns`].
+type MessageRow<'a> = (MessageId, &'a str, Option<&'a str>, &'a str, &'a str);
+
 impl MessageColumns {
     fn push(&mut self, m: &Message) -> Result<()> {
         self.ids.push(m.id);
@@ -657,5 +708,23 @@ impl MessageColumns {
         self.payloads.push(m.payload.clone());
         self.headers.push(m.headers_json()?);
         Ok(())
+    }
+
+    fn at(&self, i: usize) -> MessageRow<'_> {
+        (
+            self.ids[i],
+            &self.destinations[i],
+            self.keys[i].as_deref(),
+            &self.payloads[i],
+            &self.headers[i],
+        )
+    }
+
+    fn extend(&mut self, (id, destination, key, payload, headers): MessageRow<'_>) {
+        self.ids.push(id);
+        self.destinations.push(destination.to_owned());
+        self.keys.push(key.map(str::to_owned));
+        self.payloads.push(payload.to_owned());
+        self.headers.push(headers.to_owned());
     }
 }

@@ -1713,6 +1713,8 @@ mod set_lane {
         Undo(&'static str),
         /// Runs a statement of its own (a row in `set_log`), commits or rolls back.
         Write(&'static str, bool),
+        /// Runs a statement of its own that fails, ignores the error and commits.
+        Swallow(&'static str),
     }
 
     /// Queues hops in order behind a hop that holds their lane, then lets it go; each
@@ -1753,6 +1755,17 @@ mod set_lane {
                         } else {
                             hop.commit().await.map_err(|e| e.to_string())
                         }
+                    }
+                    Do::Swallow(what) => {
+                        let crate::Conn::Postgres(c) = hop.conn() else {
+                            unreachable!()
+                        };
+                        let failed = sqlx::query("INSERT INTO set_log (what) VALUES ($1)")
+                            .bind(what)
+                            .execute(c)
+                            .await;
+                        assert!(failed.is_err(), "{what} is logged already");
+                        hop.commit().await.map_err(|e| e.to_string())
                     }
                     Do::Write(what, keep) => {
                         let crate::Conn::Postgres(c) = hop.conn() else {
@@ -1901,5 +1914,25 @@ mod set_lane {
         assert_eq!(logged(&store).await, ["c", "kept"]);
         assert!(!store.seen("writer2", more[1]).await.unwrap());
         assert!(store.seen("writer2", more[2]).await.unwrap());
+
+        // A hop of a consumer without savepoints whose statement fails, its error
+        // swallowed, fails the transaction unseen: the batch is not reported committed
+        // (PostgreSQL would answer its COMMIT with a rollback).
+        let last: Vec<MessageId> = (0..2).map(|_| MessageId::new()).collect();
+        let results = batch(
+            &store,
+            hold,
+            vec![
+                ("writer2", last[0], k[3], Do::Write("lost too", true)),
+                ("writer3", last[1], k[4], Do::Swallow("c")),
+            ],
+        )
+        .await;
+        for r in &results {
+            let failed = r.2.as_ref().unwrap_err();
+            assert!(failed.contains("shared transaction"), "{failed}");
+        }
+        assert_eq!(logged(&store).await, ["c", "kept"]);
+        assert!(!store.seen("writer2", last[0]).await.unwrap());
     }
 }
