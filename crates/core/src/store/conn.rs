@@ -332,6 +332,21 @@ impl Tx {
         if let Some(to) = store.handover()
             && messages.iter().any(|m| m.delay.is_zero())
         {
+            // On PostgreSQL, many messages in at most two statements (those handed
+            // over, leased; the rest) instead of one per message handed over.
+            #[cfg(feature = "postgres")]
+            if self.backend() == "postgres"
+                && messages.len() > 1
+                && self.sets.is_none()
+                && store.config().max_pending.is_none()
+            {
+                for m in messages {
+                    store.validate(m)?;
+                }
+                let span = super::enqueue_span(messages, true);
+                let write = self.write_messages(&store, messages.to_vec());
+                return tracing::Instrument::instrument(write, span).await;
+            }
             return self.enqueue_handing(&store, &to, messages).await;
         }
         store.enqueue_batch(self.conn(), messages).await?;

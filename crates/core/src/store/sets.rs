@@ -567,10 +567,14 @@ impl Tx {
         Ok(())
     }
 
-    /// The batch's messages: those handed over directly written leased in one
-    /// statement (the first of its key in the batch, none of its key live), the rest
-    /// pending in another, in the batch's order.
-    async fn write_messages(&mut self, store: &Store, messages: Vec<Message>) -> Result<()> {
+    /// The batch's messages (or those of one [`Tx::enqueue_batch`] on PostgreSQL):
+    /// those handed over directly written leased in one statement (the first of its
+    /// key in the batch, none of its key live), the rest pending in another, in order.
+    pub(super) async fn write_messages(
+        &mut self,
+        store: &Store,
+        messages: Vec<Message>,
+    ) -> Result<()> {
         // Every message's columns first: nothing can fail between a handover slot's
         // reservation and its row's fate (handed over, or the slot given back).
         let mut all = MessageColumns::default();
