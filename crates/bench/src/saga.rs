@@ -363,7 +363,7 @@ async fn figure(
                     floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1, false)
                         .await?
                 }
-                Side::Batched => {
+                Side::Batched | Side::Sets => {
                     floor::floor_run(
                         backend,
                         &url,
@@ -371,19 +371,7 @@ async fn figure(
                         sizes.sagas,
                         workers,
                         PHYSICAL_BATCH,
-                        false,
-                    )
-                    .await?
-                }
-                Side::Sets => {
-                    floor::floor_run(
-                        backend,
-                        &url,
-                        scenario,
-                        sizes.sagas,
-                        workers,
-                        PHYSICAL_BATCH,
-                        true,
+                        side == Side::Sets,
                     )
                     .await?
                 }

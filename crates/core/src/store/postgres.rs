@@ -126,37 +126,13 @@ impl Dialect for Postgres {
             .await?;
             return Ok(());
         }
-        let mut ids = Vec::with_capacity(messages.len());
-        let mut dests = Vec::with_capacity(messages.len());
-        let mut keys = Vec::with_capacity(messages.len());
-        let mut payloads = Vec::with_capacity(messages.len());
-        let mut headers = Vec::with_capacity(messages.len());
-        let mut delays = Vec::with_capacity(messages.len());
-        for m in messages {
-            ids.push(m.id);
-            dests.push(m.destination.clone());
-            keys.push(m.key.clone());
-            payloads.push(m.payload.clone());
-            headers.push(m.headers_json()?);
-            delays.push(m.delay_ms());
-        }
-        sqlx::query(
-            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-                  WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
-             ORDER BY u.ord
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(ids)
-        .bind(dests)
-        .bind(keys)
-        .bind(payloads)
-        .bind(headers)
-        .bind(delays)
-        .execute(c)
-        .await?;
-        Ok(())
+        let headers = messages
+            .iter()
+            .map(Message::headers_json)
+            .collect::<Result<Vec<_>>>()?;
+        MessageRows::of(messages, &headers, 0..messages.len())
+            .insert_pending(c)
+            .await
     }
 
     async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
@@ -397,5 +373,60 @@ impl Dialect for Postgres {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// Messages as the columns of one `unnest` statement (one array per column).
+#[derive(Debug, Default)]
+pub(super) struct MessageRows {
+    pub(super) ids: Vec<MessageId>,
+    pub(super) destinations: Vec<String>,
+    pub(super) keys: Vec<Option<String>>,
+    pub(super) payloads: Vec<String>,
+    pub(super) headers: Vec<String>,
+    pub(super) delays: Vec<i64>,
+}
+
+impl MessageRows {
+    /// The messages of `messages` at the positions `at`, `headers[i]` the stored
+    /// headers of `messages[i]` ([`Message::headers_json`]).
+    pub(super) fn of(
+        messages: &[Message],
+        headers: &[String],
+        at: impl IntoIterator<Item = usize>,
+    ) -> Self {
+        let mut rows = Self::default();
+        for i in at {
+            let m = &messages[i];
+            rows.ids.push(m.id);
+            rows.destinations.push(m.destination.clone());
+            rows.keys.push(m.key.clone());
+            rows.payloads.push(m.payload.clone());
+            rows.headers.push(headers[i].clone());
+            rows.delays.push(m.delay_ms());
+        }
+        rows
+    }
+
+    /// Inserts them `pending`, each available after its delay, in order (an id
+    /// already stored is skipped).
+    pub(super) async fn insert_pending(self, c: &mut PgConnection) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
+             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                  WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
+             ORDER BY u.ord
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(self.ids)
+        .bind(self.destinations)
+        .bind(self.keys)
+        .bind(self.payloads)
+        .bind(self.headers)
+        .bind(self.delays)
+        .execute(c)
+        .await?;
+        Ok(())
     }
 }

@@ -51,6 +51,7 @@ use uuid::Uuid;
 
 use super::conn::Tx;
 use super::hop::{Back, Counts, End, Hop, Prefetched, Turn};
+use super::postgres::MessageRows;
 use super::{Receipt, Store};
 use crate::{Error, Message, MessageId, Result};
 
@@ -575,12 +576,12 @@ impl Tx {
         store: &Store,
         messages: Vec<Message>,
     ) -> Result<()> {
-        // Every message's columns first: nothing can fail between a handover slot's
+        // Every message's headers first: nothing can fail between a handover slot's
         // reservation and its row's fate (handed over, or the slot given back).
-        let mut all = MessageColumns::default();
-        for m in &messages {
-            all.push(m)?;
-        }
+        let headers = messages
+            .iter()
+            .map(Message::headers_json)
+            .collect::<Result<Vec<_>>>()?;
         let to = store.handover();
         let mut keys: HashSet<&str> = HashSet::new();
         let mut leased: Vec<usize> = Vec::new();
@@ -597,14 +598,7 @@ impl Tx {
         if let Some(to) = &to
             && !leased.is_empty()
         {
-            let pick = |i: &usize| all.at(*i);
-            let cols = leased
-                .iter()
-                .map(pick)
-                .fold(MessageColumns::default(), |mut c, m| {
-                    c.extend(m);
-                    c
-                });
+            let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
             let super::Conn::Postgres(c) = self.conn_clean() else {
                 return Ok(());
             };
@@ -623,11 +617,11 @@ impl Tx {
                      headers::text AS headers, attempts,
                      (extract(epoch FROM created_at) * 1000)::bigint AS created_at",
             )
-            .bind(cols.ids)
-            .bind(cols.destinations)
-            .bind(cols.keys)
-            .bind(cols.payloads)
-            .bind(cols.headers)
+            .bind(rows.ids)
+            .bind(rows.destinations)
+            .bind(rows.keys)
+            .bind(rows.payloads)
+            .bind(rows.headers)
             .bind(to.owner())
             .bind(crate::clock::millis(to.lease()))
             .fetch_all(c)
@@ -657,78 +651,16 @@ impl Tx {
                 }
             }
         }
-        let mut cols = MessageColumns::default();
-        let mut delays = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            if !written.contains(&m.id) {
-                cols.extend(all.at(i));
-                delays.push(m.delay_ms());
-            }
-        }
-        if cols.ids.is_empty() {
+        let pending = (0..messages.len()).filter(|&i| !written.contains(&messages[i].id));
+        let rows = MessageRows::of(&messages, &headers, pending);
+        if rows.ids.is_empty() {
             return Ok(());
         }
         let super::Conn::Postgres(c) = self.conn_clean() else {
             return Ok(());
         };
-        sqlx::query(
-            "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-                  WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
-             ORDER BY u.ord
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(cols.ids)
-        .bind(cols.destinations)
-        .bind(cols.keys)
-        .bind(cols.payloads)
-        .bind(cols.headers)
-        .bind(delays)
-        .execute(c)
-        .await?;
+        rows.insert_pending(c).await?;
         self.mark_enqueued();
         Ok(())
-    }
-}
-
-#[derive(Default)]
-struct MessageColumns {
-    ids: Vec<MessageId>,
-    destinations: Vec<String>,
-    keys: Vec<Option<String>>,
-    payloads: Vec<String>,
-    headers: Vec<String>,
-}
-
-/// One message's columns, borrowed from a [`MessageColumns`].
-type MessageRow<'a> = (MessageId, &'a str, Option<&'a str>, &'a str, &'a str);
-
-impl MessageColumns {
-    fn push(&mut self, m: &Message) -> Result<()> {
-        self.ids.push(m.id);
-        self.destinations.push(m.destination.clone());
-        self.keys.push(m.key.clone());
-        self.payloads.push(m.payload.clone());
-        self.headers.push(m.headers_json()?);
-        Ok(())
-    }
-
-    fn at(&self, i: usize) -> MessageRow<'_> {
-        (
-            self.ids[i],
-            &self.destinations[i],
-            self.keys[i].as_deref(),
-            &self.payloads[i],
-            &self.headers[i],
-        )
-    }
-
-    fn extend(&mut self, (id, destination, key, payload, headers): MessageRow<'_>) {
-        self.ids.push(id);
-        self.destinations.push(destination.to_owned());
-        self.keys.push(key.map(str::to_owned));
-        self.payloads.push(payload.to_owned());
-        self.headers.push(headers.to_owned());
     }
 }

@@ -41,14 +41,21 @@ const STEP_SELECT: &str = "idx, stage, name, destination, state, attempts, comma
     deadline, dispatched_at, replied_at, compensated_at";
 
 /// The columns a save writes, in the order both backends bind them.
-const STEP_INSERT: &str = "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
+macro_rules! step_insert {
+    () => {
+        "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
     state, attempts, command_id, timer_id, input, output, error, compensation_destination,
     compensation_payload, compensation_state, compensation_attempts, compensation_message_id,
-    compensation_error, deadline, dispatched_at, replied_at, compensated_at) ";
+    compensation_error, deadline, dispatched_at, replied_at, compensated_at) "
+    };
+}
+const STEP_INSERT: &str = step_insert!();
 
 /// What a save changes in a step that exists (its identity and definition stay; a
 /// compensation built from the step's reply gets its payload when it is dispatched).
-const STEP_UPSERT: &str = " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
+macro_rules! step_upsert {
+    () => {
+        " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
     attempts = excluded.attempts, command_id = excluded.command_id,
     timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
     error = excluded.error, compensation_payload = excluded.compensation_payload,
@@ -57,13 +64,21 @@ const STEP_UPSERT: &str = " ON CONFLICT (saga_id, idx) DO UPDATE SET state = exc
     compensation_message_id = excluded.compensation_message_id,
     compensation_error = excluded.compensation_error, deadline = excluded.deadline,
     dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
-    compensated_at = excluded.compensated_at";
+    compensated_at = excluded.compensated_at"
+    };
+}
+const STEP_UPSERT: &str = step_upsert!();
 
 /// What a save changes in an instance that exists.
-const INSTANCE_UPSERT: &str = " ON CONFLICT (id) DO UPDATE SET state = excluded.state,
+macro_rules! instance_upsert {
+    () => {
+        " ON CONFLICT (id) DO UPDATE SET state = excluded.state,
     data = excluded.data, error = excluded.error, stage = excluded.stage,
     updated_at = excluded.updated_at,
-    finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)";
+    finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)"
+    };
+}
+const INSTANCE_UPSERT: &str = instance_upsert!();
 
 /// The columns of a row as the loads read them: what [`step_row`] and
 /// [`instance_row`] decode, on either backend.
@@ -518,48 +533,36 @@ static LOAD_SET_POSTGRES: [&str; 2] = [
 
 /// [`save_postgres`]'s instance upsert for a batch of sagas (the set lane).
 static SAVE_INSTANCES_SET: SetStatement = SetStatement {
-    sql: "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
-          SELECT u.id, u.name, u.version, u.state, u.data::jsonb, u.error, u.stage,
-                 CASE WHEN u.finished THEN now() END
-          FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[],
-                      $7::int4[], $8::bool[])
-               AS u(id, name, version, state, data, error, stage, finished)
-          ON CONFLICT (id) DO UPDATE SET state = excluded.state,
-              data = excluded.data, error = excluded.error, stage = excluded.stage,
-              updated_at = excluded.updated_at,
-              finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)",
+    sql: concat!(
+        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
+         SELECT u.id, u.name, u.version, u.state, u.data::jsonb, u.error, u.stage,
+                CASE WHEN u.finished THEN now() END
+         FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[],
+                     $7::int4[], $8::bool[])
+              AS u(id, name, version, state, data, error, stage, finished)",
+        instance_upsert!()
+    ),
     key_columns: 1,
 };
 
 /// [`save_postgres`]'s steps upsert for a batch of sagas (the set lane).
 static SAVE_STEPS_SET: SetStatement = SetStatement {
-    sql: "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
-              state, attempts, command_id, timer_id, input, output, error,
-              compensation_destination, compensation_payload, compensation_state,
-              compensation_attempts, compensation_message_id, compensation_error, deadline,
-              dispatched_at, replied_at, compensated_at)
-          SELECT u.saga_id, u.idx, u.stage, u.name, u.destination, u.state, u.attempts,
-                 u.command_id, u.timer_id, u.input::jsonb, u.output::jsonb, u.error, u.cd,
-                 u.cp::jsonb, u.cs, u.ca, u.cm, u.ce, to_timestamp(u.deadline / 1000.0),
-                 to_timestamp(u.dispatched_at / 1000.0), to_timestamp(u.replied_at / 1000.0),
-                 to_timestamp(u.compensated_at / 1000.0)
-          FROM unnest($1::uuid[], $2::int4[], $3::int4[], $4::text[], $5::text[], $6::text[],
-                      $7::int4[], $8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[],
-                      $13::text[], $14::text[], $15::text[], $16::int4[], $17::uuid[],
-                      $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[])
-               AS u(saga_id, idx, stage, name, destination, state, attempts, command_id,
-                    timer_id, input, output, error, cd, cp, cs, ca, cm, ce, deadline,
-                    dispatched_at, replied_at, compensated_at)
-          ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
-              attempts = excluded.attempts, command_id = excluded.command_id,
-              timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
-              error = excluded.error, compensation_payload = excluded.compensation_payload,
-              compensation_state = excluded.compensation_state,
-              compensation_attempts = excluded.compensation_attempts,
-              compensation_message_id = excluded.compensation_message_id,
-              compensation_error = excluded.compensation_error, deadline = excluded.deadline,
-              dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
-              compensated_at = excluded.compensated_at",
+    sql: concat!(
+        step_insert!(),
+        "SELECT u.saga_id, u.idx, u.stage, u.name, u.destination, u.state, u.attempts,
+                u.command_id, u.timer_id, u.input::jsonb, u.output::jsonb, u.error, u.cd,
+                u.cp::jsonb, u.cs, u.ca, u.cm, u.ce, to_timestamp(u.deadline / 1000.0),
+                to_timestamp(u.dispatched_at / 1000.0), to_timestamp(u.replied_at / 1000.0),
+                to_timestamp(u.compensated_at / 1000.0)
+         FROM unnest($1::uuid[], $2::int4[], $3::int4[], $4::text[], $5::text[], $6::text[],
+                     $7::int4[], $8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[],
+                     $13::text[], $14::text[], $15::text[], $16::int4[], $17::uuid[],
+                     $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[])
+              AS u(saga_id, idx, stage, name, destination, state, attempts, command_id,
+                   timer_id, input, output, error, cd, cp, cs, ca, cm, ce, deadline,
+                   dispatched_at, replied_at, compensated_at)",
+        step_upsert!()
+    ),
     key_columns: 2,
 };
 
