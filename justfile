@@ -4,7 +4,7 @@ example:
     cargo run --release --example trip_booking -- --sagas 200 --fail-rate 0.2 --seed 1
 
 test:
-    cargo test --workspace --locked
+    scripts/test
 
 lint:
     cargo fmt --all -- --check

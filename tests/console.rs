@@ -7,8 +7,11 @@
 //! of its steps, as the ledger's times say they ran), and aborts a running saga with the
 //! page's button: the confirmation dismissed changes nothing, accepted aborts it.
 //!
-//! Needs `chromium` on the PATH (`apt-get install -y chromium`; `.ci/run` installs it),
-//! or `AGENTSAGA_CHROMIUM=/path/to/chrome`. Without it the test fails, saying so.
+//! Needs `chromium` on the PATH (`apt-get install -y chromium`; `scripts/test`, the
+//! README's test command, installs it when it runs as root), or
+//! `AGENTSAGA_CHROMIUM=/path/to/chrome`. Without a browser the test is not run: it says
+//! so on the terminal (not only in captured output) and passes, except under `CI=true`
+//! or `AGENTSAGA_REQUIRE_BROWSER=1`, where a missing browser fails it.
 //! The saga page's screenshot is written to `<target>/tmp/console-saga.png`; with
 //! `AGENTSAGA_UPDATE_SCREENSHOT=1`, also to `docs/console-saga.png`.
 
@@ -40,7 +43,9 @@ const WAIT: Duration = Duration::from_secs(30);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_a_real_browser() {
     // The browser first: without one, say so before anything else is done.
-    let mut browser = Browser::launch();
+    let Some(mut browser) = Browser::launch() else {
+        return;
+    };
     // A database as users have it after a run of the example: some sagas completed,
     // some compensated.
     let url = fresh_url(Backend::Sqlite).await;
@@ -473,14 +478,28 @@ fn on_path(bin: &str) -> Option<PathBuf> {
 }
 
 impl Browser {
-    fn launch() -> Self {
+    /// The browser, or `None` when there is none and none is required: the test is then
+    /// not run, and says so where the person running the suite sees it.
+    fn launch() -> Option<Self> {
         let bin = std::env::var("AGENTSAGA_CHROMIUM").unwrap_or_else(|_| "chromium".into());
         let Some(exe) = on_path(&bin) else {
-            panic!(
+            let why = format!(
                 "`{bin}` is not installed: this test drives Debian's headless chromium \
-                 (`apt-get install -y chromium`, as .ci/run does), or the browser named by \
-                 AGENTSAGA_CHROMIUM"
+                 (`apt-get install -y chromium`, as scripts/test does when run as root), or \
+                 the browser named by AGENTSAGA_CHROMIUM"
             );
+            let required = |v: &str| std::env::var(v).is_ok_and(|v| v == "true" || v == "1");
+            if required("CI") || required("AGENTSAGA_REQUIRE_BROWSER") {
+                panic!("{why} (required: CI=true or AGENTSAGA_REQUIRE_BROWSER=1)");
+            }
+            // Straight to the terminal: the test harness captures `eprintln!` of a
+            // passing test, and a skipped test must not pass unseen.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\nconsole_in_a_real_browser: NOT RUN. {why}. Under CI=true it fails.\n"
+            );
+            return None;
         };
         static N: AtomicU64 = AtomicU64::new(0);
         let profile = std::env::temp_dir().join(format!(
@@ -544,11 +563,11 @@ impl Browser {
                 }
             }
         };
-        Browser {
+        Some(Browser {
             child,
             profile,
             ws_url,
-        }
+        })
     }
 }
 
