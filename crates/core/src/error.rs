@@ -102,6 +102,16 @@ pub enum Error {
     #[error("shared transaction: {0}")]
     SharedCommit(String),
 
+    /// The transaction could not be committed: a statement in it had failed (on
+    /// PostgreSQL that aborts the whole transaction, even if its error was ignored), so
+    /// its `COMMIT` rolled it back. Nothing of it was written, nothing was handed over
+    /// or acknowledged. Run a statement whose failure you tolerate in a savepoint.
+    #[error(
+        "the transaction was rolled back, not committed: a statement in it had failed \
+         (its error ignored?), which aborts a PostgreSQL transaction; nothing was written"
+    )]
+    RolledBack,
+
     /// Any other database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -121,20 +131,42 @@ impl Error {
                 | sqlx::Error::Protocol(_)
                 | sqlx::Error::WorkerCrashed => true,
                 sqlx::Error::Database(db) => {
-                    // 40001 serialization_failure, 40P01 deadlock, 57P01 admin shutdown,
-                    // 08xxx connection exceptions; SQLite BUSY / LOCKED.
                     let code = db.code().unwrap_or_default();
-                    code == "40001"
-                        || code == "40P01"
-                        || code.starts_with("57P")
-                        || code.starts_with("08")
-                        || code == "5"
-                        || code == "6"
-                        || code == "517"
+                    transient_code(&code)
+                        // A concurrent producer of the key got its row in flight first
+                        // (the claim met it): the claim is tried again.
+                        || (code == "23505" && db.constraint() == Some("outbox_key_in_flight"))
                 }
                 _ => false,
             },
             _ => false,
         }
+    }
+}
+
+/// The database's error codes that say "try again": PostgreSQL's SQLSTATEs and SQLite's
+/// extended result codes (sqlx reports the extended code).
+fn transient_code(code: &str) -> bool {
+    match code {
+        // PostgreSQL. Class 40, transaction rollback: 40000, 40001 serialization
+        // failure, 40003 statement completion unknown, 40P01 deadlock (not 40002, an
+        // integrity constraint).
+        "40000" | "40001" | "40003" | "40P01" => true,
+        // 55P03 lock_not_available (lock_timeout), 55006 object in use.
+        "55P03" | "55006" => true,
+        // 57014 query_canceled (statement_timeout), 57P01..57P05 shutdowns, crashes,
+        // idle sessions ended.
+        "57014" => true,
+        c if c.starts_with("57P") => true,
+        // Class 08, connection exceptions; class 53, insufficient resources (disk
+        // full, out of memory, too many connections).
+        c if c.starts_with("08") || c.starts_with("53") => true,
+        // 58030 io_error.
+        "58030" => true,
+        // SQLite: BUSY (5) and its extended codes RECOVERY (261), SNAPSHOT (517),
+        // TIMEOUT (773); LOCKED (6) and SHAREDCACHE (262), VTAB (518); PROTOCOL (15),
+        // a lock race of WAL's.
+        "5" | "261" | "517" | "773" | "6" | "262" | "518" | "15" => true,
+        _ => false,
     }
 }

@@ -102,6 +102,12 @@ pub struct Tx {
     /// PostgreSQL's set lane: what its hops keep as data, written at the batch's end.
     #[cfg(feature = "postgres")]
     sets: Option<super::sets::Kept>,
+    /// A statement may have failed in this transaction unseen by the store: the
+    /// connection was lent out ([`conn`](Self::conn)) or a statement of the store's
+    /// failed (its error may have been swallowed). On PostgreSQL such a transaction is
+    /// aborted, and its `COMMIT` is answered `ROLLBACK`, which sqlx reports as success:
+    /// the commit probes first.
+    unchecked: bool,
 }
 
 impl Tx {
@@ -133,6 +139,7 @@ impl Tx {
             tail: None,
             #[cfg(feature = "postgres")]
             sets: None,
+            unchecked: false,
         }
     }
 
@@ -268,12 +275,39 @@ impl Tx {
     }
 
     /// The connection, for the caller's own statements in this transaction.
+    ///
+    /// A statement of yours that fails aborts the transaction on PostgreSQL even if
+    /// you ignore its error: [`commit`](Self::commit) then fails with
+    /// [`Error::RolledBack`](crate::Error::RolledBack) (nothing was written), never
+    /// reports success. Use a savepoint for a statement whose failure you tolerate.
     pub fn conn(&mut self) -> Conn<'_> {
+        self.unchecked = true;
+        self.conn_marked()
+    }
+
+    /// The connection, for the store's own statements that a hop of the set lane
+    /// counts as its writes (its savepoints then guard it).
+    fn conn_marked(&mut self) -> Conn<'_> {
         #[cfg(feature = "postgres")]
         if let Some(kept) = &mut self.sets {
             kept.dirty = true;
         }
         self.conn_clean()
+    }
+
+    /// A statement of the store's failed in this transaction: its caller may swallow
+    /// the error and commit, so the commit must probe.
+    fn suspect<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.unchecked = true;
+        }
+        r
+    }
+
+    /// The set lane checked the transaction itself (see `sets.rs`): no probe needed.
+    #[cfg(feature = "postgres")]
+    pub(super) fn checked(&mut self) {
+        self.unchecked = false;
     }
 
     /// The connection, for the store's own statements (not the caller's: a hop of
@@ -328,6 +362,11 @@ impl Tx {
     /// # Errors
     /// As [`Store::enqueue`].
     pub async fn enqueue_batch(&mut self, messages: &[Message]) -> Result<()> {
+        let r = self.enqueue_batch_unchecked(messages).await;
+        self.suspect(r)
+    }
+
+    async fn enqueue_batch_unchecked(&mut self, messages: &[Message]) -> Result<()> {
         let store = self.store.clone();
         if let Some(to) = store.handover()
             && messages.iter().any(|m| m.delay.is_zero())
@@ -349,7 +388,7 @@ impl Tx {
             }
             return self.enqueue_handing(&store, &to, messages).await;
         }
-        store.enqueue_batch(self.conn(), messages).await?;
+        store.enqueue_batch(self.conn_marked(), messages).await?;
         self.enqueued = true;
         Ok(())
     }
@@ -473,17 +512,22 @@ impl Tx {
                 continue;
             }
             if run < i {
-                store.enqueue_valid(self.conn(), &messages[run..i]).await?;
+                store
+                    .enqueue_valid(self.conn_marked(), &messages[run..i])
+                    .await?;
                 self.enqueued = true;
             }
             run = i + 1;
-            match store.enqueue_leased(self.conn(), m, to.as_ref()).await {
+            match store
+                .enqueue_leased(self.conn_marked(), m, to.as_ref())
+                .await
+            {
                 Ok(Some(row)) => self.handed.push(std::sync::Arc::clone(to), row),
                 Ok(None) => {
                     // Its key has a live row (it waits its turn) or its id is stored.
                     to.cancel(&m.destination);
                     store
-                        .enqueue_valid(self.conn(), std::slice::from_ref(m))
+                        .enqueue_valid(self.conn_marked(), std::slice::from_ref(m))
                         .await?;
                     self.enqueued = true;
                 }
@@ -494,7 +538,9 @@ impl Tx {
             }
         }
         if run < messages.len() {
-            store.enqueue_valid(self.conn(), &messages[run..]).await?;
+            store
+                .enqueue_valid(self.conn_marked(), &messages[run..])
+                .await?;
             self.enqueued = true;
         }
         Ok(())
@@ -516,7 +562,8 @@ impl Tx {
     /// As [`Store::receive`].
     pub async fn receive(&mut self, consumer: &str, message_id: MessageId) -> Result<Receipt> {
         let store = self.store.clone();
-        store.receive(self.conn(), consumer, message_id).await
+        let r = store.receive(self.conn_clean(), consumer, message_id).await;
+        self.suspect(r)
     }
 
     /// Deletes still-pending messages in this transaction. See [`Store::cancel_pending`].
@@ -528,7 +575,8 @@ impl Tx {
             return Ok(0);
         }
         let store = self.store.clone();
-        store.cancel_pending(self.conn(), ids).await
+        let r = store.cancel_pending(self.conn_marked(), ids).await;
+        self.suspect(r)
     }
 
     /// Runs a savepoint statement (`SAVEPOINT x`, `ROLLBACK TO SAVEPOINT x`,
@@ -841,7 +889,18 @@ impl Tx {
             #[cfg(feature = "sqlite")]
             Inner::Lane(_) => {} // ended above
             #[cfg(feature = "postgres")]
-            Inner::Postgres(tx) => tx.commit().await?,
+            Inner::Postgres(mut tx) => {
+                // PostgreSQL answers the COMMIT of an aborted transaction with the
+                // tag ROLLBACK, and sqlx reports it as success. An aborted transaction
+                // refuses every statement but its end: one is enough to tell.
+                if self.unchecked
+                    && let Err(e) = sqlx::Executor::execute(&mut *tx, "SELECT 1").await
+                {
+                    let _ = tx.rollback().await;
+                    return Err(rolled_back(e));
+                }
+                tx.commit().await?
+            }
         }
         Self::after_commit(&self.store, &mut self.handed, self.enqueued);
         Ok(())
@@ -884,6 +943,19 @@ impl Tx {
             Inner::Postgres(tx) => tx.rollback().await?,
         }
         Ok(())
+    }
+}
+
+/// The error of a commit whose probe failed: 25P02 (the transaction was aborted by an
+/// earlier statement) is [`Error::RolledBack`]; anything else (the connection lost)
+/// is the database's error, nothing written either way.
+#[cfg(feature = "postgres")]
+fn rolled_back(e: sqlx::Error) -> crate::Error {
+    match &e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("25P02") => {
+            crate::Error::RolledBack
+        }
+        _ => crate::Error::Database(e),
     }
 }
 

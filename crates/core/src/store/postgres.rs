@@ -92,7 +92,9 @@ impl Dialect for Postgres {
                     now() + $7 * interval '1 millisecond'
              WHERE $3::text IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
                  WHERE key = $3::text AND state IN ('pending', 'in_flight'))
-             ON CONFLICT (id) DO NOTHING
+             -- its id stored already, or (unique outbox_key_in_flight) a concurrent
+             -- producer's row of its key in flight: written pending by the caller
+             ON CONFLICT DO NOTHING
              RETURNING seq, id, destination, key, payload::text AS payload,
                  headers::text AS headers, attempts,
                  (extract(epoch FROM created_at) * 1000)::bigint AS created_at",

@@ -341,6 +341,9 @@ async fn run(
         fail_kept(kept, &format!("the shared transaction failed: {e}"));
         return Vec::new();
     }
+    // Probed above if a hop ran statements unguarded; a guarded hop's failed
+    // statement failed its savepoint's release, and the hop was undone.
+    tx.checked();
     super::hop::crash_hook::stop_if(super::hop::crash_hook::At::Before, kept.len()).await;
     match tx.commit().await {
         Ok(()) => {
@@ -612,7 +615,9 @@ impl Tx {
                  WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
                      WHERE key = u.k AND state IN ('pending', 'in_flight'))
                  ORDER BY u.ord
-                 ON CONFLICT (id) DO NOTHING
+                 -- its id stored, or a concurrent producer's row of its key in
+                 -- flight (unique outbox_key_in_flight): written pending below
+                 ON CONFLICT DO NOTHING
                  RETURNING seq, id, destination, key, payload::text AS payload,
                      headers::text AS headers, attempts,
                      (extract(epoch FROM created_at) * 1000)::bigint AS created_at",

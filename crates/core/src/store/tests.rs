@@ -920,12 +920,12 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
         );
     } else {
         // Each hop a transaction of its own. PostgreSQL turns the commit of a
-        // transaction in error into a rollback, without an error: nothing of those four
-        // hops is written (the runtime never commits after a failed statement).
-        assert_eq!(failed, 0);
+        // transaction in error into a rollback: the commit of those four hops reports
+        // it (`Error::RolledBack`), and nothing of them is written.
+        assert_eq!(failed, 4);
         assert_eq!(count("undone").await, 0);
         assert_eq!(count("kept").await, 1 + 14 - 4);
-        assert_eq!(stats.hops, 1 + 14);
+        assert_eq!(stats.hops, 1 + 14 - 4);
         assert_eq!(stats.commits, stats.hops);
     }
 }
@@ -1935,4 +1935,189 @@ mod set_lane {
         assert_eq!(logged(&store).await, ["c", "kept"]);
         assert!(!store.seen("writer2", last[0]).await.unwrap());
     }
+}
+
+// A statement of the caller's fails in the transaction and its error is swallowed. On
+// PostgreSQL that aborts the transaction and its COMMIT is answered ROLLBACK: the commit
+// must report it (`Error::RolledBack`), and nothing of it may be handed over. On SQLite
+// a failed statement leaves the transaction alive: the commit keeps the rest. Either
+// way the commit's answer tells the truth about what is stored.
+async fn a_swallowed_error_is_not_reported_committed(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let fake = FakeHandover::installed(&store, 10, Duration::from_secs(30));
+    for via_handover in [true, false] {
+        let dest = if via_handover { "direct" } else { "claimed" };
+        let m = Message::to(dest).json(&1).unwrap();
+        let mut tx = store.begin().await.unwrap();
+        tx.enqueue(&m).await.unwrap();
+        let failed = match tx.conn() {
+            #[cfg(feature = "sqlite")]
+            super::Conn::Sqlite(c) => sqlx::query("SELECT * FROM no_such_table")
+                .execute(c)
+                .await
+                .is_err(),
+            #[cfg(feature = "postgres")]
+            super::Conn::Postgres(c) => sqlx::query("SELECT 1/0").execute(c).await.is_err(),
+        };
+        assert!(failed, "the caller's statement fails");
+        let committed = tx.commit().await;
+        let rows = count_rows(&store, m.id).await;
+        match backend {
+            Backend::Postgres => {
+                assert!(
+                    matches!(committed, Err(Error::RolledBack)),
+                    "{committed:?} (PostgreSQL rolled it back)"
+                );
+                assert_eq!(rows, 0, "nothing of it is stored");
+                assert!(fake.taken.lock().unwrap().is_empty(), "nothing handed over");
+            }
+            Backend::Sqlite => {
+                committed.unwrap();
+                assert_eq!(rows, 1, "the rest of it is stored");
+            }
+        }
+    }
+    // The slots of the rolled-back rows came back; a clean transaction still commits,
+    // probed or not.
+    if matches!(backend, Backend::Postgres) {
+        assert_eq!(*fake.used.lock().unwrap(), 0);
+    }
+    let m = Message::to("direct").json(&2).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue(&m).await.unwrap();
+    match tx.conn() {
+        #[cfg(feature = "sqlite")]
+        super::Conn::Sqlite(c) => {
+            sqlx::query("SELECT 1").execute(c).await.unwrap();
+        }
+        #[cfg(feature = "postgres")]
+        super::Conn::Postgres(c) => {
+            sqlx::query("SELECT 1").execute(c).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(count_rows(&store, m.id).await, 1);
+    assert!(fake.taken.lock().unwrap().iter().any(|e| e.id == m.id));
+}
+both_backends!(
+    swallowed_error_tests,
+    a_swallowed_error_is_not_reported_committed
+);
+
+async fn count_rows(store: &Store, id: MessageId) -> i64 {
+    match store.backend_ref() {
+        #[cfg(feature = "sqlite")]
+        Db::Sqlite(db) => sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id = ?")
+            .bind(id)
+            .fetch_one(&db.reader)
+            .await
+            .unwrap(),
+        #[cfg(feature = "postgres")]
+        Db::Postgres(db) => sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+    }
+}
+
+// Guarantee 3 under concurrent producers: many overlapping transactions each enqueue a
+// message of one key to a destination taking direct handover, and commit. At most one
+// row of the key may be in flight at once, and at most one handed over; the others wait
+// pending, in order. (Before the unique `outbox_key_in_flight`, PostgreSQL let every
+// producer that could not see the others' uncommitted rows write its row in flight.)
+async fn concurrent_producers_of_one_key(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let store = Store::connect_with(&url, StoreConfig::default().max_connections(24))
+        .await
+        .unwrap();
+    let fake = FakeHandover::installed(&store, 100, Duration::from_secs(30));
+    const N: usize = 16;
+    let barrier = Arc::new(tokio::sync::Barrier::new(N));
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let store = store.clone();
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            let mut tx = store.begin().await.unwrap();
+            tx.enqueue(&Message::to("direct").key("k1").json(&i).unwrap())
+                .await
+                .unwrap();
+            // Overlap: all commit together where the database lets them all get here
+            // (PostgreSQL before the fix). A producer that is made to wait for another
+            // (SQLite's single writer; the unique index) must not wait for it here:
+            // the wait is bounded.
+            let _ = tokio::time::timeout(Duration::from_millis(500), barrier.wait()).await;
+            tx.commit().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats = store.admin().stats().await.unwrap();
+    assert_eq!(stats.in_flight, 1, "{stats:?}");
+    assert_eq!(stats.pending, N as u64 - 1, "{stats:?}");
+    assert_eq!(fake.taken.lock().unwrap().len(), 1);
+    // The handed-over row done, the next of the key is claimable, one at a time.
+    let first = fake.taken.lock().unwrap()[0].seq;
+    store
+        .queue()
+        .mark_delivered("fake-relay", &[first])
+        .await
+        .unwrap();
+    let d = dests(&["direct"]);
+    assert_eq!(claim_n(&store, "r", &d, 10).await.len(), 1);
+    assert!(claim_n(&store, "r2", &d, 10).await.is_empty());
+}
+both_backends!(concurrent_producers_tests, concurrent_producers_of_one_key);
+
+// A database that says "try again" is not a business failure: a lock timeout, a
+// statement timeout, a deadlock and a serialization failure are transient.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_statement_timeouts_are_transient() {
+    let (_store, url) = open(Backend::Postgres).await;
+    use sqlx::Connection;
+    let mut a = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut b = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("CREATE TABLE t (id INT PRIMARY KEY)")
+        .execute(&mut a)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&mut a)
+        .await
+        .unwrap();
+    let mut held = a.begin().await.unwrap();
+    sqlx::query("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    sqlx::query("SET lock_timeout = '50ms'")
+        .execute(&mut b)
+        .await
+        .unwrap();
+    let locked = sqlx::query("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+        .execute(&mut b)
+        .await
+        .unwrap_err();
+    let locked = Error::from(locked);
+    assert!(locked.is_transient(), "lock_timeout: {locked}");
+    held.rollback().await.unwrap();
+    sqlx::query("SET statement_timeout = '20ms'")
+        .execute(&mut b)
+        .await
+        .unwrap();
+    let slow = sqlx::query("SELECT pg_sleep(1)")
+        .execute(&mut b)
+        .await
+        .unwrap_err();
+    let slow = Error::from(slow);
+    assert!(slow.is_transient(), "statement_timeout: {slow}");
+    // Not everything is: a constraint violated by the caller stays a failure.
+    let dup = sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&mut a)
+        .await
+        .unwrap_err();
+    assert!(!Error::from(dup).is_transient());
 }
