@@ -234,11 +234,11 @@ both_backends!(
     survives_kill_9_inside_a_shared_commit
 );
 
-// Two processes on one database: on Postgres they share the work through SKIP LOCKED
-// claims and NOTIFY wakeups; on SQLite they share one file (WAL, `BEGIN IMMEDIATE`
-// with a busy timeout), each woken by its own commits and by polling for the other's.
-async fn two_processes_share_one_database(backend: Backend) {
-    let url = fresh_url(backend).await;
+// Two processes on one database: on PostgreSQL they share the work through SKIP
+// LOCKED claims and NOTIFY wakeups. (SQLite serves one process: see below.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_share_one_database() {
+    let url = fresh_url(Backend::Postgres).await;
     let a = support::spawn(
         "trip_booking",
         &url,
@@ -261,4 +261,44 @@ async fn two_processes_share_one_database(backend: Backend) {
     let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
     assert_eq!(completed + compensated, 200);
 }
-both_backends!(two_process_tests, two_processes_share_one_database);
+
+// SQLite serves one process: a second process on the file of a running one is refused
+// at once, with an error naming PostgreSQL, and the first goes on undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_one_sqlite_file_is_refused() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let db = url.strip_prefix("sqlite://").unwrap().to_owned();
+    let a = support::spawn(
+        "trip_booking",
+        &url,
+        &["--sagas", "1000000", "--fail-rate", "0.2", "--seed", "1"],
+    );
+    // Until `a` runs (its lock file names it), within a bound.
+    let lock = format!("{db}-runtime.lock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&lock).ok().as_deref() != Some(&a.id().to_string()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{lock} never named {}",
+            a.id()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = support::spawn(
+        "trip_booking",
+        &url,
+        &["--sagas", "10", "--fail-rate", "0.2", "--seed", "2"],
+    );
+    let out = support::wait_bounded(b, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut a = a;
+    let a_alive = a.try_wait().unwrap().is_none();
+    let _ = a.kill();
+    let _ = a.wait();
+    assert!(!out.status.success(), "the second process ran: {stderr}");
+    assert!(
+        stderr.contains("another runtime") && stderr.contains("PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(a_alive, "the first process stopped");
+}

@@ -231,6 +231,24 @@ impl Store {
         &self.backend
     }
 
+    /// The file of a SQLite database (`None` on PostgreSQL and for an in-memory one).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        match &self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(db) => {
+                // The writer runs in journal mode WAL exactly when the database is a
+                // file (see `sqlite::open_once`); an in-memory one has no file to share.
+                let options = db.writer.connect_options();
+                let path = options.get_filename();
+                let name = path.to_string_lossy();
+                (db.checkpoints.is_some() && !name.is_empty() && !name.contains(":memory:"))
+                    .then(|| path.to_path_buf())
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+        }
+    }
+
     /// `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
         match self.backend {

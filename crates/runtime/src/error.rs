@@ -23,6 +23,22 @@ pub enum Error {
     #[error(transparent)]
     Relay(#[from] agentsaga_relay::Error),
 
+    /// Another runtime runs on this SQLite file (in this process or another). SQLite
+    /// serves one process; several processes share the work on PostgreSQL.
+    #[error(
+        "another runtime{} runs on the SQLite database {}: SQLite serves one process \
+         (a second would degrade without a word); use PostgreSQL (postgres://…) for \
+         several processes sharing the work",
+        holder.map(|p| format!(" (process {p})")).unwrap_or_default(),
+        path.display()
+    )]
+    SqliteInUse {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// The process id the lock file names, if it could be read.
+        holder: Option<u32>,
+    },
+
     /// An actor could not be spawned.
     #[error("could not spawn an actor: {0}")]
     Spawn(String),

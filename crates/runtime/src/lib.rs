@@ -49,6 +49,7 @@ mod error;
 pub mod metrics;
 mod retention;
 mod runtime;
+mod single;
 mod stalled;
 mod supervisor;
 pub mod telemetry;

@@ -242,6 +242,7 @@ impl RuntimeBuilder {
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
             (None, None) => Store::connect_with(DEFAULT_DATABASE, self.store_config).await?,
         };
+        let sqlite_lock = crate::single::lock(&store)?;
         let mut engine = Engine::new(self.sagas)?.with_max_in_flight(self.max_in_flight);
         for (name, bound) in self.max_in_flight_for {
             if !engine.definitions().any(|d| d.name() == name) {
@@ -391,6 +392,7 @@ impl RuntimeBuilder {
             pruner,
             stall_watch: Some(stall_watch),
             stalled_after: self.stall_watch.threshold,
+            _sqlite_lock: sqlite_lock,
         })
     }
 }
@@ -422,6 +424,8 @@ pub struct Runtime {
     /// The stall watch's threshold, which the admin router's console uses too.
     #[cfg_attr(not(feature = "console"), allow(dead_code))]
     stalled_after: Duration,
+    /// This runtime's hold on its SQLite file (see [`single`](crate::single)).
+    _sqlite_lock: Option<crate::single::SqliteLock>,
 }
 
 impl Runtime {

@@ -219,3 +219,34 @@ async fn builder_refuses_nonsense() {
         Err(Error::Store(agentsaga_core::Error::InvalidUrl { .. }))
     ));
 }
+
+// SQLite serves one process: a second runtime on one file is refused with an error that
+// names PostgreSQL, not left to degrade (no wake-ups across processes, an unfair busy
+// handler starving the other's lease renewals). The CLI's connections are not runtimes
+// and are not refused; once the first runtime is gone, another may start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_runtime_on_one_sqlite_file_is_refused() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let start = || {
+        Runtime::builder()
+            .database(&url)
+            .agent(Stock(Default::default()))
+            .start()
+    };
+    let first = start().await.unwrap();
+    let second = match start().await {
+        Ok(_) => panic!("a second runtime started on one SQLite file"),
+        Err(e) => e,
+    };
+    let Error::SqliteInUse { holder, .. } = &second else {
+        panic!("a second runtime on one SQLite file: {second}");
+    };
+    assert_eq!(*holder, Some(std::process::id()));
+    let said = second.to_string();
+    assert!(said.contains("PostgreSQL"), "{said}");
+    // A store of the CLI's kind opens it all the same.
+    let reader = agentsaga_core::Store::connect(&url).await.unwrap();
+    assert!(reader.admin().stats().await.is_ok());
+    first.shutdown().await;
+    start().await.unwrap().shutdown().await;
+}
