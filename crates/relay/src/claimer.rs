@@ -30,7 +30,7 @@ use crate::handoff::Handoff;
 use crate::pacer::{self, Signal, Signals};
 use crate::settle::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::stats::StatsCell;
-use crate::worker::{PoolRef, RouteKey, spawn_pool};
+use crate::worker::{PoolRef, RouteKey, Task, spawn_pool};
 use crate::{Delivery, RelayConfig, Transport};
 
 /// What the claimer is told.
@@ -57,6 +57,8 @@ pub(crate) enum ClaimerMsg {
 /// A worker's report.
 pub(crate) struct Done {
     pub(crate) seq: i64,
+    /// Which delivery of the row this was (see [`Delivering`]).
+    pub(crate) number: u64,
     pub(crate) delivery: Delivery,
     /// When the delivery finished, Unix milliseconds (for the latency).
     pub(crate) finished_ms: i64,
@@ -273,12 +275,26 @@ impl Actor for Claimer {
 /// [`RelayConfig::destination_limits`]).
 #[derive(Default)]
 pub(crate) struct Delivering {
-    rows: HashMap<i64, Arc<Envelope>>,
+    rows: HashMap<i64, Entry>,
+    /// The number of the next delivery.
+    next: u64,
     per_destination: HashMap<String, usize>,
     /// Direct handover, if on: its slots are given back as handed-over rows finish.
     handoff: Option<Arc<Handoff>>,
     /// The rows of these that were handed over (not claimed).
     handed: HashSet<i64>,
+}
+
+/// A row being delivered: its delivery's number, the signal that cancels it, and until
+/// when this relay surely holds its lease.
+struct Entry {
+    envelope: Arc<Envelope>,
+    number: u64,
+    lost: tokio::sync::watch::Sender<bool>,
+    /// Local time by which the lease surely still holds: the lease counted from
+    /// before the claim or renewal that set it was answered, less a margin for a
+    /// row handed over (its lease began at its insert, before its commit).
+    held_until: Instant,
 }
 
 impl Delivering {
@@ -299,21 +315,86 @@ impl Delivering {
         self.rows.keys().copied()
     }
 
-    fn insert(&mut self, envelope: Arc<Envelope>) {
+    /// A new delivery of `envelope`, held until `held_until`: its task for the pool.
+    fn insert(&mut self, envelope: Arc<Envelope>, held_until: Instant) -> Arc<Task> {
         *self
             .per_destination
             .entry(envelope.destination.clone())
             .or_default() += 1;
-        if let Some(old) = self.rows.insert(envelope.seq, envelope) {
-            self.forget(&old.destination);
+        self.next += 1;
+        let (lost, watch) = tokio::sync::watch::channel(false);
+        let task = Arc::new(Task {
+            envelope: Arc::clone(&envelope),
+            delivery: self.next,
+            lost: watch,
+        });
+        let entry = Entry {
+            envelope,
+            number: self.next,
+            lost,
+            held_until,
+        };
+        if let Some(old) = self.rows.insert(entry.envelope.seq, entry) {
+            // Claimed again (its lease expired and it came back): the old delivery
+            // is not the row's any more.
+            let _ = old.lost.send(true);
+            self.forget(&old.envelope.destination);
         }
+        task
     }
 
-    fn remove(&mut self, seq: i64) -> Option<Arc<Envelope>> {
-        let envelope = self.rows.remove(&seq)?;
-        self.forget(&envelope.destination);
-        self.unhand(seq, &envelope.destination);
-        Some(envelope)
+    /// Forgets a dispatch that did not happen.
+    fn undo(&mut self, seq: i64) {
+        self.remove(seq, None);
+    }
+
+    /// The row of delivery `number` (any, if `None`), if it is still this relay's.
+    fn remove(&mut self, seq: i64, number: Option<u64>) -> Option<Arc<Envelope>> {
+        if number.is_some_and(|n| self.rows.get(&seq).is_none_or(|e| e.number != n)) {
+            return None;
+        }
+        let entry = self.rows.remove(&seq)?;
+        self.forget(&entry.envelope.destination);
+        self.unhand(seq, &entry.envelope.destination);
+        Some(entry.envelope)
+    }
+
+    /// The leases of `renewed` hold until `held_until`; every other row of `asked` is
+    /// not this relay's any more (its lease expired and another took it, or it was
+    /// reclaimed): its delivery is cancelled and forgotten. Returns how many.
+    fn renewed(&mut self, asked: &[i64], renewed: &[i64], held_until: Instant) -> usize {
+        let renewed: HashSet<i64> = renewed.iter().copied().collect();
+        let mut lost = Vec::new();
+        for seq in asked {
+            match self.rows.get_mut(seq) {
+                Some(e) if renewed.contains(seq) => e.held_until = held_until,
+                Some(_) => lost.push(*seq),
+                None => {}
+            }
+        }
+        self.lose(&lost)
+    }
+
+    /// Cancels and forgets the deliveries whose lease may have run out by `now` (the
+    /// renewals failed meanwhile). Returns how many.
+    fn expire(&mut self, now: Instant) -> usize {
+        let lost: Vec<i64> = self
+            .rows
+            .iter()
+            .filter(|(_, e)| e.held_until <= now)
+            .map(|(seq, _)| *seq)
+            .collect();
+        self.lose(&lost)
+    }
+
+    fn lose(&mut self, seqs: &[i64]) -> usize {
+        for &seq in seqs {
+            if let Some(e) = self.rows.get(&seq) {
+                let _ = e.lost.send(true);
+            }
+            self.remove(seq, None);
+        }
+        seqs.len()
     }
 
     /// Gives back the handover slot of `seq`, if it was handed over.
@@ -347,11 +428,18 @@ impl Delivering {
     pub(crate) fn drain(&mut self) -> Vec<i64> {
         self.per_destination.clear();
         let rows: Vec<_> = self.rows.drain().collect();
-        for (seq, envelope) in &rows {
-            self.unhand(*seq, &envelope.destination);
+        for (seq, entry) in &rows {
+            self.unhand(*seq, &entry.envelope.destination);
         }
         rows.into_iter().map(|(seq, _)| seq).collect()
     }
+}
+
+/// How long after its claim (or renewal) was answered a lease surely still holds: the
+/// lease less a tenth, for the round trip of the claim, and for a row handed over, the
+/// time between its insert (where its lease began) and its commit.
+pub(crate) fn held_for(lease: std::time::Duration) -> std::time::Duration {
+    lease - lease / 10
 }
 
 impl Claimer {
@@ -501,14 +589,12 @@ impl Claimer {
         }
         let envelope = Arc::new(envelope);
         let seq = envelope.seq;
-        match state
-            .pool
-            .dispatch(RouteKey::of(&envelope), Arc::clone(&envelope))
-        {
-            Ok(()) => {
-                state.delivering.insert(envelope);
-            }
+        let held_until = Instant::now() + held_for(self.config.lease);
+        let task = state.delivering.insert(Arc::clone(&envelope), held_until);
+        match state.pool.dispatch(RouteKey::of(&envelope), task) {
+            Ok(()) => {}
             Err(e) => {
+                state.delivering.undo(seq);
                 tracing::warn!(seq, error = %e, "relay delivery pool unavailable; releasing the row");
                 if probe {
                     state.breakers.probing(&envelope.destination, false);
@@ -542,8 +628,10 @@ impl Claimer {
     }
 
     fn on_done(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, done: Done) {
-        let Some(envelope) = state.delivering.remove(done.seq) else {
-            return; // released meanwhile (pool restart or shutdown deadline)
+        let Some(envelope) = state.delivering.remove(done.seq, Some(done.number)) else {
+            // Released meanwhile (pool restart or shutdown deadline), its lease lost,
+            // or claimed again since: this delivery's outcome is not the row's.
+            return;
         };
         let ok = !matches!(done.delivery, Delivery::Retry { .. });
         match state
@@ -595,5 +683,66 @@ impl Claimer {
             "relay failed {what}; backing off"
         );
         delay
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(seq: i64) -> Arc<Envelope> {
+        Arc::new(Envelope {
+            seq,
+            id: agentsaga_core::MessageId::new(),
+            destination: "d".into(),
+            key: None,
+            payload: "null".into(),
+            headers: Default::default(),
+            attempts: 1,
+            created_at_ms: 0,
+        })
+    }
+
+    // A row claimed again by the same relay is another delivery: the old one is told
+    // it lost the row, and its outcome does not settle the new one.
+    #[test]
+    fn a_second_delivery_of_a_row_fences_the_first() {
+        let mut d = Delivering::default();
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        let first = d.insert(envelope(7), later);
+        assert!(!*first.lost.borrow());
+        let second = d.insert(envelope(7), later);
+        assert!(*first.lost.borrow(), "the first delivery is told");
+        assert!(!*second.lost.borrow());
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.count("d"), 1);
+        assert!(
+            d.remove(7, Some(first.delivery)).is_none(),
+            "a stale outcome"
+        );
+        assert_eq!(d.len(), 1);
+        assert!(d.remove(7, Some(second.delivery)).is_some());
+        assert!(d.is_empty());
+    }
+
+    // Renewal: rows not renewed are lost (cancelled, forgotten); with renewals failing,
+    // rows past their local deadline are.
+    #[test]
+    fn rows_not_renewed_are_lost() {
+        let mut d = Delivering::default();
+        let now = Instant::now();
+        let a = d.insert(envelope(1), now + std::time::Duration::from_secs(60));
+        let b = d.insert(envelope(2), now + std::time::Duration::from_secs(60));
+        assert_eq!(
+            d.renewed(&[1, 2], &[1], now + std::time::Duration::from_secs(30)),
+            1
+        );
+        assert!(!*a.lost.borrow());
+        assert!(*b.lost.borrow());
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.expire(now + std::time::Duration::from_secs(29)), 0);
+        assert_eq!(d.expire(now + std::time::Duration::from_secs(31)), 1);
+        assert!(*a.lost.borrow());
+        assert!(d.is_empty());
     }
 }

@@ -27,6 +27,10 @@ pub struct Deliver {
     pub envelope: Envelope,
     /// Where the outcome goes.
     pub reply: RpcReplyPort<Delivery>,
+    /// Resolves (with an error: nothing is ever sent on it) when the delivery is
+    /// abandoned: the relay lost the row's lease, or stopped. The actor should then
+    /// stop the work (drop its future): the row is no longer this delivery's.
+    pub abandoned: tokio::sync::oneshot::Receiver<std::convert::Infallible>,
 }
 
 /// Delivers to actors in this process.
@@ -161,8 +165,18 @@ impl Transport for InProcessTransport {
             return Delivery::retry(format!("no actor for destination {destination}"));
         };
         let envelope = envelope.clone();
+        // Dropped with this future (the relay cancels a delivery whose lease it lost):
+        // the actor's `abandoned` then resolves.
+        let (_held, abandoned) = tokio::sync::oneshot::channel();
         match actor
-            .call(|reply| Deliver { envelope, reply }, self.timeout)
+            .call(
+                |reply| Deliver {
+                    envelope,
+                    reply,
+                    abandoned,
+                },
+                self.timeout,
+            )
             .await
         {
             Ok(CallResult::Success(delivery)) => delivery,

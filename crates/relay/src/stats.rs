@@ -23,6 +23,9 @@ pub struct RelayStats {
     pub db_errors: u64,
     /// Times a destination's circuit breaker opened.
     pub breaker_trips: u64,
+    /// Deliveries cancelled because the relay lost their row's lease (it expired and
+    /// another delivery took the row, or renewing failed until it ran out).
+    pub leases_lost: u64,
     /// Deliveries with a measured latency (enqueue to delivered).
     pub latency_count: u64,
     /// Sum of those latencies, in milliseconds.
@@ -54,6 +57,7 @@ pub(crate) struct StatsCell {
     handed_over: AtomicU64,
     db_errors: AtomicU64,
     breaker_trips: AtomicU64,
+    leases_lost: AtomicU64,
     latency_sum_ms: AtomicU64,
     histogram: Box<[AtomicU64]>,
 }
@@ -69,6 +73,7 @@ impl Default for StatsCell {
             handed_over: AtomicU64::new(0),
             db_errors: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
+            leases_lost: AtomicU64::new(0),
             latency_sum_ms: AtomicU64::new(0),
             histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -104,6 +109,10 @@ impl StatsCell {
         self.db_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn leases_lost(&self, n: usize) {
+        self.leases_lost.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn breaker_tripped(&self) {
         self.breaker_trips.fetch_add(1, Ordering::Relaxed);
     }
@@ -129,6 +138,7 @@ impl StatsCell {
             handed_over: self.handed_over.load(Ordering::Relaxed),
             db_errors: self.db_errors.load(Ordering::Relaxed),
             breaker_trips: self.breaker_trips.load(Ordering::Relaxed),
+            leases_lost: self.leases_lost.load(Ordering::Relaxed),
             latency_count: total,
             latency_sum_ms: self.latency_sum_ms.load(Ordering::Relaxed),
             latency_p50_ms: quantile(&counts, total, 50),

@@ -38,7 +38,16 @@ impl RouteKey {
     }
 }
 
-type Msg = Arc<Envelope>;
+/// One delivery of a row: the row, its number at this relay (a re-claim of the row is
+/// another delivery, and the outcome of the old one is not the new one's), and the
+/// signal that the relay lost the row's lease.
+pub(crate) struct Task {
+    pub(crate) envelope: Arc<Envelope>,
+    pub(crate) delivery: u64,
+    pub(crate) lost: tokio::sync::watch::Receiver<bool>,
+}
+
+type Msg = Arc<Task>;
 
 /// The factory's handle, through which the claimer dispatches envelopes.
 pub(crate) type PoolRef = FactoryRef<RouteKey, Msg>;
@@ -103,18 +112,47 @@ impl Worker for DeliveryWorker {
         Job { key, msg, .. }: Job<RouteKey, Msg>,
         _state: &mut (),
     ) -> Result<RouteKey, ActorProcessingErr> {
-        let delivery = deliver(&self.transport, Arc::clone(&msg)).await;
+        let delivery =
+            deliver_while_leased(&self.transport, Arc::clone(&msg.envelope), msg.lost.clone())
+                .await;
+        let seq = msg.envelope.seq;
         let done = Done {
-            seq: msg.seq,
+            seq,
+            number: msg.delivery,
             delivery,
             finished_ms: now_ms(),
         };
         if self.claimer.cast(ClaimerMsg::Done(done)).is_err() {
             // The claimer is gone (shut down): the row's lease runs out and another
             // relay delivers it again.
-            tracing::debug!(seq = msg.seq, "relay claimer gone; outcome dropped");
+            tracing::debug!(seq, "relay claimer gone; outcome dropped");
         }
         Ok(key)
+    }
+}
+
+/// [`deliver`], cancelled if the relay loses the row's lease meanwhile (`lost` turns
+/// true): the transport's future is dropped (an agent's outside call with it), for the
+/// row may already be another delivery's, whose compensation may be under way. Its
+/// outcome is then a retry that the claimer drops (the row is not this delivery's).
+pub(crate) async fn deliver_while_leased(
+    transport: &Arc<dyn Transport>,
+    envelope: Arc<Envelope>,
+    mut lost: tokio::sync::watch::Receiver<bool>,
+) -> Delivery {
+    let seq = envelope.seq;
+    let lost = async move {
+        if lost.wait_for(|lost| *lost).await.is_err() {
+            // The claimer let go of the delivery without a loss: never fires.
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        delivery = deliver(transport, envelope) => delivery,
+        () = lost => {
+            tracing::warn!(seq, "relay lost the lease of a row it was delivering; delivery cancelled");
+            Delivery::retry("the relay lost the row's lease: delivery cancelled")
+        }
     }
 }
 

@@ -440,11 +440,21 @@ impl<H: DeliveryHandler> Actor for DeliveryActor<H> {
         let mut stop = state.stop.subscribe();
         tokio::spawn(async move {
             let _permit = permit;
+            let Deliver {
+                envelope,
+                reply,
+                abandoned,
+            } = msg;
             tokio::select! {
-                delivery = handler.handle(&msg.envelope) => {
-                    let _ = msg.reply.send(delivery);
+                delivery = handler.handle(&envelope) => {
+                    let _ = reply.send(delivery);
                 }
                 _ = stop.wait_for(|stopped| *stopped) => {}
+                // The relay gave the delivery up (it lost the row's lease): the work
+                // stops here, an outside call with it.
+                _ = abandoned => {
+                    tracing::warn!(message.id = %envelope.id, "delivery abandoned by the relay (lease lost): work cancelled");
+                }
             }
         });
         Ok(())

@@ -533,3 +533,71 @@ both_backends!(
     slow_step_tests,
     a_slow_step_sent_again_applies_its_effects_once
 );
+
+/// Runs `sql` (the same text on both backends) in a transaction of `rt`'s store.
+async fn execute(rt: &Runtime, sql: &'static str) -> u64 {
+    let mut tx = rt.store().begin().await.unwrap();
+    let n = agentsaga_core::with_conn!(tx.conn(), c => {
+        agentsaga_core::sqlx::query(sql).execute(c).await.unwrap().rows_affected()
+    });
+    tx.commit().await.unwrap();
+    n
+}
+
+// A worker that lost its lease learns it and stops: here another relay ("thief") has
+// taken the row over while the call waits. The relay's next renewal finds the row is
+// not its own, and the call is cancelled (its future dropped) rather than left to land
+// after the row's new owner has moved on (an outside "do" after its "undo"). Its outcome
+// is not written. Once the row comes back, it is delivered again and completes.
+async fn a_call_whose_lease_is_lost_is_cancelled(backend: Backend) {
+    let (llm, calls, _open) = Outside::new("llm", vec![Act::Gate, Act::Answer]);
+    // The step's timeout is far beyond the test's bounds: only the lost lease can
+    // cancel the call in time.
+    let saga = Saga::<Job>::builder("lost", 1)
+        .step(
+            Step::new("think", "llm")
+                .timeout(Duration::from_secs(600))
+                .nothing_to_undo(),
+        )
+        .build()
+        .unwrap();
+    let rt = Runtime::builder()
+        .database(fresh_url(backend).await)
+        .relay_config(
+            RelayConfig::default()
+                .retry(quick_retry())
+                .lease(Duration::from_millis(300)),
+        )
+        .calling_agent(llm)
+        .saga(saga)
+        .start()
+        .await
+        .unwrap();
+    let id = rt.start_saga("lost", &Job { n: 1 }).await.unwrap();
+    let began = std::time::Instant::now();
+    until("the call waits", || {
+        calls.in_flight.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    eprintln!("the call waits after {:?}", began.elapsed());
+    let stolen_at = std::time::Instant::now();
+    let stolen = execute(
+        &rt,
+        "UPDATE outbox SET lease_owner = 'thief' WHERE state = 'in_flight' AND destination = 'llm'",
+    )
+    .await;
+    assert_eq!(stolen, 1);
+    until("the call whose lease was lost is cancelled", || {
+        calls.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    eprintln!("cancelled {:?} after the theft", stolen_at.elapsed());
+    assert!(rt.relay_stats().unwrap().leases_lost >= 1);
+    // The thief dies: its lease runs out, the row comes back, and this relay delivers it
+    // again (the second call answers).
+    assert_eq!(settle(&rt, id).await, SagaState::Completed);
+    assert_eq!(calls.started.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.cancelled.load(Ordering::SeqCst), 1);
+    rt.shutdown().await;
+}
+both_backends!(lost_lease_tests, a_call_whose_lease_is_lost_is_cancelled);

@@ -98,7 +98,7 @@ pub(crate) trait Dialect {
     /// Returns rows still leased to `owner` to `pending`, the attempt uncounted.
     async fn release(&self, owner: &str, seqs: &[i64]) -> Result<u64>;
     /// Extends the leases of rows still held by `owner`.
-    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64>;
+    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<Vec<i64>>;
     /// Returns rows whose lease expired to `pending`.
     async fn reclaim_expired(&self) -> Result<u64>;
     /// Dead rows (one, or one destination's, or all) back to `pending`.

@@ -232,13 +232,21 @@ impl Queue<'_> {
         on_backend!(&self.store.backend, b => b.release(owner, seqs).await)
     }
 
-    /// Extends the leases of rows still held by `owner` (long deliveries).
+    /// Extends the leases of rows still held by `owner` (long deliveries), and answers
+    /// which of `seqs` it extended: a row missing from the answer is no longer
+    /// `owner`'s (its lease expired and it was reclaimed, or another relay holds it),
+    /// and its delivery must stop.
     ///
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) on a database error.
-    pub async fn renew_leases(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64> {
+    pub async fn renew_leases(
+        &self,
+        owner: &str,
+        seqs: &[i64],
+        lease: Duration,
+    ) -> Result<Vec<i64>> {
         if seqs.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         on_backend!(&self.store.backend, b => b.renew(owner, seqs, lease).await)
     }

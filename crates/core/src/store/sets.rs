@@ -609,7 +609,7 @@ impl Tx {
                 "INSERT INTO outbox (id, destination, key, payload, headers,
                                      state, attempts, lease_owner, lease_until)
                  SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, 'in_flight', 1, $6,
-                        now() + $7 * interval '1 millisecond'
+                        clock_timestamp() + $7 * interval '1 millisecond'
                  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
                       WITH ORDINALITY AS u(id, d, k, p, h, ord)
                  WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox

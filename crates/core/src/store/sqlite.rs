@@ -408,18 +408,19 @@ impl Dialect for Sqlite {
         Ok(r.rows_affected())
     }
 
-    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<u64> {
-        let r = sqlx::query(
+    async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<Vec<i64>> {
+        let renewed = sqlx::query_scalar(
             "UPDATE outbox SET lease_until = ?1
              WHERE seq IN (SELECT value FROM json_each(?2))
-               AND state = 'in_flight' AND lease_owner = ?3",
+               AND state = 'in_flight' AND lease_owner = ?3
+             RETURNING seq",
         )
         .bind(now_ms().saturating_add(millis(lease)))
         .bind(seq_list(seqs))
         .bind(owner)
-        .execute(&self.writer)
+        .fetch_all(&self.writer)
         .await?;
-        Ok(r.rows_affected())
+        Ok(renewed)
     }
 
     async fn reclaim_expired(&self) -> Result<u64> {

@@ -33,24 +33,54 @@ impl Claimer {
         }
     }
 
+    /// Renews the leases of the rows being delivered (and of those whose outcome waits
+    /// to be written). A row whose lease was not renewed is not this relay's any more:
+    /// its delivery is cancelled, and its outcome will not be written. If renewing
+    /// fails, the deliveries whose leases may have run out meanwhile are cancelled.
     pub(super) async fn renew(&self, state: &mut ClaimerState) {
-        let seqs: Vec<i64> = state
-            .delivering
-            .seqs()
+        let delivering: Vec<i64> = state.delivering.seqs().collect();
+        let seqs: Vec<i64> = delivering
+            .iter()
+            .copied()
             .chain(state.outcomes.seqs())
             .collect();
         if seqs.is_empty() {
             return;
         }
-        if let Err(e) = self
+        let asked = Instant::now();
+        match self
             .store
             .queue()
             .renew_leases(&self.config.owner, &seqs, self.config.lease)
             .await
         {
-            self.stats.db_error();
-            tracing::warn!(error = %e, rows = seqs.len(), "relay could not renew its leases");
+            Ok(renewed) => {
+                let held_until = asked + super::held_for(self.config.lease);
+                let lost = state.delivering.renewed(&delivering, &renewed, held_until);
+                if lost > 0 {
+                    self.stats.leases_lost(lost);
+                    tracing::warn!(
+                        rows = lost,
+                        "relay lost leases of rows it was delivering (expired and taken \
+                         over): their deliveries are cancelled"
+                    );
+                }
+            }
+            Err(e) => {
+                self.stats.db_error();
+                tracing::warn!(error = %e, rows = seqs.len(), "relay could not renew its leases");
+                let lost = state.delivering.expire(Instant::now());
+                if lost > 0 {
+                    self.stats.leases_lost(lost);
+                    tracing::warn!(
+                        rows = lost,
+                        "relay could not renew leases before they ran out: their \
+                         deliveries are cancelled"
+                    );
+                }
+            }
         }
+        self.stats.set_in_flight(state.delivering.len());
     }
 
     pub(super) async fn reclaim(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState) {
