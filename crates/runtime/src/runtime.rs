@@ -548,9 +548,8 @@ impl Runtime {
                 Ok(id)
             }
             Accepted::Existing(id) => {
-                if Engine::is_waiting(&self.store, id).await? {
-                    self.admission.started(&self.store, id).await?;
-                }
+                // Started, or waiting its turn, or set aside: as for the first start.
+                self.admission.started(&self.store, id).await?;
                 Ok(id)
             }
         }
@@ -694,7 +693,17 @@ impl Runtime {
                 // the queue first, then the instances again, so the move is not missed.
                 None if Engine::is_waiting(&self.store, id).await? => {}
                 None if query::get(&self.store, id).await?.is_some() => continue,
-                None => return Err(agentsaga_saga::Error::NotFound(id).into()),
+                None => {
+                    return Err(match Engine::set_aside_start(&self.store, id).await? {
+                        Some(s) => agentsaga_saga::Error::StartSetAside {
+                            id,
+                            name: s.name,
+                            reason: s.error,
+                        },
+                        None => agentsaga_saga::Error::NotFound(id),
+                    }
+                    .into());
+                }
             }
             let deadline = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(deadline);
