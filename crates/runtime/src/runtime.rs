@@ -506,7 +506,13 @@ impl Runtime {
     ///
     /// # Errors
     /// [`agentsaga_saga::Error::UnknownSaga`] (as [`Error::Saga`]) for an unregistered
-    /// name; store errors.
+    /// name; [`agentsaga_saga::Error::Data`] for data that does not decode as the
+    /// saga's input, and [`agentsaga_core::Error::PayloadTooLarge`] (as
+    /// [`agentsaga_saga::Error::Store`]) for a first command over the message size
+    /// limit — checked before anything is written, also for a start that would wait;
+    /// [`agentsaga_saga::Error::StartSetAside`] if a start that waited could not be
+    /// started when its turn came (it is set aside, see `agentsaga starts list`);
+    /// store errors.
     pub async fn start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
         self.start_keyed(name, None, data).await
     }
