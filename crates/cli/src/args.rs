@@ -44,6 +44,10 @@ pub(crate) enum Command {
     /// Inspect, re-drive or purge dead letters.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Waiting starts that could not be started when their turn came (set aside by
+    /// admission control): list them, remove one.
+    #[command(subcommand)]
+    Starts(StartsCommand),
     /// Delete delivered outbox rows and inbox records older than a duration (and, with
     /// `--sagas-older-than`, finished sagas with their steps and dead letters).
     Prune(PruneArgs),
@@ -184,6 +188,22 @@ pub(crate) struct SagaIdArg {
     /// The saga id (a UUID).
     #[arg(value_parser = parse_saga_id)]
     pub(crate) id: SagaId,
+}
+
+/// `agentsaga starts ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum StartsCommand {
+    /// The set-aside starts, oldest first, with why each could not start.
+    List {
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Delete one set-aside start (and the idempotency key that named it).
+    Remove {
+        /// The start's id (a UUID, as `starts list` prints it).
+        #[arg(value_parser = parse_saga_id)]
+        id: SagaId,
+    },
 }
 
 /// `agentsaga dead ...`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentsaga_core::sqlx::postgres::{PgConnectOptions, PgConnection};
 use agentsaga_core::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use agentsaga_core::sqlx::{self, Connection as _};
-use agentsaga_core::{Store, StoreConfig};
+use agentsaga_core::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR, Store, StoreConfig};
 use anyhow::{anyhow, bail};
 
 /// How long to wait for a database server.
@@ -53,11 +53,16 @@ fn sqlite_file(url: &str) -> Option<PathBuf> {
     Some(options.get_filename().to_path_buf())
 }
 
-/// Opens the store at `url`. Opening applies any missing schema migrations.
+/// Opens the store at `url`.
 ///
-/// Unless `missing` is [`Missing::Create`], a database that agentsaga never migrated
-/// is refused instead: a SQLite file that does not exist (it would be created), or a
-/// database without the `outbox` table (the tables would be created in it).
+/// Only `migrate` ([`Missing::Create`]) changes the schema: it creates a missing
+/// SQLite file and applies the embedded migrations. Every other command
+/// ([`Missing::Refuse`]) first looks at the database read-only and refuses, with
+/// nothing changed, a database that agentsaga never migrated (a SQLite file that does
+/// not exist, a database without the `outbox` table) or whose schema is behind this
+/// binary (say to run `agentsaga migrate`): opening a store applies missing
+/// migrations, and an operator's `status` must not upgrade a live database under
+/// its runtimes.
 ///
 /// # Errors
 /// No URL given; a database refused as above; the store's own errors (bad URL,
@@ -67,7 +72,7 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
         bail!("no database given: pass --database-url URL or set DATABASE_URL");
     };
     let url = normalize(url);
-    let has_tables = if let Some(file) = sqlite_file(&url) {
+    let found = if let Some(file) = sqlite_file(&url) {
         if !file.exists() {
             if missing == Missing::Refuse {
                 bail!(
@@ -78,22 +83,35 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
             }
             None
         } else {
-            Some(sqlite_has_outbox(&url, &file.display().to_string()).await?)
+            Some(sqlite_probe(&url, &file.display().to_string()).await?)
         }
     } else if url.starts_with("postgres") {
-        Some(postgres_has_outbox(&url).await?)
+        Some(postgres_probe(&url).await?)
     } else {
         None
     };
-    if missing == Missing::Refuse && has_tables == Some(false) {
-        bail!(
-            "{} holds no agentsaga tables: nothing to inspect, and nothing was changed \
-             (`agentsaga migrate` creates them)",
-            match sqlite_file(&url) {
-                Some(file) => format!("database file `{}`", file.display()),
-                None => format!("the database at {}", redact(&url)),
-            }
-        );
+    let what = || match sqlite_file(&url) {
+        Some(file) => format!("database file `{}`", file.display()),
+        None => format!("the database at {}", redact(&url)),
+    };
+    if missing == Missing::Refuse
+        && let Some(found) = &found
+    {
+        if !found.has_outbox {
+            bail!(
+                "{} holds no agentsaga tables: nothing to inspect, and nothing was changed \
+                 (`agentsaga migrate` creates them)",
+                what()
+            );
+        }
+        if let Some(behind) = found.behind(&url) {
+            bail!(
+                "{}: its schema is {behind}; nothing was changed. Run `agentsaga migrate` \
+                 to upgrade it (runtimes older than this binary refuse the upgraded schema: \
+                 upgrade them with it)",
+                what()
+            );
+        }
     }
     // An operator waiting on a dead server wants to know soon.
     let config = StoreConfig::default()
@@ -105,14 +123,61 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
     })
 }
 
+/// What a read-only look at an existing database found.
+#[derive(Debug)]
+struct Probe {
+    /// It holds the `outbox` table.
+    has_outbox: bool,
+    /// The versions of the migrations applied (`_sqlx_migrations`), in order.
+    applied: Vec<i64>,
+}
+
+impl Probe {
+    /// How the schema is behind the migrations this binary embeds for `url`'s
+    /// backend, if it is: a phrase for the error.
+    fn behind(&self, url: &str) -> Option<String> {
+        let migrator = if url.starts_with("postgres") {
+            &POSTGRES_MIGRATOR
+        } else {
+            &SQLITE_MIGRATOR
+        };
+        let missing: Vec<i64> = migrator
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| !self.applied.contains(v))
+            .collect();
+        let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let at = self.applied.last().copied().unwrap_or(0);
+        (!missing.is_empty()).then(|| {
+            format!(
+                "at version {at}, behind this binary's {newest} ({} migration(s) not applied: {})",
+                missing.len(),
+                missing
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
+}
+
 const HAS_OUTBOX_SQLITE: &str =
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox'";
+const HAS_MIGRATIONS_SQLITE: &str =
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
 const HAS_OUTBOX_POSTGRES: &str = "SELECT to_regclass('outbox') IS NOT NULL";
+const HAS_MIGRATIONS_POSTGRES: &str = "SELECT to_regclass('_sqlx_migrations') IS NOT NULL";
+const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
 
-/// Does the (existing) SQLite file hold the `outbox` table? Looked at read-only.
-async fn sqlite_has_outbox(url: &str, file: &str) -> anyhow::Result<bool> {
+/// Looks at the (existing) SQLite file read-only: its `outbox` table, its migrations.
+async fn sqlite_probe(url: &str, file: &str) -> anyhow::Result<Probe> {
     let Ok(options) = SqliteConnectOptions::from_str(url) else {
-        return Ok(true); // the store reports the malformed URL
+        // The store reports the malformed URL.
+        return Ok(Probe {
+            has_outbox: true,
+            applied: all_versions(&SQLITE_MIGRATOR),
+        });
     };
     let options = options.read_only(true).create_if_missing(false);
     let fail = |e: sqlx::Error| anyhow!("cannot read the database file `{file}`: {e}");
@@ -123,16 +188,36 @@ async fn sqlite_has_outbox(url: &str, file: &str) -> anyhow::Result<bool> {
         .fetch_one(&mut conn)
         .await
         .map_err(fail)?;
+    let tracked: i64 = sqlx::query_scalar(HAS_MIGRATIONS_SQLITE)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(fail)?;
+    let applied = if tracked > 0 {
+        sqlx::query_scalar(APPLIED)
+            .fetch_all(&mut conn)
+            .await
+            .map_err(fail)?
+    } else {
+        Vec::new()
+    };
     let _ = conn.close().await;
-    Ok(n > 0)
+    Ok(Probe {
+        has_outbox: n > 0,
+        applied,
+    })
 }
 
-/// Does the database hold the `outbox` table (in its search path)? One plain
-/// connection first also gives a clear error: the pool would only say "timed out"
-/// where the driver says "connection refused" or "password authentication failed".
-async fn postgres_has_outbox(url: &str) -> anyhow::Result<bool> {
+/// Looks at the database (in its search path): its `outbox` table, its migrations.
+/// One plain connection first also gives a clear error: the pool would only say
+/// "timed out" where the driver says "connection refused" or "password
+/// authentication failed".
+async fn postgres_probe(url: &str) -> anyhow::Result<Probe> {
     let Ok(options) = PgConnectOptions::from_str(url) else {
-        return Ok(true); // the store reports the malformed URL
+        // The store reports the malformed URL.
+        return Ok(Probe {
+            has_outbox: true,
+            applied: all_versions(&POSTGRES_MIGRATOR),
+        });
     };
     let fail = |why: String| {
         anyhow!(
@@ -152,12 +237,53 @@ async fn postgres_has_outbox(url: &str) -> anyhow::Result<bool> {
                 )));
             }
         };
-    let found: bool = sqlx::query_scalar(HAS_OUTBOX_POSTGRES)
+    let has_outbox: bool = sqlx::query_scalar(HAS_OUTBOX_POSTGRES)
         .fetch_one(&mut conn)
         .await
         .map_err(|e| fail(e.to_string()))?;
+    let tracked: bool = sqlx::query_scalar(HAS_MIGRATIONS_POSTGRES)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let applied = if tracked {
+        sqlx::query_scalar(APPLIED)
+            .fetch_all(&mut conn)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+    } else {
+        Vec::new()
+    };
     let _ = conn.close().await;
-    Ok(found)
+    Ok(Probe {
+        has_outbox,
+        applied,
+    })
+}
+
+fn all_versions(migrator: &sqlx::migrate::Migrator) -> Vec<i64> {
+    migrator.iter().map(|m| m.version).collect()
+}
+
+/// The versions of the migrations applied to the (existing) database at `url`, read
+/// without changing it; empty for a database agentsaga never migrated, or one that is
+/// not there yet.
+pub(crate) async fn applied(url: Option<&str>) -> anyhow::Result<Vec<i64>> {
+    let Some(url) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let url = normalize(url);
+    if let Some(file) = sqlite_file(&url) {
+        if !file.exists() {
+            return Ok(Vec::new());
+        }
+        return Ok(sqlite_probe(&url, &file.display().to_string())
+            .await?
+            .applied);
+    }
+    if url.starts_with("postgres") {
+        return Ok(postgres_probe(&url).await?.applied);
+    }
+    Ok(Vec::new())
 }
 
 /// The URL with any password replaced by `***`, for messages.

@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 
 use common::{assert_keys, expect_failure, fails, json, ok, prepare, run, run_cmd, sqlite_path};
 
+use agentsaga_core::{Message, MessageId, Receipt, Store};
+use agentsaga_saga::{Engine, Saga, Step};
+
 const SAGA_KEYS: &[&str] = &[
     "id",
     "name",
@@ -88,6 +91,7 @@ async fn read_commands(backend: Backend) {
             "stalled",
             "stalled_after_ms",
             "starts_waiting",
+            "starts_set_aside",
         ],
     );
     assert_keys(
@@ -307,10 +311,10 @@ async fn actions(backend: Backend) {
         out.starts_with("pruned 0 delivered outbox row(s) and 0 inbox record(s)"),
         "{out}"
     );
+    // The inbox records are minutes old: inside the redelivery window, kept.
     let out = ok(url, &["prune", "--older-than", "0s"]);
-    let want = format!("pruned {delivered} delivered outbox row(s) and ");
+    let want = format!("pruned {delivered} delivered outbox row(s) older than 0ms and 0 inbox");
     assert!(out.starts_with(&want), "{out}");
-    assert!(!out.contains(" and 0 inbox"), "{out}");
     let s = status(url);
     assert_eq!(s["outbox"]["delivered"], 0);
     assert_eq!(s["outbox"]["pending"], 2, "prune leaves pending rows alone");
@@ -682,3 +686,269 @@ async fn stalled_sagas_are_reported(backend: Backend) {
     assert_eq!(all["sagas"].as_array().unwrap().len(), 2, "{all}");
 }
 both_backends!(stalled_tests, stalled_sagas_are_reported);
+
+/// Runs `sql` (one statement, `id` bound as its one parameter if given) in a
+/// transaction of its own.
+async fn exec(store: &Store, sqlite: &'static str, postgres: &'static str, id: Option<MessageId>) {
+    let mut tx = store.begin().await.unwrap();
+    agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
+        let mut q = agentsaga_core::sqlx::query(sqlite);
+        if let Some(id) = id {
+            q = q.bind(id);
+        }
+        q.execute(c).await.unwrap();
+    }, postgres(c) => {
+        let mut q = agentsaga_core::sqlx::query(postgres);
+        if let Some(id) = id {
+            q = q.bind(id);
+        }
+        q.execute(c).await.unwrap();
+    });
+    tx.commit().await.unwrap();
+}
+
+/// Is the inbox record (`consumer`, `id`) still there? (Asked by receiving it again, in
+/// a transaction rolled back.)
+async fn has_record(store: &Store, consumer: &str, id: MessageId) -> bool {
+    let mut tx = store.begin().await.unwrap();
+    let r = tx.receive(consumer, id).await.unwrap();
+    tx.rollback().await.unwrap();
+    r == Receipt::Duplicate
+}
+
+/// `prune` never deletes an inbox record inside the redelivery window, whatever
+/// `--older-than` says; nor, however old, one whose message this database may still
+/// deliver again (its outbox row not delivered: a process was down, its lease ran out
+/// meanwhile, and the relay will hand the message over again after the restart).
+async fn prune_keeps_inbox_records_a_redelivery_can_still_need(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    let live = Message::to("mailer").json(&json!({"n": 1})).unwrap();
+    let (young, old, old_live) = (MessageId::new(), MessageId::new(), live.id);
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue(&live).await.unwrap();
+    for id in [young, old, old_live] {
+        assert_eq!(tx.receive("mailer", id).await.unwrap(), Receipt::First);
+    }
+    tx.commit().await.unwrap();
+    // Two of them received a day ago.
+    for id in [old, old_live] {
+        exec(
+            &store,
+            "UPDATE inbox SET received_at = received_at - 86400000 WHERE message_id = ?1",
+            "UPDATE inbox SET received_at = received_at - interval '1 day' WHERE message_id = $1",
+            Some(id),
+        )
+        .await;
+    }
+    store.close().await;
+
+    let out = ok(&url, &["prune", "--older-than", "0s"]);
+    assert!(out.contains(" and 1 inbox record(s) older than "), "{out}");
+    assert!(out.contains("redelivery window"), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    assert!(
+        has_record(&store, "mailer", young).await,
+        "a record inside the redelivery window was pruned"
+    );
+    assert!(
+        has_record(&store, "mailer", old_live).await,
+        "the record of a message still to be delivered was pruned"
+    );
+    assert!(
+        !has_record(&store, "mailer", old).await,
+        "the old record is kept"
+    );
+    store.close().await;
+}
+both_backends!(
+    prune_inbox_tests,
+    prune_keeps_inbox_records_a_redelivery_can_still_need
+);
+
+/// The applied migrations and the number of columns of every table: what a command
+/// that wrote the schema would change.
+async fn schema_of(url: &str) -> (Vec<i64>, i64) {
+    use agentsaga_core::sqlx::{self, Connection as _};
+    const VERSIONS: &str = "SELECT version FROM _sqlx_migrations ORDER BY version";
+    if url.starts_with("sqlite") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+        let v = sqlx::query_scalar(VERSIONS)
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        let n = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master m, pragma_table_info(m.name) WHERE m.type = 'table'",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        (v, n)
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+        let v = sqlx::query_scalar(VERSIONS)
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        let n = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        (v, n)
+    }
+}
+
+/// A database whose schema is behind the binary is never migrated by a command other
+/// than `migrate`: each refuses it, changing nothing, and says to run `agentsaga
+/// migrate`; `migrate` brings it up to date.
+async fn only_migrate_migrates(backend: Backend) {
+    use agentsaga_core::sqlx::{self, Connection as _};
+    let url = fresh_url(backend).await;
+    // Migrated up to the migration before the newest, as an older agentsaga left it.
+    let migrator = match backend {
+        Backend::Sqlite => &agentsaga_core::SQLITE_MIGRATOR,
+        Backend::Postgres => &agentsaga_core::POSTGRES_MIGRATOR,
+    };
+    let mut versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+    versions.sort_unstable();
+    let older = versions[versions.len() - 2];
+    if url.starts_with("sqlite") {
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+        let mut c = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .unwrap();
+        migrator.run_to(older, &mut c).await.unwrap();
+        c.close().await.unwrap();
+    } else {
+        let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+        migrator.run_to(older, &mut c).await.unwrap();
+        c.close().await.unwrap();
+    }
+    let before = schema_of(&url).await;
+    let newest = agentsaga_core::SQLITE_MIGRATOR
+        .iter()
+        .chain(agentsaga_core::POSTGRES_MIGRATOR.iter())
+        .map(|m| m.version)
+        .max()
+        .unwrap();
+    assert!(!before.0.contains(&newest), "{before:?}");
+    let unknown = "0190a8f0-0000-7000-8000-000000000000";
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["sagas", "list"],
+        &["sagas", "show", unknown],
+        &["dead", "list", "--json"],
+        &["starts", "list"],
+        &["sagas", "abort", unknown],
+        &["dead", "redrive", "--all"],
+        &["prune", "--older-than", "1d"],
+    ] {
+        let e = fails(&url, args);
+        assert!(e.contains("Run `agentsaga migrate`"), "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("behind this binary's {newest}")),
+            "{args:?}: {e}"
+        );
+        assert_eq!(schema_of(&url).await, before, "{args:?} changed the schema");
+    }
+    let out = ok(&url, &["migrate"]);
+    assert!(out.contains(&format!("applied: {newest} ")), "{out}");
+    assert!(out.contains("schema up to date"), "{out}");
+    assert!(schema_of(&url).await.0.contains(&newest));
+    assert_eq!(status(&url)["sagas_total"], 0);
+    let out = ok(&url, &["migrate"]);
+    assert!(out.contains("nothing to apply"), "{out}");
+}
+both_backends!(migrate_tests, only_migrate_migrates);
+
+/// A waiting start that could not be started (its data no longer decodes after a
+/// deploy) shows in `status` and `starts list`, and `starts remove` deletes it.
+async fn set_aside_starts(backend: Backend) {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Job {
+        n: u32,
+    }
+    fn saga<D>(command: fn(&D) -> Value) -> agentsaga_saga::SagaDefinition
+    where
+        D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        Saga::<D>::builder("job", 1)
+            .step(
+                Step::new("work", "worker")
+                    .command(command)
+                    .nothing_to_undo(),
+            )
+            .build()
+            .unwrap()
+    }
+    let url = fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    // Any JSON at first: one in flight, a start waits.
+    let engine = Engine::new([saga::<Value>(Value::clone)])
+        .unwrap()
+        .with_max_in_flight(Some(1));
+    let mut tx = store.begin().await.unwrap();
+    engine
+        .accept(&mut tx, "job", json!({"n": 1}))
+        .await
+        .unwrap();
+    let bad = engine
+        .accept(&mut tx, "job", json!({"n": "one"}))
+        .await
+        .unwrap()
+        .id();
+    tx.commit().await.unwrap();
+    // Then `Job`, with room for one more: its turn comes, it cannot start.
+    let engine = Engine::new([saga::<Job>(|j| json!({"n": j.n}))])
+        .unwrap()
+        .with_max_in_flight(Some(2));
+    let mut tx = store.begin().await.unwrap();
+    assert!(engine.admit(&mut tx, "job").await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+    store.close().await;
+
+    let s = status(&url);
+    assert_eq!(s["starts_set_aside"], json!({"job": 1}), "{s}");
+    assert_eq!(s["starts_waiting"], json!({}), "{s}");
+    let out = ok(&url, &["status"]);
+    assert!(
+        out.contains("starts set aside (could not start when their turn came): 1 (job 1)"),
+        "{out}"
+    );
+    let list = json(&url, &["starts", "list", "--json"]);
+    let starts = list["set_aside"].as_array().unwrap();
+    assert_eq!(starts.len(), 1, "{list}");
+    assert_keys(
+        &starts[0],
+        &[
+            "id",
+            "name",
+            "data",
+            "error",
+            "created_at",
+            "created_at_ms",
+            "set_aside_at",
+            "set_aside_at_ms",
+        ],
+    );
+    assert_eq!(starts[0]["id"], bad.to_string());
+    assert_eq!(starts[0]["data"], json!({"n": "one"}));
+    assert!(
+        starts[0]["error"].as_str().unwrap().contains("saga data"),
+        "{list}"
+    );
+    assert!(is_rfc3339(&starts[0]["set_aside_at"]), "{list}");
+    let out = ok(&url, &["starts", "list"]);
+    assert!(out.contains(&bad.to_string()), "{out}");
+
+    let out = ok(&url, &["starts", "remove", &bad.to_string()]);
+    assert!(out.contains("removed the set-aside start"), "{out}");
+    let e = fails(&url, &["starts", "remove", &bad.to_string()]);
+    assert!(e.contains("no set-aside start"), "{e}");
+    assert_eq!(ok(&url, &["starts", "list"]).trim(), "no set-aside starts");
+    assert_eq!(status(&url)["starts_set_aside"], json!({}));
+}
+both_backends!(set_aside_tests, set_aside_starts);

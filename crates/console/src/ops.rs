@@ -83,7 +83,9 @@ impl From<agentsaga_saga::Error> for Error {
             S::InvalidKey { .. } | S::InvalidPlan(_) | S::Data(_) | S::Malformed(_) => {
                 Error::Invalid(e.to_string())
             }
-            S::VersionNotRegistered { .. } => Error::Refused(e.to_string()),
+            S::VersionNotRegistered { .. } | S::StartSetAside { .. } => {
+                Error::Refused(e.to_string())
+            }
             other => Error::Store(other.to_string()),
         }
     }
@@ -271,10 +273,49 @@ pub struct StatusDoc {
     pub sagas_total: u64,
     /// Starts waiting for room under their admission bound, per saga name.
     pub starts_waiting: BTreeMap<String, u64>,
+    /// Starts that could not be started when their turn came, set aside (they hold
+    /// nothing up; see `agentsaga starts list`), per saga name.
+    pub starts_set_aside: BTreeMap<String, u64>,
     /// Stalled sagas (at most [`MAX_PAGE`] counted).
     pub stalled: u64,
     /// The no-progress threshold `stalled` used, in ms.
     pub stalled_after_ms: u64,
+}
+
+/// A start set aside: `starts list --json` (each), `starts remove --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SetAsideDoc {
+    /// The id it was given (no saga has it).
+    pub id: String,
+    /// The saga name.
+    pub name: String,
+    /// Its data.
+    pub data: Value,
+    /// Why it could not start.
+    pub error: String,
+    /// When it was accepted (RFC 3339).
+    pub created_at: String,
+    /// The same, Unix ms.
+    pub created_at_ms: i64,
+    /// When it was set aside (RFC 3339).
+    pub set_aside_at: String,
+    /// The same, Unix ms.
+    pub set_aside_at_ms: i64,
+}
+
+impl From<&agentsaga_saga::SetAsideStart> for SetAsideDoc {
+    fn from(s: &agentsaga_saga::SetAsideStart) -> Self {
+        Self {
+            id: s.id.to_string(),
+            name: s.name.clone(),
+            data: s.data.clone(),
+            error: s.error.clone(),
+            created_at: crate::time::rfc3339(s.created_at_ms),
+            created_at_ms: s.created_at_ms,
+            set_aside_at: crate::time::rfc3339(s.set_aside_at_ms),
+            set_aside_at_ms: s.set_aside_at_ms,
+        }
+    }
 }
 
 /// One dead letter: `dead list --json` (each), `dead show --json`.
@@ -491,6 +532,10 @@ impl Console {
             .await?
             .into_iter()
             .collect();
+        let mut starts_set_aside: BTreeMap<String, u64> = BTreeMap::new();
+        for s in Engine::set_aside_starts(&self.store).await? {
+            *starts_set_aside.entry(s.name).or_default() += 1;
+        }
         let stalled = query::stalled(&self.store, self.stalled_after, MAX_PAGE).await?;
         let mut sagas: BTreeMap<&'static str, u64> =
             SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
@@ -503,6 +548,7 @@ impl Console {
             sagas_total: sagas.values().sum(),
             sagas,
             starts_waiting,
+            starts_set_aside,
             stalled: stalled.len() as u64,
             stalled_after_ms: u64::try_from(self.stalled_after.as_millis()).unwrap_or(u64::MAX),
             outbox: OutboxDoc {
@@ -796,6 +842,41 @@ impl Console {
         Ok(PurgeDoc {
             purged: self.store.admin().purge_dead(older_than).await?,
         })
+    }
+
+    /// The starts set aside (they could not be started when their turn came), oldest
+    /// first.
+    ///
+    /// # Errors
+    /// [`Error::Store`].
+    pub async fn set_aside_starts(&self) -> Result<Vec<SetAsideDoc>> {
+        Ok(Engine::set_aside_starts(&self.store)
+            .await?
+            .iter()
+            .map(SetAsideDoc::from)
+            .collect())
+    }
+
+    /// Deletes the set-aside start `id` (and the idempotency key that named it).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no start `id` is set aside; [`Error::Store`].
+    pub async fn remove_start(&self, id: SagaId) -> Result<SetAsideDoc> {
+        let Some(start) = Engine::set_aside_start(&self.store, id).await? else {
+            return Err(Error::NotFound(format!("no set-aside start `{id}`")));
+        };
+        let mut tx = self.store.begin().await?;
+        if let Err(e) = Engine::remove_set_aside(&mut tx, id).await {
+            let _ = tx.rollback().await;
+            return Err(match e {
+                agentsaga_saga::Error::NotFound(_) => {
+                    Error::NotFound(format!("no set-aside start `{id}`"))
+                }
+                e => e.into(),
+            });
+        }
+        tx.commit().await?;
+        Ok(SetAsideDoc::from(&start))
     }
 }
 

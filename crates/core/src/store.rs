@@ -297,6 +297,18 @@ impl Store {
         crate::message::validate(message, self.config.max_message_bytes)
     }
 
+    /// Would an enqueue on this store take `message`? The checks [`enqueue`](Self::enqueue)
+    /// makes before it writes anything: a destination, the size limit
+    /// ([`StoreConfig::max_message_bytes`]), a JSON payload. For a producer that must
+    /// know now that a message it will write later is acceptable (a saga start that
+    /// waits for room).
+    ///
+    /// # Errors
+    /// [`Error::EmptyDestination`], [`Error::PayloadTooLarge`], [`Error::Json`].
+    pub fn check_message(&self, message: &Message) -> Result<()> {
+        self.validate(message)
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &StoreConfig {
         &self.config

@@ -83,6 +83,17 @@ impl Default for RelayConfig {
 }
 
 impl RelayConfig {
+    /// The longest a message can still be delivered again after a consumer first
+    /// received it, while this relay's process runs: a lease per attempt, plus the
+    /// longest backoff between attempts. An inbox record younger than this must be
+    /// kept, or a late duplicate is processed again. (Time a process is down does not
+    /// count here: the store never prunes the inbox record of a message whose outbox
+    /// row it may still deliver.)
+    pub fn redelivery_window(&self) -> Duration {
+        let attempts = self.retry.max_attempts.max(1);
+        self.lease * (attempts + 1) + self.retry.cap * attempts
+    }
+
     /// Sets [`handover`](Self::handover).
     #[must_use]
     pub fn handover(mut self, on: bool) -> Self {

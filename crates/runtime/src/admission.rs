@@ -52,11 +52,32 @@ impl Admission {
 
     /// Waits until the queued start `id` has started (bounded by nothing: this is the
     /// backpressure a caller of `start_saga` feels).
+    ///
+    /// # Errors
+    /// [`agentsaga_saga::Error::StartSetAside`] if it could not be started when its
+    /// turn came; [`agentsaga_saga::Error::NotFound`] if it is gone (an operator
+    /// removed it); store errors.
     pub(crate) async fn started(&self, store: &Store, id: SagaId) -> crate::Result<()> {
         let mut admitted = self.admitted.clone();
         loop {
             if query::get(store, id).await?.is_some() {
                 return Ok(());
+            }
+            // Admission moves a start to `saga_instances` in one transaction: ask the
+            // queue first, then the instances again, so the move is not missed.
+            if !Engine::is_waiting(store, id).await? {
+                if query::get(store, id).await?.is_some() {
+                    return Ok(());
+                }
+                return Err(match Engine::set_aside_start(store, id).await? {
+                    Some(s) => agentsaga_saga::Error::StartSetAside {
+                        id,
+                        name: s.name,
+                        reason: s.error,
+                    },
+                    None => agentsaga_saga::Error::NotFound(id),
+                }
+                .into());
             }
             let _ = tokio::time::timeout(POLL, admitted.changed()).await;
         }

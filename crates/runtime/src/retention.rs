@@ -24,7 +24,10 @@ pub struct Retention {
     pub delivered: Option<Duration>,
     /// Inbox records older than this are deleted (default 7 days). It must outlast
     /// any redelivery (a lease per attempt plus the retry backoff), or a late
-    /// duplicate would be processed again: the runtime refuses a shorter one.
+    /// duplicate would be processed again: the runtime refuses a shorter one. Time the
+    /// processes were down counts too: the record of a message whose outbox row in
+    /// this database is still pending, in flight or dead is never deleted, however
+    /// old (its redelivery may come after a restart).
     pub inbox: Option<Duration>,
     /// Sagas that finished (completed, compensated, aborted) longer ago than this are
     /// deleted with their steps and dead letters (default: kept).
@@ -88,11 +91,10 @@ impl Retention {
     }
 }
 
-/// The longest a message can still be delivered again after it was first received:
-/// a lease per attempt, plus the longest backoff between attempts.
+/// The longest a message can still be delivered again after it was first received
+/// (see [`RelayConfig::redelivery_window`](agentsaga_relay::RelayConfig::redelivery_window)).
 pub(crate) fn redelivery_window(relay: &agentsaga_relay::RelayConfig) -> Duration {
-    let attempts = relay.retry.max_attempts.max(1);
-    relay.lease * (attempts + 1) + relay.retry.cap * attempts
+    relay.redelivery_window()
 }
 
 /// Starts the pruning task, unless everything is kept.

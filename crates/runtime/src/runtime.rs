@@ -510,7 +510,13 @@ impl Runtime {
     ///
     /// # Errors
     /// [`agentsaga_saga::Error::UnknownSaga`] (as [`Error::Saga`]) for an unregistered
-    /// name; store errors.
+    /// name; [`agentsaga_saga::Error::Data`] for data that does not decode as the
+    /// saga's input, and [`agentsaga_core::Error::PayloadTooLarge`] (as
+    /// [`agentsaga_saga::Error::Store`]) for a first command over the message size
+    /// limit — checked before anything is written, also for a start that would wait;
+    /// [`agentsaga_saga::Error::StartSetAside`] if a start that waited could not be
+    /// started when its turn came (it is set aside, see `agentsaga starts list`);
+    /// store errors.
     pub async fn start_saga<D: Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
         self.start_keyed(name, None, data).await
     }
@@ -552,9 +558,8 @@ impl Runtime {
                 Ok(id)
             }
             Accepted::Existing(id) => {
-                if Engine::is_waiting(&self.store, id).await? {
-                    self.admission.started(&self.store, id).await?;
-                }
+                // Started, or waiting its turn, or set aside: as for the first start.
+                self.admission.started(&self.store, id).await?;
                 Ok(id)
             }
         }
@@ -698,7 +703,17 @@ impl Runtime {
                 // the queue first, then the instances again, so the move is not missed.
                 None if Engine::is_waiting(&self.store, id).await? => {}
                 None if query::get(&self.store, id).await?.is_some() => continue,
-                None => return Err(agentsaga_saga::Error::NotFound(id).into()),
+                None => {
+                    return Err(match Engine::set_aside_start(&self.store, id).await? {
+                        Some(s) => agentsaga_saga::Error::StartSetAside {
+                            id,
+                            name: s.name,
+                            reason: s.error,
+                        },
+                        None => agentsaga_saga::Error::NotFound(id),
+                    }
+                    .into());
+                }
             }
             let deadline = tokio::time::sleep(Duration::from_millis(500));
             tokio::pin!(deadline);

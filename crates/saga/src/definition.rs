@@ -360,7 +360,32 @@ pub struct SagaBuilder<D, P = BeforePivot> {
     version: i32,
     stages: Vec<Vec<StepDef>>,
     deadline: Option<Duration>,
+    input: InputCheck,
     _marker: PhantomData<fn(D, P)>,
+}
+
+/// Does a start's data decode as the saga's input type? Kept with a typed saga's
+/// definition so that a start is refused before anything is written, not when its
+/// first step is built (which a start that must wait for room does later).
+#[derive(Clone)]
+pub(crate) struct InputCheck(Arc<CheckFn>);
+
+type CheckFn = dyn Fn(&Value) -> Result<()> + Send + Sync;
+
+impl InputCheck {
+    fn of<D: DeserializeOwned>() -> Self {
+        Self(Arc::new(|v: &Value| data::<D>(v).map(drop)))
+    }
+
+    pub(crate) fn check(&self, data: &Value) -> Result<()> {
+        (self.0)(data)
+    }
+}
+
+impl std::fmt::Debug for InputCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InputCheck")
+    }
 }
 
 /// The entry point for defining sagas over the data type `D`.
@@ -380,6 +405,7 @@ where
             version,
             stages: Vec::new(),
             deadline: None,
+            input: InputCheck::of::<D>(),
             _marker: PhantomData,
         }
     }
@@ -435,6 +461,7 @@ impl<D, P> SagaBuilder<D, P> {
             stages: self.stages,
             deadline: self.deadline,
             planned: None,
+            input: Some(self.input),
         })
     }
 }
@@ -461,6 +488,7 @@ impl<D> SagaBuilder<D, BeforePivot> {
             version: this.version,
             stages: this.stages,
             deadline: this.deadline,
+            input: this.input,
             _marker: PhantomData,
         }
     }
@@ -487,6 +515,8 @@ pub struct SagaDefinition {
     pub(crate) deadline: Option<Duration>,
     /// A saga whose steps come from a plan, per instance (`stages` is empty then).
     pub(crate) planned: Option<Planned>,
+    /// The check of a start's data against the typed saga's input (`None`: planned).
+    pub(crate) input: Option<InputCheck>,
 }
 
 impl SagaDefinition {
@@ -731,6 +761,7 @@ impl PlannedBuilder {
             stages: Vec::new(),
             deadline: self.deadline,
             planned: Some(Planned { catalog, planner }),
+            input: None,
         })
     }
 }

@@ -62,6 +62,37 @@ impl Accepted {
     }
 }
 
+/// A waiting start that could not be started when its turn came, set aside in
+/// `saga_starts` with the reason (see [`Engine::admit`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SetAsideStart {
+    /// The id it was given when accepted (no saga has it).
+    pub id: SagaId,
+    /// The saga name.
+    pub name: String,
+    /// Its stored data.
+    pub data: Value,
+    /// Why it could not start.
+    pub error: String,
+    /// When it was accepted, Unix ms.
+    pub created_at_ms: i64,
+    /// When it was set aside, Unix ms.
+    pub set_aside_at_ms: i64,
+}
+
+impl From<admission::SetAsideRow> for SetAsideStart {
+    fn from(r: admission::SetAsideRow) -> Self {
+        Self {
+            id: r.id,
+            name: r.name,
+            data: r.data,
+            error: r.error,
+            created_at_ms: r.created_ms,
+            set_aside_at_ms: r.set_aside_ms,
+        }
+    }
+}
+
 /// The longest idempotency key a start accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
 
@@ -208,11 +239,11 @@ impl Engine {
     /// The data a start of saga `name` stores: `data` itself, or for a planned saga
     /// `{"input", "plan", "results"}` with its plan checked.
     fn prepare(&self, name: &str, version: i32, data: Value) -> Result<Value> {
-        let Some(planned) = self
-            .defs
-            .get(&(name.to_owned(), version))
-            .and_then(|d| d.planned.as_ref())
-        else {
+        let def = self.defs.get(&(name.to_owned(), version));
+        if let Some(input) = def.and_then(|d| d.input.as_ref()) {
+            input.check(&data)?;
+        }
+        let Some(planned) = def.and_then(|d| d.planned.as_ref()) else {
             return Ok(data);
         };
         if planned.planner.is_some() {
@@ -292,6 +323,14 @@ impl Engine {
             && (admission::any_waiting(tx.conn(), name).await?
                 || self.in_flight_estimate(tx, name).await? >= bound as u64)
         {
+            // Checked in full now, not when its turn comes: a start that cannot begin
+            // is refused here, with nothing written.
+            if let Err(e) = self.check_start(tx.store(), id, name, version, &data) {
+                if let Some(key) = key {
+                    admission::release_key(tx.conn(), name, key).await?;
+                }
+                return Err(e);
+            }
             let mut headers = Headers::new();
             agentsaga_core::propagation::inject_current(&mut headers);
             admission::push(tx.conn(), id, name, &data, &headers, now_ms()).await?;
@@ -353,6 +392,7 @@ impl Engine {
         for data in data {
             let id = SagaId::new();
             if insts.len() >= room {
+                self.check_start(tx.store(), id, name, version, &data)?;
                 later.push((id, data));
                 accepted.push(Accepted::Waiting(id));
                 continue;
@@ -437,8 +477,13 @@ impl Engine {
     /// Starts, in `tx`, as many waiting starts of saga `name` as its bound has room
     /// for, oldest first; returns their ids. The runtime calls it as sagas finish.
     ///
+    /// A start that cannot begin (its data no longer decodes as the saga's input, its
+    /// first command is over the size limit: say, after a deploy changed the saga) is
+    /// set aside in `saga_starts` with the reason, in `tx`, and the starts behind it
+    /// go on; see [`set_aside_starts`](Self::set_aside_starts).
+    ///
     /// # Errors
-    /// Store errors; [`Error::Data`] for a stored start whose data no longer fits.
+    /// Store errors.
     pub async fn admit(&self, tx: &mut Tx, name: &str) -> Result<Vec<SagaId>> {
         let Some(bound) = self.max_in_flight(name) else {
             return Ok(Vec::new());
@@ -447,17 +492,37 @@ impl Engine {
         let (_, waiting) = admission::pop(tx.conn(), name, bound as u64, now_ms()).await?;
         let mut ids = Vec::with_capacity(waiting.len());
         for w in waiting {
-            self.start_now(
-                tx,
-                w.id,
-                name,
-                version,
-                w.data,
-                w.waited_ms,
-                Some(&w.headers),
-            )
-            .await?;
-            ids.push(w.id);
+            let begun = self
+                .prepare_input(name, version, &w.data)
+                .and_then(|()| {
+                    self.begin_instance(
+                        w.id,
+                        name,
+                        version,
+                        w.data.clone(),
+                        w.waited_ms,
+                        Some(&w.headers),
+                    )
+                })
+                .and_then(|(inst, fx, span)| {
+                    for m in &fx.send {
+                        tx.store().check_message(m)?;
+                    }
+                    Ok((inst, fx, span))
+                });
+            match begun {
+                Ok((inst, fx, span)) => {
+                    self.write(tx, &inst, None, fx).instrument(span).await?;
+                    ids.push(w.id);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        saga.id = %w.id, saga.name = %name, error = %e,
+                        "a waiting start cannot be started: set aside (see `agentsaga starts list`)"
+                    );
+                    admission::set_aside(tx.conn(), name, &w, &e.to_string(), now_ms()).await?;
+                }
+            }
         }
         Ok(ids)
     }
@@ -493,6 +558,47 @@ impl Engine {
     /// Store errors.
     pub async fn is_waiting(store: &Store, id: SagaId) -> Result<bool> {
         admission::is_waiting(store, id).await
+    }
+
+    /// The waiting starts that could not be started when their turn came and were set
+    /// aside, oldest first (a read). They hold nothing up; each stays until an
+    /// operator removes it ([`remove_set_aside`](Self::remove_set_aside)).
+    ///
+    /// # Errors
+    /// Store errors; [`Error::Corrupt`] for a row this binary cannot read.
+    pub async fn set_aside_starts(store: &Store) -> Result<Vec<SetAsideStart>> {
+        Ok(admission::set_aside_rows(store, None)
+            .await?
+            .into_iter()
+            .map(SetAsideStart::from)
+            .collect())
+    }
+
+    /// The start `id`, if it was set aside (a read).
+    ///
+    /// # Errors
+    /// As [`set_aside_starts`](Self::set_aside_starts).
+    pub async fn set_aside_start(store: &Store, id: SagaId) -> Result<Option<SetAsideStart>> {
+        Ok(admission::set_aside_rows(store, Some(id))
+            .await?
+            .into_iter()
+            .next()
+            .map(SetAsideStart::from))
+    }
+
+    /// Operator: deletes the set-aside start `id`, in `tx`, with the idempotency key
+    /// that named it (a later start with that key starts afresh). Needs no saga
+    /// definition.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no start `id` is set aside (a start still waiting its
+    /// turn is not removed); store errors.
+    pub async fn remove_set_aside(tx: &mut Tx, id: SagaId) -> Result<()> {
+        if admission::remove_set_aside(tx.conn(), id).await? {
+            Ok(())
+        } else {
+            Err(Error::NotFound(id))
+        }
     }
 
     /// Why re-driving the dead letter `env` would be wrong, if it would: a saga
@@ -588,17 +694,6 @@ impl Engine {
         waited_ms: i64,
         parent: Option<&Headers>,
     ) -> Result<(Instance, Effects, tracing::Span)> {
-        let mut inst = Instance {
-            id,
-            name: name.to_owned(),
-            version,
-            state: SagaState::Running,
-            data,
-            error: None,
-            stage: 0,
-            steps: BTreeMap::new(),
-            finished: false,
-        };
         let span = tracing::info_span!(
             "saga.start",
             saga.id = %id,
@@ -610,12 +705,67 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let fx = span.in_scope(|| -> Result<Effects> {
-            let mut ctx = self.ctx(&mut inst)?;
-            ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
-            Ok(std::mem::take(&mut ctx.fx))
-        })?;
+        let (inst, fx) = span.in_scope(|| self.decide_start(id, name, version, data, waited_ms))?;
         Ok((inst, fx, span))
+    }
+
+    /// A new instance `id` of saga `name` and the effects of its start: decided, no
+    /// I/O.
+    fn decide_start(
+        &self,
+        id: SagaId,
+        name: &str,
+        version: i32,
+        data: Value,
+        waited_ms: i64,
+    ) -> Result<(Instance, Effects)> {
+        let mut inst = Instance {
+            id,
+            name: name.to_owned(),
+            version,
+            state: SagaState::Running,
+            data,
+            error: None,
+            stage: 0,
+            steps: BTreeMap::new(),
+            finished: false,
+        };
+        let mut ctx = self.ctx(&mut inst)?;
+        ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
+        let fx = std::mem::take(&mut ctx.fx);
+        Ok((inst, fx))
+    }
+
+    /// Could start `id` of saga `name` with (prepared) `data` begin on `store`? Its
+    /// first step(s) decided as a start would, and every message it would write
+    /// checked as an enqueue would check it. No I/O: for a start stored to begin
+    /// later, which must not fail then.
+    fn check_start(
+        &self,
+        store: &Store,
+        id: SagaId,
+        name: &str,
+        version: i32,
+        data: &Value,
+    ) -> Result<()> {
+        let (_, fx) = self.decide_start(id, name, version, data.clone(), 0)?;
+        for m in &fx.send {
+            store.check_message(m)?;
+        }
+        Ok(())
+    }
+
+    /// The input check of [`prepare`](Self::prepare) on stored (prepared) data: does it
+    /// still decode as the typed saga's input (a deploy may have changed it)?
+    fn prepare_input(&self, name: &str, version: i32, data: &Value) -> Result<()> {
+        match self
+            .defs
+            .get(&(name.to_owned(), version))
+            .and_then(|d| d.input.as_ref())
+        {
+            Some(input) => input.check(data),
+            None => Ok(()),
+        }
     }
 
     /// The signals saga `inst` has received, if its definition waits for any (no

@@ -57,6 +57,23 @@ pub enum Error {
         bound: usize,
     },
 
+    /// A start that waited for room (in `saga_starts`) could not be started when its
+    /// turn came (its data no longer fits the saga's input after a deploy, its first
+    /// command is too large...): it was set aside with this reason, and the starts
+    /// behind it went on. `agentsaga starts list` shows it; `agentsaga starts remove`
+    /// deletes it.
+    #[error(
+        "the waiting start {id} of saga `{name}` could not be started and was set aside: {reason}"
+    )]
+    StartSetAside {
+        /// The id the start was given.
+        id: SagaId,
+        /// Saga name.
+        name: String,
+        /// Why it could not start.
+        reason: String,
+    },
+
     /// A signal the saga cannot take: it is finished, or it never waits for that name.
     /// Nothing was written.
     #[error("signal `{name}` for saga {saga} refused: {reason}")]

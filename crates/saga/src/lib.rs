@@ -50,7 +50,8 @@ pub use definition::{
     Step, StepDef, Undoable, orchestrator_destination,
 };
 pub use engine::{
-    Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, Signal, SignalReceipt,
+    Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, SetAsideStart, Signal,
+    SignalReceipt,
 };
 pub use error::{Error, Result};
 pub use id::SagaId;

@@ -7,12 +7,13 @@ mod mcp;
 mod saga_actions;
 mod sagas;
 mod serve;
+mod starts;
 mod status;
 
 use agentsaga_console::{Action, Console, SagaQuery};
 use serde::Serialize;
 
-use crate::args::{Cli, Command, DeadCommand, SagasCommand};
+use crate::args::{Cli, Command, DeadCommand, SagasCommand, StartsCommand};
 use crate::db::{self, Missing};
 
 /// Runs the parsed command line.
@@ -20,6 +21,11 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     let missing = match cli.command {
         Command::Migrate => Missing::Create,
         _ => Missing::Refuse,
+    };
+    // What `migrate` finds before it applies anything, to say what it did.
+    let before = match cli.command {
+        Command::Migrate => Some(db::applied(cli.database_url.as_deref()).await?),
+        _ => None,
     };
     let store = db::open(cli.database_url.as_deref(), missing).await?;
     let console = Console::new(store.clone()).stalled_after(cli.stalled_after);
@@ -85,8 +91,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
             force,
         }) => dead::redrive(&console, id, destination.as_deref(), force).await,
         Command::Dead(DeadCommand::Purge(o)) => dead::purge(&console, o.older_than).await,
+        Command::Starts(StartsCommand::List { json }) => starts::list(&console, json.json).await,
+        Command::Starts(StartsCommand::Remove { id }) => starts::remove(&console, id).await,
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
-        Command::Migrate => maintenance::migrate(&store),
+        Command::Migrate => maintenance::migrate(&store, &before.unwrap_or_default()),
         Command::Serve(args) => serve::run(console, args).await,
         Command::Mcp => mcp::run(console).await,
     };

@@ -57,6 +57,19 @@ pub(super) async fn run(console: &Console, json: bool) -> anyhow::Result<()> {
     } else {
         outln!("starts waiting for room (admission bound): 0");
     }
+    let set_aside: u64 = doc.starts_set_aside.values().sum();
+    if set_aside > 0 {
+        let per_name: Vec<String> = doc
+            .starts_set_aside
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        outln!(
+            "starts set aside (could not start when their turn came): {set_aside} ({}) \
+             (see `agentsaga starts list`)",
+            per_name.join(", ")
+        );
+    }
     outln!(
         "stalled sagas (running, nothing live or no progress for {}): {}{}",
         compact_duration(console.stalled_threshold()),

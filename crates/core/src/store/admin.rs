@@ -140,6 +140,10 @@ impl Admin<'_> {
 
     /// Deletes inbox records older than `older_than`. Keep them longer than any
     /// redelivery can take (leases, retries), or a late duplicate is processed again.
+    /// The record of a message whose outbox row in this database is still pending, in
+    /// flight or dead is never deleted, however old: its delivery may come again (after
+    /// a restart that found its lease run out, after a re-drive), so time the processes
+    /// were down counts too.
     ///
     /// # Errors
     /// [`Error::Database`] on a database error.

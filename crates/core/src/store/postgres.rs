@@ -325,8 +325,11 @@ impl Dialect for Postgres {
                    AND created_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
             }
             Table::Inbox => {
+                // As on SQLite: never the record of a message still re-deliverable here.
                 "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
-                   FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond' LIMIT $2)"
+                   FROM inbox WHERE received_at < now() - $1 * interval '1 millisecond'
+                   AND NOT EXISTS (SELECT 1 FROM outbox o
+                     WHERE o.id = inbox.message_id AND o.state <> 'delivered') LIMIT $2)"
             }
         };
         let r = sqlx::query(sql)

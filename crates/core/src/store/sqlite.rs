@@ -466,8 +466,12 @@ impl Dialect for Sqlite {
                    WHERE state = 'dead' AND created_at < ?1 LIMIT ?2)"
             }
             Table::Inbox => {
+                // Never the record of a message this database may still deliver again
+                // (its outbox row pending, in flight or dead: re-drivable), however old
+                // it is: downtime does not end a redelivery window.
                 "DELETE FROM inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id
-                   FROM inbox WHERE received_at < ?1 LIMIT ?2)"
+                   FROM inbox WHERE received_at < ?1 AND NOT EXISTS (SELECT 1 FROM outbox o
+                     WHERE o.id = inbox.message_id AND o.state <> 'delivered') LIMIT ?2)"
             }
         };
         let r = sqlx::query(sql)
