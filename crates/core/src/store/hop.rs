@@ -15,6 +15,12 @@
 //! never waits for more, so a lone hop costs its own transaction and two task
 //! hand-offs.
 //!
+//! A batch takes a message at most once: a caller whose message a hop of the open
+//! transaction recorded in the inbox (a redelivery) is put back, first for the next
+//! batch. It then learns it is a duplicate only if the first hop committed; had it
+//! been told so in the same batch, a failed commit would have left the message
+//! acknowledged with no effects.
+//!
 //! SQLite has one lane: its single writer, which writers take turns on anyway. On
 //! PostgreSQL a statement costs its execution, not its commit, so sharing commits buys
 //! little there; what does is statements that serve many hops at once. The hops that
@@ -39,6 +45,7 @@
 //! A hop holds its lane while it runs: its work should be statements, not waits on
 //! the outside world (that is what an agent's `call` is for).
 
+use std::collections::{HashSet, VecDeque};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -492,8 +499,10 @@ const HOLD: std::time::Duration = std::time::Duration::from_millis(10);
 async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
     // The connection kept from the last batch, and since when it is held.
     let mut spare: Option<(Tx, std::time::Instant)> = None;
+    // Callers put back by the last batch (their message was recorded in it): first.
+    let mut held: VecDeque<Request> = VecDeque::new();
     loop {
-        let first = match queue.try_recv() {
+        let first = match held.pop_front().map_or_else(|| queue.try_recv(), Ok) {
             Ok(first) => first,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
             Err(mpsc::error::TryRecvError::Empty) => {
@@ -528,7 +537,14 @@ async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) 
         }
         let since = spare.as_ref().map(|(_, since)| *since);
         counts.busy.store(true, Ordering::Release);
-        let kept = batch(first, &mut queue, &counts, spare.take().map(|(t, _)| t)).await;
+        let kept = batch(
+            first,
+            &mut queue,
+            &mut held,
+            &counts,
+            spare.take().map(|(t, _)| t),
+        )
+        .await;
         spare = kept.map(|t| (t, since.unwrap_or_else(std::time::Instant::now)));
         if spare.is_none() {
             counts.busy.store(false, Ordering::Release);
@@ -568,15 +584,58 @@ async fn end_shared(mut t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
     (ended, None)
 }
 
+/// A message recorded in the inbox by a hop of the open shared transaction.
+type Recorded = HashSet<(String, MessageId)>;
+
+/// The next caller that may join the batch: the first waiting (those `held` back by
+/// the last batch first) whose message no hop of the open transaction has recorded.
+/// The others are put back in `again`, for the next batch: a second delivery of a
+/// message is answered only once the first's commit is known (a duplicate if it
+/// committed; if it failed, the second delivery is the first that counts).
+fn pull(
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    recorded: &Recorded,
+    again: &mut VecDeque<Request>,
+) -> Option<Request> {
+    loop {
+        let r = held.pop_front().or_else(|| queue.try_recv().ok())?;
+        if r.inbox.as_ref().is_some_and(|m| recorded.contains(m)) {
+            again.push_back(r);
+            continue;
+        }
+        return Some(r);
+    }
+}
+
 /// Runs one shared transaction: hands it to `first`, then to each caller waiting,
-/// then commits and answers them all.
+/// then commits and answers them all. Callers whose message a hop of the transaction
+/// recorded are put back in `held`, first for the next batch.
 async fn batch(
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    counts: &Arc<Counts>,
+    spare: Option<Tx>,
+) -> Option<Tx> {
+    let mut again = VecDeque::new();
+    let kept = batch_of(first, queue, held, &mut again, counts, spare).await;
+    again.extend(held.drain(..));
+    *held = again;
+    kept
+}
+
+async fn batch_of(
+    first: Request,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    again: &mut VecDeque<Request>,
     counts: &Arc<Counts>,
     mut spare: Option<Tx>,
 ) -> Option<Tx> {
     let mut next = Some(first);
+    // The messages the hops of the open transaction recorded.
+    let mut recorded = Recorded::new();
     // The hops kept so far, waiting for the commit.
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut tx: Option<Tx> = None;
@@ -586,7 +645,7 @@ async fn batch(
     let mut opened: Option<(Option<Receipt>, Option<Prefetched>)> = None;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
-            queue.try_recv().ok()
+            pull(queue, held, &recorded, again)
         } else {
             None
         }
@@ -602,7 +661,10 @@ async fn batch(
         let mut t = match tx.take() {
             Some(t) => t,
             None => match begin_shared(&request.store, spare.take()).await {
-                Ok(t) => t,
+                Ok(t) => {
+                    recorded.clear();
+                    t
+                }
                 Err(e) => {
                     // Nothing kept yet (a transaction is begun only with none open).
                     let _ = request.turn.send(Err(e));
@@ -648,6 +710,11 @@ async fn batch(
                 }
             }
         };
+        if receipt == Some(Receipt::First)
+            && let Some(m) = &request.inbox
+        {
+            recorded.insert(m.clone());
+        }
         let mark = t.handed_mark();
         let (back, returned) = oneshot::channel();
         let hop = Hop {
@@ -672,7 +739,7 @@ async fn batch(
                 // The release; a caller already waiting is opened in the same round
                 // trip.
                 let ahead = if taken < MAX_BATCH {
-                    queue.try_recv().ok()
+                    pull(queue, held, &recorded, again)
                 } else {
                     None
                 };

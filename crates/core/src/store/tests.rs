@@ -950,8 +950,9 @@ async fn after_queueing<F: std::future::Future>(
 }
 
 // A hop that opens by recording its message in the inbox (on SQLite in the round trip
-// of the savepoint statements): a message recorded before, or by a hop earlier in the
-// same shared transaction, is a duplicate; a hop rolled back leaves no record.
+// of the savepoint statements): a message recorded and committed before is a
+// duplicate (one recorded in the open shared transaction waits for its commit); a hop
+// rolled back leaves no record.
 async fn hops_receiving_record_once(backend: Backend) {
     let (store, _) = open(backend).await;
     let ids: Vec<MessageId> = (0..8).map(|_| MessageId::new()).collect();
@@ -965,8 +966,9 @@ async fn hops_receiving_record_once(backend: Backend) {
     let first = store.hop().await.unwrap();
     let mut tasks = Vec::new();
     // (message, commit?) in queue order: ids[1] twice (the second a duplicate of the
-    // first, kept in the same transaction); ids[2] rolled back, then received again;
-    // ids[0] a duplicate of a committed record.
+    // first, answered once the first is committed: on SQLite in the next shared
+    // transaction); ids[2] rolled back, then received again; ids[0] a duplicate of a
+    // committed record.
     let plan = [
         (ids[1], true),
         (ids[1], true),
@@ -1004,7 +1006,7 @@ async fn hops_receiving_record_once(backend: Backend) {
     }
     use Receipt::{Duplicate, First};
     if backend == Backend::Sqlite {
-        // One shared transaction, in queue order.
+        // In queue order (the duplicate of ids[1] after its first's commit).
         assert_eq!(
             receipts,
             [
@@ -1067,7 +1069,8 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
     // The first hop holds the lane until every other hop has queued behind it.
     let first = store.hop().await.unwrap();
     // (message, read, keep?) in queue order: ids[0] kept; ids[1] rolled back; ids[2]
-    // kept; ids[0] again (a duplicate, dropped); ids[3] with a read that fails; ids[4].
+    // kept; ids[0] again (a duplicate, dropped; on SQLite opened after the commit);
+    // ids[3] with a read that fails; ids[4].
     let plan = [
         (ids[0], count(), true),
         (ids[1], count(), false),
@@ -1126,7 +1129,9 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
             Ok((First, read(2))),
             "a rolled-back write is not read"
         );
-        assert_eq!(results[3], Ok((Duplicate, read(3))));
+        // A second delivery of a message recorded in the open transaction waits for
+        // its commit: it opens in the next one, which finds every write of this one.
+        assert_eq!(results[3], Ok((Duplicate, read(4))));
         let failed = results[4].as_ref().unwrap_err();
         assert!(failed.contains("no_such_table"), "{failed}");
         assert_eq!(results[5], Ok((First, read(3))));
@@ -1340,14 +1345,21 @@ async fn deferred_last_writes(backend: Backend) {
     }
     let mut tasks = Vec::new();
     let mut ids = Vec::new();
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let mut wait = Some(wait);
     for ok in plan {
         let id = MessageId::new();
         ids.push(id);
         let store = store.clone();
         let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
         let q = marker(id, ok);
+        // The first hop waits for the others to queue behind it.
+        let wait = wait.take();
         tasks.push(tokio::spawn(async move {
             let mut hop = after_queueing(store.hop(), queued).await.unwrap();
+            if let Some(wait) = wait {
+                wait.await.unwrap();
+            }
             hop.defer_next_write();
             let m = Message::to("direct").json(&id.to_string()).unwrap();
             hop.enqueue_batch_after(q, std::slice::from_ref(&m))
@@ -1357,6 +1369,7 @@ async fn deferred_last_writes(backend: Backend) {
         }));
         is_queued.await.unwrap();
     }
+    go.send(()).unwrap();
     let mut results = Vec::new();
     for t in tasks {
         results.push(t.await.unwrap());
@@ -2121,3 +2134,95 @@ async fn lock_and_statement_timeouts_are_transient() {
         .unwrap_err();
     assert!(!Error::from(dup).is_transient());
 }
+
+/// Creates `parent` and `child`, whose foreign key is checked at commit: a hop that
+/// inserts a `child` row without its parent fails the commit of its transaction (on
+/// SQLite, the shared one) with no error before.
+async fn commit_poison_tables(store: &Store) {
+    let mut tx = store.begin().await.unwrap();
+    for sql in [
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY)",
+        "CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+    ] {
+        crate::with_conn!(tx.conn(), c => { sqlx::query(sql).execute(c).await.unwrap().rows_affected() });
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Inserts an orphan `child` row in `tx`: its commit will fail.
+async fn poison_commit(tx: &mut super::Tx) {
+    crate::with_conn!(tx.conn(), c => {
+        sqlx::query("INSERT INTO child (p) VALUES (1)").execute(c).await.unwrap().rows_affected()
+    });
+}
+
+// A second delivery of a message whose first hop is not committed yet (on SQLite, kept
+// in the lane's shared transaction) is not answered a duplicate before that commit is
+// known: if the first hop's transaction then fails, the second delivery is the first
+// one that counts, and handles the message.
+async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
+    let (store, _) = open(backend).await;
+    commit_poison_tables(&store).await;
+    let id = MessageId::new();
+    // A hop holds the lane (SQLite) until both deliveries have queued behind it: they
+    // share its transaction, the second opened in the round trip that ends the first.
+    let holder = store.hop().await.unwrap();
+    let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
+                .await
+                .unwrap();
+            assert_eq!(receipt, Receipt::First);
+            hop.enqueue(&Message::to("effect").json(&1).unwrap())
+                .await
+                .unwrap();
+            poison_commit(&mut hop).await;
+            hop.commit().await
+        })
+    };
+    is_queued.await.unwrap();
+    let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+    let second = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
+                .await
+                .unwrap();
+            if receipt == Receipt::First {
+                hop.enqueue(&Message::to("effect").json(&2).unwrap())
+                    .await
+                    .unwrap();
+                hop.commit().await.unwrap();
+            }
+            receipt
+        })
+    };
+    is_queued.await.unwrap();
+    let held = tokio::spawn(holder.commit());
+    let failed = first.await.unwrap();
+    assert!(failed.is_err(), "the first hop's commit failed: {failed:?}");
+    assert_eq!(
+        second.await.unwrap(),
+        Receipt::First,
+        "the first delivery's record was never committed: the second is not a duplicate"
+    );
+    let _ = held.await.unwrap();
+    assert!(store.seen("agent", id).await.unwrap());
+    let effects: i64 = store
+        .read(async |c| {
+            Ok(crate::with_conn!(c, c => {
+                sqlx::query_scalar("SELECT count(*) FROM outbox WHERE destination = 'effect'")
+                    .fetch_one(c)
+                    .await?
+            }))
+        })
+        .await
+        .unwrap();
+    assert_eq!(effects, 1, "the message's effects are written once");
+}
+both_backends!(
+    duplicate_wait_tests,
+    a_duplicate_waits_for_its_first_hops_commit
+);
