@@ -302,7 +302,9 @@ impl Hop {
             return Ok(());
         }
         let (done, committed) = oneshot::channel();
-        self.give_back(End::Commit(done));
+        if !self.give_back(End::Commit(done)) {
+            return Err(Error::SharedCommit(LET_GO.into()));
+        }
         committed
             .await
             .unwrap_or_else(|_| Err(Error::SharedCommit("the commit lane stopped".into())))
@@ -310,17 +312,21 @@ impl Hop {
 
     /// Undoes this hop's effects (those of the other hops in the transaction stay).
     pub fn rollback(mut self) {
-        self.give_back(End::Rollback);
+        let _ = self.give_back(End::Rollback);
     }
 
-    fn give_back(&mut self, end: End) {
+    /// Gives the transaction back to its lane; `false` if the lane no longer waits
+    /// for it (the watchdog let it go, or the lane stopped): the transaction is
+    /// dropped, nothing of this hop written.
+    fn give_back(&mut self, end: End) -> bool {
         match (self.tx.take(), self.back.take()) {
             // The lane waits for this; if it is gone, so is the transaction.
-            (Some(tx), Some(back)) => {
-                let _ = back.send(Back { tx, end });
-            }
+            (Some(tx), Some(back)) => back.send(Back { tx, end }).is_ok(),
             // A transaction of its own: dropping it rolls it back.
-            (tx, _) => drop(tx),
+            (tx, _) => {
+                drop(tx);
+                true
+            }
         }
     }
 }
@@ -344,9 +350,17 @@ impl DerefMut for Hop {
 
 impl Drop for Hop {
     fn drop(&mut self) {
-        self.give_back(End::Rollback);
+        let _ = self.give_back(End::Rollback);
     }
 }
+
+/// What the commit of a hop that its lane let go says.
+const LET_GO: &str = "the lane let this hop go (it held its turn past StoreConfig::hop_timeout, \
+     or the lane stopped): nothing of it was written";
+
+/// What the commit of a hop that came back to SQLite's lane past its bound says.
+const LATE: &str = "this hop held its turn in the shared transaction past \
+     StoreConfig::hop_timeout: it was undone, nothing of it was written";
 
 impl Store {
     /// Waits for a turn in a shared write transaction (group commit, see the `hop`
@@ -724,11 +738,36 @@ async fn batch_of(
         };
         // A caller that went away drops the hop it is sent, which gives it back.
         let _ = request.turn.send(Ok((hop, receipt, read)));
-        let Ok(Back { tx: mut t, end }) = returned.await else {
+        let bound = request.store.config().hop_timeout;
+        let mut returned = returned;
+        let (returned, late) = match tokio::time::timeout(bound, &mut returned).await {
+            Ok(returned) => (returned, false),
+            Err(_) => {
+                // The watchdog. The hop holds the single writer (its transaction is
+                // the lane's): the lane cannot take it back, only wait, and undo the
+                // hop when it returns. (The runtime cancels an agent's handler past
+                // the same bound, which gives its hop back.)
+                tracing::error!(
+                    bound_ms = bound.as_millis() as u64,
+                    hops = kept.len(),
+                    "a hop has held SQLite's lane past hop_timeout: every write of the process waits for it; it will be undone when it returns"
+                );
+                (returned.await, true)
+            }
+        };
+        let Ok(Back { tx: mut t, end }) = returned else {
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
             fail_all(kept, "a shared transaction was lost");
             return None;
+        };
+        let end = match end {
+            End::Commit(done) if late => {
+                // Past its bound: undone like a rollback, and told so.
+                let _ = done.send(Err(Error::SharedCommit(LATE.into())));
+                End::Rollback
+            }
+            end => end,
         };
         match (end, savepoint) {
             (End::Commit(done), false) => {

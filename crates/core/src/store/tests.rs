@@ -1948,6 +1948,93 @@ mod set_lane {
         assert_eq!(logged(&store).await, ["c", "kept"]);
         assert!(!store.seen("writer2", last[0]).await.unwrap());
     }
+
+    // The watchdog: a hop that holds its set lane past `hop_timeout` (its handler
+    // never returns, say) fails alone: its batch's session is ended, the hops behind
+    // it commit in a batch of their own, nothing of it is written, and its commit,
+    // when it comes, fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hop_past_its_bound_fails_alone() {
+        let url = fresh_url(Backend::Postgres).await;
+        let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+        let store = Store::connect_with(&url, config).await.unwrap();
+        exec(
+            &store,
+            "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await;
+        let k = keys_like(Uuid::now_v7(), 3);
+        {
+            let mut tx = store.begin().await.unwrap();
+            let crate::Conn::Postgres(c) = tx.conn() else {
+                unreachable!()
+            };
+            sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
+                .bind(&k)
+                .execute(c)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let row =
+            |key: Uuid, v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
+        let stuck_id = MessageId::new();
+        let (has_hop, got_hop) = tokio::sync::oneshot::channel::<()>();
+        let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+        let stuck = {
+            let store = store.clone();
+            let key = k[0];
+            tokio::spawn(async move {
+                let (mut hop, receipt, _) = store
+                    .hop_receiving_prefetched("agent", stuck_id, Some(read(key)))
+                    .await
+                    .unwrap();
+                assert_eq!(receipt, Receipt::First);
+                hop.defer_rows(&WRITE, row(key, "stuck")).unwrap();
+                hop.defer_enqueue(&[Message::to("out").json(&"stuck").unwrap()])
+                    .unwrap();
+                has_hop.send(()).unwrap();
+                // Holds its hop until the test is done with the others.
+                woken.await.unwrap();
+                hop.commit().await
+            })
+        };
+        got_hop.await.unwrap();
+        let mut others = Vec::new();
+        for (key, v) in [(k[1], "a"), (k[2], "b")] {
+            let store = store.clone();
+            others.push(tokio::spawn(async move {
+                let (mut hop, receipt, _) = store
+                    .hop_receiving_prefetched("agent", MessageId::new(), Some(read(key)))
+                    .await
+                    .unwrap();
+                assert_eq!(receipt, Receipt::First);
+                hop.defer_rows(&WRITE, row(key, v)).unwrap();
+                hop.defer_enqueue(&[Message::to("out").json(&v).unwrap()])
+                    .unwrap();
+                hop.commit().await
+            }));
+        }
+        for t in others {
+            // Bounded: without the watchdog they would wait for the stuck hop.
+            let committed = tokio::time::timeout(Duration::from_secs(20), t)
+                .await
+                .expect("the hops behind a stuck one go on")
+                .unwrap();
+            committed.unwrap();
+        }
+        wake.send(()).unwrap();
+        let late = stuck.await.unwrap();
+        assert!(
+            matches!(late, Err(Error::SharedCommit(_))),
+            "the stuck hop's commit fails: {late:?}"
+        );
+        assert_eq!(table_value(&store, k[0]).await, "0");
+        assert_eq!(table_value(&store, k[1]).await, "a");
+        assert_eq!(table_value(&store, k[2]).await, "b");
+        assert!(!store.seen("agent", stuck_id).await.unwrap());
+        assert_eq!(store.admin().stats().await.unwrap().pending, 2);
+    }
 }
 
 // A statement of the caller's fails in the transaction and its error is swallowed. On
@@ -2166,8 +2253,11 @@ async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
     let id = MessageId::new();
     // A hop holds the lane (SQLite) until both deliveries have queued behind it: they
     // share its transaction, the second opened in the round trip that ends the first.
+    // (On PostgreSQL, where each hop is a transaction of its own, the second starts
+    // once the first has recorded the message.)
     let holder = store.hop().await.unwrap();
     let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+    let (recorded, is_recorded) = tokio::sync::oneshot::channel::<()>();
     let first = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -2175,6 +2265,7 @@ async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
                 .await
                 .unwrap();
             assert_eq!(receipt, Receipt::First);
+            let _ = recorded.send(());
             hop.enqueue(&Message::to("effect").json(&1).unwrap())
                 .await
                 .unwrap();
@@ -2183,6 +2274,9 @@ async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
         })
     };
     is_queued.await.unwrap();
+    if backend == Backend::Postgres {
+        is_recorded.await.unwrap();
+    }
     let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
     let second = {
         let store = store.clone();
@@ -2226,3 +2320,50 @@ both_backends!(
     duplicate_wait_tests,
     a_duplicate_waits_for_its_first_hops_commit
 );
+
+// The watchdog on SQLite: a hop that holds the lane past `hop_timeout` holds the single
+// writer, which the lane cannot take back; when it returns it is undone alone (its
+// commit fails, nothing of it written) and the hops queued behind it commit.
+#[tokio::test]
+async fn sqlite_lane_undoes_a_hop_back_past_its_bound() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+    let store = Store::connect_with(&url, config).await.unwrap();
+    let stuck_id = MessageId::new();
+    let (mut stuck, _) = store.hop_receiving("agent", stuck_id).await.unwrap();
+    stuck
+        .enqueue(&Message::to("stuck").json(&0).unwrap())
+        .await
+        .unwrap();
+    let mut others = Vec::new();
+    for i in 0..3u32 {
+        let store = store.clone();
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        others.push(tokio::spawn(async move {
+            let (mut hop, _) =
+                after_queueing(store.hop_receiving("agent", MessageId::new()), queued)
+                    .await
+                    .unwrap();
+            hop.enqueue(&Message::to("kept").json(&i).unwrap())
+                .await
+                .unwrap();
+            hop.commit().await
+        }));
+        is_queued.await.unwrap();
+    }
+    // Past the bound (a wait, not a measurement: the lane has let the bound pass).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let late = stuck.commit().await;
+    assert!(
+        matches!(late, Err(Error::SharedCommit(_))),
+        "a hop back past its bound is undone: {late:?}"
+    );
+    for t in others {
+        t.await.unwrap().unwrap();
+    }
+    assert!(!store.seen("agent", stuck_id).await.unwrap());
+    let d = dests(&["kept", "stuck"]);
+    let got = claim_n(&store, "r", &d, 10).await;
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|e| e.destination == "kept"));
+}
