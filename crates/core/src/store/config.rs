@@ -47,8 +47,8 @@ pub struct StoreConfig {
     /// the lane ends the hop's transaction (terminating its session), fails the hops
     /// its batch kept before it (transient, retried by their callers) and goes on with
     /// the rest. SQLite's lane cannot take its single writer back from a holder that
-    /// never returns: the runtime cancels an agent's handler past this bound instead,
-    /// and the lane undoes a hop that comes back late. Default 30 s.
+    /// never returns: it waits (and logs an error), then undoes the hop when it comes
+    /// back; the hops behind it go on. Default 30 s.
     pub hop_timeout: Duration,
 }
 

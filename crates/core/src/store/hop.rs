@@ -43,7 +43,11 @@
 //! undone), the transaction's (abandoned), or the next hop's (it alone fails).
 //!
 //! A hop holds its lane while it runs: its work should be statements, not waits on
-//! the outside world (that is what an agent's `call` is for).
+//! the outside world (that is what an agent's `call` is for). The lanes' watchdog
+//! ([`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout)) bounds a hop's
+//! turn: PostgreSQL's set lane ends a stuck batch's session and goes on; SQLite's lane
+//! cannot take its writer back from the hop's holder, so it undoes a hop that comes
+//! back past the bound (its commit fails) and logs the wait.
 
 use std::collections::{HashSet, VecDeque};
 use std::ops::{Deref, DerefMut};
@@ -374,7 +378,8 @@ impl Store {
     /// holding one (inside an agent's handler, say): on SQLite it would wait for itself,
     /// and on PostgreSQL a hop of the set lane holds its batch's sagas locked (a
     /// transaction of its own that writes one of them waits for the batch, which
-    /// waits for the hop, until PostgreSQL ends the batch after 60 s idle).
+    /// waits for the hop, until the lane's watchdog ends the batch past
+    /// [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout)).
     ///
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
@@ -744,9 +749,9 @@ async fn batch_of(
             Ok(returned) => (returned, false),
             Err(_) => {
                 // The watchdog. The hop holds the single writer (its transaction is
-                // the lane's): the lane cannot take it back, only wait, and undo the
-                // hop when it returns. (The runtime cancels an agent's handler past
-                // the same bound, which gives its hop back.)
+                // the lane's, and the holder may hold a borrow of its connection):
+                // the lane cannot take it back, only wait, and undo the hop when it
+                // returns.
                 tracing::error!(
                     bound_ms = bound.as_millis() as u64,
                     hops = kept.len(),

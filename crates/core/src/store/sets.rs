@@ -34,8 +34,11 @@
 //! never deadlock on sagas; a hop outside the lane locks one saga. Rows that hops lock
 //! with statements of their own are held to the batch's commit: two batches can
 //! deadlock on them, and PostgreSQL then fails one. A hop waiting on another
-//! connection for a lock its batch holds would hang the lane: the batch's session ends
-//! after 60 s idle in its transaction.
+//! connection for a lock its batch holds would hang the lane: the lane's watchdog
+//! ends the batch's session once the hop has held its turn past
+//! [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout) (and PostgreSQL after
+//! 60 s idle in its transaction, whichever comes first); the hops it kept are retried,
+//! those not yet run get a batch of their own.
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
 #![allow(irrefutable_let_patterns)]
