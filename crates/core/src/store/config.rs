@@ -40,6 +40,16 @@ pub struct StoreConfig {
     /// Default `true`; `false` gives each such hop a transaction of its own. Not used
     /// with a [`max_pending`](Self::max_pending) limit.
     pub set_lane: bool,
+    /// The lanes' watchdog: how long a hop may hold its turn in a shared transaction
+    /// (from when it gets it to when it commits or rolls back). Past it the hop fails
+    /// alone: nothing of it is written, and its commit (whenever it comes) fails with
+    /// [`Error::SharedCommit`](crate::Error::SharedCommit). On PostgreSQL's set lane
+    /// the lane ends the hop's transaction (terminating its session), fails the hops
+    /// its batch kept before it (transient, retried by their callers) and goes on with
+    /// the rest. SQLite's lane cannot take its single writer back from a holder that
+    /// never returns: it waits (and logs an error), then undoes the hop when it comes
+    /// back; the hops behind it go on. Default 30 s.
+    pub hop_timeout: Duration,
 }
 
 impl Default for StoreConfig {
@@ -52,6 +62,7 @@ impl Default for StoreConfig {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(60),
             set_lane: true,
+            hop_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -68,6 +79,13 @@ impl StoreConfig {
     #[must_use]
     pub fn set_lane(mut self, on: bool) -> Self {
         self.set_lane = on;
+        self
+    }
+
+    /// Sets [`hop_timeout`](Self::hop_timeout).
+    #[must_use]
+    pub fn hop_timeout(mut self, bound: Duration) -> Self {
+        self.hop_timeout = bound;
         self
     }
 

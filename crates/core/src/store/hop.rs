@@ -15,6 +15,12 @@
 //! never waits for more, so a lone hop costs its own transaction and two task
 //! hand-offs.
 //!
+//! A batch takes a message at most once: a caller whose message a hop of the open
+//! transaction recorded in the inbox (a redelivery) is put back, first for the next
+//! batch. It then learns it is a duplicate only if the first hop committed; had it
+//! been told so in the same batch, a failed commit would have left the message
+//! acknowledged with no effects.
+//!
 //! SQLite has one lane: its single writer, which writers take turns on anyway. On
 //! PostgreSQL a statement costs its execution, not its commit, so sharing commits buys
 //! little there; what does is statements that serve many hops at once. The hops that
@@ -37,8 +43,13 @@
 //! undone), the transaction's (abandoned), or the next hop's (it alone fails).
 //!
 //! A hop holds its lane while it runs: its work should be statements, not waits on
-//! the outside world (that is what an agent's `call` is for).
+//! the outside world (that is what an agent's `call` is for). The lanes' watchdog
+//! ([`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout)) bounds a hop's
+//! turn: PostgreSQL's set lane ends a stuck batch's session and goes on; SQLite's lane
+//! cannot take its writer back from the hop's holder, so it undoes a hop that comes
+//! back past the bound (its commit fails) and logs the wait.
 
+use std::collections::{HashSet, VecDeque};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -295,7 +306,9 @@ impl Hop {
             return Ok(());
         }
         let (done, committed) = oneshot::channel();
-        self.give_back(End::Commit(done));
+        if !self.give_back(End::Commit(done)) {
+            return Err(Error::SharedCommit(LET_GO.into()));
+        }
         committed
             .await
             .unwrap_or_else(|_| Err(Error::SharedCommit("the commit lane stopped".into())))
@@ -303,17 +316,21 @@ impl Hop {
 
     /// Undoes this hop's effects (those of the other hops in the transaction stay).
     pub fn rollback(mut self) {
-        self.give_back(End::Rollback);
+        let _ = self.give_back(End::Rollback);
     }
 
-    fn give_back(&mut self, end: End) {
+    /// Gives the transaction back to its lane; `false` if the lane no longer waits
+    /// for it (the watchdog let it go, or the lane stopped): the transaction is
+    /// dropped, nothing of this hop written.
+    fn give_back(&mut self, end: End) -> bool {
         match (self.tx.take(), self.back.take()) {
             // The lane waits for this; if it is gone, so is the transaction.
-            (Some(tx), Some(back)) => {
-                let _ = back.send(Back { tx, end });
-            }
+            (Some(tx), Some(back)) => back.send(Back { tx, end }).is_ok(),
             // A transaction of its own: dropping it rolls it back.
-            (tx, _) => drop(tx),
+            (tx, _) => {
+                drop(tx);
+                true
+            }
         }
     }
 }
@@ -337,9 +354,17 @@ impl DerefMut for Hop {
 
 impl Drop for Hop {
     fn drop(&mut self) {
-        self.give_back(End::Rollback);
+        let _ = self.give_back(End::Rollback);
     }
 }
+
+/// What the commit of a hop that its lane let go says.
+const LET_GO: &str = "the lane let this hop go (it held its turn past StoreConfig::hop_timeout, \
+     or the lane stopped): nothing of it was written";
+
+/// What the commit of a hop that came back to SQLite's lane past its bound says.
+const LATE: &str = "this hop held its turn in the shared transaction past \
+     StoreConfig::hop_timeout: it was undone, nothing of it was written";
 
 impl Store {
     /// Waits for a turn in a shared write transaction (group commit, see the `hop`
@@ -353,7 +378,8 @@ impl Store {
     /// holding one (inside an agent's handler, say): on SQLite it would wait for itself,
     /// and on PostgreSQL a hop of the set lane holds its batch's sagas locked (a
     /// transaction of its own that writes one of them waits for the batch, which
-    /// waits for the hop, until PostgreSQL ends the batch after 60 s idle).
+    /// waits for the hop, until the lane's watchdog ends the batch past
+    /// [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout)).
     ///
     /// # Errors
     /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
@@ -492,8 +518,10 @@ const HOLD: std::time::Duration = std::time::Duration::from_millis(10);
 async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
     // The connection kept from the last batch, and since when it is held.
     let mut spare: Option<(Tx, std::time::Instant)> = None;
+    // Callers put back by the last batch (their message was recorded in it): first.
+    let mut held: VecDeque<Request> = VecDeque::new();
     loop {
-        let first = match queue.try_recv() {
+        let first = match held.pop_front().map_or_else(|| queue.try_recv(), Ok) {
             Ok(first) => first,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
             Err(mpsc::error::TryRecvError::Empty) => {
@@ -528,7 +556,14 @@ async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) 
         }
         let since = spare.as_ref().map(|(_, since)| *since);
         counts.busy.store(true, Ordering::Release);
-        let kept = batch(first, &mut queue, &counts, spare.take().map(|(t, _)| t)).await;
+        let kept = batch(
+            first,
+            &mut queue,
+            &mut held,
+            &counts,
+            spare.take().map(|(t, _)| t),
+        )
+        .await;
         spare = kept.map(|t| (t, since.unwrap_or_else(std::time::Instant::now)));
         if spare.is_none() {
             counts.busy.store(false, Ordering::Release);
@@ -568,15 +603,58 @@ async fn end_shared(mut t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
     (ended, None)
 }
 
+/// A message recorded in the inbox by a hop of the open shared transaction.
+type Recorded = HashSet<(String, MessageId)>;
+
+/// The next caller that may join the batch: the first waiting (those `held` back by
+/// the last batch first) whose message no hop of the open transaction has recorded.
+/// The others are put back in `again`, for the next batch: a second delivery of a
+/// message is answered only once the first's commit is known (a duplicate if it
+/// committed; if it failed, the second delivery is the first that counts).
+fn pull(
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    recorded: &Recorded,
+    again: &mut VecDeque<Request>,
+) -> Option<Request> {
+    loop {
+        let r = held.pop_front().or_else(|| queue.try_recv().ok())?;
+        if r.inbox.as_ref().is_some_and(|m| recorded.contains(m)) {
+            again.push_back(r);
+            continue;
+        }
+        return Some(r);
+    }
+}
+
 /// Runs one shared transaction: hands it to `first`, then to each caller waiting,
-/// then commits and answers them all.
+/// then commits and answers them all. Callers whose message a hop of the transaction
+/// recorded are put back in `held`, first for the next batch.
 async fn batch(
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    counts: &Arc<Counts>,
+    spare: Option<Tx>,
+) -> Option<Tx> {
+    let mut again = VecDeque::new();
+    let kept = batch_of(first, queue, held, &mut again, counts, spare).await;
+    again.extend(held.drain(..));
+    *held = again;
+    kept
+}
+
+async fn batch_of(
+    first: Request,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    held: &mut VecDeque<Request>,
+    again: &mut VecDeque<Request>,
     counts: &Arc<Counts>,
     mut spare: Option<Tx>,
 ) -> Option<Tx> {
     let mut next = Some(first);
+    // The messages the hops of the open transaction recorded.
+    let mut recorded = Recorded::new();
     // The hops kept so far, waiting for the commit.
     let mut kept: Vec<oneshot::Sender<Result<()>>> = Vec::new();
     let mut tx: Option<Tx> = None;
@@ -586,7 +664,7 @@ async fn batch(
     let mut opened: Option<(Option<Receipt>, Option<Prefetched>)> = None;
     while let Some(request) = next.take().or_else(|| {
         if taken < MAX_BATCH {
-            queue.try_recv().ok()
+            pull(queue, held, &recorded, again)
         } else {
             None
         }
@@ -602,7 +680,10 @@ async fn batch(
         let mut t = match tx.take() {
             Some(t) => t,
             None => match begin_shared(&request.store, spare.take()).await {
-                Ok(t) => t,
+                Ok(t) => {
+                    recorded.clear();
+                    t
+                }
                 Err(e) => {
                     // Nothing kept yet (a transaction is begun only with none open).
                     let _ = request.turn.send(Err(e));
@@ -648,6 +729,11 @@ async fn batch(
                 }
             }
         };
+        if receipt == Some(Receipt::First)
+            && let Some(m) = &request.inbox
+        {
+            recorded.insert(m.clone());
+        }
         let mark = t.handed_mark();
         let (back, returned) = oneshot::channel();
         let hop = Hop {
@@ -657,11 +743,36 @@ async fn batch(
         };
         // A caller that went away drops the hop it is sent, which gives it back.
         let _ = request.turn.send(Ok((hop, receipt, read)));
-        let Ok(Back { tx: mut t, end }) = returned.await else {
+        let bound = request.store.config().hop_timeout;
+        let mut returned = returned;
+        let (returned, late) = match tokio::time::timeout(bound, &mut returned).await {
+            Ok(returned) => (returned, false),
+            Err(_) => {
+                // The watchdog. The hop holds the single writer (its transaction is
+                // the lane's, and the holder may hold a borrow of its connection):
+                // the lane cannot take it back, only wait, and undo the hop when it
+                // returns.
+                tracing::error!(
+                    bound_ms = bound.as_millis() as u64,
+                    hops = kept.len(),
+                    "a hop has held SQLite's lane past hop_timeout: every write of the process waits for it; it will be undone when it returns"
+                );
+                (returned.await, true)
+            }
+        };
+        let Ok(Back { tx: mut t, end }) = returned else {
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
             fail_all(kept, "a shared transaction was lost");
             return None;
+        };
+        let end = match end {
+            End::Commit(done) if late => {
+                // Past its bound: undone like a rollback, and told so.
+                let _ = done.send(Err(Error::SharedCommit(LATE.into())));
+                End::Rollback
+            }
+            end => end,
         };
         match (end, savepoint) {
             (End::Commit(done), false) => {
@@ -672,7 +783,7 @@ async fn batch(
                 // The release; a caller already waiting is opened in the same round
                 // trip.
                 let ahead = if taken < MAX_BATCH {
-                    queue.try_recv().ok()
+                    pull(queue, held, &recorded, again)
                 } else {
                     None
                 };

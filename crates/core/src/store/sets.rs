@@ -34,8 +34,11 @@
 //! never deadlock on sagas; a hop outside the lane locks one saga. Rows that hops lock
 //! with statements of their own are held to the batch's commit: two batches can
 //! deadlock on them, and PostgreSQL then fails one. A hop waiting on another
-//! connection for a lock its batch holds would hang the lane: the batch's session ends
-//! after 60 s idle in its transaction.
+//! connection for a lock its batch holds would hang the lane: the lane's watchdog
+//! ends the batch's session once the hop has held its turn past
+//! [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout) (and PostgreSQL after
+//! 60 s idle in its transaction, whichever comes first); the hops it kept are retried,
+//! those not yet run get a batch of their own.
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
 #![allow(irrefutable_let_patterns)]
@@ -240,7 +243,7 @@ async fn run(
             return Vec::new();
         }
     };
-    let opened = match open(&mut tx, &batch).await {
+    let (pid, opened) = match open(&mut tx, &batch).await {
         Ok(opened) => opened,
         Err(e) => {
             tracing::warn!(error = %e, hops = batch.len(), "a set batch failed to open; its hops will be retried");
@@ -273,13 +276,35 @@ async fn run(
         let consumer = request.consumer.clone();
         let id = request.id;
         let _ = request.turn.send(Ok((hop, Some(receipt), Some(read))));
-        let Ok(Back { tx: mut t, end }) = returned.await else {
-            fail_kept(kept, "a shared transaction was lost");
-            fail(
-                requests.into_iter().map(|(r, _)| r),
-                "a shared transaction was lost",
-            );
-            return Vec::new();
+        let bound = store.config().hop_timeout;
+        let Back { tx: mut t, end } = match tokio::time::timeout(bound, returned).await {
+            Ok(Ok(back)) => back,
+            Ok(Err(_)) => {
+                fail_kept(kept, "a shared transaction was lost");
+                fail(
+                    requests.into_iter().map(|(r, _)| r),
+                    "a shared transaction was lost",
+                );
+                return Vec::new();
+            }
+            Err(_) => {
+                // The watchdog: the hop holds the batch's transaction past its bound.
+                // Its session is ended (its transaction rolled back, its locks
+                // released); when it comes back its commit finds the lane gone.
+                tracing::error!(
+                    consumer = %consumer,
+                    message_id = %id,
+                    bound_ms = bound.as_millis() as u64,
+                    hops = kept.len(),
+                    "a hop held its set lane past hop_timeout: it fails, and so do the hops kept before it in its batch (retried)"
+                );
+                terminate(&store, pid).await;
+                fail_kept(
+                    kept,
+                    "the shared transaction was ended: a hop of its batch held it past hop_timeout",
+                );
+                return requests.into_iter().map(|(r, _)| r).collect();
+            }
         };
         let dirty = t.kept_mut().is_some_and(|k| k.dirty);
         if dirty && !savepoint {
@@ -414,8 +439,26 @@ async fn forget(t: &mut Tx, consumer: &str, id: MessageId) -> Result<()> {
     Ok(())
 }
 
-/// The batch's inbox records and reads: each hop's receipt and rows, in order.
-async fn open(tx: &mut Tx, batch: &[Request]) -> Result<Vec<(Receipt, Prefetched)>> {
+/// Ends the session `pid` (a batch's, whose hop is past the watchdog's bound) from
+/// another connection: its transaction is rolled back and its locks released, so that
+/// the hops behind it do not wait for them.
+async fn terminate(store: &Store, pid: i32) {
+    let super::backend::Backend::Postgres(db) = store.backend_ref() else {
+        return;
+    };
+    if let Err(e) = sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(&db.pool)
+        .await
+    {
+        // PostgreSQL still ends it once idle in its transaction for 60 s (see `open`).
+        tracing::warn!(error = %e, pid, "a stuck set batch's session could not be ended");
+    }
+}
+
+/// The batch's session (its backend's pid), inbox records and reads: each hop's
+/// receipt and rows, in order.
+async fn open(tx: &mut Tx, batch: &[Request]) -> Result<(i32, Vec<(Receipt, Prefetched)>)> {
     let super::Conn::Postgres(c) = tx.conn_clean() else {
         return Err(Error::BackendMismatch {
             store: "postgres",
@@ -426,9 +469,13 @@ async fn open(tx: &mut Tx, batch: &[Request]) -> Result<Vec<(Receipt, Prefetched
     // handler signalling its own saga through a transaction of its own, say) would
     // wait forever, and so would its lane: PostgreSQL sees no cycle. Past this, it
     // ends the batch's session instead (the batch fails and its hops are retried).
-    sqlx::query("SET LOCAL idle_in_transaction_session_timeout = '60s'")
-        .execute(&mut *c)
-        .await?;
+    // Its pid, for the watchdog (see `run`).
+    let pid: i32 = sqlx::query_scalar(
+        "SELECT pg_backend_pid()
+         FROM set_config('idle_in_transaction_session_timeout', '60s', true)",
+    )
+    .fetch_one(&mut *c)
+    .await?;
     let consumers: Vec<&str> = batch.iter().map(|r| r.consumer.as_str()).collect();
     let ids: Vec<MessageId> = batch.iter().map(|r| r.id).collect();
     let firsts: HashSet<(String, Uuid)> = sqlx::query(
@@ -486,7 +533,7 @@ async fn open(tx: &mut Tx, batch: &[Request]) -> Result<Vec<(Receipt, Prefetched
             }
         }
     }
-    Ok(receipts.into_iter().zip(reads).collect())
+    Ok((pid, receipts.into_iter().zip(reads).collect()))
 }
 
 impl Tx {

@@ -950,8 +950,9 @@ async fn after_queueing<F: std::future::Future>(
 }
 
 // A hop that opens by recording its message in the inbox (on SQLite in the round trip
-// of the savepoint statements): a message recorded before, or by a hop earlier in the
-// same shared transaction, is a duplicate; a hop rolled back leaves no record.
+// of the savepoint statements): a message recorded and committed before is a
+// duplicate (one recorded in the open shared transaction waits for its commit); a hop
+// rolled back leaves no record.
 async fn hops_receiving_record_once(backend: Backend) {
     let (store, _) = open(backend).await;
     let ids: Vec<MessageId> = (0..8).map(|_| MessageId::new()).collect();
@@ -965,8 +966,9 @@ async fn hops_receiving_record_once(backend: Backend) {
     let first = store.hop().await.unwrap();
     let mut tasks = Vec::new();
     // (message, commit?) in queue order: ids[1] twice (the second a duplicate of the
-    // first, kept in the same transaction); ids[2] rolled back, then received again;
-    // ids[0] a duplicate of a committed record.
+    // first, answered once the first is committed: on SQLite in the next shared
+    // transaction); ids[2] rolled back, then received again; ids[0] a duplicate of a
+    // committed record.
     let plan = [
         (ids[1], true),
         (ids[1], true),
@@ -1004,7 +1006,7 @@ async fn hops_receiving_record_once(backend: Backend) {
     }
     use Receipt::{Duplicate, First};
     if backend == Backend::Sqlite {
-        // One shared transaction, in queue order.
+        // In queue order (the duplicate of ids[1] after its first's commit).
         assert_eq!(
             receipts,
             [
@@ -1067,7 +1069,8 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
     // The first hop holds the lane until every other hop has queued behind it.
     let first = store.hop().await.unwrap();
     // (message, read, keep?) in queue order: ids[0] kept; ids[1] rolled back; ids[2]
-    // kept; ids[0] again (a duplicate, dropped); ids[3] with a read that fails; ids[4].
+    // kept; ids[0] again (a duplicate, dropped; on SQLite opened after the commit);
+    // ids[3] with a read that fails; ids[4].
     let plan = [
         (ids[0], count(), true),
         (ids[1], count(), false),
@@ -1126,7 +1129,9 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
             Ok((First, read(2))),
             "a rolled-back write is not read"
         );
-        assert_eq!(results[3], Ok((Duplicate, read(3))));
+        // A second delivery of a message recorded in the open transaction waits for
+        // its commit: it opens in the next one, which finds every write of this one.
+        assert_eq!(results[3], Ok((Duplicate, read(4))));
         let failed = results[4].as_ref().unwrap_err();
         assert!(failed.contains("no_such_table"), "{failed}");
         assert_eq!(results[5], Ok((First, read(3))));
@@ -1340,14 +1345,21 @@ async fn deferred_last_writes(backend: Backend) {
     }
     let mut tasks = Vec::new();
     let mut ids = Vec::new();
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let mut wait = Some(wait);
     for ok in plan {
         let id = MessageId::new();
         ids.push(id);
         let store = store.clone();
         let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
         let q = marker(id, ok);
+        // The first hop waits for the others to queue behind it.
+        let wait = wait.take();
         tasks.push(tokio::spawn(async move {
             let mut hop = after_queueing(store.hop(), queued).await.unwrap();
+            if let Some(wait) = wait {
+                wait.await.unwrap();
+            }
             hop.defer_next_write();
             let m = Message::to("direct").json(&id.to_string()).unwrap();
             hop.enqueue_batch_after(q, std::slice::from_ref(&m))
@@ -1357,6 +1369,7 @@ async fn deferred_last_writes(backend: Backend) {
         }));
         is_queued.await.unwrap();
     }
+    go.send(()).unwrap();
     let mut results = Vec::new();
     for t in tasks {
         results.push(t.await.unwrap());
@@ -1935,6 +1948,93 @@ mod set_lane {
         assert_eq!(logged(&store).await, ["c", "kept"]);
         assert!(!store.seen("writer2", last[0]).await.unwrap());
     }
+
+    // The watchdog: a hop that holds its set lane past `hop_timeout` (its handler
+    // never returns, say) fails alone: its batch's session is ended, the hops behind
+    // it commit in a batch of their own, nothing of it is written, and its commit,
+    // when it comes, fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hop_past_its_bound_fails_alone() {
+        let url = fresh_url(Backend::Postgres).await;
+        let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+        let store = Store::connect_with(&url, config).await.unwrap();
+        exec(
+            &store,
+            "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await;
+        let k = keys_like(Uuid::now_v7(), 3);
+        {
+            let mut tx = store.begin().await.unwrap();
+            let crate::Conn::Postgres(c) = tx.conn() else {
+                unreachable!()
+            };
+            sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
+                .bind(&k)
+                .execute(c)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let row =
+            |key: Uuid, v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
+        let stuck_id = MessageId::new();
+        let (has_hop, got_hop) = tokio::sync::oneshot::channel::<()>();
+        let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+        let stuck = {
+            let store = store.clone();
+            let key = k[0];
+            tokio::spawn(async move {
+                let (mut hop, receipt, _) = store
+                    .hop_receiving_prefetched("agent", stuck_id, Some(read(key)))
+                    .await
+                    .unwrap();
+                assert_eq!(receipt, Receipt::First);
+                hop.defer_rows(&WRITE, row(key, "stuck")).unwrap();
+                hop.defer_enqueue(&[Message::to("out").json(&"stuck").unwrap()])
+                    .unwrap();
+                has_hop.send(()).unwrap();
+                // Holds its hop until the test is done with the others.
+                woken.await.unwrap();
+                hop.commit().await
+            })
+        };
+        got_hop.await.unwrap();
+        let mut others = Vec::new();
+        for (key, v) in [(k[1], "a"), (k[2], "b")] {
+            let store = store.clone();
+            others.push(tokio::spawn(async move {
+                let (mut hop, receipt, _) = store
+                    .hop_receiving_prefetched("agent", MessageId::new(), Some(read(key)))
+                    .await
+                    .unwrap();
+                assert_eq!(receipt, Receipt::First);
+                hop.defer_rows(&WRITE, row(key, v)).unwrap();
+                hop.defer_enqueue(&[Message::to("out").json(&v).unwrap()])
+                    .unwrap();
+                hop.commit().await
+            }));
+        }
+        for t in others {
+            // Bounded: without the watchdog they would wait for the stuck hop.
+            let committed = tokio::time::timeout(Duration::from_secs(20), t)
+                .await
+                .expect("the hops behind a stuck one go on")
+                .unwrap();
+            committed.unwrap();
+        }
+        wake.send(()).unwrap();
+        let late = stuck.await.unwrap();
+        assert!(
+            matches!(late, Err(Error::SharedCommit(_))),
+            "the stuck hop's commit fails: {late:?}"
+        );
+        assert_eq!(table_value(&store, k[0]).await, "0");
+        assert_eq!(table_value(&store, k[1]).await, "a");
+        assert_eq!(table_value(&store, k[2]).await, "b");
+        assert!(!store.seen("agent", stuck_id).await.unwrap());
+        assert_eq!(store.admin().stats().await.unwrap().pending, 2);
+    }
 }
 
 // A statement of the caller's fails in the transaction and its error is swallowed. On
@@ -2120,4 +2220,150 @@ async fn lock_and_statement_timeouts_are_transient() {
         .await
         .unwrap_err();
     assert!(!Error::from(dup).is_transient());
+}
+
+/// Creates `parent` and `child`, whose foreign key is checked at commit: a hop that
+/// inserts a `child` row without its parent fails the commit of its transaction (on
+/// SQLite, the shared one) with no error before.
+async fn commit_poison_tables(store: &Store) {
+    let mut tx = store.begin().await.unwrap();
+    for sql in [
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY)",
+        "CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+    ] {
+        crate::with_conn!(tx.conn(), c => { sqlx::query(sql).execute(c).await.unwrap().rows_affected() });
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Inserts an orphan `child` row in `tx`: its commit will fail.
+async fn poison_commit(tx: &mut super::Tx) {
+    crate::with_conn!(tx.conn(), c => {
+        sqlx::query("INSERT INTO child (p) VALUES (1)").execute(c).await.unwrap().rows_affected()
+    });
+}
+
+// A second delivery of a message whose first hop is not committed yet (on SQLite, kept
+// in the lane's shared transaction) is not answered a duplicate before that commit is
+// known: if the first hop's transaction then fails, the second delivery is the first
+// one that counts, and handles the message.
+async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
+    let (store, _) = open(backend).await;
+    commit_poison_tables(&store).await;
+    let id = MessageId::new();
+    // A hop holds the lane (SQLite) until both deliveries have queued behind it: they
+    // share its transaction, the second opened in the round trip that ends the first.
+    // (On PostgreSQL, where each hop is a transaction of its own, the second starts
+    // once the first has recorded the message.)
+    let holder = store.hop().await.unwrap();
+    let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+    let (recorded, is_recorded) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
+                .await
+                .unwrap();
+            assert_eq!(receipt, Receipt::First);
+            let _ = recorded.send(());
+            hop.enqueue(&Message::to("effect").json(&1).unwrap())
+                .await
+                .unwrap();
+            poison_commit(&mut hop).await;
+            hop.commit().await
+        })
+    };
+    is_queued.await.unwrap();
+    if backend == Backend::Postgres {
+        is_recorded.await.unwrap();
+    }
+    let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+    let second = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
+                .await
+                .unwrap();
+            if receipt == Receipt::First {
+                hop.enqueue(&Message::to("effect").json(&2).unwrap())
+                    .await
+                    .unwrap();
+                hop.commit().await.unwrap();
+            }
+            receipt
+        })
+    };
+    is_queued.await.unwrap();
+    let held = tokio::spawn(holder.commit());
+    let failed = first.await.unwrap();
+    assert!(failed.is_err(), "the first hop's commit failed: {failed:?}");
+    assert_eq!(
+        second.await.unwrap(),
+        Receipt::First,
+        "the first delivery's record was never committed: the second is not a duplicate"
+    );
+    let _ = held.await.unwrap();
+    assert!(store.seen("agent", id).await.unwrap());
+    let effects: i64 = store
+        .read(async |c| {
+            Ok(crate::with_conn!(c, c => {
+                sqlx::query_scalar("SELECT count(*) FROM outbox WHERE destination = 'effect'")
+                    .fetch_one(c)
+                    .await?
+            }))
+        })
+        .await
+        .unwrap();
+    assert_eq!(effects, 1, "the message's effects are written once");
+}
+both_backends!(
+    duplicate_wait_tests,
+    a_duplicate_waits_for_its_first_hops_commit
+);
+
+// The watchdog on SQLite: a hop that holds the lane past `hop_timeout` holds the single
+// writer, which the lane cannot take back; when it returns it is undone alone (its
+// commit fails, nothing of it written) and the hops queued behind it commit.
+#[tokio::test]
+async fn sqlite_lane_undoes_a_hop_back_past_its_bound() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+    let store = Store::connect_with(&url, config).await.unwrap();
+    let stuck_id = MessageId::new();
+    let (mut stuck, _) = store.hop_receiving("agent", stuck_id).await.unwrap();
+    stuck
+        .enqueue(&Message::to("stuck").json(&0).unwrap())
+        .await
+        .unwrap();
+    let mut others = Vec::new();
+    for i in 0..3u32 {
+        let store = store.clone();
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        others.push(tokio::spawn(async move {
+            let (mut hop, _) =
+                after_queueing(store.hop_receiving("agent", MessageId::new()), queued)
+                    .await
+                    .unwrap();
+            hop.enqueue(&Message::to("kept").json(&i).unwrap())
+                .await
+                .unwrap();
+            hop.commit().await
+        }));
+        is_queued.await.unwrap();
+    }
+    // Past the bound (a wait, not a measurement: the lane has let the bound pass).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let late = stuck.commit().await;
+    assert!(
+        matches!(late, Err(Error::SharedCommit(_))),
+        "a hop back past its bound is undone: {late:?}"
+    );
+    for t in others {
+        t.await.unwrap().unwrap();
+    }
+    assert!(!store.seen("agent", stuck_id).await.unwrap());
+    let d = dests(&["kept", "stuck"]);
+    let got = claim_n(&store, "r", &d, 10).await;
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|e| e.destination == "kept"));
 }
