@@ -9,7 +9,9 @@ use std::time::Duration;
 use agentsaga_core::admin::DeadRow;
 use agentsaga_core::{MessageId, Store};
 use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, StepView};
-use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt};
+use agentsaga_saga::{
+    Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt, SignalSender,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -604,8 +606,25 @@ impl Console {
     /// [`Error::NotFound`] for an unknown saga; [`Error::Refused`] for a finished saga
     /// or a name it never waits for (nothing written); [`Error::Store`].
     pub async fn signal(&self, id: SagaId, name: &str, signal: Signal) -> Result<SignalDoc> {
+        self.signal_by(id, name, signal, SignalSender::Person).await
+    }
+
+    /// [`signal`](Self::signal) from `sender`: the MCP tools send as
+    /// [`SignalSender::Agent`], which may not release a wait that is a person's
+    /// decision (`Step::approval`).
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal); [`Error::Refused`] for an agent's signal to a
+    /// person's decision (nothing written).
+    pub async fn signal_by(
+        &self,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+        sender: SignalSender,
+    ) -> Result<SignalDoc> {
         let mut tx = self.store.begin().await?;
-        let receipt = match Engine::signal(&mut tx, id, name, signal).await {
+        let receipt = match Engine::signal_by(&mut tx, id, name, signal, sender).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx.rollback().await;

@@ -51,6 +51,7 @@ pub use definition::{
 };
 pub use engine::{
     Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, Signal, SignalReceipt,
+    SignalSender,
 };
 pub use error::{Error, Result};
 pub use id::SagaId;

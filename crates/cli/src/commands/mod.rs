@@ -88,7 +88,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store),
         Command::Serve(args) => serve::run(console, args).await,
-        Command::Mcp => mcp::run(console).await,
+        Command::Mcp(args) => mcp::run(console, args).await,
     };
     store.close().await;
     result
