@@ -209,9 +209,12 @@ pub(crate) enum DeadCommand {
         /// Only dead letters to this destination.
         #[arg(long, value_name = "D")]
         destination: Option<String>,
-        /// At most this many.
+        /// At most this many (and at most 4 MiB of payloads, headers and errors).
         #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
+        /// Only dead letters older than this seq: the `next_before` of the page before.
+        #[arg(long, value_name = "SEQ")]
+        before: Option<i64>,
         #[command(flatten)]
         json: JsonFlag,
     },

@@ -207,7 +207,7 @@ async fn read_commands(backend: Backend) {
     }
 
     let dead = json(url, &["dead", "list", "--json"]);
-    assert_keys(&dead, &["dead_letters"]);
+    assert_keys(&dead, &["dead_letters", "next_before"]);
     assert_eq!(dead["dead_letters"].as_array().unwrap().len(), 2);
     let mailer = json(url, &["dead", "list", "--destination", "mailer", "--json"]);
     let rows = mailer["dead_letters"].as_array().unwrap();

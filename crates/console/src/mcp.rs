@@ -236,6 +236,8 @@ struct SignalArgs {
 struct DeadListArgs {
     /// Only dead letters to this destination.
     destination: Option<String>,
+    /// The page after this one: a previous answer's `next_before`.
+    before: Option<i64>,
     /// At most this many (default 100).
     #[schemars(range(min = 1, max = 1000))]
     limit: Option<u32>,
@@ -460,9 +462,10 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Dead letters (messages whose delivery gave up), oldest first, each with \
+        description = "Dead letters (messages whose delivery gave up), newest first, each with \
                        its reason, payload and `moot`: why re-driving it would be wrong, when \
-                       its saga has moved past it.",
+                       its saga has moved past it. A page holds at most `limit` and 4 MiB; \
+                       pass its `next_before` as `before` for the next (null: the last).",
         input_schema = schema::<DeadListArgs>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
@@ -471,7 +474,7 @@ impl McpServer {
             async {
                 let a: DeadListArgs = args(a)?;
                 self.console
-                    .dead_letters(a.destination.as_deref(), limit(a.limit)?)
+                    .dead_letters_before(a.destination.as_deref(), a.before, limit(a.limit)?)
                     .await
             }
             .await,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentsaga_core::admin::DeadRow;
+use agentsaga_core::admin::{DeadQuery, DeadRow};
 use agentsaga_core::{MessageId, Store};
 use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, StepView};
 use agentsaga_saga::{
@@ -33,6 +33,14 @@ pub const DEFAULT_STALLED_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// The most sagas or dead letters one page or list holds.
 pub const MAX_PAGE: u32 = 1000;
+
+/// The most bytes of payloads, headers and errors one page of dead letters holds (but
+/// for its first dead letter, bounded by the largest message the store takes): 4 MiB.
+/// A page cut short says where the next one starts (`next_before`).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// The dead letters [`Console::redrive_all`] reads at a time.
+const REDRIVE_BATCH: u32 = 100;
 
 /// What an operator's call can answer instead of a document.
 #[derive(Debug, thiserror::Error)]
@@ -328,8 +336,11 @@ impl From<&DeadRow> for DeadDoc {
 /// `dead list --json`, `GET /api/v1/dead`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadList {
-    /// The dead letters, oldest first.
+    /// The dead letters, newest first.
     pub dead_letters: Vec<DeadDoc>,
+    /// When more follow (the page is full, in rows or in bytes): the `seq` to ask for
+    /// dead letters before (`before`), for the next page; `null` for the last page.
+    pub next_before: Option<i64>,
 }
 
 /// What became of one dead letter asked to be re-driven.
@@ -680,24 +691,47 @@ impl Console {
         }
     }
 
-    /// Dead letters, oldest first (to `destination` only, if given), each saying
-    /// whether re-driving it would be moot.
+    /// Dead letters, newest first (to `destination` only, if given), each saying
+    /// whether re-driving it would be moot: at most `limit` and [`MAX_PAGE_BYTES`].
     ///
     /// # Errors
     /// [`Error::Invalid`] for a limit over [`MAX_PAGE`]; [`Error::Store`].
     pub async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<DeadList> {
+        self.dead_letters_before(destination, None, limit).await
+    }
+
+    /// [`dead_letters`](Self::dead_letters) older than outbox seq `before` (a page's
+    /// `next_before`).
+    ///
+    /// # Errors
+    /// As [`dead_letters`](Self::dead_letters).
+    pub async fn dead_letters_before(
+        &self,
+        destination: Option<&str>,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<DeadList> {
         if limit > MAX_PAGE {
             return Err(Error::Invalid(format!(
                 "limit {limit} is over the maximum of {MAX_PAGE}"
             )));
         }
         let limit = if limit == 0 { 100 } else { limit };
-        let rows = self.store.admin().dead_letters(destination, limit).await?;
+        let q = DeadQuery {
+            destination,
+            before_seq: before,
+            limit,
+            max_bytes: MAX_PAGE_BYTES,
+        };
+        let (rows, more) = self.store.admin().dead_letters_page(&q).await?;
         let mut dead_letters = Vec::with_capacity(rows.len());
         for d in &rows {
             dead_letters.push(self.dead_doc(d).await?);
         }
-        Ok(DeadList { dead_letters })
+        Ok(DeadList {
+            next_before: more.then(|| rows.last().map(|d| d.envelope.seq)).flatten(),
+            dead_letters,
+        })
     }
 
     /// One dead letter.
@@ -712,10 +746,8 @@ impl Console {
     async fn dead_row(&self, id: MessageId) -> Result<DeadRow> {
         self.store
             .admin()
-            .dead_letters(None, u32::MAX)
+            .dead_letter(id)
             .await?
-            .into_iter()
-            .find(|d| d.envelope.id == id)
             .ok_or_else(|| Error::NotFound(format!("dead letter `{id}` not found")))
     }
 
@@ -767,17 +799,37 @@ impl Console {
         destination: Option<&str>,
         force: bool,
     ) -> Result<RedriveAllDoc> {
-        let rows = self
-            .store
-            .admin()
-            .dead_letters(destination, u32::MAX)
-            .await?;
         let mut doc = RedriveAllDoc {
             redriven: 0,
             purged: 0,
             refused: Vec::new(),
         };
-        for row in &rows {
+        // A batch at a time, newest first, each batch bounded in rows and bytes: the
+        // dead letters are never all in memory.
+        let mut before = None;
+        loop {
+            let q = DeadQuery {
+                destination,
+                before_seq: before,
+                limit: REDRIVE_BATCH,
+                max_bytes: MAX_PAGE_BYTES,
+            };
+            let (rows, more) = self.store.admin().dead_letters_page(&q).await?;
+            self.redrive_batch(&rows, force, &mut doc).await?;
+            match rows.last() {
+                Some(last) if more => before = Some(last.envelope.seq),
+                _ => return Ok(doc),
+            }
+        }
+    }
+
+    async fn redrive_batch(
+        &self,
+        rows: &[DeadRow],
+        force: bool,
+        doc: &mut RedriveAllDoc,
+    ) -> Result<()> {
+        for row in rows {
             let id = row.envelope.id;
             match Engine::moot(&self.store, &row.envelope).await? {
                 Some(_) if force => {
@@ -794,7 +846,7 @@ impl Console {
                 }
             }
         }
-        Ok(doc)
+        Ok(())
     }
 
     /// Deletes dead letter `id`.

@@ -75,8 +75,9 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(DeadCommand::List {
             destination,
             limit,
+            before,
             json,
-        }) => dead::list(&console, destination.as_deref(), limit, json.json).await,
+        }) => dead::list(&console, destination.as_deref(), before, limit, json.json).await,
         Command::Dead(DeadCommand::Show { id, json }) => dead::show(&console, id, json.json).await,
         Command::Dead(DeadCommand::Redrive {
             id,
