@@ -428,6 +428,17 @@ fn bad_urls_and_no_url() {
     assert!(!e.contains("secret"), "the password is not printed: {e}");
     let e = fails("sqlite://x.db?mode=bogus", &["migrate"]);
     assert!(e.contains("invalid database url"), "{e}");
+    // A password in the query string is not printed either, whoever writes the message.
+    for url in [
+        "postgres://u@127.0.0.1:1/db?password=secret",
+        "postgres://u@127.0.0.1:1/db?sslmode=disable&sslpassword=secret",
+        "mysql://root@127.0.0.1/db?password=secret",
+        "sqlite://x.db?mode=bogus&password=secret",
+    ] {
+        let e = fails(url, &["migrate"]);
+        assert!(!e.contains("secret"), "the password is not printed: {e}");
+        assert!(e.contains("password=***"), "{e}");
+    }
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentsaga"));
     cmd.env_remove("DATABASE_URL").arg("status");
     let e = expect_failure(&run_cmd(cmd), &"no url");
