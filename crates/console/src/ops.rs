@@ -436,12 +436,23 @@ pub struct SagaQuery {
     pub limit: u32,
 }
 
+/// How long the counts of finished sagas (completed, compensated, aborted) are
+/// reused by [`Console::status`]: counting a million of them reads a million index
+/// entries (about 150 ms on SQLite), where the sagas still under way are few and are
+/// counted on every call.
+pub const FINISHED_COUNTS_TTL: Duration = Duration::from_secs(10);
+
+/// The finished sagas' counts and when they were read.
+type FinishedCounts = Option<(std::time::Instant, Vec<(SagaState, u64)>)>;
+
 /// The operator's calls on one store.
 #[derive(Clone, Debug)]
 pub struct Console {
     store: Store,
     engine: Engine,
     stalled_after: Duration,
+    /// Held only to copy the counts in or out, never across an await.
+    finished: std::sync::Arc<std::sync::Mutex<FinishedCounts>>,
 }
 
 impl Console {
@@ -452,6 +463,7 @@ impl Console {
             store,
             engine: Engine::new(Vec::<SagaDefinition>::new()).expect("no definitions"),
             stalled_after: DEFAULT_STALLED_AFTER,
+            finished: std::sync::Arc::default(),
         }
     }
 
@@ -495,16 +507,49 @@ impl Console {
 
     /// Outbox counts, relay lag, sagas per state, waiting starts, stalled sagas.
     ///
+    /// Cheap however many finished sagas the database keeps: the sagas under way
+    /// (running, compensating, stuck) and the stalled ones are counted through the
+    /// state index on every call; the finished ones (completed, compensated, aborted)
+    /// are counted once per [`FINISHED_COUNTS_TTL`] by this console (and its clones),
+    /// so a console that lives (the page, the API, MCP) shows them up to that old.
+    ///
     /// # Errors
     /// [`Error::Store`].
     pub async fn status(&self) -> Result<StatusDoc> {
+        const LIVE: [SagaState; 3] = [
+            SagaState::Running,
+            SagaState::Compensating,
+            SagaState::Stuck,
+        ];
+        const FINISHED: [SagaState; 3] = [
+            SagaState::Completed,
+            SagaState::Compensated,
+            SagaState::Aborted,
+        ];
         let stats = self.store.admin().stats().await?;
-        let counts = query::count_by_state(&self.store).await?;
+        let mut counts = query::count_in_states(&self.store, &LIVE).await?;
+        let cached = self
+            .finished
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|(at, _)| at.elapsed() < FINISHED_COUNTS_TTL);
+        let finished = match cached {
+            Some((_, finished)) => finished,
+            None => {
+                let finished = query::count_in_states(&self.store, &FINISHED).await?;
+                if let Ok(mut c) = self.finished.lock() {
+                    *c = Some((std::time::Instant::now(), finished.clone()));
+                }
+                finished
+            }
+        };
+        counts.extend(finished);
         let starts_waiting: BTreeMap<String, u64> = Engine::waiting_starts(&self.store)
             .await?
             .into_iter()
             .collect();
-        let stalled = query::stalled(&self.store, self.stalled_after, MAX_PAGE).await?;
+        let stalled = query::count_stalled(&self.store, self.stalled_after).await?;
         let mut sagas: BTreeMap<&'static str, u64> =
             SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
         for (state, n) in &counts {
@@ -516,7 +561,7 @@ impl Console {
             sagas_total: sagas.values().sum(),
             sagas,
             starts_waiting,
-            stalled: stalled.len() as u64,
+            stalled,
             stalled_after_ms: u64::try_from(self.stalled_after.as_millis()).unwrap_or(u64::MAX),
             outbox: OutboxDoc {
                 pending: stats.pending,
