@@ -318,16 +318,9 @@ fn database_name(url: &str) -> &str {
     head.rsplit_once('/').map_or(head, |(_, name)| name)
 }
 
-/// `url` without its password, for messages.
+/// `url` without its passwords, for messages.
 fn redact(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_owned();
-    };
-    let host_start = url.find("://").map_or(0, |i| i + 3);
-    match url[host_start..at].find(':') {
-        Some(colon) => format!("{}:***{}", &url[..host_start + colon], &url[at..]),
-        None => url.to_owned(),
-    }
+    agentsaga_core::redact_url(url)
 }
 
 #[cfg(test)]

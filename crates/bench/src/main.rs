@@ -63,6 +63,7 @@ mod relay;
 mod report;
 mod saga;
 mod scale;
+mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -98,6 +99,9 @@ enum Bench {
     /// Scale: one burst of N trip-shaped sagas (1,000 to 64,000) on the defaults, each
     /// N in a fresh process and database: rate, p99 latency, peak RSS, database size.
     Scale(scale::Args),
+    /// The console's overview (`Console::status`) against 1,000,000 finished sagas:
+    /// the first call, the median and the slowest of the next (target: 50 ms).
+    Status(status::Args),
     /// Internal: the relay process of the cross-process latency run.
     #[command(hide = true)]
     RelayChild(relay::ChildArgs),
@@ -160,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
         Bench::Saga(args) => saga::run(args, &mut scratch).await,
         Bench::Agents(args) => agents::run(args, &mut scratch).await,
         Bench::Scale(args) => scale::run(args, &mut scratch).await,
+        Bench::Status(args) => status::run(args, &mut scratch).await,
         Bench::RelayChild(_) | Bench::ScaleChild(_) => unreachable!("handled above"),
     };
     scratch.cleanup().await;

@@ -56,9 +56,19 @@ pub(crate) enum Command {
     /// Serve the operator console: the admin HTTP API (`/api/v1`) and the web page
     /// (`/`). Loopback by default; any other address needs a token.
     Serve(ServeArgs),
-    /// Speak the Model Context Protocol over stdio: tools for AI agents to list, show,
-    /// signal, abort and re-drive sagas.
-    Mcp,
+    /// Speak the Model Context Protocol over stdio: tools for AI agents to read sagas
+    /// and dead letters, and, only with `--allow`, to act on them.
+    Mcp(McpArgs),
+}
+
+/// `agentsaga mcp`.
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// Actions the tools may take, comma-separated: start, signal, abort, redrive. None
+    /// by default (read-only). Even with `signal`, a wait that is a person's decision
+    /// (an approval) is never signalled through MCP.
+    #[arg(long, value_name = "ACTIONS", value_delimiter = ',')]
+    pub(crate) allow: Vec<agentsaga_console::mcp::McpAction>,
 }
 
 /// `agentsaga serve`.
@@ -86,6 +96,11 @@ pub(crate) struct ServeArgs {
     /// Base URL of Jaeger's UI, for the link to a saga's trace.
     #[arg(long, env = "AGENTSAGA_JAEGER_URL", value_name = "URL")]
     pub(crate) jaeger_url: Option<String>,
+    /// A host name the console is reached by, besides IP addresses and `localhost`
+    /// (repeat it for more). Requests to any other name are refused (421), so that a
+    /// web page whose name is rebound to this address cannot use the console.
+    #[arg(long = "allow-host", value_name = "NAME", value_parser = parse_host_name)]
+    pub(crate) allow_hosts: Vec<String>,
 }
 
 /// `--json`.
@@ -214,9 +229,12 @@ pub(crate) enum DeadCommand {
         /// Only dead letters to this destination.
         #[arg(long, value_name = "D")]
         destination: Option<String>,
-        /// At most this many.
+        /// At most this many (and at most 4 MiB of payloads, headers and errors).
         #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
+        /// Only dead letters older than this seq: the `next_before` of the page before.
+        #[arg(long, value_name = "SEQ")]
+        before: Option<i64>,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -251,6 +269,23 @@ pub(crate) enum DeadCommand {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     format::parse_duration(s)
+}
+
+/// A host name as `--allow-host` takes it: letters, digits, `-` and `.`, no scheme, no
+/// path (a port, if given, is ignored).
+fn parse_host_name(s: &str) -> Result<String, String> {
+    let name = s.rsplit_once(':').map_or(s, |(name, _)| name);
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is not a host name (e.g. `console.internal`: no scheme, no path)"
+        ))
+    }
 }
 
 fn parse_state(s: &str) -> Result<SagaState, String> {

@@ -286,19 +286,10 @@ pub(crate) async fn applied(url: Option<&str>) -> anyhow::Result<Vec<i64>> {
     Ok(Vec::new())
 }
 
-/// The URL with any password replaced by `***`, for messages.
+/// The URL with its passwords (user info and query string) replaced by `***`, for
+/// messages.
 pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+    agentsaga_core::redact_url(url)
 }
 
 #[cfg(test)]
@@ -335,5 +326,9 @@ mod tests {
         );
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("sqlite://f.db"), "sqlite://f.db");
+        assert_eq!(
+            redact("postgres://u@h/db?sslmode=disable&password=secret"),
+            "postgres://u@h/db?sslmode=disable&password=***"
+        );
     }
 }

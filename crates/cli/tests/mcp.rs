@@ -43,6 +43,15 @@ fn mail() -> SagaDefinition {
         .expect("definition")
 }
 
+/// approve the transfer (a person's decision) → transfer (the pivot).
+fn transfer() -> SagaDefinition {
+    Saga::<Value>::builder("transfer", 1)
+        .step(Step::approval("sign_off"))
+        .pivot(Step::new("transfer", "bank"))
+        .build()
+        .expect("definition")
+}
+
 /// The running `agentsaga mcp`, killed when dropped.
 struct Server {
     child: Child,
@@ -54,10 +63,16 @@ struct Server {
 }
 
 impl Server {
-    fn spawn(url: &str) -> Self {
+    /// `agentsaga mcp` with `allow` passed to `--allow` (none: read-only).
+    fn spawn(url: &str, allow: &[&str]) -> Self {
+        let mut args = vec!["--database-url", url, "mcp"];
+        let allow = allow.join(",");
+        if !allow.is_empty() {
+            args.extend(["--allow", &allow]);
+        }
         let mut child = Command::new(env!("CARGO_BIN_EXE_agentsaga"))
             .env_remove("DATABASE_URL")
-            .args(["--database-url", url, "mcp"])
+            .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -265,7 +280,7 @@ async fn an_mcp_client_lists_shows_and_acts() {
     let (waiting, running) = (extra.waiting.to_string(), extra.running.to_string());
     let stuck = p.stuck[0].to_string();
 
-    let mut mcp = Server::spawn(url);
+    let mut mcp = Server::spawn(url, &["start", "signal", "abort", "redrive"]);
 
     // The handshake.
     let init = mcp
@@ -512,6 +527,156 @@ async fn an_mcp_client_lists_shows_and_acts() {
     );
 
     mcp.finish();
+    store.close().await;
+}
+
+/// The handshake, as a client opens a session.
+fn open(mcp: &mut Server) -> Value {
+    let init = mcp
+        .request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "cli-test", "version": "0"},
+            }),
+        )
+        .expect("initialize");
+    mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    init
+}
+
+/// Everything of the database an action could change, as the CLI prints it.
+fn everything(url: &str) -> Value {
+    let mut status = json(url, &["status", "--json"]);
+    status["outbox"]["oldest_pending_age_ms"] = Value::Null;
+    let sagas = json(url, &["sagas", "list", "--json"]);
+    let shown: Vec<Value> = sagas["sagas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json(url, &["sagas", "show", s["id"].as_str().unwrap(), "--json"]))
+        .collect();
+    json!({
+        "status": status,
+        "sagas": shown,
+        "dead": json(url, &["dead", "list", "--json"]),
+    })
+}
+
+// Without `--allow`, the tools only read: the actions are not listed, and a client
+// that calls them anyway (an LLM talked into it by a saga's data) is refused, with
+// nothing done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_allow_cannot_act() {
+    let p = prepare(Backend::Sqlite).await;
+    let url = p.url.as_str();
+    let store = Store::connect(url).await.unwrap();
+    let engine = Engine::new([common::trip(), mail()]).unwrap();
+    let extra = add_sagas(&store, &engine).await;
+    let before = everything(url);
+
+    let mut mcp = Server::spawn(url, &[]);
+    let init = open(&mut mcp);
+    let instructions = init["instructions"].as_str().unwrap_or_default();
+    assert!(instructions.contains("read-only"), "{init}");
+    let list = mcp.request("tools/list", json!({})).expect("tools/list");
+    let mut names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["list_dead_letters", "list_sagas", "show_saga", "status"],
+        "{list}"
+    );
+    let calls = [
+        ("abort_saga", json!({"id": extra.running.to_string()})),
+        (
+            "signal_saga",
+            json!({"id": extra.waiting.to_string(), "name": "approval", "data": 1}),
+        ),
+        (
+            "redrive_dead_letter",
+            json!({"id": p.dead_mailer.to_string()}),
+        ),
+        (
+            "redrive_dead_letter",
+            json!({"id": extra.moot.to_string(), "force": true}),
+        ),
+        ("start_saga", json!({"name": "trip", "data": {}})),
+    ];
+    for (tool, args) in calls {
+        let (kind, message) = mcp.error(tool, args);
+        assert_eq!(kind, "forbidden", "{tool}: {message}");
+        assert!(message.contains("--allow"), "{tool}: {message}");
+    }
+    mcp.finish();
+    assert_eq!(everything(url), before, "nothing was done");
+
+    // Allowed one by one: `abort` allows abort_saga and nothing else.
+    let mut mcp = Server::spawn(url, &["abort"]);
+    open(&mut mcp);
+    let (kind, _) = mcp.error(
+        "redrive_dead_letter",
+        json!({"id": p.dead_mailer.to_string()}),
+    );
+    assert_eq!(kind, "forbidden");
+    let aborted = mcp.doc("abort_saga", json!({"id": extra.running.to_string()}));
+    assert_eq!(aborted["saga"]["state"], "compensating", "{aborted}");
+    mcp.finish();
+
+    let line = common::fails(url, &["mcp", "--allow", "abort,drop_tables"]);
+    assert!(line.contains("unknown action `drop_tables`"), "{line}");
+    store.close().await;
+}
+
+// A wait that is a person's decision is never signalled through MCP, even with
+// `--allow signal`: refused, nothing written; the person's path (the CLI) sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_never_signalled_through_mcp() {
+    let p = prepare(Backend::Sqlite).await;
+    let url = p.url.as_str();
+    let store = Store::connect(url).await.unwrap();
+    let engine = Engine::new([common::trip(), mail(), transfer()]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "transfer", &json!({"amount": 10_000}))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    common::pump_until(&store, &engine, "the transfer waits", async || {
+        let saga = query::get(&store, id).await.unwrap().unwrap();
+        saga.waiting_for.is_some()
+    })
+    .await;
+    let before = everything(url);
+
+    let mut mcp = Server::spawn(url, &["start", "signal", "abort", "redrive"]);
+    open(&mut mcp);
+    let waiting = mcp.doc("list_sagas", json!({"waiting": true}));
+    assert_eq!(waiting["sagas"][0]["waiting_for"], "sign_off", "{waiting}");
+    for args in [
+        json!({"id": id.to_string(), "name": "sign_off", "data": {"by": "an LLM"}}),
+        json!({"id": id.to_string(), "name": "sign_off"}),
+        json!({"id": id.to_string(), "name": "sign_off", "reject": "no"}),
+    ] {
+        let (kind, message) = mcp.error("signal_saga", args);
+        assert_eq!(kind, "refused", "{message}");
+        assert!(message.contains("person's decision"), "{message}");
+    }
+    mcp.finish();
+    assert_eq!(everything(url), before, "nothing was written");
+
+    // A person, through the CLI: recorded (not a duplicate: MCP wrote nothing).
+    let out = common::ok(url, &["sagas", "signal", &id.to_string(), "sign_off"]);
+    assert!(out.contains("signal `sign_off` sent"), "{out}");
+    common::pump(&store, &engine, &[id]).await;
+    let saga = query::get(&store, id).await.unwrap().unwrap();
+    assert_eq!(saga.state, SagaState::Completed);
     store.close().await;
 }
 

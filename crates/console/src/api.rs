@@ -397,11 +397,15 @@ async fn dead_letters(
     State(s): State<AppState>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<ops::DeadList> {
-    let p = Params::parse(q, &["destination", "limit"])?;
+    let p = Params::parse(q, &["destination", "before", "limit"])?;
     let limit = p.value("limit", parse_limit)?.unwrap_or(100);
+    let before = p.value("before", |v| {
+        v.parse::<i64>()
+            .map_err(|_| format!("`{v}` is not a seq (a page's `next_before`)"))
+    })?;
     Ok(Json(
         s.console
-            .dead_letters(p.string("destination").as_deref(), limit)
+            .dead_letters_before(p.string("destination").as_deref(), before, limit)
             .await?,
     ))
 }

@@ -6,12 +6,22 @@
 //!
 //! With no token configured ([`HttpConfig::default`]) every request is served: only
 //! bind such a router to a loopback address (`agentsaga serve` refuses anything else).
-//! With a token configured every request needs one, as `Authorization: Bearer T` or
-//! as the `agentsaga_token` cookie (so a browser can use the page: visiting any page
-//! with `?token=T` once sets the cookie, `HttpOnly` and `SameSite=Strict`, and
-//! redirects to the same address without the token). The read token may only `GET`
-//! (anything else with it is a 403); the action token may do everything. A missing or
-//! wrong token is a 401, and nothing is done.
+//! With a token configured every request needs one: the API's (`/api/v1`) as
+//! `Authorization: Bearer T` only, the page's as that or as the `agentsaga_token`
+//! cookie (so a browser can use the page: visiting any page with `?token=T` once sets
+//! the cookie, `HttpOnly` and `SameSite=Strict`, and redirects to the same address
+//! without the token). The API never takes the cookie: a page elsewhere could make the
+//! browser send it. The read token may only `GET` (anything else with it is a 403);
+//! the action token may do everything. A missing or wrong token is a 401, and nothing
+//! is done.
+//!
+//! # Hosts and other sites
+//!
+//! Before the token, every request is checked (`guard.rs`): a `Host` that is not an
+//! IP address, `localhost` or one of [`HttpConfig::allowed_hosts`] is a 421 (a DNS
+//! rebinding page), and a request that acts from another site (`Origin`,
+//! `Sec-Fetch-Site`) is a 403, or, at the API without `Content-Type:
+//! application/json`, a 415. Nothing is done for any of them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +34,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Console;
 use crate::api::ApiError;
+
+mod guard;
 
 /// The cookie that carries a browser's token.
 pub const TOKEN_COOKIE: &str = "agentsaga_token";
@@ -39,6 +51,11 @@ pub struct HttpConfig {
     /// Base URL of Jaeger's UI, for the link to a saga's trace (e.g.
     /// `http://127.0.0.1:16686`).
     pub jaeger_url: Option<String>,
+    /// Host names the console is reached by, besides IP addresses and `localhost`
+    /// (e.g. `console.internal`; a port, if given, is ignored). A request whose `Host`
+    /// is none of them is refused with 421: a page whose name was rebound to this
+    /// address (DNS rebinding) cannot read or act.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl HttpConfig {
@@ -107,6 +124,8 @@ pub fn router(console: Console, config: HttpConfig) -> Router {
         .nest("/api/v1", crate::api::routes())
         .merge(crate::page::routes())
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        // Outermost: the host and the site are checked before the token.
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .with_state(state)
 }
 
@@ -152,6 +171,8 @@ async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) 
     let presented = match bearer(req.headers()) {
         Bearer::Token(t) => Some(t),
         Bearer::Malformed => return unauthorized(api, "malformed Authorization header"),
+        // The API never takes the ambient cookie (see the module documentation).
+        Bearer::Absent if api => None,
         Bearer::Absent => cookie(req.headers()),
     };
     let Some(token) = presented else {
@@ -175,7 +196,8 @@ async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) 
 fn unauthorized(api: bool, why: &str) -> Response {
     let mut res = if api {
         ApiError::unauthorized(format!(
-            "{why}: send `Authorization: Bearer <token>` (a read or an action token)"
+            "{why}: send `Authorization: Bearer <token>` (a read or an action token; the \
+             API does not take the page's cookie)"
         ))
         .into_response()
     } else {
@@ -319,7 +341,7 @@ mod tests {
         let c = HttpConfig {
             read_token: Some("r34d".into()),
             action_token: Some("4ct".into()),
-            jaeger_url: None,
+            ..HttpConfig::default()
         };
         assert_eq!(c.access("4ct"), Some(Access::Act));
         assert_eq!(c.access("r34d"), Some(Access::Read));

@@ -6,10 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use agentsaga_core::admin::DeadRow;
+use agentsaga_core::admin::{DeadQuery, DeadRow};
 use agentsaga_core::{MessageId, Store};
 use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, StepView};
-use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt};
+use agentsaga_saga::{
+    Engine, SagaDefinition, SagaId, SagaState, Signal, SignalReceipt, SignalSender,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -31,6 +33,14 @@ pub const DEFAULT_STALLED_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// The most sagas or dead letters one page or list holds.
 pub const MAX_PAGE: u32 = 1000;
+
+/// The most bytes of payloads, headers and errors one page of dead letters holds (but
+/// for its first dead letter, bounded by the largest message the store takes): 4 MiB.
+/// A page cut short says where the next one starts (`next_before`).
+pub const MAX_PAGE_BYTES: usize = 4 << 20;
+
+/// The dead letters [`Console::redrive_all`] reads at a time.
+const REDRIVE_BATCH: u32 = 100;
 
 /// What an operator's call can answer instead of a document.
 #[derive(Debug, thiserror::Error)]
@@ -367,8 +377,11 @@ impl From<&DeadRow> for DeadDoc {
 /// `dead list --json`, `GET /api/v1/dead`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadList {
-    /// The dead letters, oldest first.
+    /// The dead letters, newest first.
     pub dead_letters: Vec<DeadDoc>,
+    /// When more follow (the page is full, in rows or in bytes): the `seq` to ask for
+    /// dead letters before (`before`), for the next page; `null` for the last page.
+    pub next_before: Option<i64>,
 }
 
 /// What became of one dead letter asked to be re-driven.
@@ -464,12 +477,23 @@ pub struct SagaQuery {
     pub limit: u32,
 }
 
+/// How long the counts of finished sagas (completed, compensated, aborted) are
+/// reused by [`Console::status`]: counting a million of them reads a million index
+/// entries (about 150 ms on SQLite), where the sagas still under way are few and are
+/// counted on every call.
+pub const FINISHED_COUNTS_TTL: Duration = Duration::from_secs(10);
+
+/// The finished sagas' counts and when they were read.
+type FinishedCounts = Option<(std::time::Instant, Vec<(SagaState, u64)>)>;
+
 /// The operator's calls on one store.
 #[derive(Clone, Debug)]
 pub struct Console {
     store: Store,
     engine: Engine,
     stalled_after: Duration,
+    /// Held only to copy the counts in or out, never across an await.
+    finished: std::sync::Arc<std::sync::Mutex<FinishedCounts>>,
 }
 
 impl Console {
@@ -480,6 +504,7 @@ impl Console {
             store,
             engine: Engine::new(Vec::<SagaDefinition>::new()).expect("no definitions"),
             stalled_after: DEFAULT_STALLED_AFTER,
+            finished: std::sync::Arc::default(),
         }
     }
 
@@ -523,11 +548,44 @@ impl Console {
 
     /// Outbox counts, relay lag, sagas per state, waiting starts, stalled sagas.
     ///
+    /// Cheap however many finished sagas the database keeps: the sagas under way
+    /// (running, compensating, stuck) and the stalled ones are counted through the
+    /// state index on every call; the finished ones (completed, compensated, aborted)
+    /// are counted once per [`FINISHED_COUNTS_TTL`] by this console (and its clones),
+    /// so a console that lives (the page, the API, MCP) shows them up to that old.
+    ///
     /// # Errors
     /// [`Error::Store`].
     pub async fn status(&self) -> Result<StatusDoc> {
+        const LIVE: [SagaState; 3] = [
+            SagaState::Running,
+            SagaState::Compensating,
+            SagaState::Stuck,
+        ];
+        const FINISHED: [SagaState; 3] = [
+            SagaState::Completed,
+            SagaState::Compensated,
+            SagaState::Aborted,
+        ];
         let stats = self.store.admin().stats().await?;
-        let counts = query::count_by_state(&self.store).await?;
+        let mut counts = query::count_in_states(&self.store, &LIVE).await?;
+        let cached = self
+            .finished
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|(at, _)| at.elapsed() < FINISHED_COUNTS_TTL);
+        let finished = match cached {
+            Some((_, finished)) => finished,
+            None => {
+                let finished = query::count_in_states(&self.store, &FINISHED).await?;
+                if let Ok(mut c) = self.finished.lock() {
+                    *c = Some((std::time::Instant::now(), finished.clone()));
+                }
+                finished
+            }
+        };
+        counts.extend(finished);
         let starts_waiting: BTreeMap<String, u64> = Engine::waiting_starts(&self.store)
             .await?
             .into_iter()
@@ -536,7 +594,7 @@ impl Console {
         for s in Engine::set_aside_starts(&self.store).await? {
             *starts_set_aside.entry(s.name).or_default() += 1;
         }
-        let stalled = query::stalled(&self.store, self.stalled_after, MAX_PAGE).await?;
+        let stalled = query::count_stalled(&self.store, self.stalled_after).await?;
         let mut sagas: BTreeMap<&'static str, u64> =
             SAGA_STATES.iter().map(|s| (s.as_str(), 0)).collect();
         for (state, n) in &counts {
@@ -549,7 +607,7 @@ impl Console {
             sagas,
             starts_waiting,
             starts_set_aside,
-            stalled: stalled.len() as u64,
+            stalled,
             stalled_after_ms: u64::try_from(self.stalled_after.as_millis()).unwrap_or(u64::MAX),
             outbox: OutboxDoc {
                 pending: stats.pending,
@@ -650,8 +708,25 @@ impl Console {
     /// [`Error::NotFound`] for an unknown saga; [`Error::Refused`] for a finished saga
     /// or a name it never waits for (nothing written); [`Error::Store`].
     pub async fn signal(&self, id: SagaId, name: &str, signal: Signal) -> Result<SignalDoc> {
+        self.signal_by(id, name, signal, SignalSender::Person).await
+    }
+
+    /// [`signal`](Self::signal) from `sender`: the MCP tools send as
+    /// [`SignalSender::Agent`], which may not release a wait that is a person's
+    /// decision (`Step::approval`).
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal); [`Error::Refused`] for an agent's signal to a
+    /// person's decision (nothing written).
+    pub async fn signal_by(
+        &self,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+        sender: SignalSender,
+    ) -> Result<SignalDoc> {
         let mut tx = self.store.begin().await?;
-        let receipt = match Engine::signal(&mut tx, id, name, signal).await {
+        let receipt = match Engine::signal_by(&mut tx, id, name, signal, sender).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx.rollback().await;
@@ -707,24 +782,47 @@ impl Console {
         }
     }
 
-    /// Dead letters, oldest first (to `destination` only, if given), each saying
-    /// whether re-driving it would be moot.
+    /// Dead letters, newest first (to `destination` only, if given), each saying
+    /// whether re-driving it would be moot: at most `limit` and [`MAX_PAGE_BYTES`].
     ///
     /// # Errors
     /// [`Error::Invalid`] for a limit over [`MAX_PAGE`]; [`Error::Store`].
     pub async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<DeadList> {
+        self.dead_letters_before(destination, None, limit).await
+    }
+
+    /// [`dead_letters`](Self::dead_letters) older than outbox seq `before` (a page's
+    /// `next_before`).
+    ///
+    /// # Errors
+    /// As [`dead_letters`](Self::dead_letters).
+    pub async fn dead_letters_before(
+        &self,
+        destination: Option<&str>,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<DeadList> {
         if limit > MAX_PAGE {
             return Err(Error::Invalid(format!(
                 "limit {limit} is over the maximum of {MAX_PAGE}"
             )));
         }
         let limit = if limit == 0 { 100 } else { limit };
-        let rows = self.store.admin().dead_letters(destination, limit).await?;
+        let q = DeadQuery {
+            destination,
+            before_seq: before,
+            limit,
+            max_bytes: MAX_PAGE_BYTES,
+        };
+        let (rows, more) = self.store.admin().dead_letters_page(&q).await?;
         let mut dead_letters = Vec::with_capacity(rows.len());
         for d in &rows {
             dead_letters.push(self.dead_doc(d).await?);
         }
-        Ok(DeadList { dead_letters })
+        Ok(DeadList {
+            next_before: more.then(|| rows.last().map(|d| d.envelope.seq)).flatten(),
+            dead_letters,
+        })
     }
 
     /// One dead letter.
@@ -739,10 +837,8 @@ impl Console {
     async fn dead_row(&self, id: MessageId) -> Result<DeadRow> {
         self.store
             .admin()
-            .dead_letters(None, u32::MAX)
+            .dead_letter(id)
             .await?
-            .into_iter()
-            .find(|d| d.envelope.id == id)
             .ok_or_else(|| Error::NotFound(format!("dead letter `{id}` not found")))
     }
 
@@ -794,17 +890,37 @@ impl Console {
         destination: Option<&str>,
         force: bool,
     ) -> Result<RedriveAllDoc> {
-        let rows = self
-            .store
-            .admin()
-            .dead_letters(destination, u32::MAX)
-            .await?;
         let mut doc = RedriveAllDoc {
             redriven: 0,
             purged: 0,
             refused: Vec::new(),
         };
-        for row in &rows {
+        // A batch at a time, newest first, each batch bounded in rows and bytes: the
+        // dead letters are never all in memory.
+        let mut before = None;
+        loop {
+            let q = DeadQuery {
+                destination,
+                before_seq: before,
+                limit: REDRIVE_BATCH,
+                max_bytes: MAX_PAGE_BYTES,
+            };
+            let (rows, more) = self.store.admin().dead_letters_page(&q).await?;
+            self.redrive_batch(&rows, force, &mut doc).await?;
+            match rows.last() {
+                Some(last) if more => before = Some(last.envelope.seq),
+                _ => return Ok(doc),
+            }
+        }
+    }
+
+    async fn redrive_batch(
+        &self,
+        rows: &[DeadRow],
+        force: bool,
+        doc: &mut RedriveAllDoc,
+    ) -> Result<()> {
+        for row in rows {
             let id = row.envelope.id;
             match Engine::moot(&self.store, &row.envelope).await? {
                 Some(_) if force => {
@@ -821,7 +937,7 @@ impl Console {
                 }
             }
         }
-        Ok(doc)
+        Ok(())
     }
 
     /// Deletes dead letter `id`.

@@ -16,7 +16,9 @@
 //! that allows only this origin's stylesheet and script (`/assets/`), and refuse to be
 //! framed. The actions are HTML forms (each asks `confirm()` first, from the script);
 //! a POST that a browser marks as coming from another site (`Sec-Fetch-Site`, `Origin`)
-//! is refused with 403 and nothing done.
+//! is refused with 403 and nothing done, as is any request to a `Host` the console
+//! does not answer to (421), by the router's guard (`http/guard.rs`) before any of
+//! these routes.
 
 mod assets;
 mod html;
@@ -25,7 +27,7 @@ mod views;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -60,41 +62,6 @@ fn status_of(e: &Error) -> StatusCode {
 
 fn fail(e: &Error) -> Response {
     error_page(status_of(e), &e.to_string())
-}
-
-/// The refusal of a POST that the browser says comes from another site (a form on a
-/// page elsewhere posting here): by `Sec-Fetch-Site` (other than `same-origin` or
-/// `none`) where the browser sends it, else by an `Origin` that is not this host
-/// (`null` included). A client that sends neither (curl) is not a browser being
-/// tricked, and passes.
-fn cross_site(headers: &HeaderMap) -> Option<Response> {
-    let refuse = |why: &str| {
-        Some(error_page(
-            StatusCode::FORBIDDEN,
-            &format!("refused: {why}; nothing was done"),
-        ))
-    };
-    if let Some(site) = headers.get("sec-fetch-site") {
-        return match site.to_str() {
-            Ok("same-origin" | "none") => None,
-            _ => refuse("the request came from another site"),
-        };
-    }
-    let origin = headers.get(header::ORIGIN)?;
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    let same = match (origin.to_str(), host) {
-        (Ok(o), Some(h)) => {
-            o.strip_prefix("http://")
-                .or_else(|| o.strip_prefix("https://"))
-                == Some(h)
-        }
-        _ => false,
-    };
-    if same {
-        None
-    } else {
-        refuse("the request's Origin is not this console")
-    }
 }
 
 async fn overview(State(s): State<AppState>) -> Response {
@@ -151,11 +118,7 @@ fn parse_action(s: &str) -> Option<Action> {
 async fn saga_action(
     State(s): State<AppState>,
     Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = cross_site(&headers) {
-        return refused;
-    }
     let Some(action) = parse_action(&action) else {
         return error_page(
             StatusCode::NOT_FOUND,
@@ -203,11 +166,7 @@ async fn dead(
 async fn dead_action(
     State(s): State<AppState>,
     Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = cross_site(&headers) {
-        return refused;
-    }
     let Ok(msg) = id.parse::<agentsaga_core::MessageId>() else {
         return error_page(
             StatusCode::BAD_REQUEST,

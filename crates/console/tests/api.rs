@@ -302,10 +302,15 @@ impl Api {
         Self::send(self.request(reqwest::Method::GET, path)).await
     }
 
-    /// `POST` with `body` as JSON (none if `Value::Null`).
+    /// `POST` with `body` as JSON (an empty body if `Value::Null`), as an API client
+    /// sends it: `Content-Type: application/json` either way.
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         let req = self.request(reqwest::Method::POST, path);
-        let req = if body.is_null() { req } else { req.json(&body) };
+        let req = if body.is_null() {
+            req.header("content-type", "application/json")
+        } else {
+            req.json(&body)
+        };
         Self::send(req).await
     }
 
@@ -659,7 +664,10 @@ async fn reads_equal_the_console_documents(backend: Backend) {
             path,
         );
     }
-    let (status, body) = Api::send(api.request(reqwest::Method::DELETE, "/api/v1/status")).await;
+    let delete = api
+        .request(reqwest::Method::DELETE, "/api/v1/status")
+        .header("content-type", "application/json");
+    let (status, body) = Api::send(delete).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
     assert_eq!(body["error"]["kind"], "method_not_allowed");
 }
@@ -994,7 +1002,7 @@ async fn tokens_guard_everything(backend: Backend) {
     let config = HttpConfig {
         read_token: Some("read-me".into()),
         action_token: Some("act now".into()),
-        jaeger_url: None,
+        ..HttpConfig::default()
     };
     let anon = Api::console(&f.console, config).await;
     let reader = anon.with_token(Some("read-me"));
@@ -1104,13 +1112,14 @@ async fn tokens_guard_everything(backend: Backend) {
             .request(method, format!("{}{path}", anon.base))
             .header("cookie", format!("theme=dark; agentsaga_token={token}"))
     };
+    // The API takes no cookie (a page elsewhere could make the browser send it).
     let (status, _) = Api::send(with_cookie(
         reqwest::Method::GET,
         "/api/v1/status",
         "read-me",
     ))
     .await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
     let res = with_cookie(reqwest::Method::GET, "/", "read-me")
         .send()
         .await
@@ -1122,21 +1131,42 @@ async fn tokens_guard_everything(backend: Backend) {
     );
     let (status, _) = Api::send(with_cookie(reqwest::Method::GET, "/api/v1/status", "stale")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let skip = format!("/api/v1/sagas/{}/skip", f.stuck[1]);
-    let got = Api::send(with_cookie(reqwest::Method::POST, &skip, "read-me")).await;
+    let api_skip = format!("/api/v1/sagas/{}/skip", f.stuck[1]);
+    let got = Api::send(
+        with_cookie(reqwest::Method::POST, &api_skip, "act%20now")
+            .header("content-type", "application/json"),
+    )
+    .await;
     assert_error(
         &got,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the action cookie at the API",
+    );
+    // The page's forms take it: the read cookie may not act, the action cookie may.
+    let skip = format!("/sagas/{}/skip", f.stuck[1]);
+    let res = with_cookie(reqwest::Method::POST, &skip, "read-me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
         StatusCode::FORBIDDEN,
-        "forbidden",
-        "the read cookie acting",
+        "the read cookie acting"
     );
     assert_eq!(
         f.console.saga(f.stuck[1]).await.unwrap().saga.state,
         "stuck"
     );
-    let (status, body) = Api::send(with_cookie(reqwest::Method::POST, &skip, "act%20now")).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["saga"]["state"], "compensated");
+    let res = with_cookie(reqwest::Method::POST, &skip, "act%20now")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        f.console.saga(f.stuck[1]).await.unwrap().saga.state,
+        "compensated"
+    );
 
     // An action token alone: it does everything; nothing without it.
     let act_only = Api::console(
@@ -1156,6 +1186,294 @@ async fn tokens_guard_everything(backend: Backend) {
     act_only.with_token(Some("only")).ok("/api/v1/status").await;
 }
 both_backends!(token_tests, tokens_guard_everything);
+
+// ---------------------------------------------------------------------------------------
+// Memory: dead letters by id, by pages bounded in bytes
+
+async fn dead_letters_are_paged_by_bytes(backend: Backend) {
+    let store = Store::connect(&fresh_url(backend).await)
+        .await
+        .expect("connect");
+    // Six dead letters of 900 KiB each: 5.3 MiB, over one page's 4 MiB.
+    let big = "x".repeat(900 * 1024);
+    let mut tx = store.begin().await.expect("begin");
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let m = Message::to("big")
+            .json(&json!({"i": i, "blob": big}))
+            .expect("json");
+        ids.push(m.id.to_string());
+        tx.enqueue(&m).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+    let claimed = testing::claim(&store, &["big".to_owned()], 10).await;
+    let dead: Vec<DeadLetter> = claimed
+        .iter()
+        .map(|e| DeadLetter {
+            seq: e.seq,
+            reason: "too big to care".into(),
+            notice: None,
+        })
+        .collect();
+    store.queue().dead_letter("t", &dead).await.expect("dead");
+    let console = Console::new(store.clone());
+    let api = Api::console(&console, HttpConfig::default()).await;
+
+    // Pages by `before` until the last: each under 4 MiB and one row, all six once.
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/dead?limit=1000".to_owned();
+    for _ in 0..10 {
+        let page = api.ok(&path).await;
+        let rows = page["dead_letters"].as_array().expect("rows");
+        assert!(!rows.is_empty(), "{path}");
+        assert!(
+            rows.len() < 6,
+            "a page stops at its bytes: {} rows",
+            rows.len()
+        );
+        let bytes = page.to_string().len();
+        assert!(bytes < 4 * 1024 * 1024 + 1024 * 1024, "{bytes} bytes");
+        seen.extend(rows.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
+        match page["next_before"].as_i64() {
+            Some(before) => path = format!("/api/v1/dead?limit=1000&before={before}"),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected, "newest first, each once");
+    let (status, body) = api.get("/api/v1/dead?before=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // One by id; every one re-driven, a batch at a time.
+    let oldest = api.ok(&format!("/api/v1/dead/{}", ids[0])).await;
+    assert_eq!(oldest["payload"]["i"], 0);
+    let all = api.ok_post("/api/v1/dead/redrive", Value::Null).await;
+    assert_eq!(all["redriven"], 6, "{all}");
+    assert_eq!(store.admin().stats().await.expect("stats").dead, 0);
+    store.close().await;
+}
+both_backends!(dead_page_tests, dead_letters_are_paged_by_bytes);
+
+// ---------------------------------------------------------------------------------------
+// Attackers: another site, a rebound name
+
+/// Every state-changing route, with a body that would do something if taken: the path
+/// and the body as a page elsewhere would post it (`text/plain`, which a browser sends
+/// cross-site without asking first).
+fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
+    vec![
+        (format!("/api/v1/sagas/{}/abort", f.running), ""),
+        (format!("/api/v1/sagas/{}/retry", f.stuck[0]), ""),
+        (format!("/api/v1/sagas/{}/skip", f.stuck[1]), ""),
+        (
+            format!("/api/v1/sagas/{}/signal", f.waiting),
+            r#"{"name": "approval", "data": {"ok": true}}"#,
+        ),
+        ("/api/v1/sagas".to_owned(), r#"{"name": "waits"}"#),
+        ("/api/v1/dead/redrive".to_owned(), r#"{"force": true}"#),
+        ("/api/v1/dead/purge".to_owned(), r#"{"older_than": "0s"}"#),
+        (format!("/api/v1/dead/{}/redrive", f.dead_mailer), ""),
+        (format!("/api/v1/dead/{}/purge", f.dead_sms), ""),
+        (format!("/sagas/{}/abort", f.running), ""),
+        (format!("/dead/{}/purge", f.dead_sms), ""),
+    ]
+}
+
+/// The origin of a page elsewhere.
+const EVIL: &str = "http://evil.example";
+/// Another port of this machine: the same site, not the same origin.
+const OTHER_PORT: &str = "http://127.0.0.1:1";
+
+/// Headers a browser adds to a request a page elsewhere makes, and the content type
+/// that page chose.
+type Trick = (
+    &'static [(&'static str, &'static str)],
+    Option<&'static str>,
+);
+
+async fn cross_site_requests_change_nothing(backend: Backend) {
+    let f = prepare(backend).await;
+    // No token: loopback, as `agentsaga serve` runs by default.
+    let api = Api::console(&f.console, HttpConfig::default()).await;
+    let port = api.base.rsplit(':').next().unwrap().to_owned();
+    let before = everything(&f).await;
+    // (headers a browser adds, the content type the page elsewhere chose)
+    let tricks: [Trick; 8] = [
+        (&[("origin", EVIL)], Some("text/plain")),
+        (
+            &[("origin", EVIL), ("sec-fetch-site", "cross-site")],
+            Some("text/plain;charset=UTF-8"),
+        ),
+        (&[("origin", EVIL)], None),
+        (&[("origin", EVIL)], Some("application/json")),
+        // Another port of this machine: the same site, not the same origin.
+        (
+            &[("origin", OTHER_PORT), ("sec-fetch-site", "same-site")],
+            Some("text/plain"),
+        ),
+        (&[("sec-fetch-site", "same-site")], Some("application/json")),
+        (
+            &[("origin", "null")],
+            Some("application/x-www-form-urlencoded"),
+        ),
+        // A browser old enough to send neither: still no JSON without asking first.
+        (&[], Some("text/plain")),
+    ];
+    for (path, body) in attacks(&f) {
+        for (headers, content_type) in &tricks {
+            if path.starts_with("/api/") || !headers.is_empty() {
+                let mut req = api.client.post(format!("{}{path}", api.base)).body(body);
+                for (k, v) in *headers {
+                    req = req.header(*k, *v);
+                }
+                if let Some(ct) = content_type {
+                    req = req.header("content-type", *ct);
+                }
+                let res = req.send().await.expect("request");
+                let status = res.status();
+                let text = res.text().await.unwrap();
+                assert!(
+                    status == StatusCode::FORBIDDEN || status == StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "POST {path} {headers:?} {content_type:?}: {status} {text}"
+                );
+                if path.starts_with("/api/") {
+                    let body: Value = serde_json::from_str(&text).expect("a JSON error");
+                    let kind = body["error"]["kind"].as_str().unwrap_or_default();
+                    assert!(
+                        ["cross_site", "unsupported_media_type"].contains(&kind),
+                        "{path}: {body}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(everything(&f).await, before, "nothing was done");
+
+    // This console's own origin, with JSON: done.
+    let own = format!("http://127.0.0.1:{port}");
+    let abort = format!("/api/v1/sagas/{}/abort", f.running);
+    let req = api
+        .request(reqwest::Method::POST, &abort)
+        .header("origin", &own)
+        .header("sec-fetch-site", "same-origin")
+        .header("content-type", "application/json");
+    let (status, body) = Api::send(req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["saga"]["state"], "compensating");
+    // A client that is no browser (curl, the CLI's users) sends JSON and no Origin.
+    let purge = format!("/api/v1/dead/{}/purge", f.dead_sms);
+    assert_eq!(api.ok_post(&purge, Value::Null).await["purged"], 1);
+
+    // With tokens, the API takes no ambient cookie: a page elsewhere cannot borrow it.
+    let tokens = Api::console(
+        &f.console,
+        HttpConfig {
+            read_token: Some("read-me".into()),
+            action_token: Some("act".into()),
+            ..HttpConfig::default()
+        },
+    )
+    .await;
+    let skip = format!("/api/v1/sagas/{}/skip", f.stuck[1]);
+    let with_cookie = |method: reqwest::Method, path: &str| {
+        tokens
+            .client
+            .request(method, format!("{}{path}", tokens.base))
+            .header("cookie", "agentsaga_token=act")
+            .header("content-type", "application/json")
+    };
+    assert_error(
+        &Api::send(with_cookie(reqwest::Method::POST, &skip)).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the cookie acting on the API",
+    );
+    assert_error(
+        &Api::send(with_cookie(reqwest::Method::GET, "/api/v1/sagas")).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the cookie reading the API",
+    );
+    assert_eq!(
+        f.console.saga(f.stuck[1]).await.unwrap().saga.state,
+        "stuck",
+        "nothing was done"
+    );
+}
+both_backends!(cross_site_tests, cross_site_requests_change_nothing);
+
+async fn rebound_hosts_are_refused(backend: Backend) {
+    let f = prepare(backend).await;
+    let api = Api::console(
+        &f.console,
+        HttpConfig {
+            allowed_hosts: vec!["console.internal".into()],
+            ..HttpConfig::default()
+        },
+    )
+    .await;
+    let port = api.base.rsplit(':').next().unwrap().to_owned();
+    let before = everything(&f).await;
+    let with_host = |method: reqwest::Method, path: &str, host: &str| {
+        api.request(method, path)
+            .header("host", host)
+            .header("content-type", "application/json")
+    };
+    // A page at evil.example whose name now points at 127.0.0.1: its requests carry
+    // its own name.
+    for host in [
+        format!("evil.example:{port}"),
+        "evil.example".to_owned(),
+        format!("localhost.evil.example:{port}"),
+        format!("console.internal.evil.example:{port}"),
+        String::new(),
+    ] {
+        for path in ["/api/v1/sagas", "/api/v1/status", "/api/v1/dead"] {
+            assert_error(
+                &Api::send(with_host(reqwest::Method::GET, path, &host)).await,
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected",
+                &format!("{host} {path}"),
+            );
+        }
+        for path in ["/", "/sagas", "/dead"] {
+            let res = with_host(reqwest::Method::GET, path, &host)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                res.status(),
+                StatusCode::MISDIRECTED_REQUEST,
+                "{host} {path}"
+            );
+            assert!(!res.text().await.unwrap().contains(&f.running.to_string()));
+        }
+        let abort = format!("/api/v1/sagas/{}/abort", f.running);
+        assert_error(
+            &Api::send(with_host(reqwest::Method::POST, &abort, &host)).await,
+            StatusCode::MISDIRECTED_REQUEST,
+            "misdirected",
+            &format!("{host} abort"),
+        );
+    }
+    assert_eq!(everything(&f).await, before, "nothing was done");
+
+    // The names it is reached by: loopback names and addresses, the configured ones.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+        format!("console.internal:{port}"),
+        "console.internal".to_owned(),
+    ] {
+        let (status, body) =
+            Api::send(with_host(reqwest::Method::GET, "/api/v1/sagas", &host)).await;
+        assert_eq!(status, StatusCode::OK, "{host}: {body}");
+    }
+}
+both_backends!(host_tests, rebound_hosts_are_refused);
 
 // ---------------------------------------------------------------------------------------
 // Runtime::admin_router

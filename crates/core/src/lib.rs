@@ -59,6 +59,7 @@ mod error;
 mod id;
 mod message;
 pub mod propagation;
+mod redact;
 mod retry;
 mod store;
 #[cfg(feature = "testing")]
@@ -67,6 +68,7 @@ pub mod testing;
 pub use error::{Error, Result};
 pub use id::MessageId;
 pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
+pub use redact::redact_url;
 pub use retry::RetryPolicy;
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATOR;

@@ -158,9 +158,14 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
     let store = Store::connect(&url)
         .await
         .expect("open and migrate to 0009");
+    let newest = agentsaga_core::SQLITE_MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap();
     assert_eq!(
         scalar(&store, "SELECT max(version) FROM _sqlx_migrations").await,
-        9
+        newest
     );
     assert!(
         scalar(

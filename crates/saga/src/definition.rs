@@ -97,6 +97,9 @@ pub struct StepDef {
     pub(crate) pivot: bool,
     /// A wait for this signal instead of a command (`Step::wait_for`).
     pub(crate) wait: Option<String>,
+    /// The wait is a person's decision (`Step::approval`): its signal is taken only
+    /// from a person's path, never from an LLM-facing one.
+    pub(crate) approval: bool,
 }
 
 impl StepDef {
@@ -118,6 +121,11 @@ impl StepDef {
     /// The signal it waits for, if it is a wait (`Step::wait_for`).
     pub fn waits_for(&self) -> Option<&str> {
         self.wait.as_deref()
+    }
+
+    /// Whether it is a wait for a person's decision ([`Step::approval`]).
+    pub fn is_approval(&self) -> bool {
+        self.approval
     }
 }
 
@@ -155,6 +163,7 @@ where
                 start_timeout: None,
                 pivot: false,
                 wait: None,
+                approval: false,
             },
             _marker: PhantomData,
         }
@@ -283,9 +292,23 @@ where
                 start_timeout: None,
                 pivot: false,
                 wait: Some(name),
+                approval: false,
             },
             _marker: PhantomData,
         }
+    }
+
+    /// A wait for the signal `name` that only a person may send: a person's decision
+    /// (approve a payment, an email). It is a [`wait_for`](Self::wait_for) in every
+    /// way, except where its signal may come from: the application's own code
+    /// (`Runtime::signal`), `agentsaga sagas signal` and the console's API and page
+    /// take it; an LLM-facing surface (the MCP tools) never does, whatever it is
+    /// allowed ([`Engine::signal_by`](crate::Engine::signal_by) with
+    /// [`SignalSender::Agent`](crate::SignalSender::Agent) is refused).
+    pub fn approval(name: impl Into<String>) -> Self {
+        let mut step = Self::wait_for(name);
+        step.def.approval = true;
+        step
     }
 
     /// The command sent to the agent, built from the saga data.
@@ -588,6 +611,21 @@ impl SagaDefinition {
             .collect()
     }
 
+    /// Its waits as they are registered when a saga starts: each signal's name, and
+    /// whether it is a person's decision.
+    pub(crate) fn declared_waits(&self) -> Vec<crate::engine::DeclaredWait> {
+        self.stages
+            .iter()
+            .flatten()
+            .filter_map(|s| {
+                s.wait.as_ref().map(|name| crate::engine::DeclaredWait {
+                    name: name.clone(),
+                    approval: s.approval,
+                })
+            })
+            .collect()
+    }
+
     /// The steps in order, with their stage (parallel group) index.
     pub fn steps(&self) -> impl Iterator<Item = (usize, &StepDef)> {
         self.stages
@@ -662,6 +700,7 @@ impl PlannedSaga {
             name: name.into(),
             version,
             destinations: std::collections::BTreeSet::new(),
+            approvals: std::collections::BTreeSet::new(),
             planner: None,
             deadline: None,
             retry: RetryPolicy::default(),
@@ -676,6 +715,7 @@ pub struct PlannedBuilder {
     name: String,
     version: i32,
     destinations: std::collections::BTreeSet<String>,
+    approvals: std::collections::BTreeSet<String>,
     planner: Option<StepDef>,
     deadline: Option<Duration>,
     retry: RetryPolicy,
@@ -706,6 +746,15 @@ impl PlannedBuilder {
     ) -> Self {
         self.destinations
             .extend(destinations.into_iter().map(Into::into));
+        self
+    }
+
+    /// Signals that are a person's decision in every plan of this saga: a plan's wait
+    /// for one of them is an approval ([`Step::approval`]) whether the plan says so
+    /// (`"approval": true`) or not. A plan written by an LLM cannot then make a
+    /// person's decision one that an LLM-facing surface may send.
+    pub fn approvals<S: Into<String>>(mut self, signals: impl IntoIterator<Item = S>) -> Self {
+        self.approvals.extend(signals.into_iter().map(Into::into));
         self
     }
 
@@ -744,6 +793,7 @@ impl PlannedBuilder {
         }
         let catalog = Arc::new(Catalog {
             destinations: self.destinations,
+            approvals: self.approvals,
             planner_name: self.planner.as_ref().map(|p| p.name.clone()),
             retry: self.retry,
             timeout: self.timeout,

@@ -19,7 +19,8 @@ use tracing::Instrument;
 
 use self::logic::{Ctx, Effects};
 use self::model::Instance;
-pub use self::signals::{Signal, SignalReceipt};
+pub(crate) use self::signals::DeclaredWait;
+pub use self::signals::{Signal, SignalReceipt, SignalSender};
 use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 
@@ -819,8 +820,7 @@ impl Engine {
             // The waits' rows refer to the instance: saved first (the save below then
             // has nothing left to write).
             persist::save(tx.conn(), inst, before, now_ms()).await?;
-            let waits: Vec<&str> = fx.waits.iter().map(String::as_str).collect();
-            signals::register(tx.conn(), inst.id, &waits).await?;
+            signals::register(tx.conn(), inst.id, &fx.waits).await?;
             saved = Some(inst);
         }
         tx.cancel_pending(&fx.cancel).await?;
@@ -1030,13 +1030,32 @@ impl Engine {
         name: &str,
         signal: Signal,
     ) -> Result<SignalReceipt> {
+        Self::signal_by(tx, id, name, signal, SignalSender::Person).await
+    }
+
+    /// [`signal`](Self::signal) as `sender` may send it: an
+    /// [`Agent`](SignalSender::Agent) (an LLM-facing surface) may not send the signal of
+    /// a wait that is a person's decision ([`Step::approval`](crate::Step::approval),
+    /// a plan's `"approval": true`).
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal); [`Error::SignalRefused`] for an agent's signal to a
+    /// person's decision, with nothing written.
+    pub async fn signal_by(
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+        sender: SignalSender,
+    ) -> Result<SignalReceipt> {
         let outcome = match signal {
             Signal::Approve(value) => protocol::StepOutcome::Ok(value),
             Signal::Reject(reason) => {
                 protocol::StepOutcome::Fatal(format!("signal `{name}` rejected: {reason}"))
             }
         };
-        let (receipt, wake) = signals::record(tx.conn(), id, name, &outcome, now_ms()).await?;
+        let (receipt, wake) =
+            signals::record(tx.conn(), id, name, &outcome, sender, now_ms()).await?;
         if let Some(wake) = wake {
             tx.enqueue(&wake).await?;
         }

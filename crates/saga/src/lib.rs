@@ -51,7 +51,7 @@ pub use definition::{
 };
 pub use engine::{
     Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, SetAsideStart, Signal,
-    SignalReceipt,
+    SignalReceipt, SignalSender,
 };
 pub use error::{Error, Result};
 pub use id::SagaId;

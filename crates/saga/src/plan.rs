@@ -99,6 +99,11 @@ pub struct PlanStep {
     /// The signal it waits for instead of sending a command (a wait step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for: Option<String>,
+    /// The wait is a person's decision: its signal is taken only from a person's path,
+    /// never from an LLM-facing one (as [`Step::approval`](crate::Step::approval)).
+    /// Only on a wait.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub approval: bool,
     /// How to undo it: a command to a destination, built when the compensation is
     /// dispatched (so it may name the step's own result).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +153,7 @@ impl PlanStep {
             destination: Some(destination.into()),
             command,
             wait_for: None,
+            approval: false,
             compensate: None,
             nothing_to_undo: false,
             pivot: false,
@@ -163,6 +169,15 @@ impl PlanStep {
             command: Value::Null,
             wait_for: Some(signal.into()),
             ..Self::command(name, "", Value::Null)
+        }
+    }
+
+    /// A wait step for a person's decision: as [`wait_for`](Self::wait_for), marked
+    /// [`approval`](Self::approval).
+    pub fn approval(name: impl Into<String>, signal: impl Into<String>) -> Self {
+        Self {
+            approval: true,
+            ..Self::wait_for(name, signal)
         }
     }
 
@@ -312,6 +327,9 @@ fn candidates(text: &str) -> Vec<&str> {
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
     pub(crate) destinations: BTreeSet<String>,
+    /// Signals whose waits are approvals whatever the plan says
+    /// (`PlannedBuilder::approvals`).
+    pub(crate) approvals: BTreeSet<String>,
     pub(crate) planner_name: Option<String>,
     /// The retry policy of the plan's steps (a step's `max_attempts` overrides its
     /// attempts).
@@ -444,6 +462,11 @@ impl Catalog {
             (None, None) => {
                 return Err(at(
                     "it has neither a `destination` nor a `wait_for` signal".into()
+                ));
+            }
+            (Some(_), None) if s.approval => {
+                return Err(at(
+                    "`approval` marks a wait (`wait_for`): a command is no one's decision".into(),
                 ));
             }
             (Some(d), None) => self.check_destination(d).map_err(at)?,
@@ -593,6 +616,7 @@ fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
             timeout,
             start_timeout: None,
             pivot: s.pivot,
+            approval: s.approval || catalog.approvals.contains(&signal),
             wait: Some(signal),
         };
     }
@@ -622,6 +646,7 @@ fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
         start_timeout: None,
         pivot: s.pivot,
         wait: None,
+        approval: false,
     }
 }
 
@@ -706,6 +731,7 @@ mod tests {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            approvals: ["sign_off".to_owned()].into_iter().collect(),
             planner_name: None,
             retry: RetryPolicy::default(),
             timeout: None,
@@ -766,6 +792,47 @@ mod tests {
         assert!(matches!(stages[1][0].undo, Undo::FromReply { .. }));
         assert_eq!(stages[1][1].wait.as_deref(), Some("approval"));
         assert!(stages[2][0].pivot && matches!(stages[2][0].undo, Undo::Never));
+    }
+
+    // A wait is a person's decision when the plan marks it, or when the saga names its
+    // signal among its approvals whatever the plan says; a plain wait is not.
+    #[test]
+    fn approvals_are_marked_by_the_plan_or_the_saga() {
+        let plan = Plan::new()
+            .then(PlanStep::command("find", "search", Value::Null).nothing_to_undo())
+            .then(PlanStep::approval("ok", "approval"))
+            .then(PlanStep::wait_for("boss", "sign_off"))
+            .then(PlanStep::wait_for("event", "webhook"))
+            .then(PlanStep::command("send", "mail", json!("hi")).pivot());
+        catalog().validate(&plan).unwrap();
+        let text = serde_json::to_string(&plan).unwrap();
+        assert!(text.contains(r#""approval":true"#), "{text}");
+        assert_eq!(Plan::from_text(&text).unwrap(), plan);
+        let planned = Planned {
+            catalog: Arc::new(catalog()),
+            planner: None,
+        };
+        let stages = planned
+            .stages(&initial_data(Value::Null, Some(&plan)).unwrap())
+            .unwrap();
+        let approvals: Vec<(Option<&str>, bool)> = stages
+            .iter()
+            .flatten()
+            .map(|s| (s.wait.as_deref(), s.approval))
+            .collect();
+        assert_eq!(
+            approvals,
+            [
+                (None, false),
+                (Some("approval"), true),
+                (Some("sign_off"), true),
+                (Some("webhook"), false),
+                (None, false),
+            ]
+        );
+        let mut marked = PlanStep::command("send", "mail", Value::Null).pivot();
+        marked.approval = true;
+        refused(&Plan::new().then(marked), "`approval` marks a wait");
     }
 
     #[test]

@@ -388,6 +388,65 @@ pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
         .collect()
 }
 
+/// The sagas in each of `states`, each counted through the state index: cheap for
+/// the few running, compensating or stuck sagas of a database that keeps many finished
+/// ones (unlike [`count_by_state`], which reads every saga).
+///
+/// # Errors
+/// Store errors.
+pub async fn count_in_states(store: &Store, states: &[SagaState]) -> Result<Vec<(SagaState, u64)>> {
+    let mut out = Vec::with_capacity(states.len());
+    for state in states {
+        let n: i64 = agentsaga_core::with_reader!(store.reader(), pool => {
+            sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE state = $1")
+                .bind(state.as_str())
+                .fetch_one(pool)
+                .await?
+        });
+        out.push((*state, u64::try_from(n).unwrap_or(0)));
+    }
+    Ok(out)
+}
+
+/// How many sagas [`stalled`] would list (without its limit), reading only running
+/// and compensating sagas (through the state index).
+///
+/// # Errors
+/// Store errors.
+pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) -> Result<u64> {
+    let before = agentsaga_core::clock::now_ms()
+        - i64::try_from(no_progress_for.as_millis()).unwrap_or(i64::MAX / 2);
+    let n: i64 = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM saga_instances i
+             WHERE (i.state = 'running' OR i.state = 'compensating')
+               AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
+               AND (i.updated_at < ?1 OR NOT EXISTS (
+                   SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
+                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
+        )
+        .bind(before)
+        .fetch_one(reader)
+        .await?
+    }, postgres(pool) => {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM saga_instances i
+             WHERE (i.state = 'running' OR i.state = 'compensating')
+               AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
+               AND (i.updated_at < to_timestamp($1 / 1000.0) OR NOT EXISTS (
+                   SELECT 1 FROM saga_steps s
+                   JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
+                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
+        )
+        .bind(before)
+        .fetch_one(pool)
+        .await?
+    });
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// Sagas not yet terminal (running, compensating or stuck), with name and version.
 ///
 /// # Errors

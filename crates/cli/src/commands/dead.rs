@@ -11,10 +11,13 @@ use crate::format::{Table, compact_duration, or_dash, truncate};
 pub(super) async fn list(
     console: &Console,
     destination: Option<&str>,
+    before: Option<i64>,
     limit: u32,
     json: bool,
 ) -> anyhow::Result<()> {
-    let doc = console.dead_letters(destination, limit).await?;
+    let doc = console
+        .dead_letters_before(destination, before, limit)
+        .await?;
     if json {
         return print_json(&doc);
     }
@@ -44,6 +47,9 @@ pub(super) async fn list(
         ]);
     }
     out!("{}", table.render());
+    if let Some(before) = doc.next_before {
+        outln!("more: --before {before}");
+    }
     Ok(())
 }
 

@@ -5,9 +5,16 @@
 //! The CLI hosts no saga definitions: `start_saga` answers `not_found` here, as its
 //! description says; a runtime's process serving the same tools can start its sagas.
 
-use agentsaga_console::Console;
+//!
+//! Read-only unless `--allow` names actions; a wait that is a person's decision is
+//! never signalled here (`agentsaga_console::mcp`).
 
-pub(super) async fn run(console: Console) -> anyhow::Result<()> {
-    agentsaga_console::mcp::serve_stdio(console).await?;
+use agentsaga_console::Console;
+use agentsaga_console::mcp::{self, McpServer};
+
+use crate::args::McpArgs;
+
+pub(super) async fn run(console: Console, args: McpArgs) -> anyhow::Result<()> {
+    mcp::serve_stdio(McpServer::new(console).allow(args.allow)).await?;
     Ok(())
 }

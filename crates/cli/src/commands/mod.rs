@@ -81,8 +81,9 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(DeadCommand::List {
             destination,
             limit,
+            before,
             json,
-        }) => dead::list(&console, destination.as_deref(), limit, json.json).await,
+        }) => dead::list(&console, destination.as_deref(), before, limit, json.json).await,
         Command::Dead(DeadCommand::Show { id, json }) => dead::show(&console, id, json.json).await,
         Command::Dead(DeadCommand::Redrive {
             id,
@@ -96,7 +97,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store, &before.unwrap_or_default()),
         Command::Serve(args) => serve::run(console, args).await,
-        Command::Mcp => mcp::run(console).await,
+        Command::Mcp(args) => mcp::run(console, args).await,
     };
     store.close().await;
     result

@@ -82,6 +82,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<HttpConfig> {
         read_token,
         action_token,
         jaeger_url: args.jaeger_url.clone(),
+        allowed_hosts: args.allow_hosts.clone(),
     })
 }
 

@@ -32,6 +32,33 @@ pub struct DeadRow {
     pub last_error: Option<String>,
 }
 
+/// Which dead letters [`Admin::dead_letters_page`] reads: newest first, at most
+/// `limit` rows and (but for a first row larger than that) `max_bytes` of payloads,
+/// headers and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadQuery<'a> {
+    /// Only dead letters to this destination.
+    pub destination: Option<&'a str>,
+    /// Only dead letters older than this outbox seq (the last row of the page before).
+    pub before_seq: Option<i64>,
+    /// At most this many rows.
+    pub limit: u32,
+    /// At most this many bytes of payloads, headers and errors: the page stops after
+    /// the row that reaches it (one row at least).
+    pub max_bytes: usize,
+}
+
+impl Default for DeadQuery<'_> {
+    fn default() -> Self {
+        Self {
+            destination: None,
+            before_seq: None,
+            limit: 100,
+            max_bytes: usize::MAX,
+        }
+    }
+}
+
 /// What retention deletes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Table {
@@ -78,7 +105,32 @@ impl Admin<'_> {
         destination: Option<&str>,
         limit: u32,
     ) -> Result<Vec<DeadRow>> {
-        on_backend!(&self.store.backend, b => b.dead_letters(destination, limit).await)
+        let q = DeadQuery {
+            destination,
+            limit,
+            ..DeadQuery::default()
+        };
+        let (rows, _) = on_backend!(&self.store.backend, b => b.dead_letters(&q).await?);
+        Ok(rows)
+    }
+
+    /// A page of dead letters, newest first, bounded by rows and bytes (see
+    /// [`DeadQuery`]), and whether more follow it (the next page is the one
+    /// `before_seq` its last row's seq).
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn dead_letters_page(&self, q: &DeadQuery<'_>) -> Result<(Vec<DeadRow>, bool)> {
+        on_backend!(&self.store.backend, b => b.dead_letters(q).await)
+    }
+
+    /// One dead letter by its message id, in one indexed read (`None`: no dead letter
+    /// with that id).
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn dead_letter(&self, id: MessageId) -> Result<Option<DeadRow>> {
+        on_backend!(&self.store.backend, b => b.dead_letter_by_id(id).await)
     }
 
     /// Re-drives one dead letter: pending again, attempts reset.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::admin::{DeadRow, Stats, Table};
+use super::admin::{DeadQuery, DeadRow, Stats, Table};
 use super::queue::{Claim, DeadLetter, Retry};
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 
@@ -110,7 +110,9 @@ pub(crate) trait Dialect {
     /// Outbox counts by state and the lag.
     async fn stats(&self) -> Result<Stats>;
     /// Dead rows, newest first.
-    async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<Vec<DeadRow>>;
+    async fn dead_letters(&self, q: &DeadQuery<'_>) -> Result<(Vec<DeadRow>, bool)>;
+    /// One dead row, by its message id (the unique index on `id`).
+    async fn dead_letter_by_id(&self, id: MessageId) -> Result<Option<DeadRow>>;
     /// Closes the pools.
     async fn close(&self);
 }
@@ -159,6 +161,31 @@ where
 }
 
 /// A dead letter: the outbox row and its `last_error`.
+/// Which of `sizes` (each row's seq and size in bytes, newest first, one more than
+/// the page's row limit if there are more) a page of `limit` rows and `max_bytes` holds:
+/// the rows up to the one that reaches the bound, and always the first (one row is
+/// bounded by the largest message the store takes). Their seqs' range, and whether rows
+/// are left after them; `None` for no rows.
+pub(super) fn within_bytes(
+    sizes: &[(i64, i64)],
+    limit: u32,
+    max_bytes: usize,
+) -> Option<((i64, i64), bool)> {
+    let (first, _) = *sizes.first()?;
+    let mut total: u64 = 0;
+    let mut last = first;
+    let mut taken = 0;
+    for &(seq, size) in sizes.iter().take(limit as usize) {
+        if taken > 0 && total >= max_bytes as u64 {
+            break;
+        }
+        total = total.saturating_add(u64::try_from(size).unwrap_or(0));
+        last = seq;
+        taken += 1;
+    }
+    Some(((last.min(first), last.max(first)), sizes.len() > taken))
+}
+
 pub(super) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
 where
     R: Row,

@@ -9,8 +9,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 
 use super::StoreConfig;
-use super::admin::{DeadRow, Stats, Table};
-use super::backend::{Dialect, check_schema, dead_row, envelope};
+use super::admin::{DeadQuery, DeadRow, Stats, Table};
+use super::backend::{Dialect, check_schema, dead_row, envelope, within_bytes};
 use super::queue::{Claim, DeadLetter, Retry};
 use crate::clock::millis;
 use crate::{Envelope, Error, Message, MessageId, Result};
@@ -364,18 +364,45 @@ impl Dialect for Postgres {
         })
     }
 
-    async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<Vec<DeadRow>> {
+    async fn dead_letters(&self, q: &DeadQuery<'_>) -> Result<(Vec<DeadRow>, bool)> {
+        // The rows' sizes first, then only the rows that fit: a page never holds more
+        // than its bytes (and one row) in memory.
+        const SIZES: &str = "SELECT seq, (octet_length(payload::text)
+                + octet_length(headers::text) + coalesce(octet_length(last_error), 0))::bigint
+            FROM outbox WHERE state = 'dead' AND ($1::text IS NULL OR destination = $1)
+              AND ($2::bigint IS NULL OR seq < $2)
+            ORDER BY seq DESC LIMIT $3";
         const SQL: &str = "SELECT seq, id, destination, key, payload::text AS payload,
             headers::text AS headers, attempts,
             (extract(epoch FROM created_at) * 1000)::bigint AS created_at, last_error
             FROM outbox WHERE state = 'dead' AND ($1::text IS NULL OR destination = $1)
-            ORDER BY seq DESC LIMIT $2";
-        let rows = sqlx::query(SQL)
-            .bind(destination)
-            .bind(i64::from(limit))
+              AND seq >= $2 AND seq <= $3
+            ORDER BY seq DESC";
+        let sizes: Vec<(i64, i64)> = sqlx::query_as(SIZES)
+            .bind(q.destination)
+            .bind(q.before_seq)
+            .bind(i64::from(q.limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(dead_row).collect()
+        let Some(((low, high), more)) = within_bytes(&sizes, q.limit, q.max_bytes) else {
+            return Ok((Vec::new(), false));
+        };
+        let rows = sqlx::query(SQL)
+            .bind(q.destination)
+            .bind(low)
+            .bind(high)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok((rows.iter().map(dead_row).collect::<Result<_>>()?, more))
+    }
+
+    async fn dead_letter_by_id(&self, id: MessageId) -> Result<Option<DeadRow>> {
+        const SQL: &str = "SELECT seq, id, destination, key, payload::text AS payload,
+            headers::text AS headers, attempts,
+            (extract(epoch FROM created_at) * 1000)::bigint AS created_at, last_error
+            FROM outbox WHERE id = $1 AND state = 'dead'";
+        let row = sqlx::query(SQL).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(dead_row).transpose()
     }
 
     async fn close(&self) {

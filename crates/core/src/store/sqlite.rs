@@ -10,8 +10,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqliteConnection};
 
-use super::admin::{DeadRow, Stats, Table};
-use super::backend::{Dialect, check_schema, dead_row, envelope};
+use super::admin::{DeadQuery, DeadRow, Stats, Table};
+use super::backend::{Dialect, check_schema, dead_row, envelope, within_bytes};
 use super::checkpoint::{self, Checkpointer};
 use super::direct::{self, Session, Statement, Statements, Value};
 use super::queue::{Claim, DeadLetter, Retry};
@@ -506,17 +506,47 @@ impl Dialect for Sqlite {
         })
     }
 
-    async fn dead_letters(&self, destination: Option<&str>, limit: u32) -> Result<Vec<DeadRow>> {
+    async fn dead_letters(&self, q: &DeadQuery<'_>) -> Result<(Vec<DeadRow>, bool)> {
+        // The rows' sizes first, then only the rows that fit: a page never holds more
+        // than its bytes (and one row) in memory.
+        let sizes: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT seq, length(CAST(payload AS BLOB)) + length(CAST(headers AS BLOB))
+                    + coalesce(length(CAST(last_error AS BLOB)), 0)
+             FROM outbox WHERE state = 'dead' AND (?1 IS NULL OR destination = ?1)
+               AND (?2 IS NULL OR seq < ?2)
+             ORDER BY seq DESC LIMIT ?3",
+        )
+        .bind(q.destination)
+        .bind(q.before_seq)
+        .bind(i64::from(q.limit) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let Some(((low, high), more)) = within_bytes(&sizes, q.limit, q.max_bytes) else {
+            return Ok((Vec::new(), false));
+        };
         let rows = sqlx::query(
             "SELECT seq, id, destination, key, payload, headers, attempts, created_at, last_error
              FROM outbox WHERE state = 'dead' AND (?1 IS NULL OR destination = ?1)
-             ORDER BY seq DESC LIMIT ?2",
+               AND seq >= ?2 AND seq <= ?3
+             ORDER BY seq DESC",
         )
-        .bind(destination)
-        .bind(i64::from(limit))
+        .bind(q.destination)
+        .bind(low)
+        .bind(high)
         .fetch_all(&self.reader)
         .await?;
-        rows.iter().map(dead_row).collect()
+        Ok((rows.iter().map(dead_row).collect::<Result<_>>()?, more))
+    }
+
+    async fn dead_letter_by_id(&self, id: MessageId) -> Result<Option<DeadRow>> {
+        let row = sqlx::query(
+            "SELECT seq, id, destination, key, payload, headers, attempts, created_at, last_error
+             FROM outbox WHERE id = ?1 AND state = 'dead'",
+        )
+        .bind(id)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(dead_row).transpose()
     }
 
     async fn close(&self) {

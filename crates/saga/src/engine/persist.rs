@@ -297,7 +297,7 @@ fn binds_of(inst: &Instance) -> usize {
 pub(crate) async fn insert_new(
     tx: &mut Tx,
     insts: &[Instance],
-    waits: &[(SagaId, Vec<String>)],
+    waits: &[(SagaId, Vec<super::DeclaredWait>)],
     now_ms: i64,
     messages: &[Message],
 ) -> Result<()> {
@@ -337,9 +337,8 @@ pub(crate) async fn insert_new(
             insert_sqlite_query(chunk, now_ms).to_sqlx().build().execute(&mut *c).await?;
         }, postgres(c) => insert_postgres(c, chunk).await?);
     }
-    for (id, names) in waits {
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        super::signals::register(tx.conn(), *id, &names).await?;
+    for (id, declared) in waits {
+        super::signals::register(tx.conn(), *id, declared).await?;
     }
     if !messages.is_empty() {
         tx.enqueue_batch(messages).await?;

@@ -16,29 +16,42 @@ use agentsaga_core::{Conn, Message, header};
 use crate::protocol::{self, StepOutcome};
 use crate::{Error, Result, SagaId, SagaState};
 
+/// A wait a saga declares: the signal's name, and whether it is a person's decision
+/// (`Step::approval`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeclaredWait {
+    pub(crate) name: String,
+    pub(crate) approval: bool,
+}
+
 /// Writes the rows of the waits saga `id` declares (none: nothing written).
-pub(crate) async fn register(conn: Conn<'_>, id: SagaId, names: &[&str]) -> Result<()> {
-    if names.is_empty() {
+pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait]) -> Result<()> {
+    if waits.is_empty() {
         return Ok(());
     }
     agentsaga_core::match_conn!(conn, sqlite(c) => {
-        for name in names {
+        for w in waits {
             sqlx::query(
-                "INSERT INTO saga_signals (saga_id, name) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                "INSERT INTO saga_signals (saga_id, name, approval) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING",
             )
             .bind(id.to_string())
-            .bind(*name)
+            .bind(&w.name)
+            .bind(w.approval)
             .execute(&mut *c)
             .await?;
         }
     }, postgres(c) => {
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let names: Vec<&str> = waits.iter().map(|w| w.name.as_str()).collect();
+        let approvals: Vec<bool> = waits.iter().map(|w| w.approval).collect();
         sqlx::query(
-            "INSERT INTO saga_signals (saga_id, name) SELECT $1, unnest($2::text[])
+            "INSERT INTO saga_signals (saga_id, name, approval)
+             SELECT $1, n, a FROM unnest($2::text[], $3::bool[]) AS w (n, a)
              ON CONFLICT DO NOTHING",
         )
         .bind(id.as_uuid())
         .bind(names)
+        .bind(approvals)
         .execute(&mut *c)
         .await?;
     });
@@ -80,6 +93,19 @@ pub enum Signal {
     Reject(String),
 }
 
+/// Who sends a signal, as the surface it comes through vouches: what
+/// [`Engine::signal_by`](crate::Engine::signal_by) lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignalSender {
+    /// A person (the CLI, the console's API or page with its token) or the
+    /// application's own code: any wait.
+    Person,
+    /// An LLM-facing surface (the MCP tools): any wait but a person's decision
+    /// (`Step::approval`), which is refused with nothing written.
+    Agent,
+}
+
 /// What `Engine::signal` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignalReceipt {
@@ -97,6 +123,7 @@ pub(crate) async fn record(
     id: SagaId,
     name: &str,
     outcome: &StepOutcome,
+    sender: SignalSender,
     now_ms: i64,
 ) -> Result<(SignalReceipt, Option<Message>)> {
     let saga: Option<(String, i64, String)> = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {
@@ -124,6 +151,33 @@ pub(crate) async fn record(
             name: name.to_owned(),
             reason: format!("the saga is {state}"),
         });
+    }
+    if sender == SignalSender::Agent {
+        // Checked before anything is written; the mark is written once, when the saga
+        // (or its plan) declares the wait, and never changes.
+        let approval: Option<bool> = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {
+            sqlx::query_scalar("SELECT approval FROM saga_signals WHERE saga_id = ?1 AND name = ?2")
+                .bind(id.to_string())
+                .bind(name)
+                .fetch_optional(&mut **c)
+                .await?
+        }, postgres(c) => {
+            sqlx::query_scalar("SELECT approval FROM saga_signals WHERE saga_id = $1 AND name = $2")
+                .bind(id.as_uuid())
+                .bind(name)
+                .fetch_optional(&mut **c)
+                .await?
+        });
+        if approval == Some(true) {
+            return Err(Error::SignalRefused {
+                saga: id,
+                name: name.to_owned(),
+                reason: "the wait is a person's decision (an approval): its signal is taken \
+                         only from a person (the CLI, or the console with an action token), \
+                         never from an agent's tools"
+                    .to_owned(),
+            });
+        }
     }
     let payload = serde_json::to_string(outcome)?;
     let (changed, exists) = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {

@@ -17,7 +17,7 @@ impl Ctx<'_> {
     pub(crate) fn start(&mut self, waited: Duration) -> Result<()> {
         let def = self.def()?;
         let deadline = def.deadline;
-        self.fx.waits = def.waits().into_iter().map(str::to_owned).collect();
+        self.fx.waits = def.declared_waits();
         if let Some(deadline) = deadline {
             let timer = protocol::deadline_timer(
                 self.inst.id,
@@ -189,10 +189,9 @@ impl Ctx<'_> {
         let def =
             crate::SagaDefinition::for_data(&self.def.clone().expect("checked"), &self.inst.data)?;
         self.fx.waits.extend(
-            def.waits()
+            def.declared_waits()
                 .into_iter()
-                .filter(|w| !before.iter().any(|b| b == w))
-                .map(str::to_owned),
+                .filter(|w| !before.contains(&w.name)),
         );
         self.def = Some(def);
         Ok(())
