@@ -134,6 +134,31 @@ fn deadline_of(env: &Envelope) -> Option<Instant> {
     CallContext::new(env).timeout().map(|t| Instant::now() + t)
 }
 
+/// Runs a handler that holds a hop (`handle`, `record`) until the step's `deadline`
+/// (`Ok(None)` past it, the step's timeout rules apply) and at most the store's
+/// `hop_timeout`: a hop holds a turn in a shared transaction (on SQLite, every write of
+/// the process waits behind it), so a handler that does not come back within it is
+/// dropped, its hop undone, and the delivery retried (`Err`).
+async fn holding<F: Future>(
+    hub: &Hub,
+    deadline: Option<Instant>,
+    work: F,
+) -> Result<Option<F::Output>, Delivery> {
+    let bound = hub.store.config().hop_timeout;
+    match tokio::time::timeout(bound, bounded(deadline, work)).await {
+        Ok(done) => Ok(done),
+        Err(_) => {
+            tracing::error!(
+                hop_timeout_ms = bound.as_millis() as u64,
+                "a handler held its hop past hop_timeout: dropped, its effects undone, the delivery retried"
+            );
+            Err(Delivery::retry(format!(
+                "the handler held its database turn past hop_timeout ({bound:?}): its work was dropped"
+            )))
+        }
+    }
+}
+
 /// Runs `work` until `deadline`; `None` if the deadline passed first (the work is
 /// dropped, i.e. cancelled).
 async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Output> {
@@ -317,7 +342,10 @@ impl<A: Agent> AgentRunner for Local<A> {
                     tx: &mut tx,
                     call: CallContext::new(env),
                 };
-                bounded(deadline, self.0.handle(&mut ctx, command)).await
+                match holding(hub, deadline, self.0.handle(&mut ctx, command)).await {
+                    Ok(result) => result,
+                    Err(retry) => return retry, // the hop is dropped: undone
+                }
             };
             finish(hub, env, (tx, read), result).await
         };
@@ -381,7 +409,10 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                     tx: &mut tx,
                     call: CallContext::new(env),
                 };
-                bounded(deadline, self.0.record(&mut ctx, command, output)).await
+                match holding(hub, deadline, self.0.record(&mut ctx, command, output)).await {
+                    Ok(result) => result,
+                    Err(retry) => return retry, // the hop is dropped: undone
+                }
             };
             finish(hub, env, (tx, read), result).await
         };
