@@ -290,29 +290,45 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
 #[tokio::test]
 async fn running_0009_again_changes_nothing() {
     let (url, old) = database_at_0008().await;
-    old.close().await;
-    let store = Store::connect(&url)
+    // At 0009 exactly: later migrations change what 0009 built (0012 makes
+    // outbox_key_in_flight unique), so "over its own result" is the schema at 0009.
+    SQLITE_MIGRATOR
+        .run_to(9, &old)
         .await
-        .expect("open and migrate to 0009");
-    let before = schema(&store).await;
-    let rows = |store: &Store| {
-        let store = store.clone();
+        .expect("migrate to 0009");
+    let schema_at = |pool: &SqlitePool| {
+        let pool = pool.clone();
         async move {
-            (
-                scalar(&store, "SELECT count(*) FROM outbox").await,
-                scalar(&store, "SELECT count(*) FROM saga_instances").await,
-                scalar(&store, "SELECT count(*) FROM saga_steps").await,
-                scalar(&store, "SELECT count(*) FROM saga_signals").await,
-                scalar(
-                    &store,
-                    "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
-                )
-                .await,
+            sqlx::query_as::<_, (String, String, Option<String>)>(
+                "SELECT type, name, sql FROM sqlite_master \
+                 WHERE name <> '_sqlx_migrations' AND name NOT LIKE 'sqlite_autoindex__sqlx%' \
+                 ORDER BY type, name",
             )
+            .fetch_all(&pool)
+            .await
+            .expect("read the schema")
         }
     };
-    let counted = rows(&store).await;
-    assert_eq!(counted, (3, 2, 3, 1, 4));
+    let rows = |pool: &SqlitePool| {
+        let pool = pool.clone();
+        async move {
+            let mut counts = Vec::new();
+            for sql in [
+                "SELECT count(*) FROM outbox",
+                "SELECT count(*) FROM saga_instances",
+                "SELECT count(*) FROM saga_steps",
+                "SELECT count(*) FROM saga_signals",
+                "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+            ] {
+                let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
+                counts.push(n);
+            }
+            counts
+        }
+    };
+    let before = schema_at(&old).await;
+    let counted = rows(&old).await;
+    assert_eq!(counted, [3, 2, 3, 1, 4]);
     // As a second process would: on a connection of its own, with foreign keys on.
     let options: SqliteConnectOptions = url.parse().expect("a sqlite url");
     let other = SqlitePoolOptions::new()
@@ -327,8 +343,12 @@ async fn running_0009_again_changes_nothing() {
     .await
     .expect("run 0009 again");
     other.close().await;
-    assert_eq!(schema(&store).await, before);
-    assert_eq!(rows(&store).await, counted);
+    assert_eq!(schema_at(&old).await, before);
+    assert_eq!(rows(&old).await, counted);
+    old.close().await;
+    let store = Store::connect(&url)
+        .await
+        .expect("open and migrate the rest");
     assert_eq!(
         write_scalar(&store, "SELECT foreign_keys FROM pragma_foreign_keys").await,
         1
