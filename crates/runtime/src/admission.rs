@@ -69,15 +69,7 @@ impl Admission {
                 if query::get(store, id).await?.is_some() {
                     return Ok(());
                 }
-                return Err(match Engine::set_aside_start(store, id).await? {
-                    Some(s) => agentsaga_saga::Error::StartSetAside {
-                        id,
-                        name: s.name,
-                        reason: s.error,
-                    },
-                    None => agentsaga_saga::Error::NotFound(id),
-                }
-                .into());
+                return Err(not_started(store, id).await);
             }
             let _ = tokio::time::timeout(POLL, admitted.changed()).await;
         }
@@ -93,6 +85,21 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Why start `id`, neither waiting nor started, never will be: set aside (with the
+/// reason it could not start when its turn came) or gone (an operator removed it).
+pub(crate) async fn not_started(store: &Store, id: SagaId) -> crate::Error {
+    match Engine::set_aside_start(store, id).await {
+        Ok(Some(s)) => agentsaga_saga::Error::StartSetAside {
+            id,
+            name: s.name,
+            reason: s.error,
+        }
+        .into(),
+        Ok(None) => agentsaga_saga::Error::NotFound(id).into(),
+        Err(e) => e.into(),
     }
 }
 

@@ -704,15 +704,7 @@ impl Runtime {
                 None if Engine::is_waiting(&self.store, id).await? => {}
                 None if query::get(&self.store, id).await?.is_some() => continue,
                 None => {
-                    return Err(match Engine::set_aside_start(&self.store, id).await? {
-                        Some(s) => agentsaga_saga::Error::StartSetAside {
-                            id,
-                            name: s.name,
-                            reason: s.error,
-                        },
-                        None => agentsaga_saga::Error::NotFound(id),
-                    }
-                    .into());
+                    return Err(crate::admission::not_started(&self.store, id).await);
                 }
             }
             let deadline = tokio::time::sleep(Duration::from_millis(500));

@@ -165,6 +165,13 @@ async fn builder(backend: Backend) -> RuntimeBuilder {
         .relay_config(RelayConfig::default().retry(quick_retry()))
 }
 
+/// [`builder`] with leases of `lease`.
+async fn builder_with_lease(backend: Backend, lease: Duration) -> RuntimeBuilder {
+    Runtime::builder()
+        .database(fresh_url(backend).await)
+        .relay_config(RelayConfig::default().retry(quick_retry()).lease(lease))
+}
+
 async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
     tokio::time::timeout(Duration::from_secs(60), rt.wait(id))
         .await
@@ -272,13 +279,8 @@ async fn a_long_call_keeps_its_lease(backend: Backend) {
         )
         .build()
         .unwrap();
-    let rt = Runtime::builder()
-        .database(fresh_url(backend).await)
-        .relay_config(
-            RelayConfig::default()
-                .retry(quick_retry())
-                .lease(Duration::from_millis(200)),
-        )
+    let rt = builder_with_lease(backend, Duration::from_millis(200))
+        .await
         .calling_agent(llm)
         .saga(saga)
         .start()
@@ -561,13 +563,8 @@ async fn a_call_whose_lease_is_lost_is_cancelled(backend: Backend) {
         )
         .build()
         .unwrap();
-    let rt = Runtime::builder()
-        .database(fresh_url(backend).await)
-        .relay_config(
-            RelayConfig::default()
-                .retry(quick_retry())
-                .lease(Duration::from_millis(300)),
-        )
+    let rt = builder_with_lease(backend, Duration::from_millis(300))
+        .await
         .calling_agent(llm)
         .saga(saga)
         .start()

@@ -1663,6 +1663,20 @@ mod set_lane {
     use sqlx::Row as _;
     use uuid::Uuid;
 
+    /// Rows `k` of `set_test`, each with the value `'0'`.
+    async fn seed_set_test(store: &Store, k: &[Uuid]) {
+        let mut tx = store.begin().await.unwrap();
+        let crate::Conn::Postgres(c) = tx.conn() else {
+            unreachable!()
+        };
+        sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
+            .bind(k)
+            .execute(c)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
     static READ: [&str; 1] =
         ["SELECT k AS prefetch_key, v FROM set_test WHERE k = ANY($1) ORDER BY k FOR UPDATE"];
     static WRITE: SetStatement = SetStatement {
@@ -1829,18 +1843,7 @@ mod set_lane {
         exec(&store, "CREATE TABLE set_log (what TEXT PRIMARY KEY)").await;
         let hold = Uuid::now_v7();
         let k = keys_like(hold, 6);
-        {
-            let mut tx = store.begin().await.unwrap();
-            let crate::Conn::Postgres(c) = tx.conn() else {
-                unreachable!()
-            };
-            sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
-                .bind(&k)
-                .execute(c)
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-        }
+        seed_set_test(&store, &k).await;
         let before = store.hop_stats();
         let ids: Vec<MessageId> = (0..8).map(|_| MessageId::new()).collect();
         let results = batch(
@@ -1964,18 +1967,7 @@ mod set_lane {
         )
         .await;
         let k = keys_like(Uuid::now_v7(), 3);
-        {
-            let mut tx = store.begin().await.unwrap();
-            let crate::Conn::Postgres(c) = tx.conn() else {
-                unreachable!()
-            };
-            sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
-                .bind(&k)
-                .execute(c)
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-        }
+        seed_set_test(&store, &k).await;
         let row =
             |key: Uuid, v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
         let stuck_id = MessageId::new();
