@@ -291,9 +291,8 @@ struct Entry {
     envelope: Arc<Envelope>,
     number: u64,
     lost: tokio::sync::watch::Sender<bool>,
-    /// Local time by which the lease surely still holds: the lease counted from
-    /// before the claim or renewal that set it was answered, less a margin for a
-    /// row handed over (its lease began at its insert, before its commit).
+    /// Local time by which the lease surely still holds: [`held_for`] the lease from
+    /// when its claim or handover was taken in, or from before its last renewal.
     held_until: Instant,
 }
 

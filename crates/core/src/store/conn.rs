@@ -366,6 +366,8 @@ impl Tx {
         self.suspect(r)
     }
 
+    /// [`enqueue_batch`](Self::enqueue_batch), its failure not yet marked for the
+    /// commit's probe.
     async fn enqueue_batch_unchecked(&mut self, messages: &[Message]) -> Result<()> {
         let store = self.store.clone();
         if let Some(to) = store.handover()
@@ -562,7 +564,9 @@ impl Tx {
     /// As [`Store::receive`].
     pub async fn receive(&mut self, consumer: &str, message_id: MessageId) -> Result<Receipt> {
         let store = self.store.clone();
-        let r = store.receive(self.conn_clean(), consumer, message_id).await;
+        let r = store
+            .receive(self.conn_marked(), consumer, message_id)
+            .await;
         self.suspect(r)
     }
 
