@@ -477,23 +477,12 @@ pub struct SagaQuery {
     pub limit: u32,
 }
 
-/// How long the counts of finished sagas (completed, compensated, aborted) are
-/// reused by [`Console::status`]: counting a million of them reads a million index
-/// entries (about 150 ms on SQLite), where the sagas still under way are few and are
-/// counted on every call.
-pub const FINISHED_COUNTS_TTL: Duration = Duration::from_secs(10);
-
-/// The finished sagas' counts and when they were read.
-type FinishedCounts = Option<(std::time::Instant, Vec<(SagaState, u64)>)>;
-
 /// The operator's calls on one store.
 #[derive(Clone, Debug)]
 pub struct Console {
     store: Store,
     engine: Engine,
     stalled_after: Duration,
-    /// Held only to copy the counts in or out, never across an await.
-    finished: std::sync::Arc<std::sync::Mutex<FinishedCounts>>,
 }
 
 impl Console {
@@ -504,7 +493,6 @@ impl Console {
             store,
             engine: Engine::new(Vec::<SagaDefinition>::new()).expect("no definitions"),
             stalled_after: DEFAULT_STALLED_AFTER,
-            finished: std::sync::Arc::default(),
         }
     }
 
@@ -550,9 +538,9 @@ impl Console {
     ///
     /// Cheap however many finished sagas the database keeps: the sagas under way
     /// (running, compensating, stuck) and the stalled ones are counted through the
-    /// state index on every call; the finished ones (completed, compensated, aborted)
-    /// are counted once per [`FINISHED_COUNTS_TTL`] by this console (and its clones),
-    /// so a console that lives (the page, the API, MCP) shows them up to that old.
+    /// state index, the finished ones (completed, compensated, aborted) are read from
+    /// the counts the database keeps itself (`saga_finished_counts`); all exact at
+    /// the time of the call.
     ///
     /// # Errors
     /// [`Error::Store`].
@@ -562,29 +550,9 @@ impl Console {
             SagaState::Compensating,
             SagaState::Stuck,
         ];
-        const FINISHED: [SagaState; 3] = [
-            SagaState::Completed,
-            SagaState::Compensated,
-            SagaState::Aborted,
-        ];
         let stats = self.store.admin().stats().await?;
         let mut counts = query::count_in_states(&self.store, &LIVE).await?;
-        let cached = self
-            .finished
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
-            .filter(|(at, _)| at.elapsed() < FINISHED_COUNTS_TTL);
-        let finished = match cached {
-            Some((_, finished)) => finished,
-            None => {
-                let finished = query::count_in_states(&self.store, &FINISHED).await?;
-                if let Ok(mut c) = self.finished.lock() {
-                    *c = Some((std::time::Instant::now(), finished.clone()));
-                }
-                finished
-            }
-        };
+        let finished = query::count_finished(&self.store).await?;
         counts.extend(finished);
         let starts_waiting: BTreeMap<String, u64> = Engine::waiting_starts(&self.store)
             .await?

@@ -1,7 +1,7 @@
 //! The two migration trees (`migrations/sqlite`, `migrations/postgres`) define the same
 //! schema: the same tables, columns (with a coarse type class and nullability), primary
-//! keys, unique constraints, foreign keys, columns under a CHECK, and indexes (name,
-//! columns, uniqueness, partial-index predicate).
+//! keys, unique constraints, foreign keys, columns under a CHECK, indexes (name,
+//! columns, uniqueness, partial-index predicate), and triggers (table and name).
 //!
 //! Each database is migrated by `Store::connect`, then introspected (SQLite:
 //! `sqlite_master` and the `pragma_*` table functions; PostgreSQL: `information_schema`
@@ -39,6 +39,21 @@ const INTENDED: &[(Only, &str, &str)] = &[
         Only::Postgres,
         "function agentsaga_claim",
         "0004_queue_plans: the claim planned without bitmap/seq scans; SQLite runs it inline",
+    ),
+    (
+        Only::Postgres,
+        "function agentsaga_count_finished",
+        "0013_saga_finished_counts: a PostgreSQL trigger calls a function; SQLite's trigger holds its statement",
+    ),
+    (
+        Only::Postgres,
+        "function agentsaga_count_finished_truncate",
+        "0013_saga_finished_counts: SQLite has no TRUNCATE (its DELETE fires saga_finished_delete)",
+    ),
+    (
+        Only::Postgres,
+        "trigger saga_instances.saga_finished_truncate",
+        "0013_saga_finished_counts: SQLite has no TRUNCATE (its DELETE fires saga_finished_delete)",
     ),
     (
         Only::Postgres,
@@ -230,6 +245,14 @@ async fn sqlite_facts(pool: &SqlitePool) -> BTreeSet<String> {
     .fetch_all(pool)
     .await
     .expect("sqlite_master");
+    let triggers: Vec<(String, String)> =
+        sqlx::query_as("SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger'")
+            .fetch_all(pool)
+            .await
+            .expect("sqlite_master triggers");
+    for (table, name) in triggers {
+        facts.insert(format!("trigger {table}.{name}"));
+    }
     for (table, sql) in tables {
         facts.insert(format!("table {table}"));
 
@@ -504,6 +527,19 @@ async fn postgres_facts(pool: &PgPool) -> BTreeSet<String> {
     .expect("pg_proc");
     for f in functions {
         facts.insert(format!("function {f}"));
+    }
+
+    let triggers: Vec<(String, String)> = sqlx::query_as(
+        "SELECT DISTINCT c.relname::text, t.tgname::text FROM pg_trigger t \
+         JOIN pg_class c ON c.oid = t.tgrelid \
+         JOIN pg_namespace s ON s.oid = c.relnamespace \
+         WHERE s.nspname = current_schema() AND NOT t.tgisinternal",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("pg_trigger");
+    for (table, name) in triggers {
+        facts.insert(format!("trigger {table}.{name}"));
     }
     facts
 }

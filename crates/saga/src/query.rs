@@ -388,6 +388,39 @@ pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
         .collect()
 }
 
+/// The finished sagas per final state (completed, compensated, aborted), read from
+/// the counts the database keeps itself (`saga_finished_counts`, kept by triggers on
+/// `saga_instances` in the transaction that finishes, or deletes, a saga): a few rows
+/// however many finished sagas are kept, and exact at every commit.
+///
+/// # Errors
+/// Store errors; [`Error::Corrupt`] for a negative count (the table was written by
+/// hand).
+pub async fn count_finished(store: &Store) -> Result<Vec<(SagaState, u64)>> {
+    let (completed, compensated, aborted): (i64, i64, i64) = agentsaga_core::with_reader!(store.reader(), pool => {
+        sqlx::query_as(
+            "SELECT CAST(coalesce(sum(completed), 0) AS BIGINT),
+                        CAST(coalesce(sum(compensated), 0) AS BIGINT),
+                        CAST(coalesce(sum(aborted), 0) AS BIGINT)
+                 FROM saga_finished_counts",
+        )
+        .fetch_one(pool)
+        .await?
+    });
+    [
+        (SagaState::Completed, completed),
+        (SagaState::Compensated, compensated),
+        (SagaState::Aborted, aborted),
+    ]
+    .into_iter()
+    .map(|(state, n)| {
+        u64::try_from(n)
+            .map(|n| (state, n))
+            .map_err(|_| Error::Corrupt(format!("saga_finished_counts: {n} {state} sagas")))
+    })
+    .collect()
+}
+
 /// The sagas in each of `states`, each counted through the state index: cheap for
 /// the few running, compensating or stuck sagas of a database that keeps many finished
 /// ones (unlike [`count_by_state`], which reads every saga).
