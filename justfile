@@ -6,17 +6,10 @@ example:
 test:
     scripts/test
 
+# fmt, clippy, each backend alone, doc, and cargo-deny when installed (what .ci/run
+# runs before the tests).
 lint:
-    cargo fmt --all -- --check
-    cargo clippy --workspace --all-targets --locked -- -D warnings
-    cargo clippy -p agentsaga --lib --locked --no-default-features --features sqlite -- -D warnings
-    cargo clippy -p agentsaga --lib --locked --no-default-features --features postgres -- -D warnings
-    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
-
-# Needs cargo-deny (.ci/run installs the pinned version). Advisories are not part of CI
-# (no network for the database there); with network: cargo deny check advisories
-deny:
-    cargo deny check licenses bans sources
+    scripts/verify
 
 bench:
     cargo run --release -p agentsaga-bench -- outbox

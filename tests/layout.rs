@@ -1,0 +1,133 @@
+//! The size limit of source files: no Rust source file of the repository (crates,
+//! the facade, examples, tests) is over [`LIMIT`] lines, so that a file holds one
+//! concept a newcomer can read at once (issue 33).
+//!
+//! The files that were over it when the limit came are listed in [`OVER`] with their
+//! size then, as a ceiling: each may shrink, not grow, and leaves the list once it is
+//! under the limit (the test says so, so the list stays exact). A new file over the
+//! limit fails the test: split it by concept.
+
+use std::path::{Path, PathBuf};
+
+/// Lines a source file may have.
+const LIMIT: usize = 450;
+
+/// Files over the limit, each with the most lines it may have.
+const OVER: &[(&str, usize)] = &[
+    ("crates/bench/src/agents.rs", 612),
+    ("crates/bench/src/outbox.rs", 719),
+    ("crates/bench/src/relay.rs", 798),
+    ("crates/bench/src/saga/floor.rs", 681),
+    ("crates/bench/src/saga.rs", 509),
+    ("crates/cli/tests/cli.rs", 960),
+    ("crates/cli/tests/mcp.rs", 695),
+    ("crates/console/src/api.rs", 553),
+    ("crates/console/src/mcp.rs", 739),
+    ("crates/console/src/ops.rs", 1064),
+    ("crates/console/src/page/saga.rs", 482),
+    ("crates/console/tests/api.rs", 1644),
+    ("crates/core/src/store/conn.rs", 1140),
+    ("crates/core/src/store/direct.rs", 805),
+    ("crates/core/src/store/hop.rs", 961),
+    ("crates/core/src/store/postgres.rs", 466),
+    ("crates/core/src/store/sets.rs", 718),
+    ("crates/core/src/store/sqlite.rs", 1125),
+    ("crates/core/src/store/tests.rs", 2361),
+    ("crates/core/src/store.rs", 487),
+    ("crates/core/tests/schema_parity.rs", 545),
+    ("crates/relay/src/claimer.rs", 747),
+    ("crates/relay/tests/http.rs", 585),
+    ("crates/runtime/src/actors.rs", 710),
+    ("crates/runtime/src/runtime.rs", 751),
+    ("crates/runtime/tests/admission.rs", 535),
+    ("crates/runtime/tests/calling.rs", 600),
+    ("crates/runtime/tests/plans.rs", 474),
+    ("crates/saga/src/definition.rs", 823),
+    ("crates/saga/src/engine/admission.rs", 464),
+    ("crates/saga/src/engine/logic/tests.rs", 1299),
+    ("crates/saga/src/engine/persist.rs", 774),
+    ("crates/saga/src/engine.rs", 1112),
+    ("crates/saga/src/plan.rs", 939),
+    ("crates/saga/src/protocol.rs", 651),
+    ("crates/saga/src/query.rs", 593),
+    ("crates/saga/src/tests.rs", 1156),
+    ("examples/ai_assistant.rs", 917),
+    ("examples/support/llm_stub.rs", 531),
+    ("tests/ai_assistant.rs", 712),
+    ("tests/console.rs", 882),
+];
+
+/// Every `.rs` file under the repository's source folders.
+fn sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = ["crates", "src", "examples", "tests"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn no_source_file_is_over_the_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    let mut seen = Vec::new();
+    for path in sources() {
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let lines = text.lines().count();
+        let name = path
+            .strip_prefix(root)
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        match OVER.iter().find(|(p, _)| *p == name) {
+            Some(&(_, ceiling)) => {
+                seen.push(name.clone());
+                if lines > ceiling {
+                    problems.push(format!(
+                        "{name}: {lines} lines, more than its {ceiling} when the limit came: \
+                         split it by concept rather than let it grow"
+                    ));
+                } else if lines <= LIMIT {
+                    problems.push(format!(
+                        "{name}: {lines} lines, now within the limit: remove it from OVER"
+                    ));
+                }
+            }
+            None if lines > LIMIT => problems.push(format!(
+                "{name}: {lines} lines, over the limit of {LIMIT}: split it by concept"
+            )),
+            None => {}
+        }
+    }
+    for (name, _) in OVER {
+        if !seen.iter().any(|s| s == name) {
+            problems.push(format!(
+                "{name}: listed in OVER but gone: remove it from OVER"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "tests/layout.rs:\n{}",
+        problems.join("\n")
+    );
+}
