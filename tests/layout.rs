@@ -35,7 +35,6 @@ const OVER: &[(&str, usize)] = &[
     ("crates/core/src/store/tests.rs", 2361),
     ("crates/core/src/store.rs", 487),
     ("crates/core/tests/schema_parity.rs", 545),
-    ("crates/relay/src/claimer.rs", 747),
     ("crates/relay/tests/http.rs", 585),
     ("crates/runtime/src/actors.rs", 710),
     ("crates/runtime/src/runtime.rs", 751),

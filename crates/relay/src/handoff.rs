@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentsaga_core::{Envelope, Handover};
 use ractor::ActorRef;
 
-use crate::claimer::ClaimerMsg;
+use crate::claimer::msg::ClaimerMsg;
 
 /// What a relay takes directly: for each of its destinations, up to its cap of rows
 /// handed over and not yet finished.

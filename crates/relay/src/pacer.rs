@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, interval_at};
 
-use crate::claimer::ClaimerMsg;
+use crate::claimer::msg::ClaimerMsg;
 
 /// A coalesced signal to the claimer.
 #[derive(Debug, Clone, Copy)]

@@ -18,7 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SpawnErr};
 use tracing::Instrument;
 
 use crate::Delivery;
-use crate::claimer::{ClaimerMsg, Done};
+use crate::claimer::msg::{ClaimerMsg, Done};
 use crate::transport::Transport;
 
 /// A job's routing key: the ordering key, or for keyless messages the row itself (so
