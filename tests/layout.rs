@@ -37,7 +37,6 @@ const OVER: &[(&str, usize)] = &[
     ("crates/core/tests/schema_parity.rs", 545),
     ("crates/relay/tests/http.rs", 585),
     ("crates/runtime/src/actors.rs", 710),
-    ("crates/runtime/src/runtime.rs", 751),
     ("crates/runtime/tests/admission.rs", 535),
     ("crates/runtime/tests/calling.rs", 600),
     ("crates/runtime/tests/plans.rs", 474),
