@@ -40,7 +40,6 @@ const OVER: &[(&str, usize)] = &[
     ("crates/runtime/tests/admission.rs", 535),
     ("crates/runtime/tests/calling.rs", 600),
     ("crates/runtime/tests/plans.rs", 474),
-    ("crates/saga/src/definition.rs", 823),
     ("crates/saga/src/engine/admission.rs", 464),
     ("crates/saga/src/engine/logic/tests.rs", 1299),
     ("crates/saga/src/engine/persist.rs", 774),

@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use self::logic::{Ctx, Effects};
 use self::model::Instance;
-pub(crate) use self::signals::DeclaredWait;
 pub use self::signals::{Signal, SignalReceipt, SignalSender};
+pub(crate) use crate::definition::DeclaredWait;
 use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 

@@ -28,7 +28,7 @@ use agentsaga_core::RetryPolicy;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::definition::{StepDef, Undo};
+use crate::definition::step::{StepDef, Undo};
 use crate::{Error, Result};
 
 /// The most steps a plan may have, waits and parallel members included.
@@ -593,7 +593,7 @@ impl PlanStart {
 fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
     let name = s.name.clone();
     let fold_name = name.clone();
-    let fold: crate::definition::FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
+    let fold: crate::definition::step::FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
         let results = data
             .get_mut("results")
             .filter(|r| r.is_object())

@@ -13,16 +13,9 @@ use std::collections::BTreeMap;
 use agentsaga_core::sqlx::{self, Row};
 use agentsaga_core::{Conn, Message, header};
 
+use crate::definition::DeclaredWait;
 use crate::protocol::{self, StepOutcome};
 use crate::{Error, Result, SagaId, SagaState};
-
-/// A wait a saga declares: the signal's name, and whether it is a person's decision
-/// (`Step::approval`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DeclaredWait {
-    pub(crate) name: String,
-    pub(crate) approval: bool,
-}
 
 /// Writes the rows of the waits saga `id` declares (none: nothing written).
 pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait]) -> Result<()> {

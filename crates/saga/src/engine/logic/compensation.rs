@@ -13,7 +13,7 @@ use std::time::Duration;
 use agentsaga_core::MessageId;
 
 use super::Ctx;
-use crate::definition::Undo;
+use crate::definition::step::Undo;
 use crate::engine::model::StepRow;
 use crate::protocol::StepOutcome;
 use crate::{CompensationState, Error, Result, SagaEvent, SagaState, StepState};
