@@ -137,49 +137,26 @@ pub(crate) async fn signals(backend: Backend) {
         "{table}"
     );
 
-    let bad = fails(&url, &["sagas", "signal", &id.to_string(), "payment"]);
+    let sid = id.to_string();
+    // `sagas signal <id> <name> [flag value]`.
+    let signal = |name, flag: &[&'static str]| {
+        let mut args = vec!["sagas", "signal", sid.as_str(), name];
+        args.extend_from_slice(flag);
+        args
+    };
+    let bad = fails(&url, &signal("payment", &[]));
     assert!(bad.contains("never waits for `payment`"), "{bad}");
-    let bad = fails(
-        &url,
-        &[
-            "sagas",
-            "signal",
-            &id.to_string(),
-            "approval",
-            "--data",
-            "{not json",
-        ],
-    );
+    let bad = fails(&url, &signal("approval", &["--data", "{not json"]));
     assert!(bad.contains("--data is not JSON"), "{bad}");
-    let sent = ok(
-        &url,
-        &[
-            "sagas",
-            "signal",
-            &id.to_string(),
-            "approval",
-            "--data",
-            r#"{"by":"ops"}"#,
-        ],
-    );
+    let sent = ok(&url, &signal("approval", &["--data", r#"{"by":"ops"}"#]));
     assert!(sent.contains("signal `approval` sent"), "{sent}");
-    let again = ok(
-        &url,
-        &[
-            "sagas",
-            "signal",
-            &id.to_string(),
-            "approval",
-            "--reject",
-            "no",
-        ],
-    );
+    let again = ok(&url, &signal("approval", &["--reject", "no"]));
     assert!(again.contains("nothing changed"), "{again}");
 
     common::pump(&store, &engine, &[id]).await;
     let saga = query::get(&store, id).await.unwrap().unwrap();
     assert_eq!(saga.state, SagaState::Completed);
-    let refused = fails(&url, &["sagas", "signal", &id.to_string(), "approval"]);
+    let refused = fails(&url, &signal("approval", &[]));
     assert!(refused.contains("the saga is completed"), "{refused}");
     store.close().await;
 }

@@ -1,8 +1,27 @@
-//! The documents the commands print: their keys, and the two read most.
+//! The documents the commands print (their keys, and the two read most), and the
+//! commands that open the database.
 
 use serde_json::Value;
 
 use crate::common::json;
+
+/// A saga id no database holds.
+const UNKNOWN: &str = "0190a8f0-0000-7000-8000-000000000000";
+
+/// Every kind of command that opens the database (all but `migrate`, which may create
+/// it and migrates it): each refuses a database that is missing or behind the binary.
+pub(crate) const OPENING: [&[&str]; 10] = [
+    &["status"],
+    &["status", "--json"],
+    &["sagas", "list"],
+    &["sagas", "show", UNKNOWN],
+    &["sagas", "abort", UNKNOWN],
+    &["dead", "list", "--json"],
+    &["dead", "redrive", "--all"],
+    &["dead", "purge", "--older-than", "1d"],
+    &["starts", "list"],
+    &["prune", "--older-than", "1d"],
+];
 
 pub(crate) const SAGA_KEYS: &[&str] = &[
     "id",

@@ -25,7 +25,7 @@ use actions::actions;
 use actions::signals;
 use common::{expect_failure, fails, run_cmd, sqlite_path};
 use dead::moot_dead_letters_are_not_redriven;
-use documents::status;
+use documents::{OPENING, status};
 use input::bad_ids_and_values;
 use maintenance::only_migrate_migrates;
 use maintenance::prune_keeps_inbox_records_a_redelivery_can_still_need;
@@ -51,18 +51,7 @@ async fn a_missing_sqlite_file_is_never_created() {
     let url = fresh_url(Backend::Sqlite).await;
     let path = sqlite_path(&url).to_owned();
     let dir = path.parent().unwrap().to_owned();
-    let unknown = "0190a8f0-0000-7000-8000-000000000000";
-    for args in [
-        &["status"][..],
-        &["status", "--json"],
-        &["sagas", "list"],
-        &["sagas", "show", unknown],
-        &["sagas", "abort", unknown],
-        &["dead", "list", "--json"],
-        &["dead", "redrive", "--all"],
-        &["dead", "purge", "--older-than", "1d"],
-        &["prune", "--older-than", "1d"],
-    ] {
+    for args in OPENING {
         let e = fails(&url, args);
         assert!(e.contains("does not exist"), "{args:?}: {e}");
         // A bare path too, relative to the working directory.

@@ -149,18 +149,7 @@ pub(crate) async fn only_migrate_migrates(backend: Backend) {
     let before = schema_of(&url).await;
     let newest = migrator.iter().map(|m| m.version).max().unwrap();
     assert!(!before.0.contains(&newest), "{before:?}");
-    let unknown = "0190a8f0-0000-7000-8000-000000000000";
-    for args in [
-        &["status"][..],
-        &["status", "--json"],
-        &["sagas", "list"],
-        &["sagas", "show", unknown],
-        &["dead", "list", "--json"],
-        &["starts", "list"],
-        &["sagas", "abort", unknown],
-        &["dead", "redrive", "--all"],
-        &["prune", "--older-than", "1d"],
-    ] {
+    for args in OPENING {
         let e = fails(&url, args);
         assert!(e.contains("Run `agentsaga migrate`"), "{args:?}: {e}");
         assert!(
