@@ -135,6 +135,15 @@ fn limit(limit: Option<u32>) -> Result<u32> {
     }
 }
 
+/// A tool's answer: `f` called with the arguments, its document, or its error (bad
+/// arguments included) as a tool error.
+async fn call<A: DeserializeOwned, D: Serialize>(
+    a: JsonObject,
+    f: impl AsyncFnOnce(A) -> Result<D>,
+) -> CallToolResult {
+    answer(async { f(args(a)?).await }.await)
+}
+
 /// A call's answer: its document, or its error as a tool error.
 fn answer<T: Serialize>(result: Result<T>) -> CallToolResult {
     let result = result.and_then(|doc| {
@@ -156,13 +165,7 @@ impl McpServer {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn status(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                args::<NoArgs>(a)?;
-                self.console.status().await
-            }
-            .await,
-        )
+        call(a, async |NoArgs {}| self.console.status().await).await
     }
 
     #[tool(
@@ -173,7 +176,7 @@ impl McpServer {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn list_sagas(&self, a: JsonObject) -> CallToolResult {
-        answer(self.list_sagas_doc(a).await)
+        call(a, async |a: ListSagasArgs| self.list_sagas_doc(a).await).await
     }
 
     #[tool(
@@ -184,13 +187,10 @@ impl McpServer {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn show_saga(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: SagaIdArgs = args(a)?;
-                self.console.saga(parse_saga_id(&a.id)?).await
-            }
-            .await,
-        )
+        call(a, async |a: SagaIdArgs| {
+            self.console.saga(parse_saga_id(&a.id)?).await
+        })
+        .await
     }
 
     #[tool(
@@ -208,13 +208,10 @@ impl McpServer {
         )
     )]
     async fn start_saga(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: StartArgs = args(a)?;
-                self.console.start(&a.name, a.key.as_deref(), a.data).await
-            }
-            .await,
-        )
+        call(a, async |a: StartArgs| {
+            self.console.start(&a.name, a.key.as_deref(), a.data).await
+        })
+        .await
     }
 
     #[tool(
@@ -233,26 +230,23 @@ impl McpServer {
         )
     )]
     async fn signal_saga(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: SignalArgs = args(a)?;
-                let id = parse_saga_id(&a.id)?;
-                let signal = match (a.data, a.reject) {
-                    (Some(_), Some(_)) => {
-                        return Err(Error::Invalid(
-                            "give `data` (approve) or `reject`, not both".to_owned(),
-                        ));
-                    }
-                    (None, Some(reason)) => Signal::Reject(reason),
-                    (data, None) => Signal::Approve(data.unwrap_or(Value::Null)),
-                };
-                // An agent's signal: never a person's decision, whatever is allowed.
-                self.console
-                    .signal_by(id, &a.name, signal, SignalSender::Agent)
-                    .await
-            }
-            .await,
-        )
+        call(a, async |a: SignalArgs| {
+            let id = parse_saga_id(&a.id)?;
+            let signal = match (a.data, a.reject) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::Invalid(
+                        "give `data` (approve) or `reject`, not both".to_owned(),
+                    ));
+                }
+                (None, Some(reason)) => Signal::Reject(reason),
+                (data, None) => Signal::Approve(data.unwrap_or(Value::Null)),
+            };
+            // An agent's signal: never a person's decision, whatever is allowed.
+            self.console
+                .signal_by(id, &a.name, signal, SignalSender::Agent)
+                .await
+        })
+        .await
     }
 
     #[tool(
@@ -268,13 +262,10 @@ impl McpServer {
         )
     )]
     async fn abort_saga(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: SagaIdArgs = args(a)?;
-                self.console.act(parse_saga_id(&a.id)?, Action::Abort).await
-            }
-            .await,
-        )
+        call(a, async |a: SagaIdArgs| {
+            self.console.act(parse_saga_id(&a.id)?, Action::Abort).await
+        })
+        .await
     }
 
     #[tool(
@@ -286,15 +277,12 @@ impl McpServer {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn list_dead_letters(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: DeadListArgs = args(a)?;
-                self.console
-                    .dead_letters_before(a.destination.as_deref(), a.before, limit(a.limit)?)
-                    .await
-            }
-            .await,
-        )
+        call(a, async |a: DeadListArgs| {
+            self.console
+                .dead_letters_before(a.destination.as_deref(), a.before, limit(a.limit)?)
+                .await
+        })
+        .await
     }
 
     #[tool(
@@ -310,19 +298,15 @@ impl McpServer {
         )
     )]
     async fn redrive_dead_letter(&self, a: JsonObject) -> CallToolResult {
-        answer(
-            async {
-                let a: RedriveArgs = args(a)?;
-                self.console
-                    .redrive(parse_message_id(&a.id)?, a.force)
-                    .await
-            }
-            .await,
-        )
+        call(a, async |a: RedriveArgs| {
+            self.console
+                .redrive(parse_message_id(&a.id)?, a.force)
+                .await
+        })
+        .await
     }
 
-    async fn list_sagas_doc(&self, a: JsonObject) -> Result<crate::ops::SagaPage> {
-        let a: ListSagasArgs = args(a)?;
+    async fn list_sagas_doc(&self, a: ListSagasArgs) -> Result<crate::ops::SagaPage> {
         let state = a
             .state
             .as_deref()
