@@ -137,33 +137,7 @@ pub(crate) struct PruneArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum SagasCommand {
     /// Sagas, newest first.
-    List {
-        /// Only sagas in this state (running, compensating, completed, compensated,
-        /// stuck, aborted).
-        #[arg(long, value_name = "S", value_parser = parse_state)]
-        state: Option<SagaState>,
-        /// Only sagas of this name.
-        #[arg(long, value_name = "N")]
-        name: Option<String>,
-        /// Only the saga started with this idempotency key.
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
-        /// Only sagas parked at a wait for a signal.
-        #[arg(long)]
-        waiting: bool,
-        /// Only stalled sagas: running or compensating, not waiting for a signal, with
-        /// nothing pending or in flight for them, or no progress for `--stalled-after`.
-        #[arg(long)]
-        stalled: bool,
-        /// The page after this cursor (printed as `more: --cursor …` under a full page).
-        #[arg(long, value_name = "C")]
-        cursor: Option<String>,
-        /// At most this many.
-        #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        limit: u32,
-        #[command(flatten)]
-        json: JsonFlag,
-    },
+    List(SagasList),
     /// Send a saga the signal it waits for (an approval, an outside event): approve
     /// with `--data JSON` (the payload folded into its data), or `--reject REASON`.
     Signal {
@@ -195,6 +169,36 @@ pub(crate) enum SagasCommand {
     Retry(SagaIdArg),
     /// Mark a stuck compensation as done by hand (recorded as `skipped`) and go on.
     Skip(SagaIdArg),
+}
+
+/// `agentsaga sagas list`: the filters of the page it asks for.
+#[derive(Debug, Args)]
+pub(crate) struct SagasList {
+    /// Only sagas in this state (running, compensating, completed, compensated,
+    /// stuck, aborted).
+    #[arg(long, value_name = "S", value_parser = parse_state)]
+    pub(crate) state: Option<SagaState>,
+    /// Only sagas of this name.
+    #[arg(long, value_name = "N")]
+    pub(crate) name: Option<String>,
+    /// Only the saga started with this idempotency key.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) key: Option<String>,
+    /// Only sagas parked at a wait for a signal.
+    #[arg(long)]
+    pub(crate) waiting: bool,
+    /// Only stalled sagas: running or compensating, not waiting for a signal, with
+    /// nothing pending or in flight for them, or no progress for `--stalled-after`.
+    #[arg(long)]
+    pub(crate) stalled: bool,
+    /// The page after this cursor (printed as `more: --cursor …` under a full page).
+    #[arg(long, value_name = "C")]
+    pub(crate) cursor: Option<String>,
+    /// At most this many.
+    #[arg(long, value_name = "K", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) limit: u32,
+    #[command(flatten)]
+    pub(crate) json: JsonFlag,
 }
 
 /// A saga id argument.

@@ -8,12 +8,15 @@ use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use serde_json::Value;
 
-use common::{expect_failure, ok, run_cmd};
+use common::{exited, expect_failure, ok, run_cmd, wait_for};
+
+/// How long the server may take to answer, or to stop.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 /// `agentsaga --database-url <url> serve <args>`, with no token or database from the
 /// environment.
@@ -73,9 +76,12 @@ impl Server {
         Self { child, addr }
     }
 
-    /// One `GET`: the raw response, empty if the connection was reset before any.
+    /// One `GET`: the raw response, empty if the connection was refused, or reset
+    /// before any.
     fn get_once(&self, path: &str, token: Option<&str>) -> Vec<u8> {
-        let mut stream = TcpStream::connect(&self.addr).expect("connect");
+        let Ok(mut stream) = TcpStream::connect(&self.addr) else {
+            return Vec::new();
+        };
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("timeout");
@@ -107,16 +113,13 @@ impl Server {
     /// `GET path` (with `Authorization: Bearer token`, if given): the status code and
     /// the body.
     fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
-        // A GET is safe to repeat: a connection reset before any answer (seen under a
-        // loaded machine, on the 401 path) is tried again, a few times.
+        // A GET is safe to repeat: a connection refused or reset before any answer (not
+        // listening yet; seen under a loaded machine, on the 401 path) is tried again.
         let mut response = Vec::new();
-        for _ in 0..5 {
+        wait_for(&format!("an answer to GET {path}"), ANSWER_WITHIN, || {
             response = self.get_once(path, token);
-            if !response.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            !response.is_empty()
+        });
         let response = String::from_utf8(response).expect("a UTF-8 response");
         let (head, body) = response.split_once("\r\n\r\n").expect("a response");
         let code = head
@@ -134,17 +137,12 @@ impl Server {
             .status()
             .is_ok_and(|s| s.success());
         assert!(sent, "kill -INT");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agentsaga serve did not stop on SIGINT"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        exited(
+            &mut self.child,
+            "agentsaga serve stops on SIGINT",
+            ANSWER_WITHIN,
+        )
+        .code()
     }
 }
 
@@ -188,30 +186,26 @@ async fn serves_the_api_and_stops_on_ctrl_c() {
 }
 
 // Whoever started the server may stop reading its output once it has the address: the
-// server keeps serving (its second line, the token hint, goes nowhere).
+// server keeps serving, its lines going nowhere. Here its stdout is a pipe closed before
+// it starts, so that every line it prints meets a closed pipe; it answers only after
+// printing them (it prints before it serves), so an answer shows it went on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keeps_serving_when_its_stdout_is_closed() {
     let url = fresh_url(Backend::Sqlite).await;
     ok(&url, &["migrate"]);
-    let mut child = serve_cmd(&url, &["--addr", "127.0.0.1:0", "--token", "s3cret"])
-        .stdout(Stdio::piped())
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    // A free port: the address is not read from what it prints.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let child = serve_cmd(&url, &["--addr", &addr, "--token", "s3cret"])
+        .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn agentsaga serve");
-    let mut first = String::new();
-    {
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        stdout.read_line(&mut first).expect("the address line");
-        // Dropped here: the pipe is closed before (or while) the second line is written.
-    }
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .map(str::to_owned)
-        .unwrap_or_else(|| panic!("no address in {first:?}"));
     let server = Server { child, addr };
-    std::thread::sleep(Duration::from_millis(300));
     let (code, body) = server.get("/api/v1/status", Some("s3cret"));
     assert_eq!(code, 200, "{body}");
     assert_eq!(server.interrupt(), Some(0), "a clean stop");

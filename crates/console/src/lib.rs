@@ -9,6 +9,7 @@
 
 #[cfg(feature = "http")]
 mod api;
+mod error;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "mcp")]
@@ -18,4 +19,5 @@ pub mod ops;
 mod page;
 pub mod time;
 
-pub use ops::{Action, Console, Error, Result, SagaQuery};
+pub use error::{Error, Result};
+pub use ops::{Action, Console, SagaQuery};

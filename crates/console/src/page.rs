@@ -23,6 +23,7 @@
 mod assets;
 mod html;
 mod saga;
+mod timeline;
 mod views;
 
 use axum::Router;
@@ -32,7 +33,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-use crate::http::AppState;
+use crate::http::error::status_of;
+use crate::http::state::AppState;
 use crate::{Action, Console, Error};
 use html::error_page;
 
@@ -48,16 +50,6 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/assets/console.css", get(assets::css))
         .route("/assets/console.js", get(assets::js))
         .route("/assets/icon.svg", get(assets::icon))
-}
-
-/// The HTTP status a console error is answered with.
-fn status_of(e: &Error) -> StatusCode {
-    match e {
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Refused(_) => StatusCode::CONFLICT,
-        Error::Invalid(_) => StatusCode::BAD_REQUEST,
-        Error::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
 }
 
 fn fail(e: &Error) -> Response {

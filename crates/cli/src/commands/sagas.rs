@@ -5,18 +5,22 @@ use agentsaga_console::ops::{SagaQuery, ShowDoc};
 use agentsaga_saga::{SagaId, SagaState, Signal};
 
 use super::print_json;
+use crate::args::SagasList;
 use crate::format::{Table, or_dash, truncate, ts_or_dash};
 
-/// The filters of `sagas list`.
-#[derive(Debug)]
-pub(super) struct ListArgs {
-    pub(super) query: SagaQuery,
-    pub(super) json: bool,
-}
-
-pub(super) async fn list(console: &Console, args: ListArgs) -> anyhow::Result<()> {
-    let page = console.sagas(&args.query).await?;
-    if args.json {
+pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<()> {
+    let query = SagaQuery {
+        state: args.state,
+        name: args.name,
+        key: args.key,
+        waiting: args.waiting,
+        stalled: args.stalled,
+        cursor: args.cursor,
+        limit: args.limit,
+        ..SagaQuery::default()
+    };
+    let page = console.sagas(&query).await?;
+    if args.json.json {
         return print_json(&page);
     }
     if page.sagas.is_empty() {

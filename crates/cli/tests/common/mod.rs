@@ -4,12 +4,12 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
-use agentsaga_core::queue::DeadLetter;
+use agentsaga_core::queue::{Claim, DeadLetter};
 use agentsaga_core::testing::{self, Backend, fresh_url};
-use agentsaga_core::{Message, MessageId, Receipt, RetryPolicy, Store};
+use agentsaga_core::{DeliveryFailed, Message, MessageId, Receipt, RetryPolicy, Store};
 use agentsaga_saga::protocol::{self, StepOutcome};
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step, query};
 use serde_json::{Value, json};
@@ -266,4 +266,65 @@ pub async fn pump_until(
 /// The file behind a `sqlite://` URL.
 pub fn sqlite_path(url: &str) -> &Path {
     Path::new(url.strip_prefix("sqlite://").expect("a sqlite:// url"))
+}
+
+/// Starts saga `name` with `data`, in a transaction of its own.
+pub async fn start(store: &Store, engine: &Engine, name: &str, data: &Value) -> SagaId {
+    let mut tx = store.begin().await.expect("begin");
+    let id = engine.start(&mut tx, name, data).await.expect("start");
+    tx.commit().await.expect("commit");
+    id
+}
+
+/// A moot dead letter: a `trip` saga's first command dies, and the notice of its death
+/// makes the saga compensate (the undo is delivered). The saga, and the dead command.
+pub async fn moot_dead_letter(store: &Store, engine: &Engine) -> (SagaId, MessageId) {
+    let id = start(store, engine, "trip", &json!({"case": "ok"})).await;
+    let destinations = vec!["reserve-agent".to_owned()];
+    let claim = Claim {
+        owner: "t",
+        destinations: &destinations,
+        limit: 1,
+        lease: Duration::from_secs(60),
+    };
+    let command = store.queue().claim(&claim).await.expect("claim").remove(0);
+    let reason = "reserve-agent: attempts exhausted";
+    let notice = DeliveryFailed::notice_for(&command, reason).expect("notice");
+    let dead = DeadLetter {
+        seq: command.seq,
+        reason: reason.into(),
+        notice,
+    };
+    store
+        .queue()
+        .dead_letter("t", &[dead])
+        .await
+        .expect("dead letter");
+    pump(store, engine, &[id]).await;
+    (id, command.id)
+}
+
+/// Polls `done` every 20 ms until it holds; fails the test (panics) if it does not
+/// within `within`, naming `what`. `agentsaga_core::testing::wait_until` for the
+/// blocking code that drives a child process.
+pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (`within` at most) until `child` has exited, naming `what` if it does not;
+/// its exit status.
+pub fn exited(child: &mut Child, what: &str, within: Duration) -> ExitStatus {
+    let mut status = None;
+    wait_for(what, within, || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    status.expect("exited")
 }

@@ -20,7 +20,7 @@
 //!   elsewhere can send without the browser asking first (a CORS preflight, which the
 //!   console never grants), whatever the browser's age; and the API takes its token
 //!   from the `Authorization` header only, never from the page's cookie
-//!   (`http.rs`).
+//!   (`token.rs`).
 //!
 //! A client that is not a browser (curl, a script) sends no `Origin` and is not a
 //! browser being tricked: it passes, with its token where one is configured.
@@ -30,8 +30,8 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{AppState, HttpConfig, plain};
-use crate::api::ApiError;
+use super::error::{ApiError, plain};
+use super::state::{AppState, HttpConfig};
 
 /// The guard, before the token check (`http::router` layers it outside).
 pub(super) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {

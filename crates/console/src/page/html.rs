@@ -1,8 +1,6 @@
 //! Escaping, links, formatting and the page's frame. Every value that comes from the
 //! database goes through [`esc`] (text and attributes) or [`pct`] (inside a URL).
 
-use std::fmt::Write as _;
-
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -24,17 +22,7 @@ pub(crate) fn esc(s: &str) -> String {
 
 /// `s` percent-encoded for a URL path segment or query value (everything but RFC 3986's
 /// unreserved characters).
-pub(crate) fn pct(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
+pub(crate) use crate::http::encoding::percent_encode as pct;
 
 /// A query string (`?a=1&b=2`, escaped for an attribute) from the pairs with a value;
 /// empty when there is none.

@@ -4,23 +4,25 @@
 //! `tools/call` of every tool). Its documents are the CLI's `--json` ones; its errors
 //! name the API's kinds.
 
+//!
+//! The session (`server.rs`) and the sagas acted on (`fixture.rs`) are modules of their
+//! own; the tests are here.
+
+#[path = "../common/mod.rs"]
 mod common;
+mod fixture;
+mod server;
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-use agentsaga_core::queue::{Claim, DeadLetter};
+use agentsaga_core::Store;
 use agentsaga_core::testing::Backend;
-use agentsaga_core::{DeliveryFailed, MessageId, Store};
-use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+use agentsaga_saga::{Engine, SagaState, query};
 use serde_json::{Value, json};
 
 use common::{json, prepare};
-
-/// How long any one answer may take.
-const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+use fixture::{add_sagas, everything, mail, transfer};
+use server::{Server, open};
 
 const TOOLS: [&str; 8] = [
     "abort_saga",
@@ -32,243 +34,6 @@ const TOOLS: [&str; 8] = [
     "start_saga",
     "status",
 ];
-
-/// draft → wait for `approval` → send (the pivot).
-fn mail() -> SagaDefinition {
-    Saga::<Value>::builder("mail", 1)
-        .step(Step::new("draft", "drafts").nothing_to_undo())
-        .step(Step::wait_for("approval").on_reply(|d: &mut Value, a: Value| d["approved"] = a))
-        .pivot(Step::new("send", "sender"))
-        .build()
-        .expect("definition")
-}
-
-/// approve the transfer (a person's decision) → transfer (the pivot).
-fn transfer() -> SagaDefinition {
-    Saga::<Value>::builder("transfer", 1)
-        .step(Step::approval("sign_off"))
-        .pivot(Step::new("transfer", "bank"))
-        .build()
-        .expect("definition")
-}
-
-/// The running `agentsaga mcp`, killed when dropped.
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    /// Every line it wrote to stdout so far.
-    seen: Vec<String>,
-    next_id: u64,
-}
-
-impl Server {
-    /// `agentsaga mcp` with `allow` passed to `--allow` (none: read-only).
-    fn spawn(url: &str, allow: &[&str]) -> Self {
-        let mut args = vec!["--database-url", url, "mcp"];
-        let allow = allow.join(",");
-        if !allow.is_empty() {
-            args.extend(["--allow", &allow]);
-        }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentsaga"))
-            .env_remove("DATABASE_URL")
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn agentsaga mcp");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            seen: Vec::new(),
-            next_id: 1,
-        }
-    }
-
-    fn send(&mut self, message: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{message}").expect("write to the server");
-        stdin.flush().expect("flush");
-    }
-
-    /// Sends request `method` and waits (bounded) for its response; notifications on
-    /// the way are skipped. The response's `result`, or its `error` as `Err`.
-    fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let deadline = Instant::now() + ANSWER_WITHIN;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = match self.lines.recv_timeout(left) {
-                Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => panic!("no answer to {method} in time"),
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("the server closed stdout before answering {method}")
-                }
-            };
-            self.seen.push(line.clone());
-            let message: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
-            assert_eq!(message["jsonrpc"], "2.0", "{line}");
-            if message["id"] != json!(id) {
-                assert!(message.get("method").is_some(), "unexpected: {line}");
-                continue;
-            }
-            return match message.get("error") {
-                Some(error) => Err(error.clone()),
-                None => Ok(message["result"].clone()),
-            };
-        }
-    }
-
-    /// `tools/call` of `name`; its result.
-    fn call(&mut self, name: &str, arguments: Value) -> Value {
-        self.request("tools/call", json!({"name": name, "arguments": arguments}))
-            .unwrap_or_else(|e| panic!("{name}: protocol error {e}"))
-    }
-
-    /// A successful call's document (its structured content, also its text).
-    fn doc(&mut self, name: &str, arguments: Value) -> Value {
-        let result = self.call(name, arguments.clone());
-        assert_eq!(
-            result["isError"], false,
-            "{name} {arguments} failed: {result}"
-        );
-        let doc = result["structuredContent"].clone();
-        assert!(doc.is_object(), "{name}: {result}");
-        let text = result["content"][0]["text"].as_str().expect("text content");
-        assert_eq!(
-            serde_json::from_str::<Value>(text).expect("text is JSON"),
-            doc,
-            "{name}: the text is the document"
-        );
-        doc
-    }
-
-    /// A call that failed as a tool error: its kind and message.
-    fn error(&mut self, name: &str, arguments: Value) -> (String, String) {
-        let result = self.call(name, arguments.clone());
-        assert_eq!(
-            result["isError"], true,
-            "{name} {arguments} should fail: {result}"
-        );
-        // The admin API's error body.
-        let body = &result["structuredContent"];
-        let text = result["content"][0]["text"].as_str().expect("text content");
-        assert_eq!(&serde_json::from_str::<Value>(text).expect("JSON"), body);
-        assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
-        let error = &body["error"];
-        assert_eq!(error.as_object().map(|o| o.len()), Some(2), "{body}");
-        let kind = error["kind"].as_str().expect("error kind").to_owned();
-        let message = error["message"].as_str().expect("message").to_owned();
-        assert!(!message.is_empty());
-        (kind, message)
-    }
-
-    /// Closes stdin; the server ends by itself, successfully, having written nothing
-    /// but JSON-RPC messages.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + ANSWER_WITHIN;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the server did not end on EOF");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert!(status.success(), "exit status {status}");
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            let message: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
-            assert_eq!(message["jsonrpc"], "2.0", "{line}");
-        }
-        assert!(!self.seen.is_empty());
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The sagas the test acts on, beside `prepare`'s.
-struct Extra {
-    /// Parked at its wait for `approval`.
-    waiting: SagaId,
-    /// Started, its first command not delivered.
-    running: SagaId,
-    /// A saga command whose saga has since compensated.
-    moot: MessageId,
-}
-
-async fn add_sagas(store: &Store, engine: &Engine) -> Extra {
-    // A moot dead letter: the command dies, its notice makes the saga compensate.
-    let mut tx = store.begin().await.unwrap();
-    let id = engine
-        .start(&mut tx, "trip", &json!({"case": "ok"}))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let destinations = vec!["reserve-agent".to_owned()];
-    let claim = Claim {
-        owner: "t",
-        destinations: &destinations,
-        limit: 1,
-        lease: Duration::from_secs(60),
-    };
-    let command = store.queue().claim(&claim).await.unwrap().remove(0);
-    let reason = "reserve-agent: attempts exhausted";
-    let notice = DeliveryFailed::notice_for(&command, reason).unwrap();
-    let dead = DeadLetter {
-        seq: command.seq,
-        reason: reason.into(),
-        notice,
-    };
-    store.queue().dead_letter("t", &[dead]).await.unwrap();
-    common::pump(store, engine, &[id]).await;
-
-    let mut tx = store.begin().await.unwrap();
-    let waiting = engine
-        .start(&mut tx, "mail", &json!({"to": "ann"}))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    common::pump_until(store, engine, "the saga waits", async || {
-        let saga = query::get(store, waiting).await.unwrap().unwrap();
-        saga.waiting_for.is_some()
-    })
-    .await;
-
-    let mut tx = store.begin().await.unwrap();
-    let running = engine
-        .start(&mut tx, "trip", &json!({"case": "ok"}))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    Extra {
-        waiting,
-        running,
-        moot: command.id,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_lists_shows_and_acts() {
@@ -283,22 +48,12 @@ async fn an_mcp_client_lists_shows_and_acts() {
     let mut mcp = Server::spawn(url, &["start", "signal", "abort", "redrive"]);
 
     // The handshake.
-    let init = mcp
-        .request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "cli-test", "version": "0"},
-            }),
-        )
-        .expect("initialize");
+    let init = open(&mut mcp);
     assert_eq!(init["protocolVersion"], "2025-06-18", "{init}");
     assert_eq!(init["serverInfo"]["name"], "agentsaga", "{init}");
     assert!(init["capabilities"]["tools"].is_object(), "{init}");
     let instructions = init["instructions"].as_str().unwrap_or_default();
     assert!(instructions.contains("no saga definitions"), "{init}");
-    mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
 
     // Every tool, each with a description and an object schema for its arguments.
     let list = mcp.request("tools/list", json!({})).expect("tools/list");
@@ -530,40 +285,6 @@ async fn an_mcp_client_lists_shows_and_acts() {
     store.close().await;
 }
 
-/// The handshake, as a client opens a session.
-fn open(mcp: &mut Server) -> Value {
-    let init = mcp
-        .request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "cli-test", "version": "0"},
-            }),
-        )
-        .expect("initialize");
-    mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    init
-}
-
-/// Everything of the database an action could change, as the CLI prints it.
-fn everything(url: &str) -> Value {
-    let mut status = json(url, &["status", "--json"]);
-    status["outbox"]["oldest_pending_age_ms"] = Value::Null;
-    let sagas = json(url, &["sagas", "list", "--json"]);
-    let shown: Vec<Value> = sagas["sagas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| json(url, &["sagas", "show", s["id"].as_str().unwrap(), "--json"]))
-        .collect();
-    json!({
-        "status": status,
-        "sagas": shown,
-        "dead": json(url, &["dead", "list", "--json"]),
-    })
-}
-
 // Without `--allow`, the tools only read: the actions are not listed, and a client
 // that calls them anyway (an LLM talked into it by a saga's data) is refused, with
 // nothing done.
@@ -642,12 +363,7 @@ async fn an_approval_is_never_signalled_through_mcp() {
     let url = p.url.as_str();
     let store = Store::connect(url).await.unwrap();
     let engine = Engine::new([common::trip(), mail(), transfer()]).unwrap();
-    let mut tx = store.begin().await.unwrap();
-    let id = engine
-        .start(&mut tx, "transfer", &json!({"amount": 10_000}))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    let id = common::start(&store, &engine, "transfer", &json!({"amount": 10_000})).await;
     common::pump_until(&store, &engine, "the transfer waits", async || {
         let saga = query::get(&store, id).await.unwrap().unwrap();
         saga.waiting_for.is_some()

@@ -10,7 +10,7 @@ mod serve;
 mod starts;
 mod status;
 
-use agentsaga_console::{Action, Console, SagaQuery};
+use agentsaga_console::{Action, Console};
 use serde::Serialize;
 
 use crate::args::{Cli, Command, DeadCommand, SagasCommand, StartsCommand};
@@ -31,35 +31,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     let console = Console::new(store.clone()).stalled_after(cli.stalled_after);
     let result = match cli.command {
         Command::Status(j) => status::run(&console, j.json).await,
-        Command::Sagas(SagasCommand::List {
-            state,
-            name,
-            key,
-            waiting,
-            stalled,
-            cursor,
-            limit,
-            json,
-        }) => {
-            let query = SagaQuery {
-                state,
-                name,
-                key,
-                waiting,
-                stalled,
-                cursor,
-                limit,
-                ..SagaQuery::default()
-            };
-            sagas::list(
-                &console,
-                sagas::ListArgs {
-                    query,
-                    json: json.json,
-                },
-            )
-            .await
-        }
+        Command::Sagas(SagasCommand::List(list)) => sagas::list(&console, list).await,
         Command::Sagas(SagasCommand::Signal {
             id,
             name,

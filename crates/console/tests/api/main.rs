@@ -1,0 +1,41 @@
+//! The admin HTTP API served on 127.0.0.1 and called with reqwest, on SQLite and
+//! PostgreSQL: every document equals the `Console` call's (the CLI's `--json`),
+//! filters and cursor pages, each action answering the saga as it now stands, tokens
+//! (401 / 403, nothing done), bad requests (400 / 404 / 413, JSON errors, nothing
+//! written), a stalled saga reported, and `Runtime::admin_router` starting a runtime's
+//! saga.
+//!
+//! One file a concern, on a shared fixture (`fixture.rs`) and server (`server.rs`); the
+//! tests are declared here, each on both backends.
+
+use agentsaga_core::both_backends;
+
+mod actions;
+mod cross_site;
+mod dead;
+mod finished;
+mod fixture;
+mod reads;
+mod server;
+mod starts;
+mod tokens;
+
+use actions::actions_answer_the_saga_as_it_now_stands;
+use cross_site::cross_site_requests_change_nothing;
+use cross_site::rebound_hosts_are_refused;
+use dead::dead_letters_are_paged_by_bytes;
+use finished::finished_counts_follow_every_write;
+use reads::reads_equal_the_console_documents;
+use starts::starts_with_an_engine;
+use starts::the_runtime_router_starts_its_sagas;
+use tokens::tokens_guard_everything;
+
+both_backends!(finished_count_tests, finished_counts_follow_every_write);
+both_backends!(read_tests, reads_equal_the_console_documents);
+both_backends!(action_tests, actions_answer_the_saga_as_it_now_stands);
+both_backends!(start_tests, starts_with_an_engine);
+both_backends!(token_tests, tokens_guard_everything);
+both_backends!(dead_page_tests, dead_letters_are_paged_by_bytes);
+both_backends!(cross_site_tests, cross_site_requests_change_nothing);
+both_backends!(host_tests, rebound_hosts_are_refused);
+both_backends!(runtime_tests, the_runtime_router_starts_its_sagas);
