@@ -1,0 +1,299 @@
+//! What a planned saga allows (its catalog: destinations, approvals, its planner's
+//! name, retries and timeouts), the check of a plan against it, and a plan step made
+//! into the step the engine runs.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga_core::RetryPolicy;
+use serde_json::Value;
+
+use super::refs::{check_refs, resolve};
+use super::{
+    MAX_PLAN_BYTES, MAX_PLAN_NAME_BYTES, MAX_PLAN_STEPS, Plan, PlanStage, PlanStep, invalid, set,
+};
+use crate::definition::step::{StepDef, Undo};
+use crate::{Error, Result};
+
+/// What a planned saga allows its plans: the destinations they may send to, and the
+/// name they may not use (its planner step's).
+#[derive(Debug, Clone)]
+pub(crate) struct Catalog {
+    pub(crate) destinations: BTreeSet<String>,
+    /// Signals whose waits are approvals whatever the plan says
+    /// (`PlannedBuilder::approvals`).
+    pub(crate) approvals: BTreeSet<String>,
+    pub(crate) planner_name: Option<String>,
+    /// The retry policy of the plan's steps (a step's `max_attempts` overrides its
+    /// attempts).
+    pub(crate) retry: RetryPolicy,
+    /// The timeout of a plan step that sets none.
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// What makes a saga planned: its catalog and its planner step, if it has one.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) planner: Option<StepDef>,
+}
+
+impl Planned {
+    /// The stages of a saga of this kind whose data is `data`: its planner step (if
+    /// any), then the steps of the plan in `data` (once it has one).
+    pub(crate) fn stages(&self, data: &Value) -> Result<Vec<Vec<StepDef>>> {
+        let mut stages = Vec::new();
+        if let Some(p) = &self.planner {
+            stages.push(vec![p.clone()]);
+        }
+        if let Some(plan) = data.get("plan").filter(|p| !p.is_null()) {
+            let plan: Plan = serde_json::from_value(plan.clone())
+                .map_err(|e| Error::Corrupt(format!("the stored plan does not decode: {e}")))?;
+            for stage in plan.steps {
+                let def = |s| step_def(s, &self.catalog);
+                stages.push(match stage {
+                    PlanStage::Step(s) => vec![def(s)],
+                    PlanStage::Parallel { parallel } => parallel.into_iter().map(def).collect(),
+                });
+            }
+        }
+        Ok(stages)
+    }
+}
+
+impl Catalog {
+    /// Checks `plan` against the builder's rules and this catalog.
+    pub(crate) fn validate(&self, plan: &Plan) -> Result<()> {
+        let size = serde_json::to_string(plan)?.len();
+        if size > MAX_PLAN_BYTES {
+            return Err(invalid(format!(
+                "the plan is {size} bytes, over the limit of {MAX_PLAN_BYTES}"
+            )));
+        }
+        if plan.steps.is_empty() {
+            return Err(invalid("the plan has no steps"));
+        }
+        let count = plan.all_steps().count();
+        if count > MAX_PLAN_STEPS {
+            return Err(invalid(format!(
+                "the plan has {count} steps, over the limit of {MAX_PLAN_STEPS}"
+            )));
+        }
+        let mut names: HashSet<&str> = HashSet::new();
+        if let Some(p) = &self.planner_name {
+            names.insert(p.as_str());
+        }
+        let mut waits: HashSet<&str> = HashSet::new();
+        let pivot = plan
+            .all_steps()
+            .find(|(_, s)| s.pivot)
+            .map(|(stage, _)| stage);
+        let mut pivots = 0;
+        // The names of the steps of earlier stages: what a command may refer to.
+        let mut earlier: HashSet<&str> = HashSet::new();
+        for (i, stage) in plan.steps.iter().enumerate() {
+            let members: &[PlanStep] = match stage {
+                PlanStage::Step(s) => std::slice::from_ref(s),
+                PlanStage::Parallel { parallel } => {
+                    if parallel.is_empty() {
+                        return Err(invalid(format!(
+                            "stage {} is an empty parallel group",
+                            i + 1
+                        )));
+                    }
+                    if let Some(s) = parallel.iter().find(|s| s.pivot) {
+                        return Err(invalid(format!(
+                            "step `{}`: the pivot cannot be in a parallel group",
+                            s.name
+                        )));
+                    }
+                    parallel
+                }
+            };
+            let before_pivot = pivot.is_none_or(|p| i < p);
+            for s in members {
+                self.check_step(s, before_pivot, &earlier)?;
+                if !names.insert(&s.name) {
+                    return Err(invalid(format!("two steps are named `{}`", s.name)));
+                }
+                if let Some(w) = &s.wait_for
+                    && !waits.insert(w)
+                {
+                    return Err(invalid(format!("two steps wait for the signal `{w}`")));
+                }
+                pivots += usize::from(s.pivot);
+            }
+            earlier.extend(members.iter().map(|s| s.name.as_str()));
+        }
+        if pivots > 1 {
+            return Err(invalid("the plan has more than one pivot"));
+        }
+        Ok(())
+    }
+
+    fn check_step(&self, s: &PlanStep, before_pivot: bool, earlier: &HashSet<&str>) -> Result<()> {
+        let name = &s.name;
+        let at = |why: String| invalid(format!("step `{name}`: {why}"));
+        if name.trim().is_empty() {
+            return Err(invalid("a step has an empty name"));
+        }
+        if name.len() > MAX_PLAN_NAME_BYTES {
+            return Err(at(format!("its name is over {MAX_PLAN_NAME_BYTES} bytes")));
+        }
+        if s.timeout_ms == Some(0) {
+            return Err(at("a timeout of 0 ms".into()));
+        }
+        if s.max_attempts == Some(0) {
+            return Err(at("max_attempts of 0".into()));
+        }
+        match (&s.destination, &s.wait_for) {
+            (Some(_), Some(_)) => {
+                return Err(at(
+                    "give either `destination` or `wait_for`, not both".into()
+                ));
+            }
+            (None, None) => {
+                return Err(at(
+                    "it has neither a `destination` nor a `wait_for` signal".into()
+                ));
+            }
+            (Some(_), None) if s.approval => {
+                return Err(at(
+                    "`approval` marks a wait (`wait_for`): a command is no one's decision".into(),
+                ));
+            }
+            (Some(d), None) => self.check_destination(d).map_err(at)?,
+            (None, Some(w)) => {
+                if w.trim().is_empty() || w.len() > MAX_PLAN_NAME_BYTES {
+                    return Err(at(format!(
+                        "the signal name must be 1 to {MAX_PLAN_NAME_BYTES} bytes"
+                    )));
+                }
+                if s.compensate.is_some() {
+                    return Err(at("a wait has nothing to compensate".into()));
+                }
+                if !s.command.is_null() {
+                    return Err(at("a wait sends no command".into()));
+                }
+            }
+        }
+        check_refs(&s.command, earlier, None).map_err(at)?;
+        let is_wait = s.wait_for.is_some();
+        if before_pivot && !s.pivot {
+            if !is_wait {
+                match (&s.compensate, s.nothing_to_undo) {
+                    (Some(_), true) => {
+                        return Err(at(
+                            "give either `compensate` or `nothing_to_undo`, not both".into(),
+                        ));
+                    }
+                    (None, false) => {
+                        return Err(at("a step before the pivot must say how to undo it: \
+                             `compensate` or `nothing_to_undo`"
+                            .into()));
+                    }
+                    _ => {}
+                }
+            }
+        } else if s.compensate.is_some() || s.nothing_to_undo {
+            return Err(at(
+                "the pivot and the steps after it are never undone: no `compensate` or \
+                 `nothing_to_undo`"
+                    .into(),
+            ));
+        }
+        if let Some(c) = &s.compensate {
+            self.check_destination(&c.destination).map_err(at)?;
+            check_refs(&c.command, earlier, Some(name)).map_err(at)?;
+        }
+        Ok(())
+    }
+
+    fn check_destination(&self, d: &str) -> std::result::Result<(), String> {
+        if self.destinations.contains(d) {
+            Ok(())
+        } else {
+            Err(format!(
+                "unknown destination `{d}` (this saga allows: {})",
+                self.destinations
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    }
+
+    /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
+    /// answer) checked and stored at `/plan`.
+    pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
+        let plan = match reply {
+            Value::String(text) => Plan::from_text(&text)?,
+            other => Plan::from_json(other)?,
+        };
+        self.validate(&plan)?;
+        set(data, "plan", serde_json::to_value(&plan)?)?;
+        Ok(())
+    }
+}
+
+pub(super) fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
+    let name = s.name.clone();
+    let fold_name = name.clone();
+    let fold: crate::definition::step::FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
+        let results = data
+            .get_mut("results")
+            .filter(|r| r.is_object())
+            .ok_or_else(|| Error::Corrupt("a planned saga's data has no `results`".into()))?;
+        set(results, &fold_name, reply)
+    });
+    let retry = RetryPolicy {
+        max_attempts: s.max_attempts.unwrap_or(catalog.retry.max_attempts),
+        ..catalog.retry
+    };
+    let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
+    if let Some(signal) = s.wait_for {
+        return StepDef {
+            destination: format!("signal:{signal}"),
+            name,
+            command: Arc::new(|_: &Value| Ok(Value::Null)),
+            fold: Some(fold),
+            undo: Undo::Nothing,
+            retry,
+            timeout,
+            start_timeout: None,
+            pivot: s.pivot,
+            approval: s.approval || catalog.approvals.contains(&signal),
+            wait: Some(signal),
+        };
+    }
+    let template = s.command;
+    let undo = match (s.compensate, s.nothing_to_undo) {
+        _ if s.pivot => Undo::Never,
+        (Some(c), _) => {
+            let template = c.command;
+            Undo::FromReply {
+                destination: c.destination,
+                build: Arc::new(move |data: &Value, _reply: Option<&Value>| {
+                    Ok(resolve(&template, data))
+                }),
+            }
+        }
+        (None, true) => Undo::Nothing,
+        (None, false) => Undo::Never,
+    };
+    StepDef {
+        name,
+        destination: s.destination.unwrap_or_default(),
+        command: Arc::new(move |data: &Value| Ok(resolve(&template, data))),
+        fold: Some(fold),
+        undo,
+        retry,
+        timeout,
+        start_timeout: None,
+        pivot: s.pivot,
+        wait: None,
+        approval: false,
+    }
+}

@@ -1,0 +1,220 @@
+//! The plan's checks, references and planner-text parsing.
+
+use std::sync::Arc;
+
+use agentsaga_core::RetryPolicy;
+
+use super::refs::resolve;
+use super::*;
+use crate::definition::step::Undo;
+
+fn catalog() -> Catalog {
+    Catalog {
+        destinations: ["search", "calendar", "mail"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        approvals: ["sign_off".to_owned()].into_iter().collect(),
+        planner_name: None,
+        retry: RetryPolicy::default(),
+        timeout: None,
+    }
+}
+
+fn good() -> Plan {
+    Plan::new()
+        .then(
+            PlanStep::command(
+                "look",
+                "search",
+                json!({ "q": { "$from": "/input/topic" } }),
+            )
+            .nothing_to_undo(),
+        )
+        .parallel([
+            PlanStep::command(
+                "book",
+                "calendar",
+                json!({ "notes": { "$from": "/results/look" } }),
+            )
+            .compensate(
+                "calendar",
+                json!({ "cancel": { "$from": "/results/book/id" } }),
+            ),
+            PlanStep::wait_for("ok", "approval"),
+        ])
+        .then(PlanStep::command("send", "mail", json!("hi")).pivot())
+        .then(PlanStep::command("log", "mail", Value::Null))
+}
+
+fn refused(plan: &Plan, needle: &str) {
+    match catalog().validate(plan) {
+        Err(Error::InvalidPlan(why)) => assert!(why.contains(needle), "{why}"),
+        other => panic!("expected InvalidPlan containing {needle:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_good_plan_passes_and_round_trips() {
+    let plan = good();
+    catalog().validate(&plan).unwrap();
+    let text = serde_json::to_string(&plan).unwrap();
+    assert_eq!(Plan::from_text(&text).unwrap(), plan);
+    let planned = Planned {
+        catalog: Arc::new(catalog()),
+        planner: None,
+    };
+    let stages = planned
+        .stages(&initial_data(json!({ "topic": "rust" }), Some(&plan)).unwrap())
+        .unwrap();
+    assert_eq!(
+        stages.iter().map(Vec::len).collect::<Vec<_>>(),
+        [1, 2, 1, 1]
+    );
+    assert!(matches!(stages[0][0].undo, Undo::Nothing));
+    assert!(matches!(stages[1][0].undo, Undo::FromReply { .. }));
+    assert_eq!(stages[1][1].wait.as_deref(), Some("approval"));
+    assert!(stages[2][0].pivot && matches!(stages[2][0].undo, Undo::Never));
+}
+
+// A wait is a person's decision when the plan marks it, or when the saga names its
+// signal among its approvals whatever the plan says; a plain wait is not.
+#[test]
+fn approvals_are_marked_by_the_plan_or_the_saga() {
+    let plan = Plan::new()
+        .then(PlanStep::command("find", "search", Value::Null).nothing_to_undo())
+        .then(PlanStep::approval("ok", "approval"))
+        .then(PlanStep::wait_for("boss", "sign_off"))
+        .then(PlanStep::wait_for("event", "webhook"))
+        .then(PlanStep::command("send", "mail", json!("hi")).pivot());
+    catalog().validate(&plan).unwrap();
+    let text = serde_json::to_string(&plan).unwrap();
+    assert!(text.contains(r#""approval":true"#), "{text}");
+    assert_eq!(Plan::from_text(&text).unwrap(), plan);
+    let planned = Planned {
+        catalog: Arc::new(catalog()),
+        planner: None,
+    };
+    let stages = planned
+        .stages(&initial_data(Value::Null, Some(&plan)).unwrap())
+        .unwrap();
+    let approvals: Vec<(Option<&str>, bool)> = stages
+        .iter()
+        .flatten()
+        .map(|s| (s.wait.as_deref(), s.approval))
+        .collect();
+    assert_eq!(
+        approvals,
+        [
+            (None, false),
+            (Some("approval"), true),
+            (Some("sign_off"), true),
+            (Some("webhook"), false),
+            (None, false),
+        ]
+    );
+    let mut marked = PlanStep::command("send", "mail", Value::Null).pivot();
+    marked.approval = true;
+    refused(&Plan::new().then(marked), "`approval` marks a wait");
+}
+
+#[test]
+fn the_builders_rules_are_enforced() {
+    let undone = |p: PlanStep| p.nothing_to_undo();
+    refused(&Plan::new(), "no steps");
+    refused(
+        &Plan::new().then(PlanStep::command("a", "search", Value::Null)),
+        "must say how to undo",
+    );
+    refused(
+        &Plan::new()
+            .then(undone(PlanStep::command("a", "search", Value::Null)))
+            .then(undone(PlanStep::command("a", "mail", Value::Null))),
+        "two steps are named `a`",
+    );
+    refused(
+        &Plan::new().then(undone(PlanStep::command("a", "payments", Value::Null))),
+        "unknown destination `payments`",
+    );
+    refused(
+        &Plan::new()
+            .then(PlanStep::command("a", "search", Value::Null).compensate("refunds", Value::Null)),
+        "unknown destination `refunds`",
+    );
+    refused(
+        &Plan::new()
+            .then(PlanStep::command("p", "mail", Value::Null).pivot())
+            .then(PlanStep::command("b", "mail", Value::Null).compensate("mail", json!(1))),
+        "never undone",
+    );
+    refused(
+        &Plan::new()
+            .then(PlanStep::command("p", "mail", Value::Null).pivot())
+            .then(PlanStep::command("q", "mail", Value::Null).pivot()),
+        "more than one pivot",
+    );
+    refused(
+        &Plan::new().parallel([PlanStep::command("p", "mail", Value::Null).pivot()]),
+        "parallel group",
+    );
+    refused(&Plan::new().parallel([]), "empty parallel group");
+    refused(
+        &Plan::new()
+            .then(PlanStep::wait_for("w1", "go"))
+            .then(PlanStep::wait_for("w2", "go")),
+        "two steps wait for the signal `go`",
+    );
+    refused(
+        &Plan::new().then(undone(PlanStep::command(
+            "a",
+            "search",
+            json!({ "$from": "/results/a" }),
+        ))),
+        "earlier stage",
+    );
+    refused(
+        &Plan::new().then(undone(PlanStep::command(
+            "a",
+            "search",
+            json!({ "$from": "/etc/passwd" }),
+        ))),
+        "/etc/passwd",
+    );
+    let mut both = PlanStep::command("a", "search", Value::Null).nothing_to_undo();
+    both.wait_for = Some("x".into());
+    refused(&Plan::new().then(both), "not both");
+}
+
+#[test]
+fn a_planners_text_is_read_as_data() {
+    let plan = good();
+    let json = serde_json::to_string_pretty(&plan).unwrap();
+    let fenced = format!("Here is the plan:\n```json\n{json}\n```\nGood luck!");
+    assert_eq!(Plan::from_text(&fenced).unwrap(), plan);
+    let prose = format!("Sure. {json} That's it.");
+    assert_eq!(Plan::from_text(&prose).unwrap(), plan);
+    let bare = serde_json::to_string(&plan.steps).unwrap();
+    assert_eq!(Plan::from_text(&bare).unwrap(), plan);
+    for nonsense in [
+        "I cannot help with that.",
+        "{ not json",
+        "{\"steps\": 3}",
+        "rm -rf / ; {\"steps\": [{\"name\": \"a\", \"exec\": \"sh\"}]}",
+    ] {
+        assert!(
+            matches!(Plan::from_text(nonsense), Err(Error::InvalidPlan(_))),
+            "{nonsense}"
+        );
+    }
+    let huge = "x".repeat(MAX_PLAN_BYTES + 1);
+    assert!(
+        matches!(Plan::from_text(&huge), Err(Error::InvalidPlan(why)) if why.contains("limit"))
+    );
+}
+
+#[test]
+fn references_resolve_against_the_data() {
+    let data = json!({ "input": { "topic": "rust" }, "results": { "look": { "n": 3 } } });
+    let t = json!({ "q": { "$from": "/input/topic" }, "all": [{ "$from": "/results/look/n" }, { "$from": "/results/none" }] });
+    assert_eq!(resolve(&t, &data), json!({ "q": "rust", "all": [3, null] }));
+}
