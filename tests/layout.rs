@@ -34,7 +34,6 @@ const OVER: &[(&str, usize)] = &[
     ("crates/runtime/tests/calling.rs", 600),
     ("crates/runtime/tests/plans.rs", 474),
     ("crates/saga/src/engine/admission.rs", 464),
-    ("crates/saga/src/engine/logic/tests.rs", 1299),
     ("crates/saga/src/engine/persist.rs", 774),
     ("crates/saga/src/engine.rs", 1112),
     ("crates/saga/src/query.rs", 593),
