@@ -47,8 +47,14 @@ use serde_json::Value;
 use crate::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, Plain};
-use crate::relay::percentile;
+use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
+
+mod cpu;
+mod phases;
+
+use cpu::Cpu;
+use phases::{Phases, Probe};
 
 const BENCH: &str = "agents";
 const SAGA: &str = "agents";
@@ -101,29 +107,6 @@ impl Sizes {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Data {
     n: u64,
-}
-
-/// When each saga's calls and records began, per step.
-#[derive(Debug, Default)]
-struct Probe {
-    /// `[step]`: saga → when its `call` began.
-    calls: [Mutex<HashMap<SagaId, Instant>>; 3],
-    /// `[step]`: saga → when its `record` began (its transaction is open by then).
-    records: [Mutex<HashMap<SagaId, Instant>>; 3],
-}
-
-impl Probe {
-    fn note(map: &Mutex<HashMap<SagaId, Instant>>, saga: Option<SagaId>) {
-        if let (Some(saga), Ok(mut map)) = (saga, map.lock()) {
-            map.entry(saga).or_insert_with(Instant::now);
-        }
-    }
-
-    fn take(map: &Mutex<HashMap<SagaId, Instant>>) -> HashMap<SagaId, Instant> {
-        map.lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default()
-    }
 }
 
 /// A calling agent that sleeps through its call and records nothing of its own.
@@ -179,91 +162,6 @@ fn definition() -> anyhow::Result<SagaDefinition> {
 fn ideal_ms(n: usize, call_ms: u64) -> f64 {
     let waves = n.div_ceil(DEFAULT_CALLING_CONCURRENCY).max(1);
     ((STEPS.len() + waves - 1) as u64 * call_ms) as f64
-}
-
-/// Per-saga gaps between phases, ms (each sorted).
-#[derive(Debug, Default, Clone)]
-struct Phases {
-    /// Start of the run → the saga's first `call`.
-    to_first_call: Vec<f64>,
-    /// A step's `call` begin → its `record` begin, minus call_ms: waiting for the
-    /// transaction (and the inbox insert) after the call.
-    call_to_record: Vec<f64>,
-    /// A step's `record` begin → the next step's `call` begin: the saga's step in the
-    /// same transaction (or, with `--answers-via-outbox`, the reply's relay hop and the
-    /// orchestrator's transaction), the commit, the next command's relay hop.
-    hand_off: Vec<f64>,
-    /// When the first and last `call` of each step began, ms from the run's start.
-    call_spread: [(f64, f64); 3],
-}
-
-impl Phases {
-    fn of(probe: &Probe, begin: Instant, call: Duration) -> Self {
-        let calls: Vec<_> = probe.calls.iter().map(Probe::take).collect();
-        let records: Vec<_> = probe.records.iter().map(Probe::take).collect();
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        let mut phases = Self::default();
-        for (saga, at) in &calls[0] {
-            phases.to_first_call.push(ms(at.duration_since(begin)));
-            for step in 0..STEPS.len() {
-                let (Some(c), Some(r)) = (calls[step].get(saga), records[step].get(saga)) else {
-                    continue;
-                };
-                phases
-                    .call_to_record
-                    .push(ms(r.duration_since(*c)) - ms(call));
-                if let Some(next) = calls.get(step + 1).and_then(|m| m.get(saga)) {
-                    phases.hand_off.push(ms(next.duration_since(*r)));
-                }
-            }
-        }
-        for (step, map) in calls.iter().enumerate() {
-            let first = map
-                .values()
-                .min()
-                .map_or(0.0, |t| ms(t.duration_since(begin)));
-            let last = map
-                .values()
-                .max()
-                .map_or(0.0, |t| ms(t.duration_since(begin)));
-            phases.call_spread[step] = (first, last);
-        }
-        for v in [
-            &mut phases.to_first_call,
-            &mut phases.call_to_record,
-            &mut phases.hand_off,
-        ] {
-            v.sort_by(f64::total_cmp);
-        }
-        phases
-    }
-
-    /// One line: p50 / max of each gap, and when each step's calls began.
-    fn describe(&self) -> String {
-        let gap = |v: &[f64]| {
-            format!(
-                "p50 {:.0} / p99 {:.0} / max {:.0} ms",
-                percentile(v, 50.0),
-                percentile(v, 99.0),
-                v.last().copied().unwrap_or_default()
-            )
-        };
-        let spread: Vec<String> = self
-            .call_spread
-            .iter()
-            .zip(STEPS)
-            .map(|((first, last), (name, _))| format!("{name} {first:.0}-{last:.0}"))
-            .collect();
-        format!(
-            "run start -> first call {}; call end -> record (waiting for the transaction) \
-             {}; record -> next step's call (the saga's step, commit, command hop) \
-             {}; calls began at (ms from run start) {}",
-            gap(&self.to_first_call),
-            gap(&self.call_to_record),
-            gap(&self.hand_off),
-            spread.join(", ")
-        )
-    }
 }
 
 /// What one run measured.
@@ -496,77 +394,6 @@ async fn drive(
             );
         }
         tokio::time::sleep(POLL).await;
-    }
-}
-
-/// CPU time, in clock ticks (10 ms): the machine's (`/proc/stat`) and this process's
-/// (`/proc/self/stat`, which on a virtual machine also counts the time its vCPUs were
-/// stolen). All zero where `/proc` is not there.
-#[derive(Debug, Default, Clone, Copy)]
-struct Cpu {
-    /// user + nice + system + irq + softirq, every CPU.
-    busy: u64,
-    /// Time the hypervisor ran something else.
-    steal: u64,
-    /// idle + iowait.
-    idle: u64,
-    /// This process: user + system.
-    own: u64,
-}
-
-impl Cpu {
-    fn now() -> Self {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let all: Vec<u64> = stat
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .skip(1)
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        let at = |i: usize| all.get(i).copied().unwrap_or(0);
-        let me = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        // After the `)` closing the command name: field 3 (state) first; utime and
-        // stime are fields 14 and 15.
-        let fields: Vec<&str> = me
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .collect();
-        let field = |i: usize| {
-            fields
-                .get(i - 3)
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        Self {
-            busy: at(0) + at(1) + at(2) + at(5) + at(6),
-            steal: at(7),
-            idle: at(3) + at(4),
-            own: field(14) + field(15),
-        }
-    }
-
-    fn since(&self, before: &Self) -> Self {
-        Self {
-            busy: self.busy.saturating_sub(before.busy),
-            steal: self.steal.saturating_sub(before.steal),
-            idle: self.idle.saturating_sub(before.idle),
-            own: self.own.saturating_sub(before.own),
-        }
-    }
-
-    /// `machine 3.8 s busy, 0.3 s stolen, 1.1 s idle; this process 1.2 s`.
-    fn describe(&self) -> String {
-        let s = |ticks: u64| ticks as f64 / 100.0;
-        format!(
-            "machine {:.1} s busy, {:.1} s stolen, {:.1} s idle; this process {:.1} s",
-            s(self.busy),
-            s(self.steal),
-            s(self.idle),
-            s(self.own)
-        )
     }
 }
 

@@ -32,8 +32,11 @@
 //! Here the driver: the arguments, the runs of both sides and the report. The runtime
 //! side is in [`runtime_side`], the floor in [`floor`].
 
+mod figure;
 mod floor;
 mod runtime_side;
+
+use figure::figure;
 
 use std::time::{Duration, Instant};
 
@@ -42,7 +45,7 @@ use anyhow::{Context, bail, ensure};
 use crate::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, Plain};
-use crate::relay::percentile;
+use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
 
 const BENCH: &str = "saga";
@@ -328,99 +331,6 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         ),
     ]);
     Ok(report)
-}
-
-/// (runtime, floor, physical reference, set reference on PostgreSQL): the runs of
-/// median rate.
-async fn figure(
-    backend: Backend,
-    scenario: Scenario,
-    sizes: Sizes,
-    workers: usize,
-    runtime_only: bool,
-    scratch: &mut Scratch,
-) -> anyhow::Result<(Run, Run, Run, Option<Run>)> {
-    let mut runs = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let sets = backend == Backend::Postgres;
-    for round in 0..sizes.rounds {
-        let order: &[Side] = if runtime_only {
-            &[Side::Runtime]
-        } else if round % 2 == 0 {
-            &[Side::Floor, Side::Batched, Side::Sets, Side::Runtime]
-        } else {
-            &[Side::Runtime, Side::Sets, Side::Batched, Side::Floor]
-        };
-        for &side in order {
-            if side == Side::Sets && !sets {
-                continue;
-            }
-            let url = scratch.fresh_url(backend).await?;
-            let run = match side {
-                Side::Runtime => {
-                    runtime_side::runtime_run(backend, &url, scenario, sizes.sagas, workers).await?
-                }
-                Side::Floor => {
-                    floor::floor_run(backend, &url, scenario, sizes.sagas, workers, 1, false)
-                        .await?
-                }
-                Side::Batched | Side::Sets => {
-                    floor::floor_run(
-                        backend,
-                        &url,
-                        scenario,
-                        sizes.sagas,
-                        workers,
-                        PHYSICAL_BATCH,
-                        side == Side::Sets,
-                    )
-                    .await?
-                }
-            };
-            eprintln!(
-                "{:<8} {:<12} round {}/{}  {:<7} {:>8.0} sagas/s  p50 {:>6.1} ms  p99 {:>6.1} ms",
-                backend.name(),
-                scenario.name(),
-                round + 1,
-                sizes.rounds,
-                match side {
-                    Side::Runtime => "runtime",
-                    Side::Floor => "floor",
-                    Side::Batched => "physical",
-                    Side::Sets => "sets",
-                },
-                run.rate,
-                percentile(&run.latencies, 50.0),
-                percentile(&run.latencies, 99.0),
-            );
-            match side {
-                Side::Runtime => runs.0.push(run),
-                Side::Floor => runs.1.push(run),
-                Side::Batched => runs.2.push(run),
-                Side::Sets => runs.3.push(run),
-            }
-        }
-    }
-    let sets = (!runs.3.is_empty()).then(|| pooled(runs.3));
-    Ok((pooled(runs.0), pooled(runs.1), pooled(runs.2), sets))
-}
-
-/// The median rate of `runs`, and the latencies of all their sagas together.
-fn pooled(runs: Vec<Run>) -> Run {
-    let rate = outbox::median(runs.iter().map(|r| r.rate).collect());
-    let mean = |f: fn(&Run) -> Option<f64>| {
-        let v: Vec<f64> = runs.iter().filter_map(f).collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
-    let hops_per_commit = mean(|r| r.hops_per_commit);
-    let handed_share = mean(|r| r.handed_share);
-    let mut latencies: Vec<f64> = runs.into_iter().flat_map(|r| r.latencies).collect();
-    latencies.sort_by(f64::total_cmp);
-    Run {
-        rate,
-        latencies,
-        hops_per_commit,
-        handed_share,
-    }
 }
 
 /// Starts sagas `START_BATCH` at a time while at most `WINDOW - START_BATCH` are

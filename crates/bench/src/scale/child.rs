@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{AGENTS, Outcome, POLL, PROGRESS, SAGA, START_CHUNK, STEP_TIMEOUT, patience};
 use crate::db::Backend;
 use crate::outbox;
-use crate::relay::percentile;
+use crate::report::percentile;
 
 /// The hidden `scale-child` subcommand: one burst of `sagas` on `url`.
 #[derive(Debug, Clone, clap::Args)]
