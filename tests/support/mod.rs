@@ -51,21 +51,44 @@ pub fn run(name: &str, url: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// Waits for `child` to exit, at most `limit` (then kills it and panics), and returns
+/// its output. Its stdout and stderr are read while it runs: a child whose pipe filled
+/// up (64 KiB of warnings) would block on its next write, its work and its locks with
+/// it.
 pub fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let deadline = std::time::Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
             panic!(
                 "child did not finish in {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 
