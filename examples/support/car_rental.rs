@@ -10,7 +10,7 @@
 //! it has seen changes nothing and answers what the first one did.
 //!
 //! [`start`] serves it on 127.0.0.1 (a free port, `base` ending in `/v1`). Each request
-//! takes 5–50 ms (seeded) before it takes effect, then is answered at once. Every
+//! takes 20–200 ms (seeded) before it takes effect, then is answered at once. Every
 //! request that reached it is kept, in arrival order, with a sequence number
 //! ([`Service::log`]): the example runs the service inside its own process when it is
 //! given no `--car-rental-url`; the whole-system tests run it in the test process
@@ -165,12 +165,12 @@ fn key_of(headers: &HeaderMap) -> Result<String, (StatusCode, String)> {
         ))
 }
 
-/// The time a request takes before it takes effect: 5–50 ms, by the seed and the key.
+/// The time a request takes before it takes effect: 20–200 ms, by the seed and the key.
 async fn travel(seed: u64, key: &str, op: &str) {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut h = DefaultHasher::new();
     (seed, key, op).hash(&mut h);
-    tokio::time::sleep(Duration::from_millis(5 + h.finish() % 46)).await;
+    tokio::time::sleep(Duration::from_millis(20 + h.finish() % 181)).await;
 }
 
 async fn reserve(
