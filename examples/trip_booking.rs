@@ -23,9 +23,28 @@
 //! dispatched. When the reservation's outcome is unknown (it failed, timed out, or was
 //! still in flight when the saga turned back) the cancellation carries no id and
 //! cancels whatever the saga reserved there, if anything.
+//!
+//! The car is rented from a company outside the database: `reserve_car` is a
+//! [`CallingAgent`] that calls the rental company's HTTP API
+//! (`examples/support/car_rental.rs`) with the step's idempotency key, holding no
+//! transaction, then records the rental in `trip_cars`; its cancellation calls the API's
+//! cancel with the compensation's key. A call made again (a redelivery, a retry) with a
+//! key the API has seen changes nothing there. The API is `--car-rental-url`; without
+//! it the example serves one itself on 127.0.0.1 and prints what it received at the
+//! end.
+//!
+//! For the tests, `--record-deliveries` records every message each agent handled in
+//! `agent_deliveries` (key, outbox seq, start and end), in the agent's transaction
+//! (`examples/support/deliveries.rs`): `tests/faults.rs` checks per-key order with it.
 
 #[path = "support/mod.rs"]
 mod support;
+
+#[path = "support/car_rental.rs"]
+mod car_rental;
+
+#[path = "support/deliveries.rs"]
+mod deliveries;
 
 use std::time::Duration;
 
@@ -39,6 +58,13 @@ use serde_json::{Value, json};
 struct Args {
     #[command(flatten)]
     common: support::CommonArgs,
+    /// Base URL of the car rental company's API (requests go to {URL}/rentals).
+    /// Without one, the example serves a stand-in on 127.0.0.1.
+    #[arg(long)]
+    car_rental_url: Option<String>,
+    /// Tests: record each message an agent handled in `agent_deliveries`.
+    #[arg(long, hide = true)]
+    record_deliveries: bool,
 }
 
 /// The saga's data.
@@ -64,8 +90,8 @@ enum Booking {
     },
 }
 
-/// `trip_flights`, `trip_hotels`, `trip_cars`: one row per saga, booked or cancelled,
-/// with its `reservation_id` (what the reservation answers, and its cancellation names).
+/// `trip_flights`, `trip_hotels`: one row per saga, booked or cancelled, with its
+/// `reservation_id` (what the reservation answers, and its cancellation names).
 struct BookingAgent {
     destination: &'static str,
     table: &'static str,
@@ -139,6 +165,97 @@ impl Agent for BookingAgent {
                     self.table
                 );
                 support::exec(ctx.conn(), &sql, &[&saga]).await?;
+                Ok("cancelled".into())
+            }
+        }
+    }
+}
+
+/// `trip_cars`: the car rented from the rental company's API (an outside call, with
+/// the step's idempotency key), then recorded, one row per saga as above.
+struct CarRentalAgent {
+    api: car_rental::Client,
+    seed: u64,
+    fail_rate: f64,
+}
+
+#[async_trait::async_trait]
+impl CallingAgent for CarRentalAgent {
+    type Command = Booking;
+    /// The rental's id (nothing for a cancellation).
+    type Output = Option<String>;
+    type Reply = String;
+
+    fn destination(&self) -> &str {
+        "cars"
+    }
+
+    async fn call(&self, ctx: &CallContext<'_>, cmd: &Booking) -> Result<Self::Output, StepError> {
+        let saga = ctx
+            .saga_id()
+            .map(|s| s.to_string())
+            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        let key = ctx.idempotency_key();
+        match cmd {
+            Booking::Reserve { customer } => {
+                let r = support::roll(self.seed, &ctx.message_id().to_string(), "trip_cars");
+                if r < self.fail_rate * 0.7 {
+                    return Err(StepError::retryable("cars service busy"));
+                }
+                if r < self.fail_rate {
+                    return Err(StepError::fatal(format!(
+                        "no availability for customer {customer}"
+                    )));
+                }
+                self.api.reserve(&key, *customer, &saga).await.map(Some)
+            }
+            // The rental the step's reply named; none when its outcome is unknown: the
+            // API then cancels whatever this saga rented, if anything.
+            Booking::Cancel { reservation_id } => {
+                self.api
+                    .cancel(&key, &saga, reservation_id.as_deref())
+                    .await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn record(
+        &self,
+        ctx: &mut AgentContext<'_>,
+        cmd: Booking,
+        rental: Option<String>,
+    ) -> Result<String, StepError> {
+        let saga = ctx
+            .saga_id()
+            .map(|s| s.to_string())
+            .ok_or_else(|| StepError::fatal("no saga id"))?;
+        match (cmd, rental) {
+            (Booking::Reserve { .. }, Some(id)) => {
+                // A command sent again finds the row (and the company, seeing the same
+                // key, answered the same rental).
+                support::exec(
+                    ctx.conn(),
+                    "INSERT INTO trip_cars (saga_id, reservation_id, status) VALUES ($1, $2, 'booked') ON CONFLICT (saga_id) DO NOTHING",
+                    &[&saga, &id],
+                )
+                .await?;
+                support::fetch_text(
+                    ctx.conn(),
+                    "SELECT reservation_id FROM trip_cars WHERE saga_id = $1",
+                    &[&saga],
+                )
+                .await?
+                .ok_or_else(|| StepError::retryable("the rental vanished"))
+            }
+            (Booking::Reserve { .. }, None) => Err(StepError::fatal("the rental has no id")),
+            (Booking::Cancel { .. }, _) => {
+                support::exec(
+                    ctx.conn(),
+                    "UPDATE trip_cars SET status = 'cancelled' WHERE saga_id = $1",
+                    &[&saga],
+                )
+                .await?;
                 Ok("cancelled".into())
             }
         }
@@ -268,36 +385,49 @@ async fn main() -> anyhow::Result<()> {
     common.validate()?;
     let url = common.url("trip_booking.db");
     let (seed, fail_rate) = (common.seed, common.fail_rate);
+    // The rental company: the one given, or a stand-in served here.
+    let (rental_service, rental_url) = match &args.car_rental_url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let service = car_rental::start(seed).await?;
+            let url = service.base_url.clone();
+            (Some(service), url)
+        }
+    };
+    let log = deliveries::Deliveries::new(args.record_deliveries);
     let runtime = Runtime::builder()
         .database(&url)
-        .agent(BookingAgent {
+        .agent(log.agent(BookingAgent {
             destination: "flights",
             table: "trip_flights",
             seed,
             fail_rate,
-        })
-        .agent(BookingAgent {
+        }))
+        .agent(log.agent(BookingAgent {
             destination: "hotels",
             table: "trip_hotels",
             seed,
             fail_rate,
-        })
-        .agent(BookingAgent {
-            destination: "cars",
-            table: "trip_cars",
+        }))
+        .calling_agent(log.calling(CarRentalAgent {
+            api: car_rental::Client::new(&rental_url)?,
             seed,
             fail_rate,
-        })
-        .agent(PaymentAgent { seed, fail_rate })
-        .agent(ConfirmationAgent { seed, fail_rate })
+        }))
+        .agent(log.agent(PaymentAgent { seed, fail_rate }))
+        .agent(log.agent(ConfirmationAgent { seed, fail_rate }))
         .saga(definition()?);
     let runtime = support::configure(runtime, common).start().await?;
+    let mut ddl = DDL.to_vec();
+    if args.record_deliveries {
+        ddl.push(deliveries::DDL);
+    }
     let mut rng = fastrand::Rng::with_seed(seed);
     support::run(
         runtime,
         common,
         &url,
-        DDL,
+        &ddl,
         support::Saga::named("trip_booking"),
         |i| Trip {
             customer: i,
@@ -306,6 +436,12 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
+    if let Some(service) = rental_service {
+        let (made, in_force, repeats) = service.counts();
+        println!(
+            "car rentals (stand-in) : {made} made, {in_force} in force, {repeats} repeated requests answered from their idempotency key"
+        );
+    }
     telemetry.shutdown().await;
     Ok(())
 }
