@@ -5,10 +5,17 @@
 -- Triggers keep the counts whatever writes saga_instances (the runtime, `prune`, an
 -- operator's own DELETE or TRUNCATE): a saga entering a final state adds one, leaving
 -- it (it does not, today) or being deleted takes one away, in the transaction that
--- changes the saga, so the sums are exact at every commit. The counts are spread over
--- 128 shards, one per server process (`pg_backend_pid() % 128`): concurrent
--- transactions of different connections update different rows, so finishing sagas on
--- many connections does not queue on one row lock. The reader sums the shards.
+-- changes the saga, so the sums are exact at every commit.
+--
+-- On PostgreSQL a change is a row appended to saga_finished_deltas, not an update of
+-- a counter: appends take no lock another transaction waits on (concurrent writers
+-- never queue on, or deadlock over, a counter row), and a statement that finishes or
+-- deletes a million sagas appends a million small rows (an update of one row a million
+-- times in one transaction would walk an ever longer chain of its versions). The
+-- reader sums saga_finished_counts and the deltas; the runtime folds the deltas into
+-- saga_finished_counts every few seconds, and so does `prune` after it deletes
+-- (`agentsaga_saga::query::fold_finished_counts`). SQLite has one writer and updates
+-- its counter row directly (its 0013).
 CREATE TABLE saga_finished_counts (
     shard       INTEGER PRIMARY KEY,
     completed   BIGINT  NOT NULL DEFAULT 0,
@@ -16,7 +23,11 @@ CREATE TABLE saga_finished_counts (
     aborted     BIGINT  NOT NULL DEFAULT 0
 );
 
-INSERT INTO saga_finished_counts (shard) SELECT generate_series(0, 127);
+CREATE TABLE saga_finished_deltas (
+    completed   BIGINT  NOT NULL,
+    compensated BIGINT  NOT NULL,
+    aborted     BIGINT  NOT NULL
+);
 
 CREATE FUNCTION agentsaga_count_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -34,15 +45,14 @@ BEGIN
         p := p + (NEW.state = 'compensated')::int;
         a := a + (NEW.state = 'aborted')::int;
     END IF;
-    UPDATE saga_finished_counts
-    SET completed = completed + c, compensated = compensated + p, aborted = aborted + a
-    WHERE shard = pg_backend_pid() % 128;
+    INSERT INTO saga_finished_deltas (completed, compensated, aborted) VALUES (c, p, a);
     RETURN NULL;
 END
 $$;
 
 CREATE FUNCTION agentsaga_count_finished_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    DELETE FROM saga_finished_deltas;
     UPDATE saga_finished_counts SET completed = 0, compensated = 0, aborted = 0;
     RETURN NULL;
 END
@@ -68,8 +78,9 @@ EXECUTE FUNCTION agentsaga_count_finished_truncate();
 -- The sagas finished before this migration, counted after the triggers exist: creating
 -- a trigger locks saga_instances against writes until this migration commits, so no
 -- saga finishes between the count and the triggers.
-UPDATE saga_finished_counts
-SET completed   = (SELECT count(*) FROM saga_instances WHERE state = 'completed'),
-    compensated = (SELECT count(*) FROM saga_instances WHERE state = 'compensated'),
-    aborted     = (SELECT count(*) FROM saga_instances WHERE state = 'aborted')
-WHERE shard = 0;
+INSERT INTO saga_finished_counts (shard, completed, compensated, aborted)
+SELECT 0,
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'compensated'),
+       count(*) FILTER (WHERE state = 'aborted')
+FROM saga_instances;

@@ -5,8 +5,9 @@
 -- Triggers keep the counts whatever writes saga_instances (the runtime, `prune`, an
 -- operator's own DELETE): a saga entering a final state adds one, leaving it (it does
 -- not, today) or being deleted takes one away. The counts change in the transaction
--- that changes the saga, so they are exact at every commit. PostgreSQL spreads them
--- over shards (its 0013); SQLite has one writer and uses shard 0 only.
+-- that changes the saga, so they are exact at every commit. SQLite has one writer:
+-- the triggers update the counter row (shard 0) directly. PostgreSQL appends deltas
+-- instead, folded later (its 0013).
 --
 -- A later migration that rebuilds saga_instances (SQLite's ALTER TABLE by copy, as
 -- 0009 did) drops these triggers with the old table: it must create them again.

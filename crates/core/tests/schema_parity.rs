@@ -47,6 +47,26 @@ const INTENDED: &[(Only, &str, &str)] = &[
     ),
     (
         Only::Postgres,
+        "table saga_finished_deltas",
+        "0013_saga_finished_counts: PostgreSQL's triggers append deltas (no lock on a counter row), folded later; SQLite's single writer updates saga_finished_counts directly",
+    ),
+    (
+        Only::Postgres,
+        "column saga_finished_deltas.aborted: integer, not null",
+        "0013_saga_finished_counts: PostgreSQL's triggers append deltas (no lock on a counter row), folded later; SQLite's single writer updates saga_finished_counts directly",
+    ),
+    (
+        Only::Postgres,
+        "column saga_finished_deltas.compensated: integer, not null",
+        "0013_saga_finished_counts: PostgreSQL's triggers append deltas (no lock on a counter row), folded later; SQLite's single writer updates saga_finished_counts directly",
+    ),
+    (
+        Only::Postgres,
+        "column saga_finished_deltas.completed: integer, not null",
+        "0013_saga_finished_counts: PostgreSQL's triggers append deltas (no lock on a counter row), folded later; SQLite's single writer updates saga_finished_counts directly",
+    ),
+    (
+        Only::Postgres,
         "function agentsaga_count_finished_truncate",
         "0013_saga_finished_counts: SQLite has no TRUNCATE (its DELETE fires saga_finished_delete)",
     ),

@@ -45,6 +45,7 @@
 mod actors;
 mod admission;
 mod agent;
+mod counts;
 mod error;
 pub mod metrics;
 mod retention;

@@ -33,6 +33,8 @@ pub struct Runtime {
     admission: crate::admission::Admission,
     pruner: Option<tokio::task::JoinHandle<()>>,
     stall_watch: Option<tokio::task::JoinHandle<()>>,
+    /// Folds the finished sagas' count deltas (PostgreSQL only).
+    counts: Option<tokio::task::JoinHandle<()>>,
     /// The stall watch's threshold, which the admin router's console uses too.
     #[cfg_attr(not(feature = "console"), allow(dead_code))]
     stalled_after: Duration,
@@ -326,6 +328,9 @@ impl Runtime {
         self.admission.stop();
         if let Some(watch) = self.stall_watch.take() {
             watch.abort();
+        }
+        if let Some(counts) = self.counts.take() {
+            counts.abort();
         }
         if let Some(pruner) = self.pruner.take() {
             pruner.abort();

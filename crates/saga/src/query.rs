@@ -389,20 +389,33 @@ pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
 }
 
 /// The finished sagas per final state (completed, compensated, aborted), read from
-/// the counts the database keeps itself (`saga_finished_counts`, kept by triggers on
-/// `saga_instances` in the transaction that finishes, or deletes, a saga): a few rows
-/// however many finished sagas are kept, and exact at every commit.
+/// the counts the database keeps itself: `saga_finished_counts`, kept by triggers on
+/// `saga_instances` in the transaction that finishes (or deletes) a saga, and on
+/// PostgreSQL the `saga_finished_deltas` not yet folded into it
+/// ([`fold_finished_counts`]). A few rows however many finished sagas are kept, and
+/// exact at every commit.
 ///
 /// # Errors
-/// Store errors; [`Error::Corrupt`] for a negative count (the table was written by
+/// Store errors; [`Error::Corrupt`] for a negative count (the tables were written by
 /// hand).
 pub async fn count_finished(store: &Store) -> Result<Vec<(SagaState, u64)>> {
-    let (completed, compensated, aborted): (i64, i64, i64) = agentsaga_core::with_reader!(store.reader(), pool => {
+    let (completed, compensated, aborted): (i64, i64, i64) = agentsaga_core::match_reader!(store.reader(), sqlite(pool) => {
         sqlx::query_as(
             "SELECT CAST(coalesce(sum(completed), 0) AS BIGINT),
                         CAST(coalesce(sum(compensated), 0) AS BIGINT),
                         CAST(coalesce(sum(aborted), 0) AS BIGINT)
                  FROM saga_finished_counts",
+        )
+        .fetch_one(pool)
+        .await?
+    }, postgres(pool) => {
+        sqlx::query_as(
+            "SELECT CAST(coalesce(sum(completed), 0) AS BIGINT),
+                        CAST(coalesce(sum(compensated), 0) AS BIGINT),
+                        CAST(coalesce(sum(aborted), 0) AS BIGINT)
+                 FROM (SELECT completed, compensated, aborted FROM saga_finished_counts
+                       UNION ALL
+                       SELECT completed, compensated, aborted FROM saga_finished_deltas) AS c",
         )
         .fetch_one(pool)
         .await?
@@ -419,6 +432,38 @@ pub async fn count_finished(store: &Store) -> Result<Vec<(SagaState, u64)>> {
             .map_err(|_| Error::Corrupt(format!("saga_finished_counts: {n} {state} sagas")))
     })
     .collect()
+}
+
+/// Folds PostgreSQL's `saga_finished_deltas` (a row per saga that finished or was
+/// deleted, appended by the triggers) into `saga_finished_counts`, in one statement;
+/// returns how many deltas it folded. Nothing to do on SQLite, whose triggers update
+/// the counts directly (0). The runtime calls it every few seconds and
+/// [`prune_finished`] after it deletes, so that [`count_finished`] reads few rows;
+/// concurrent folds are safe (each delta is deleted, and counted, once).
+///
+/// # Errors
+/// Store errors.
+pub async fn fold_finished_counts(store: &Store) -> Result<u64> {
+    let folded: i64 = agentsaga_core::match_reader!(store.reader(), sqlite(_pool) => {
+        0
+    }, postgres(pool) => {
+        sqlx::query_scalar(
+            "WITH d AS (DELETE FROM saga_finished_deltas
+                        RETURNING completed, compensated, aborted),
+                  s AS (SELECT count(*) AS n,
+                               coalesce(sum(completed), 0) AS c,
+                               coalesce(sum(compensated), 0) AS p,
+                               coalesce(sum(aborted), 0) AS a FROM d),
+                  u AS (UPDATE saga_finished_counts
+                        SET completed = completed + s.c, compensated = compensated + s.p,
+                            aborted = aborted + s.a
+                        FROM s WHERE shard = 0 AND s.n > 0)
+             SELECT n FROM s",
+        )
+        .fetch_one(pool)
+        .await?
+    });
+    Ok(u64::try_from(folded).unwrap_or(0))
 }
 
 /// The sagas in each of `states`, each counted through the state index: cheap for
@@ -587,6 +632,7 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
         pruned.sagas += sagas;
         pruned.dead_letters += dead;
         if sagas < PRUNE_BATCH as u64 {
+            fold_finished_counts(store).await?;
             return Ok(pruned);
         }
     }

@@ -402,6 +402,7 @@ impl RuntimeBuilder {
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;
         tracing::info!(destinations = ?destinations, backend = store.backend(), "agentsaga runtime started");
+        let counts = crate::counts::spawn(store.clone());
         Ok(Runtime {
             store,
             engine,
@@ -413,6 +414,7 @@ impl RuntimeBuilder {
             admission,
             pruner,
             stall_watch: Some(stall_watch),
+            counts,
             stalled_after: self.stall_watch.threshold,
             _sqlite_lock: sqlite_lock,
         })
