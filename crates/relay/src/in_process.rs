@@ -31,6 +31,11 @@ pub struct Deliver {
     /// abandoned: the relay lost the row's lease, or stopped. The actor should then
     /// stop the work (drop its future): the row is no longer this delivery's.
     pub abandoned: tokio::sync::oneshot::Receiver<std::convert::Infallible>,
+    /// Until when the row is surely this delivery's by the local clock: run the work
+    /// under [`Lease::fence`](crate::lease::Lease::fence) so that it takes no step past
+    /// it (a process frozen past its leases sends no late request when it thaws, even
+    /// before it hears that it lost them).
+    pub lease: crate::lease::Lease,
 }
 
 /// Delivers to actors in this process.
@@ -174,6 +179,7 @@ impl Transport for InProcessTransport {
                     envelope,
                     reply,
                     abandoned,
+                    lease: crate::lease::current(),
                 },
                 self.timeout,
             )

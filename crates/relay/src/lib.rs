@@ -89,6 +89,7 @@ mod handoff;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod in_process;
+pub mod lease;
 mod pacer;
 mod relay;
 mod settle;

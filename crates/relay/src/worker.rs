@@ -45,6 +45,8 @@ pub(crate) struct Task {
     pub(crate) envelope: Arc<Envelope>,
     pub(crate) delivery: u64,
     pub(crate) lost: tokio::sync::watch::Receiver<bool>,
+    /// Until when the row is surely this delivery's (moved on by renewals).
+    pub(crate) lease: crate::lease::Lease,
 }
 
 type Msg = Arc<Task>;
@@ -112,9 +114,13 @@ impl Worker for DeliveryWorker {
         Job { key, msg, .. }: Job<RouteKey, Msg>,
         _state: &mut (),
     ) -> Result<RouteKey, ActorProcessingErr> {
-        let delivery =
-            deliver_while_leased(&self.transport, Arc::clone(&msg.envelope), msg.lost.clone())
-                .await;
+        let delivery = deliver_while_leased(
+            &self.transport,
+            Arc::clone(&msg.envelope),
+            msg.lost.clone(),
+            msg.lease.clone(),
+        )
+        .await;
         let seq = msg.envelope.seq;
         let done = Done {
             seq,
@@ -139,6 +145,7 @@ pub(crate) async fn deliver_while_leased(
     transport: &Arc<dyn Transport>,
     envelope: Arc<Envelope>,
     mut lost: tokio::sync::watch::Receiver<bool>,
+    lease: crate::lease::Lease,
 ) -> Delivery {
     let seq = envelope.seq;
     let lost = async move {
@@ -148,7 +155,7 @@ pub(crate) async fn deliver_while_leased(
         }
     };
     tokio::select! {
-        delivery = deliver(transport, envelope) => delivery,
+        delivery = deliver(transport, envelope, lease) => delivery,
         () = lost => {
             tracing::warn!(seq, "relay lost the lease of a row it was delivering; delivery cancelled");
             Delivery::retry("the relay lost the row's lease: delivery cancelled")
@@ -163,7 +170,11 @@ pub(crate) async fn deliver_while_leased(
 /// The span's parent is the producer's span, from the `traceparent` header (through the
 /// propagator the runtime installs), so one saga reads as one trace; never the worker's
 /// whole-life ractor `Actor` span.
-pub(crate) async fn deliver(transport: &Arc<dyn Transport>, envelope: Arc<Envelope>) -> Delivery {
+pub(crate) async fn deliver(
+    transport: &Arc<dyn Transport>,
+    envelope: Arc<Envelope>,
+    lease: crate::lease::Lease,
+) -> Delivery {
     let span = tracing::info_span!(
         parent: None,
         "relay.deliver",
@@ -187,7 +198,8 @@ pub(crate) async fn deliver(transport: &Arc<dyn Transport>, envelope: Arc<Envelo
     };
     let transport = Arc::clone(transport);
     let task = AbortOnDrop(tokio::spawn(
-        async move { transport.deliver(&envelope).await }.instrument(span.clone()),
+        crate::lease::scope(lease, async move { transport.deliver(&envelope).await })
+            .instrument(span.clone()),
     ));
     let delivery = match task.join().await {
         Ok(delivery) => delivery,
@@ -232,6 +244,7 @@ pub(crate) use agentsaga_core::clock::now_ms;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Lease;
 
     struct Panics;
 
@@ -253,7 +266,7 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_transport_is_a_retry() {
         let transport: Arc<dyn Transport> = Arc::new(Panics);
-        let d = deliver(&transport, Arc::new(envelope(None))).await;
+        let d = deliver(&transport, Arc::new(envelope(None)), Lease::unbounded()).await;
         match d {
             Delivery::Retry { reason, after } => {
                 assert!(reason.contains("panicked: boom"), "{reason}");
@@ -312,7 +325,9 @@ mod tests {
         let outer = tracing::info_span!("worker");
         let env = envelope(Some("k"));
         let id = env.id;
-        let d = deliver(&transport, Arc::new(env)).instrument(outer).await;
+        let d = deliver(&transport, Arc::new(env), Lease::unbounded())
+            .instrument(outer)
+            .await;
         assert_eq!(d, Delivery::Delivered);
         let spans = spans.0.lock().unwrap().clone();
         let (_, root, fields) = spans

@@ -475,11 +475,20 @@ impl<H: DeliveryHandler> Actor for DeliveryActor<H> {
                 envelope,
                 reply,
                 abandoned,
+                lease,
             } = msg;
             tokio::select! {
-                delivery = handler.handle(&envelope) => {
-                    let _ = reply.send(delivery);
-                }
+                // The work takes no step past the lease's local deadline: a process
+                // frozen past it sends no late outside call when it thaws, before it
+                // even hears (at its next renewal) that the row is another's.
+                delivery = lease.fence(handler.handle(&envelope)) => match delivery {
+                    Some(delivery) => {
+                        let _ = reply.send(delivery);
+                    }
+                    None => {
+                        tracing::warn!(message.id = %envelope.id, "delivery past its lease's local deadline: work stopped");
+                    }
+                },
                 _ = stop.wait_for(|stopped| *stopped) => {}
                 // The relay gave the delivery up (it lost the row's lease): the work
                 // stops here, an outside call with it.

@@ -31,6 +31,8 @@ struct Entry {
     envelope: Arc<Envelope>,
     number: u64,
     lost: tokio::sync::watch::Sender<bool>,
+    /// The lease the delivery sees ([`crate::lease::Lease`]): `held_until`, for it.
+    until: tokio::sync::watch::Sender<Instant>,
     /// Local time by which the lease surely still holds: [`held_for`] the lease from
     /// when its claim or handover was taken in, or from before its last renewal.
     held_until: Instant,
@@ -62,15 +64,18 @@ impl Delivering {
             .or_default() += 1;
         self.next += 1;
         let (lost, watch) = tokio::sync::watch::channel(false);
+        let (until, lease) = tokio::sync::watch::channel(held_until);
         let task = Arc::new(Task {
             envelope: Arc::clone(&envelope),
             delivery: self.next,
             lost: watch,
+            lease: crate::lease::Lease::new(lease),
         });
         let entry = Entry {
             envelope,
             number: self.next,
             lost,
+            until,
             held_until,
         };
         if let Some(old) = self.rows.insert(entry.envelope.seq, entry) {
@@ -106,7 +111,10 @@ impl Delivering {
         let mut lost = Vec::new();
         for seq in asked {
             match self.rows.get_mut(seq) {
-                Some(e) if renewed.contains(seq) => e.held_until = held_until,
+                Some(e) if renewed.contains(seq) => {
+                    e.held_until = held_until;
+                    e.until.send_replace(held_until);
+                }
                 Some(_) => lost.push(*seq),
                 None => {}
             }
