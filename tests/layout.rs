@@ -32,7 +32,6 @@ const OVER: &[(&str, usize)] = &[
     ("crates/saga/src/engine/admission.rs", 464),
     ("crates/saga/src/engine/persist.rs", 774),
     ("crates/saga/src/engine.rs", 1112),
-    ("crates/saga/src/query.rs", 593),
     ("examples/ai_assistant.rs", 917),
     ("examples/support/llm_stub.rs", 531),
     ("tests/ai_assistant.rs", 712),

@@ -8,6 +8,14 @@ use serde::Serialize;
 
 use crate::{CompensationState, Error, Result, SagaId, SagaState, StepState};
 
+mod counts;
+mod prune;
+
+pub use counts::{
+    count_by_state, count_finished, count_in_states, count_stalled, fold_finished_counts,
+};
+pub use prune::{Pruned, prune_finished};
+
 /// One saga instance, as operators see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SagaSummary {
@@ -373,158 +381,6 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
     })
 }
 
-/// How many sagas are in each state.
-///
-/// # Errors
-/// Store errors.
-pub async fn count_by_state(store: &Store) -> Result<Vec<(SagaState, u64)>> {
-    let rows: Vec<(String, i64)> = agentsaga_core::with_reader!(store.reader(), pool => {
-        sqlx::query_as("SELECT state, count(*) FROM saga_instances GROUP BY state ORDER BY state")
-            .fetch_all(pool)
-            .await?
-    });
-    rows.into_iter()
-        .map(|(s, n)| Ok((SagaState::from_str(&s).map_err(Error::Corrupt)?, n as u64)))
-        .collect()
-}
-
-/// The finished sagas per final state (completed, compensated, aborted), read from
-/// the counts the database keeps itself: `saga_finished_counts`, kept by triggers on
-/// `saga_instances` in the transaction that finishes (or deletes) a saga, and on
-/// PostgreSQL the `saga_finished_deltas` not yet folded into it
-/// ([`fold_finished_counts`]). A few rows however many finished sagas are kept, and
-/// exact at every commit.
-///
-/// # Errors
-/// Store errors; [`Error::Corrupt`] for a negative count (the tables were written by
-/// hand).
-pub async fn count_finished(store: &Store) -> Result<Vec<(SagaState, u64)>> {
-    let (completed, compensated, aborted): (i64, i64, i64) = agentsaga_core::match_reader!(store.reader(), sqlite(pool) => {
-        sqlx::query_as(
-            "SELECT CAST(coalesce(sum(completed), 0) AS BIGINT),
-                        CAST(coalesce(sum(compensated), 0) AS BIGINT),
-                        CAST(coalesce(sum(aborted), 0) AS BIGINT)
-                 FROM saga_finished_counts",
-        )
-        .fetch_one(pool)
-        .await?
-    }, postgres(pool) => {
-        sqlx::query_as(
-            "SELECT CAST(coalesce(sum(completed), 0) AS BIGINT),
-                        CAST(coalesce(sum(compensated), 0) AS BIGINT),
-                        CAST(coalesce(sum(aborted), 0) AS BIGINT)
-                 FROM (SELECT completed, compensated, aborted FROM saga_finished_counts
-                       UNION ALL
-                       SELECT completed, compensated, aborted FROM saga_finished_deltas) AS c",
-        )
-        .fetch_one(pool)
-        .await?
-    });
-    [
-        (SagaState::Completed, completed),
-        (SagaState::Compensated, compensated),
-        (SagaState::Aborted, aborted),
-    ]
-    .into_iter()
-    .map(|(state, n)| {
-        u64::try_from(n)
-            .map(|n| (state, n))
-            .map_err(|_| Error::Corrupt(format!("saga_finished_counts: {n} {state} sagas")))
-    })
-    .collect()
-}
-
-/// Folds PostgreSQL's `saga_finished_deltas` (a row per saga that finished or was
-/// deleted, appended by the triggers) into `saga_finished_counts`, in one statement;
-/// returns how many deltas it folded. Nothing to do on SQLite, whose triggers update
-/// the counts directly (0). The runtime calls it every few seconds and
-/// [`prune_finished`] after it deletes, so that [`count_finished`] reads few rows;
-/// concurrent folds are safe (each delta is deleted, and counted, once).
-///
-/// # Errors
-/// Store errors.
-pub async fn fold_finished_counts(store: &Store) -> Result<u64> {
-    let folded: i64 = agentsaga_core::match_reader!(store.reader(), sqlite(_pool) => {
-        0
-    }, postgres(pool) => {
-        sqlx::query_scalar(
-            "WITH d AS (DELETE FROM saga_finished_deltas
-                        RETURNING completed, compensated, aborted),
-                  s AS (SELECT count(*) AS n,
-                               coalesce(sum(completed), 0) AS c,
-                               coalesce(sum(compensated), 0) AS p,
-                               coalesce(sum(aborted), 0) AS a FROM d),
-                  u AS (UPDATE saga_finished_counts
-                        SET completed = completed + s.c, compensated = compensated + s.p,
-                            aborted = aborted + s.a
-                        FROM s WHERE shard = 0 AND s.n > 0)
-             SELECT n FROM s",
-        )
-        .fetch_one(pool)
-        .await?
-    });
-    Ok(u64::try_from(folded).unwrap_or(0))
-}
-
-/// The sagas in each of `states`, each counted through the state index: cheap for
-/// the few running, compensating or stuck sagas of a database that keeps many finished
-/// ones (unlike [`count_by_state`], which reads every saga).
-///
-/// # Errors
-/// Store errors.
-pub async fn count_in_states(store: &Store, states: &[SagaState]) -> Result<Vec<(SagaState, u64)>> {
-    let mut out = Vec::with_capacity(states.len());
-    for state in states {
-        let n: i64 = agentsaga_core::with_reader!(store.reader(), pool => {
-            sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE state = $1")
-                .bind(state.as_str())
-                .fetch_one(pool)
-                .await?
-        });
-        out.push((*state, u64::try_from(n).unwrap_or(0)));
-    }
-    Ok(out)
-}
-
-/// How many sagas [`stalled`] would list (without its limit), reading only running
-/// and compensating sagas (through the state index).
-///
-/// # Errors
-/// Store errors.
-pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) -> Result<u64> {
-    let before = agentsaga_core::clock::now_ms()
-        - i64::try_from(no_progress_for.as_millis()).unwrap_or(i64::MAX / 2);
-    let n: i64 = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        sqlx::query_scalar(
-            "SELECT count(*) FROM saga_instances i
-             WHERE (i.state = 'running' OR i.state = 'compensating')
-               AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
-                   AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
-               AND (i.updated_at < ?1 OR NOT EXISTS (
-                   SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
-                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
-        )
-        .bind(before)
-        .fetch_one(reader)
-        .await?
-    }, postgres(pool) => {
-        sqlx::query_scalar(
-            "SELECT count(*) FROM saga_instances i
-             WHERE (i.state = 'running' OR i.state = 'compensating')
-               AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
-                   AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
-               AND (i.updated_at < to_timestamp($1 / 1000.0) OR NOT EXISTS (
-                   SELECT 1 FROM saga_steps s
-                   JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
-                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
-        )
-        .bind(before)
-        .fetch_one(pool)
-        .await?
-    });
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
 /// Sagas not yet terminal (running, compensating or stuck), with name and version.
 ///
 /// # Errors
@@ -549,91 +405,4 @@ pub async fn unfinished(store: &Store) -> Result<Vec<SagaSummary>> {
         );
     }
     Ok(out)
-}
-
-/// What [`prune_finished`] deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Pruned {
-    /// Finished sagas (with their steps).
-    pub sagas: u64,
-    /// Dead letters of those sagas.
-    pub dead_letters: u64,
-}
-
-/// Sagas deleted per batch by [`prune_finished`]: each batch is two short statements.
-const PRUNE_BATCH: i64 = 500;
-
-/// Deletes the sagas that finished (completed, compensated or aborted) more than
-/// `older_than` ago, with their steps, their dead letters and their idempotency keys
-/// (a start with such a key afterwards starts a new saga), in batches of 500 (each
-/// batch a short write: SQLite's write lock is never held long). Running and stuck
-/// sagas are never touched.
-///
-/// # Errors
-/// Store errors.
-pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> Result<Pruned> {
-    let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
-    // The batch's sagas (`$1` the cutoff, `$2` the batch size) and how a dead letter
-    // names its saga differ per backend; the three deletes are the same.
-    let sqlite = store.backend() == "sqlite";
-    let (pick, dead_of_picked) = if sqlite {
-        (
-            "SELECT id FROM saga_instances
-             WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < $1
-             ORDER BY finished_at, id LIMIT $2",
-            "json_extract(headers, '$.saga_id') IN (PICK)",
-        )
-    } else {
-        (
-            "SELECT id FROM saga_instances
-             WHERE state IN ('completed', 'compensated', 'aborted')
-               AND finished_at < now() - $1 * interval '1 millisecond'
-             ORDER BY finished_at, id LIMIT $2",
-            "headers->>'saga_id' IN (SELECT id::text FROM (PICK) AS p)",
-        )
-    };
-    let delete_dead = format!(
-        "DELETE FROM outbox WHERE state = 'dead' AND {}",
-        dead_of_picked.replace("PICK", pick)
-    );
-    // Their idempotency keys go with them: a later start with one starts anew.
-    let delete_keys = format!("DELETE FROM saga_keys WHERE saga_id IN ({pick})");
-    let delete_sagas = format!("DELETE FROM saga_instances WHERE id IN ({pick})");
-    let mut pruned = Pruned::default();
-    loop {
-        // SQLite compares Unix milliseconds from this clock; PostgreSQL, an age.
-        let bound = if sqlite {
-            agentsaga_core::clock::now_ms().saturating_sub(older_ms)
-        } else {
-            older_ms
-        };
-        let mut tx = store.begin().await?;
-        let (dead, sagas) = agentsaga_core::with_conn!(tx.conn(), c => {
-            let dead = sqlx::query(sqlx::AssertSqlSafe(delete_dead.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-            sqlx::query(sqlx::AssertSqlSafe(delete_keys.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?;
-            let sagas = sqlx::query(sqlx::AssertSqlSafe(delete_sagas.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-            (dead, sagas)
-        });
-        tx.commit().await?;
-        pruned.sagas += sagas;
-        pruned.dead_letters += dead;
-        if sagas < PRUNE_BATCH as u64 {
-            fold_finished_counts(store).await?;
-            return Ok(pruned);
-        }
-    }
 }

@@ -1,0 +1,96 @@
+//! Deleting finished sagas (with their steps, dead letters and idempotency keys) in
+//! short batches.
+
+use agentsaga_core::Store;
+use agentsaga_core::sqlx;
+use serde::Serialize;
+
+use super::fold_finished_counts;
+use crate::Result;
+
+/// What [`prune_finished`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Finished sagas (with their steps).
+    pub sagas: u64,
+    /// Dead letters of those sagas.
+    pub dead_letters: u64,
+}
+
+/// Sagas deleted per batch by [`prune_finished`]: each batch is two short statements.
+const PRUNE_BATCH: i64 = 500;
+
+/// Deletes the sagas that finished (completed, compensated or aborted) more than
+/// `older_than` ago, with their steps, their dead letters and their idempotency keys
+/// (a start with such a key afterwards starts a new saga), in batches of 500 (each
+/// batch a short write: SQLite's write lock is never held long). Running and stuck
+/// sagas are never touched.
+///
+/// # Errors
+/// Store errors.
+pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> Result<Pruned> {
+    let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+    // The batch's sagas (`$1` the cutoff, `$2` the batch size) and how a dead letter
+    // names its saga differ per backend; the three deletes are the same.
+    let sqlite = store.backend() == "sqlite";
+    let (pick, dead_of_picked) = if sqlite {
+        (
+            "SELECT id FROM saga_instances
+             WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < $1
+             ORDER BY finished_at, id LIMIT $2",
+            "json_extract(headers, '$.saga_id') IN (PICK)",
+        )
+    } else {
+        (
+            "SELECT id FROM saga_instances
+             WHERE state IN ('completed', 'compensated', 'aborted')
+               AND finished_at < now() - $1 * interval '1 millisecond'
+             ORDER BY finished_at, id LIMIT $2",
+            "headers->>'saga_id' IN (SELECT id::text FROM (PICK) AS p)",
+        )
+    };
+    let delete_dead = format!(
+        "DELETE FROM outbox WHERE state = 'dead' AND {}",
+        dead_of_picked.replace("PICK", pick)
+    );
+    // Their idempotency keys go with them: a later start with one starts anew.
+    let delete_keys = format!("DELETE FROM saga_keys WHERE saga_id IN ({pick})");
+    let delete_sagas = format!("DELETE FROM saga_instances WHERE id IN ({pick})");
+    let mut pruned = Pruned::default();
+    loop {
+        // SQLite compares Unix milliseconds from this clock; PostgreSQL, an age.
+        let bound = if sqlite {
+            agentsaga_core::clock::now_ms().saturating_sub(older_ms)
+        } else {
+            older_ms
+        };
+        let mut tx = store.begin().await?;
+        let (dead, sagas) = agentsaga_core::with_conn!(tx.conn(), c => {
+            let dead = sqlx::query(sqlx::AssertSqlSafe(delete_dead.clone()))
+                .bind(bound)
+                .bind(PRUNE_BATCH)
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+            sqlx::query(sqlx::AssertSqlSafe(delete_keys.clone()))
+                .bind(bound)
+                .bind(PRUNE_BATCH)
+                .execute(&mut *c)
+                .await?;
+            let sagas = sqlx::query(sqlx::AssertSqlSafe(delete_sagas.clone()))
+                .bind(bound)
+                .bind(PRUNE_BATCH)
+                .execute(&mut *c)
+                .await?
+                .rows_affected();
+            (dead, sagas)
+        });
+        tx.commit().await?;
+        pruned.sagas += sagas;
+        pruned.dead_letters += dead;
+        if sagas < PRUNE_BATCH as u64 {
+            fold_finished_counts(store).await?;
+            return Ok(pruned);
+        }
+    }
+}
