@@ -58,9 +58,13 @@ pub mod clock;
 mod error;
 mod id;
 mod message;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub mod propagation;
 mod redact;
 mod retry;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,10 +1,15 @@
-//! The seam between the store and its two dialects.
+//! The seam between the store and its drivers.
 //!
-//! [`Dialect`] lists every statement the store runs; `sqlite.rs` and `postgres.rs` each
-//! implement it, and nothing else differs between them: what surrounds the SQL (input
-//! checks, spans, transactions, notices, batching loops, decoding) is written once, in
-//! `store.rs`, `queue.rs`, `admin.rs` and here. The compiler keeps the two dialects in
-//! step: a statement added to one and not the other does not build.
+//! [`Backend`] is the open database of one driver or the other (`crate::sqlite`,
+//! `crate::postgres`): the store matches on it here, in [`on_backend!`] and
+//! [`on_conn!`], and in the few places that hand a driver its own work (a hop's turn,
+//! a transaction's begin). [`Dialect`] lists every statement of the cold path; each
+//! driver implements it (`sqlite::dialect`, `postgres::dialect`), and the compiler
+//! keeps them in step: a statement added to one and not the other does not build.
+//! What surrounds the SQL (input checks, spans, transactions, notices, batching loops,
+//! decoding) is written once, in `store.rs`, `queue.rs`, `admin.rs` and here. A third
+//! backend is one more driver folder, one more variant here, its migrations and a
+//! feature.
 
 use std::time::Duration;
 
@@ -18,9 +23,9 @@ use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
     #[cfg(feature = "sqlite")]
-    Sqlite(super::sqlite::Sqlite),
+    Sqlite(crate::sqlite::Sqlite),
     #[cfg(feature = "postgres")]
-    Postgres(super::postgres::Postgres),
+    Postgres(crate::postgres::Postgres),
 }
 
 /// Runs `$body` with `$b` bound to the backend's dialect, whichever it is.
@@ -41,12 +46,12 @@ macro_rules! on_conn {
         match $conn {
             #[cfg(feature = "sqlite")]
             $crate::store::Conn::Sqlite($c) => {
-                type $d = $crate::store::sqlite::Sqlite;
+                type $d = $crate::sqlite::Sqlite;
                 $body
             }
             #[cfg(feature = "postgres")]
             $crate::store::Conn::Postgres($c) => {
-                type $d = $crate::store::postgres::Postgres;
+                type $d = $crate::postgres::Postgres;
                 $body
             }
         }
@@ -118,7 +123,7 @@ pub(crate) trait Dialect {
 }
 
 /// Refuses a database that a newer agentsaga migrated.
-pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
+pub(crate) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
     let Some(&found) = applied.last() else {
         return Ok(());
     };
@@ -131,7 +136,7 @@ pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) 
 
 /// Decodes an outbox row (`seq, id, destination, key, payload, headers, attempts,
 /// created_at`, the last in Unix milliseconds) of either backend.
-pub(super) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
+pub(crate) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,
@@ -166,7 +171,7 @@ where
 /// the rows up to the one that reaches the bound, and always the first (one row is
 /// bounded by the largest message the store takes). Their seqs' range, and whether rows
 /// are left after them; `None` for no rows.
-pub(super) fn within_bytes(
+pub(crate) fn within_bytes(
     sizes: &[(i64, i64)],
     limit: u32,
     max_bytes: usize,
@@ -186,7 +191,7 @@ pub(super) fn within_bytes(
     Some(((last.min(first), last.max(first)), sizes.len() > taken))
 }
 
-pub(super) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
+pub(crate) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,

@@ -1533,7 +1533,7 @@ async fn sqlite_wal_is_checkpointed_in_the_background() {
     let (store, url) = open(Backend::Sqlite).await;
     let wal = std::path::PathBuf::from(format!("{}-wal", url.trim_start_matches("sqlite://")));
     let page = 4096u64;
-    let threshold = u64::from(super::checkpoint::WRITER_PAGES) * page;
+    let threshold = u64::from(crate::sqlite::checkpoint::WRITER_PAGES) * page;
     // A message with a payload of ~64 KiB: 16 pages and more per commit.
     let payload = "x".repeat(64 * 1024);
     let mut written = 0u64;
@@ -1687,7 +1687,7 @@ mod set_lane {
 
     /// `n` keys of the set lane that `of` goes to.
     fn keys_like(of: Uuid, n: usize) -> Vec<Uuid> {
-        let lanes = crate::store::sets::LANES as u128;
+        let lanes = crate::postgres::sets::LANES as u128;
         std::iter::repeat_with(Uuid::now_v7)
             .filter(|k| k.as_u128() % lanes == of.as_u128() % lanes)
             .take(n)

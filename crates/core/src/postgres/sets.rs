@@ -8,7 +8,7 @@
 //!
 //! 1. records all their messages in the inbox in one statement (`unnest`), which says
 //!    which are first deliveries;
-//! 2. runs each [`Prefetch`](super::Prefetch)'s set statements once for all the
+//! 2. runs each [`Prefetch`](crate::store::Prefetch)'s set statements once for all the
 //!    batch's keys (the saga engine's: lock the sagas in id order, then read their
 //!    steps), and gives each hop its rows;
 //! 3. hands the transaction to each hop in turn. A hop that writes only through
@@ -52,11 +52,10 @@ use sqlx::postgres::PgRow;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::conn::Tx;
-use super::hop::{Back, Counts, End, Hop, Prefetched, Turn};
-use super::postgres::MessageRows;
-use super::{Receipt, Store};
-use crate::{Error, Message, MessageId, Result};
+use crate::store::backend::Backend;
+use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn, crash_hook};
+use crate::store::{Conn, Receipt, Store, Tx};
+use crate::{Error, MessageId, Result};
 
 /// Largest number of hops in one transaction.
 const MAX_BATCH: usize = 64;
@@ -68,95 +67,54 @@ const MAX_BATCH: usize = 64;
 /// four 1,400 / 1,230).
 pub(crate) const LANES: usize = 2;
 
-/// A statement that writes many rows at once: each parameter `$n` an array (the
-/// `n`th value of every row), as `unnest` takes them. The first `key_columns`
-/// values identify a row: of two rows of a batch with the same key, the later is
-/// written (the later state of the same row).
-#[derive(Debug)]
-pub struct SetStatement {
-    /// The SQL, one array parameter per column.
-    pub sql: &'static str,
-    /// How many leading columns are the row's key.
-    pub key_columns: usize,
-}
-
-/// One value of a [`SetStatement`]'s row. Every row of a statement has the same
-/// variants in the same order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SetValue {
-    /// `uuid[]`
-    Uuid(Option<Uuid>),
-    /// `text[]`
-    Text(Option<String>),
-    /// `int4[]`
-    Int(Option<i32>),
-    /// `int8[]`
-    BigInt(Option<i64>),
-    /// `bool[]`
-    Bool(Option<bool>),
-}
-
-/// One column of a set statement, as the array bound for it.
-enum Column {
-    Uuid(Vec<Option<Uuid>>),
-    Text(Vec<Option<String>>),
-    Int(Vec<Option<i32>>),
-    BigInt(Vec<Option<i64>>),
-    Bool(Vec<Option<bool>>),
-}
-
-impl Column {
-    fn of(value: &SetValue) -> Self {
-        match value {
-            SetValue::Uuid(_) => Self::Uuid(Vec::new()),
-            SetValue::Text(_) => Self::Text(Vec::new()),
-            SetValue::Int(_) => Self::Int(Vec::new()),
-            SetValue::BigInt(_) => Self::BigInt(Vec::new()),
-            SetValue::Bool(_) => Self::Bool(Vec::new()),
+/// A turn of a hop on PostgreSQL: in a set lane if it opens with a set read
+/// ([`Prefetch::with_set`]) and the configuration allows it (see
+/// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane)), else a transaction of
+/// its own (which reads nothing for it).
+pub(crate) async fn turn(
+    store: &Store,
+    inbox: Option<(String, MessageId)>,
+    prefetch: Option<Prefetch>,
+) -> Result<Turn> {
+    if let (Some((consumer, id)), Some((key, statements))) =
+        (inbox, prefetch.as_ref().and_then(|p| p.set))
+        && store.config().set_lane
+        && store.config().max_pending.is_none()
+    {
+        let (turn, mine) = oneshot::channel();
+        let request = Request {
+            store: store.clone(),
+            consumer,
+            id,
+            key,
+            statements,
+            turn,
+        };
+        if sender(store, key).send(request).is_err() {
+            return Err(Error::SharedCommit("the set lane stopped".into()));
         }
+        return mine
+            .await
+            .unwrap_or_else(|_| Err(Error::SharedCommit("the set lane stopped".into())));
     }
-
-    fn push(&mut self, value: SetValue) -> bool {
-        match (self, value) {
-            (Self::Uuid(v), SetValue::Uuid(x)) => v.push(x),
-            (Self::Text(v), SetValue::Text(x)) => v.push(x),
-            (Self::Int(v), SetValue::Int(x)) => v.push(x),
-            (Self::BigInt(v), SetValue::BigInt(x)) => v.push(x),
-            (Self::Bool(v), SetValue::Bool(x)) => v.push(x),
-            _ => return false,
-        }
-        true
-    }
+    let hop = Hop::own(Tx::begin(store).await?, Arc::clone(&store.lanes().counts));
+    Ok((hop, None, None))
 }
 
-/// What a hop of the set lane keeps as data, written at the end of its batch.
-#[derive(Debug, Default)]
-pub(crate) struct Kept {
-    rows: Vec<(&'static SetStatement, Vec<SetValue>)>,
-    messages: Vec<Message>,
-    /// The hop ran a statement of its own.
-    pub(crate) dirty: bool,
-    /// The caller allowed its next write to be kept ([`Tx::defer_next_write`]).
-    pub(crate) deferrable: bool,
-}
-
-impl Kept {
-    fn mark(&self) -> (usize, usize) {
-        (self.rows.len(), self.messages.len())
-    }
-
-    fn truncate(&mut self, (rows, messages): (usize, usize)) {
-        self.rows.truncate(rows);
-        self.messages.truncate(messages);
-    }
-
-    pub(crate) fn push_row(&mut self, statement: &'static SetStatement, row: Vec<SetValue>) {
-        self.rows.push((statement, row));
-    }
-
-    pub(crate) fn push_messages(&mut self, messages: Vec<Message>) {
-        self.messages.extend(messages);
-    }
+/// The set lane of saga `key`: always the same one, so that a saga's hops never
+/// wait for another lane's batch.
+fn sender(store: &Store, key: Uuid) -> &mpsc::UnboundedSender<Request> {
+    let lanes = store.lanes();
+    let senders = lanes.sets.get_or_init(|| {
+        (0..LANES)
+            .map(|_| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(lane(rx, Arc::clone(&lanes.counts)));
+                tx
+            })
+            .collect()
+    });
+    &senders[(key.as_u128() % senders.len() as u128) as usize]
 }
 
 /// A hop waiting for the set lane.
@@ -369,10 +327,10 @@ async fn run(
     // Probed above if a hop ran statements unguarded; a guarded hop's failed
     // statement failed its savepoint's release, and the hop was undone.
     tx.checked();
-    super::hop::crash_hook::stop_if(super::hop::crash_hook::At::Before, kept.len()).await;
+    crash_hook::stop_if(crash_hook::At::Before, kept.len()).await;
     match tx.commit().await {
         Ok(()) => {
-            super::hop::crash_hook::stop_if(super::hop::crash_hook::At::After, kept.len()).await;
+            crash_hook::stop_if(crash_hook::At::After, kept.len()).await;
             counts.commits.fetch_add(1, Ordering::Relaxed);
             counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
             for done in kept {
@@ -413,7 +371,7 @@ async fn abort_unrun(
 
 /// Fails if the transaction is failed (a statement in it failed).
 async fn probe(t: &mut Tx) -> Result<()> {
-    let super::Conn::Postgres(c) = t.conn_clean() else {
+    let Conn::Postgres(c) = t.conn_clean() else {
         return Ok(());
     };
     sqlx::query("SELECT 1").execute(c).await?;
@@ -428,7 +386,7 @@ async fn undo(t: &mut Tx) -> Result<()> {
 
 /// Deletes the inbox record of a hop that rolled back (the batch wrote it first).
 async fn forget(t: &mut Tx, consumer: &str, id: MessageId) -> Result<()> {
-    let super::Conn::Postgres(c) = t.conn_clean() else {
+    let Conn::Postgres(c) = t.conn_clean() else {
         return Ok(());
     };
     sqlx::query("DELETE FROM inbox WHERE consumer = $1 AND message_id = $2")
@@ -443,7 +401,7 @@ async fn forget(t: &mut Tx, consumer: &str, id: MessageId) -> Result<()> {
 /// another connection: its transaction is rolled back and its locks released, so that
 /// the hops behind it do not wait for them.
 async fn terminate(store: &Store, pid: i32) {
-    let super::backend::Backend::Postgres(db) = store.backend_ref() else {
+    let Backend::Postgres(db) = store.backend_ref() else {
         return;
     };
     if let Err(e) = sqlx::query("SELECT pg_terminate_backend($1)")
@@ -459,7 +417,7 @@ async fn terminate(store: &Store, pid: i32) {
 /// The batch's session (its backend's pid), inbox records and reads: each hop's
 /// receipt and rows, in order.
 async fn open(tx: &mut Tx, batch: &[Request]) -> Result<(i32, Vec<(Receipt, Prefetched)>)> {
-    let super::Conn::Postgres(c) = tx.conn_clean() else {
+    let Conn::Postgres(c) = tx.conn_clean() else {
         return Err(Error::BackendMismatch {
             store: "postgres",
             connection: "sqlite",
@@ -534,185 +492,4 @@ async fn open(tx: &mut Tx, batch: &[Request]) -> Result<(i32, Vec<(Receipt, Pref
         }
     }
     Ok((pid, receipts.into_iter().zip(reads).collect()))
-}
-
-impl Tx {
-    /// Writes what the batch's hops kept: each set statement's rows (in the order the
-    /// statements first came, a key's last row), then the messages.
-    pub(super) async fn flush_sets(&mut self) -> Result<()> {
-        let Some(kept) = self.take_kept() else {
-            return Ok(());
-        };
-        let store = self.store().clone();
-        let mut statements: Vec<(&'static SetStatement, Vec<Vec<SetValue>>)> = Vec::new();
-        for (statement, row) in kept.rows {
-            match statements
-                .iter_mut()
-                .find(|(s, _)| std::ptr::eq(*s, statement))
-            {
-                Some((_, rows)) => rows.push(row),
-                None => statements.push((statement, vec![row])),
-            }
-        }
-        for (statement, rows) in statements {
-            self.write_set(statement, rows).await?;
-        }
-        if !kept.messages.is_empty() {
-            self.write_messages(&store, kept.messages).await?;
-        }
-        Ok(())
-    }
-
-    async fn write_set(
-        &mut self,
-        statement: &SetStatement,
-        rows: Vec<Vec<SetValue>>,
-    ) -> Result<()> {
-        // A key's last row stands for it, in the place of its first.
-        let mut at: HashMap<Vec<SetValue>, usize> = HashMap::new();
-        let mut unique: Vec<Vec<SetValue>> = Vec::with_capacity(rows.len());
-        for row in rows {
-            let key = row[..statement.key_columns.min(row.len())].to_vec();
-            match at.get(&key) {
-                Some(&i) if statement.key_columns > 0 => unique[i] = row,
-                _ => {
-                    at.insert(key, unique.len());
-                    unique.push(row);
-                }
-            }
-        }
-        let Some(first) = unique.first() else {
-            return Ok(());
-        };
-        let mut columns: Vec<Column> = first.iter().map(Column::of).collect();
-        for row in unique {
-            if row.len() != columns.len() {
-                return Err(Error::Corrupt {
-                    table: "(a set statement's rows)",
-                    reason: format!("a row has {} values, not {}", row.len(), columns.len()),
-                });
-            }
-            for (column, value) in columns.iter_mut().zip(row) {
-                if !column.push(value) {
-                    return Err(Error::Corrupt {
-                        table: "(a set statement's rows)",
-                        reason: "a column changes type between rows".into(),
-                    });
-                }
-            }
-        }
-        let mut q = sqlx::query(statement.sql);
-        for column in columns {
-            q = match column {
-                Column::Uuid(v) => q.bind(v),
-                Column::Text(v) => q.bind(v),
-                Column::Int(v) => q.bind(v),
-                Column::BigInt(v) => q.bind(v),
-                Column::Bool(v) => q.bind(v),
-            };
-        }
-        let super::Conn::Postgres(c) = self.conn_clean() else {
-            return Ok(());
-        };
-        q.execute(c).await?;
-        Ok(())
-    }
-
-    /// The batch's messages (or those of one [`Tx::enqueue_batch`] on PostgreSQL):
-    /// those handed over directly written leased in one statement (the first of its
-    /// key in the batch, none of its key live), the rest pending in another, in order.
-    pub(super) async fn write_messages(
-        &mut self,
-        store: &Store,
-        messages: Vec<Message>,
-    ) -> Result<()> {
-        // Every message's headers first: nothing can fail between a handover slot's
-        // reservation and its row's fate (handed over, or the slot given back).
-        let headers = messages
-            .iter()
-            .map(Message::headers_json)
-            .collect::<Result<Vec<_>>>()?;
-        let to = store.handover();
-        let mut keys: HashSet<&str> = HashSet::new();
-        let mut leased: Vec<usize> = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            let first_of_key = m.key.as_deref().is_none_or(|k| keys.insert(k));
-            if first_of_key
-                && m.delay.is_zero()
-                && to.as_ref().is_some_and(|to| to.reserve(&m.destination))
-            {
-                leased.push(i);
-            }
-        }
-        let mut written: HashSet<MessageId> = HashSet::new();
-        if let Some(to) = &to
-            && !leased.is_empty()
-        {
-            let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
-            let super::Conn::Postgres(c) = self.conn_clean() else {
-                return Ok(());
-            };
-            let rows = sqlx::query(
-                "INSERT INTO outbox (id, destination, key, payload, headers,
-                                     state, attempts, lease_owner, lease_until)
-                 SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, 'in_flight', 1, $6,
-                        clock_timestamp() + $7 * interval '1 millisecond'
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-                      WITH ORDINALITY AS u(id, d, k, p, h, ord)
-                 WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
-                     WHERE key = u.k AND state IN ('pending', 'in_flight'))
-                 ORDER BY u.ord
-                 -- its id stored, or a concurrent producer's row of its key in
-                 -- flight (unique outbox_key_in_flight): written pending below
-                 ON CONFLICT DO NOTHING
-                 RETURNING seq, id, destination, key, payload::text AS payload,
-                     headers::text AS headers, attempts,
-                     (extract(epoch FROM created_at) * 1000)::bigint AS created_at",
-            )
-            .bind(rows.ids)
-            .bind(rows.destinations)
-            .bind(rows.keys)
-            .bind(rows.payloads)
-            .bind(rows.headers)
-            .bind(to.owner())
-            .bind(crate::clock::millis(to.lease()))
-            .fetch_all(c)
-            .await;
-            let envelopes = rows.map_err(Error::from).and_then(|rows| {
-                rows.iter()
-                    .map(super::backend::envelope)
-                    .collect::<Result<Vec<_>>>()
-            });
-            let envelopes = match envelopes {
-                Ok(envelopes) => envelopes,
-                Err(e) => {
-                    for &i in &leased {
-                        to.cancel(&messages[i].destination);
-                    }
-                    return Err(e);
-                }
-            };
-            for envelope in envelopes {
-                written.insert(envelope.id);
-                self.push_handed(Arc::clone(to), envelope);
-            }
-            for &i in &leased {
-                if !written.contains(&messages[i].id) {
-                    // Its key has a live row (it waits its turn) or its id is stored.
-                    to.cancel(&messages[i].destination);
-                }
-            }
-        }
-        let pending = (0..messages.len()).filter(|&i| !written.contains(&messages[i].id));
-        let rows = MessageRows::of(&messages, &headers, pending);
-        if rows.ids.is_empty() {
-            return Ok(());
-        }
-        let super::Conn::Postgres(c) = self.conn_clean() else {
-            return Ok(());
-        };
-        rows.insert_pending(c).await?;
-        self.mark_enqueued();
-        Ok(())
-    }
 }
