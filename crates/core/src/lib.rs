@@ -82,10 +82,8 @@ pub use store::SQLITE_MIGRATOR;
 pub use store::{Bind, Row, Separated, Statements, Value};
 pub use store::{
     Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
-    StoreConfig, Synchronous, Tx, admin, queue,
+    StoreConfig, Synchronous, Tx, admin, queue, write,
 };
-#[cfg(feature = "postgres")]
-pub use store::{SetStatement, SetValue};
 
 /// Re-exported so users name the same sqlx the store was built with.
 pub use sqlx;

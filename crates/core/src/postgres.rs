@@ -3,7 +3,8 @@
 //! - the database: one pool, the migrations ([`POSTGRES_MIGRATOR`]) and their runner;
 //! - its statements ([`dialect`]: the store's [`Dialect`](crate::store::backend::Dialect));
 //! - its lane ([`sets`]: the set lane, hops that share one transaction whose statements
-//!   each serve all of them) and the writes its hops keep as data ([`kept`]);
+//!   each serve all of them), the writes its hops keep as data ([`kept`]) and its
+//!   rendering of [`Writes`](crate::store::write::Writes) ([`write`]);
 //! - its notifications ([`notify`]: `LISTEN`/`NOTIFY` between processes).
 //!
 //! Times come from the database's clock (`now()`), so that leases and timers mean the
@@ -14,6 +15,7 @@ pub(crate) mod dialect;
 pub(crate) mod kept;
 pub(crate) mod notify;
 pub(crate) mod sets;
+pub(crate) mod write;
 
 use std::str::FromStr;
 

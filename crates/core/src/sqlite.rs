@@ -7,7 +7,8 @@
 //! - its lane ([`lane`]: the task that shares one write transaction among the hops
 //!   ready at once, [`tx`]: the lane's side of a [`Tx`](crate::Tx), [`open`]: a hop's
 //!   opening round trip, [`tail`]: a hop's deferred last write);
-//! - its hot-path writes as data ([`statements`]) and the session that runs them on
+//! - its hot-path writes as data ([`write`]: a [`Writes`](crate::store::write::Writes)
+//!   rendered as statements; [`statements`]) and the session that runs them on
 //!   the connection directly ([`direct`], the crate's only `unsafe` code).
 //!
 //! Times are Unix milliseconds from this process's clock. Lists of rows travel as one
@@ -23,6 +24,7 @@ pub(crate) mod open;
 pub(crate) mod statements;
 pub(crate) mod tail;
 pub(crate) mod tx;
+pub(crate) mod write;
 
 use std::str::FromStr;
 

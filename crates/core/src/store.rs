@@ -22,6 +22,7 @@ mod macros;
 pub mod queue;
 pub(crate) mod tx;
 pub(crate) mod wake;
+pub mod write;
 
 #[cfg(feature = "postgres")]
 use sqlx::PgPool;
@@ -37,8 +38,6 @@ pub use tx::Tx;
 
 #[cfg(feature = "postgres")]
 pub use crate::postgres::POSTGRES_MIGRATOR;
-#[cfg(feature = "postgres")]
-pub use crate::postgres::kept::{SetStatement, SetValue};
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SQLITE_MIGRATOR;
 #[cfg(feature = "sqlite")]

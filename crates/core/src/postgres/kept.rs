@@ -1,5 +1,5 @@
 //! What hops of PostgreSQL's set lane keep as data, and how the batch writes it: one
-//! statement per kind of row ([`SetStatement`]) for all the batch's hops, and the
+//! statement per table and kind of write (its [`set_sql`]) for all the batch's hops, and the
 //! messages in at most two (those handed over directly, written leased; the rest).
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
@@ -11,35 +11,127 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::dialect::MessageRows;
+use crate::store::write::{Datum, Kind, Table};
 use crate::store::{Conn, Store, Tx};
 use crate::{Error, Message, MessageId, Result};
 
-/// A statement that writes many rows at once: each parameter `$n` an array (the
-/// `n`th value of every row), as `unnest` takes them. The first `key_columns`
-/// values identify a row: of two rows of a batch with the same key, the later is
-/// written (the later state of the same row).
-#[derive(Debug)]
-pub struct SetStatement {
-    /// The SQL, one array parameter per column.
-    pub sql: &'static str,
-    /// How many leading columns are the row's key.
-    pub key_columns: usize,
+/// One value of a row as PostgreSQL binds it (alone, or in the array of its column).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum SetValue {
+    /// `uuid`
+    Uuid(Option<Uuid>),
+    /// `text`
+    Text(Option<String>),
+    /// `int4`
+    Int(Option<i32>),
+    /// `int8`
+    BigInt(Option<i64>),
+    /// `bool`
+    Bool(Option<bool>),
 }
 
-/// One value of a [`SetStatement`]'s row. Every row of a statement has the same
-/// variants in the same order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SetValue {
-    /// `uuid[]`
-    Uuid(Option<Uuid>),
-    /// `text[]`
-    Text(Option<String>),
-    /// `int4[]`
-    Int(Option<i32>),
-    /// `int8[]`
-    BigInt(Option<i64>),
-    /// `bool[]`
-    Bool(Option<bool>),
+impl SetValue {
+    /// `datum` of a column of `kind`, as PostgreSQL binds it: a [`Kind::Stamp`] as
+    /// whether it is now (`now()`) or `NULL`, a [`Kind::Time`] as its milliseconds.
+    pub(crate) fn of(table: &Table, kind: Kind, datum: Datum) -> Result<Self> {
+        let int = |v: i64| {
+            i32::try_from(v).map_err(|_| Error::Corrupt {
+                table: table.name,
+                reason: format!("{v} does not fit a 32-bit integer column"),
+            })
+        };
+        Ok(match (kind, datum) {
+            (Kind::Id, Datum::Id(u)) => Self::Uuid(Some(u)),
+            (Kind::Id, _) => Self::Uuid(None),
+            (Kind::Text | Kind::Json, Datum::Text(s)) => Self::Text(Some(s)),
+            (Kind::Text | Kind::Json, _) => Self::Text(None),
+            (Kind::Int, Datum::Int(v)) => Self::Int(Some(int(v)?)),
+            (Kind::Int, _) => Self::Int(None),
+            (Kind::BigInt | Kind::Time, Datum::Int(v)) => Self::BigInt(Some(v)),
+            (Kind::BigInt | Kind::Time, _) => Self::BigInt(None),
+            (Kind::Bool, Datum::Bool(b)) => Self::Bool(Some(b)),
+            (Kind::Bool, _) => Self::Bool(None),
+            (Kind::Stamp, Datum::Now(_)) => Self::Bool(Some(true)),
+            (Kind::Stamp, _) => Self::Bool(Some(false)),
+        })
+    }
+
+    /// A row of `table` as PostgreSQL binds it.
+    pub(crate) fn row(table: &Table, values: Vec<Datum>) -> Result<Vec<Self>> {
+        table
+            .columns
+            .iter()
+            .zip(values)
+            .map(|(c, d)| Self::of(table, c.kind, d))
+            .collect()
+    }
+}
+
+/// `rows` with a key's last row in the place of its first (the key: the first `key`
+/// values; none, every row stands).
+pub(crate) fn unique_by_key<T: Clone + Eq + std::hash::Hash>(
+    key: usize,
+    rows: Vec<Vec<T>>,
+) -> Vec<Vec<T>> {
+    if key == 0 {
+        return rows;
+    }
+    let mut at: HashMap<Vec<T>, usize> = HashMap::new();
+    let mut unique: Vec<Vec<T>> = Vec::with_capacity(rows.len());
+    for row in rows {
+        let k = row[..key.min(row.len())].to_vec();
+        match at.get(&k) {
+            Some(&i) => unique[i] = row,
+            None => {
+                at.insert(k, unique.len());
+                unique.push(row);
+            }
+        }
+    }
+    unique
+}
+
+/// The set statement of `table`: every row's values bound as one array per column,
+/// as `unnest` takes them; an upsert's conflict clause if `upsert`.
+pub(crate) fn set_sql(table: &'static Table, upsert: bool) -> &'static str {
+    table.set_sql[usize::from(upsert)].get_or_init(|| {
+        let names = table.column_list();
+        let exprs: Vec<String> = table
+            .columns
+            .iter()
+            .map(|c| match c.kind {
+                Kind::Json => format!("u.{}::jsonb", c.name),
+                Kind::Time => format!("to_timestamp(u.{} / 1000.0)", c.name),
+                Kind::Stamp => format!("CASE WHEN u.{} THEN now() END", c.name),
+                _ => format!("u.{}", c.name),
+            })
+            .collect();
+        let arrays: Vec<String> = table
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ty = match c.kind {
+                    Kind::Id => "uuid",
+                    Kind::Text | Kind::Json => "text",
+                    Kind::Int => "int4",
+                    Kind::BigInt | Kind::Time => "int8",
+                    Kind::Bool | Kind::Stamp => "bool",
+                };
+                format!("${}::{ty}[]", i + 1)
+            })
+            .collect();
+        let mut sql = format!(
+            "INSERT INTO {} ({names}) SELECT {} FROM unnest({}) AS u({names})",
+            table.name,
+            exprs.join(", "),
+            arrays.join(", ")
+        );
+        if upsert {
+            sql.push_str(&table.on_conflict());
+        }
+        sql
+    })
 }
 
 /// One column of a set statement, as the array bound for it.
@@ -75,10 +167,28 @@ impl Column {
     }
 }
 
+/// `messages` as the set lane keeps them: their trace context is the caller's, taken
+/// now (the batch writes them later, in the lane's task).
+pub(crate) fn stamped(messages: &[Message]) -> Vec<Message> {
+    let span = crate::store::enqueue_span(messages, false);
+    span.in_scope(|| {
+        messages
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                if let Some(headers) = crate::propagation::outgoing(&m.headers) {
+                    m.headers = headers;
+                }
+                m
+            })
+            .collect()
+    })
+}
+
 /// What a hop of the set lane keeps as data, written at the end of its batch.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
-    rows: Vec<(&'static SetStatement, Vec<SetValue>)>,
+    rows: Vec<(&'static Table, bool, Vec<SetValue>)>,
     messages: Vec<Message>,
     /// The hop ran a statement of its own.
     pub(crate) dirty: bool,
@@ -96,8 +206,8 @@ impl Kept {
         self.messages.truncate(messages);
     }
 
-    pub(crate) fn push_row(&mut self, statement: &'static SetStatement, row: Vec<SetValue>) {
-        self.rows.push((statement, row));
+    pub(crate) fn push_row(&mut self, table: &'static Table, upsert: bool, row: Vec<SetValue>) {
+        self.rows.push((table, upsert, row));
     }
 
     pub(crate) fn push_messages(&mut self, messages: Vec<Message>) {
@@ -113,18 +223,18 @@ impl Tx {
             return Ok(());
         };
         let store = self.store().clone();
-        let mut statements: Vec<(&'static SetStatement, Vec<Vec<SetValue>>)> = Vec::new();
-        for (statement, row) in kept.rows {
+        let mut statements: Vec<(&'static Table, bool, Vec<Vec<SetValue>>)> = Vec::new();
+        for (table, upsert, row) in kept.rows {
             match statements
                 .iter_mut()
-                .find(|(s, _)| std::ptr::eq(*s, statement))
+                .find(|(t, u, _)| std::ptr::eq(*t, table) && *u == upsert)
             {
-                Some((_, rows)) => rows.push(row),
-                None => statements.push((statement, vec![row])),
+                Some((_, _, rows)) => rows.push(row),
+                None => statements.push((table, upsert, vec![row])),
             }
         }
-        for (statement, rows) in statements {
-            self.write_set(statement, rows).await?;
+        for (table, upsert, rows) in statements {
+            self.write_set(table, upsert, rows).await?;
         }
         if !kept.messages.is_empty() {
             self.write_messages(&store, kept.messages).await?;
@@ -134,22 +244,11 @@ impl Tx {
 
     async fn write_set(
         &mut self,
-        statement: &SetStatement,
+        table: &'static Table,
+        upsert: bool,
         rows: Vec<Vec<SetValue>>,
     ) -> Result<()> {
-        // A key's last row stands for it, in the place of its first.
-        let mut at: HashMap<Vec<SetValue>, usize> = HashMap::new();
-        let mut unique: Vec<Vec<SetValue>> = Vec::with_capacity(rows.len());
-        for row in rows {
-            let key = row[..statement.key_columns.min(row.len())].to_vec();
-            match at.get(&key) {
-                Some(&i) if statement.key_columns > 0 => unique[i] = row,
-                _ => {
-                    at.insert(key, unique.len());
-                    unique.push(row);
-                }
-            }
-        }
+        let unique = unique_by_key(table.key, rows);
         let Some(first) = unique.first() else {
             return Ok(());
         };
@@ -170,7 +269,7 @@ impl Tx {
                 }
             }
         }
-        let mut q = sqlx::query(statement.sql);
+        let mut q = sqlx::query(set_sql(table, upsert));
         for column in columns {
             q = match column {
                 Column::Uuid(v) => q.bind(v),
@@ -287,50 +386,30 @@ impl Tx {
 }
 
 impl Tx {
-    /// Keeps `row` of `statement`, written with the rows of the batch's other hops in
-    /// one statement when the set lane's batch ends (see
-    /// [`take_set_deferral`](Self::take_set_deferral)). Later statements of this hop
-    /// do not see it.
-    ///
-    /// # Errors
-    /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) outside a hop of the
-    /// set lane.
-    #[cfg(feature = "postgres")]
-    pub fn defer_rows(
-        &mut self,
-        statement: &'static crate::postgres::kept::SetStatement,
-        row: Vec<crate::postgres::kept::SetValue>,
-    ) -> Result<()> {
-        match &mut self.sets {
-            Some(kept) => {
-                kept.push_row(statement, row);
-                Ok(())
-            }
-            None => Err(crate::Error::BackendMismatch {
-                store: "postgres (set lane)",
-                connection: self.backend(),
-            }),
-        }
+    /// In a hop of the set lane after [`defer_next_write`](Self::defer_next_write):
+    /// `true`, and the caller then keeps its last write as data ([`Kept`]), written
+    /// with the batch's. Elsewhere `false`: write it as usual. Either way the
+    /// permission is used up.
+    pub(crate) fn take_set_deferral(&mut self) -> bool {
+        self.sets
+            .as_mut()
+            .is_some_and(|kept| std::mem::take(&mut kept.deferrable))
     }
 
     /// This transaction becomes the set lane's: its hops may keep their writes.
-    #[cfg(feature = "postgres")]
     pub(crate) fn start_sets(&mut self) {
         self.sets = Some(crate::postgres::kept::Kept::default());
     }
 
-    #[cfg(feature = "postgres")]
     pub(crate) fn kept_mut(&mut self) -> Option<&mut crate::postgres::kept::Kept> {
         self.sets.as_mut()
     }
 
-    #[cfg(feature = "postgres")]
     pub(crate) fn take_kept(&mut self) -> Option<crate::postgres::kept::Kept> {
         self.sets.take()
     }
 
     /// A row written leased, handed over when this transaction commits.
-    #[cfg(feature = "postgres")]
     pub(crate) fn push_handed(
         &mut self,
         to: std::sync::Arc<dyn crate::store::Handover>,
@@ -340,7 +419,6 @@ impl Tx {
     }
 
     /// The set lane checked the transaction itself (see `sets.rs`): no probe needed.
-    #[cfg(feature = "postgres")]
     pub(crate) fn checked(&mut self) {
         self.unchecked = false;
     }

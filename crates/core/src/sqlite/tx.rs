@@ -49,8 +49,20 @@ impl Tx {
         before: crate::sqlite::statements::Statements,
         messages: &[Message],
     ) -> Result<()> {
+        self.statements_then_messages(before, messages, true).await
+    }
+
+    /// [`enqueue_batch_after`](Self::enqueue_batch_after), deferred only if `may_defer`
+    /// (the hop's last write) and the hop allowed it.
+    #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
+    pub(crate) async fn statements_then_messages(
+        &mut self,
+        before: crate::sqlite::statements::Statements,
+        messages: &[Message],
+        may_defer: bool,
+    ) -> Result<()> {
         let store = self.store.clone();
-        let defer = std::mem::take(&mut self.defer);
+        let defer = may_defer && std::mem::take(&mut self.defer);
         #[allow(unreachable_patterns)] // a SQLite-only build has no other transaction
         if self.backend() != "sqlite" {
             return Err(crate::Error::BackendMismatch {

@@ -357,8 +357,8 @@ impl Store {
     /// set form ([`Prefetch::with_set`]) sends the hop to a set lane (unless
     /// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane) is off or a
     /// [`max_pending`](crate::StoreConfig::max_pending) limit is set), which reads it
-    /// for the whole batch at once and keeps the writes its hops hand over as data
-    /// ([`Tx::take_set_deferral`]); without one, the hop is a transaction of its own
+    /// for the whole batch at once and keeps the last writes its hops hand over as data
+    /// ([`Tx::write_last`]); without one, the hop is a transaction of its own
     /// and reads nothing (`None`). The rows are read after the inbox record, whatever
     /// it found (on the set lane, only for a first delivery).
     ///

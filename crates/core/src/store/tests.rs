@@ -1659,7 +1659,8 @@ async fn sqlite_lane_transaction_dropped_open_is_rolled_back() {
 #[cfg(feature = "postgres")]
 mod set_lane {
     use super::*;
-    use crate::{Prefetch, SetStatement, SetValue};
+    use crate::Prefetch;
+    use crate::write::{Column, Datum, Kind, Table, Writes};
     use sqlx::Row as _;
     use uuid::Uuid;
 
@@ -1679,11 +1680,21 @@ mod set_lane {
 
     static READ: [&str; 1] =
         ["SELECT k AS prefetch_key, v FROM set_test WHERE k = ANY($1) ORDER BY k FOR UPDATE"];
-    static WRITE: SetStatement = SetStatement {
-        sql: "INSERT INTO set_test (k, v) SELECT * FROM unnest($1::uuid[], $2::text[])
-              ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-        key_columns: 1,
-    };
+    static WRITE: Table = Table::new(
+        "set_test",
+        &[Column::new("k", Kind::Id), Column::new("v", Kind::Text)],
+        1,
+    );
+
+    /// The hop's last write: `row` of `set_test` and a message with `v`, kept as data
+    /// by the set lane.
+    async fn keep(hop: &mut crate::Hop, row: Vec<Datum>, v: &str) {
+        hop.defer_next_write();
+        let mut writes = Writes::new();
+        writes.upsert(&WRITE, row);
+        writes.enqueue(&[Message::to("out").json(&v).unwrap()]);
+        hop.write_last(writes).await.unwrap();
+    }
 
     /// `n` keys of the set lane that `of` goes to.
     fn keys_like(of: Uuid, n: usize) -> Vec<Uuid> {
@@ -1767,15 +1778,10 @@ mod set_lane {
                 if receipt == Receipt::Duplicate {
                     return (receipt, seen, Ok(()));
                 }
-                let row = |v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
+                let row = |v: &str| vec![Datum::Id(key), Datum::from(v)];
                 let ended = match what {
                     Do::Keep(v) | Do::Undo(v) => {
-                        hop.defer_next_write();
-                        assert!(hop.take_set_deferral(), "a set lane hop may keep its write");
-                        assert!(!hop.take_set_deferral(), "once per defer_next_write");
-                        hop.defer_rows(&WRITE, row(v)).unwrap();
-                        hop.defer_enqueue(&[Message::to("out").json(&v).unwrap()])
-                            .unwrap();
+                        keep(&mut hop, row(v), v).await;
                         if matches!(what, Do::Undo(_)) {
                             hop.rollback();
                             Ok(())
@@ -1968,8 +1974,7 @@ mod set_lane {
         .await;
         let k = keys_like(Uuid::now_v7(), 3);
         seed_set_test(&store, &k).await;
-        let row =
-            |key: Uuid, v: &str| vec![SetValue::Uuid(Some(key)), SetValue::Text(Some(v.into()))];
+        let row = |key: Uuid, v: &str| vec![Datum::Id(key), Datum::from(v)];
         let stuck_id = MessageId::new();
         let (has_hop, got_hop) = tokio::sync::oneshot::channel::<()>();
         let (wake, woken) = tokio::sync::oneshot::channel::<()>();
@@ -1982,9 +1987,7 @@ mod set_lane {
                     .await
                     .unwrap();
                 assert_eq!(receipt, Receipt::First);
-                hop.defer_rows(&WRITE, row(key, "stuck")).unwrap();
-                hop.defer_enqueue(&[Message::to("out").json(&"stuck").unwrap()])
-                    .unwrap();
+                keep(&mut hop, row(key, "stuck"), "stuck").await;
                 has_hop.send(()).unwrap();
                 // Holds its hop until the test is done with the others.
                 woken.await.unwrap();
@@ -2001,9 +2004,7 @@ mod set_lane {
                     .await
                     .unwrap();
                 assert_eq!(receipt, Receipt::First);
-                hop.defer_rows(&WRITE, row(key, v)).unwrap();
-                hop.defer_enqueue(&[Message::to("out").json(&v).unwrap()])
-                    .unwrap();
+                keep(&mut hop, row(key, v), v).await;
                 hop.commit().await
             }));
         }

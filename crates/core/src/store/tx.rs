@@ -99,70 +99,20 @@ impl Tx {
         }
     }
 
-    /// Lets the next [`enqueue_batch_after`](Self::enqueue_batch_after) of this hop be
-    /// run in the round trip that ends the hop (on SQLite, in the lane's shared
-    /// transaction, with the release of its savepoint and the opening of the next hop),
-    /// instead of a round trip of its own. Its errors then come from
-    /// [`Hop::commit`](super::Hop::commit), and the hop is undone. Call it only when
-    /// that write is the hop's last statement. Elsewhere (PostgreSQL, a transaction
-    /// from [`Store::begin`]) it changes nothing.
+    /// Lets this hop's last write ([`write_last`](Self::write_last)) be run later,
+    /// as its driver sees fit: on SQLite's lane in the round trip that ends the hop
+    /// (with the release of its savepoint and the opening of the next hop) instead of
+    /// a round trip of its own; on PostgreSQL's set lane kept as data and written with
+    /// the batch's other hops' rows in one statement per table. Its errors then come
+    /// from [`Hop::commit`](super::Hop::commit), and the hop is undone. Call it only
+    /// when that write is the hop's last statement. Elsewhere (a transaction from
+    /// [`Store::begin`], a PostgreSQL hop of its own) it changes nothing.
     pub fn defer_next_write(&mut self) {
         self.defer = self.in_lane();
         #[cfg(feature = "postgres")]
         if let Some(kept) = &mut self.sets {
             kept.deferrable = true;
         }
-    }
-
-    /// In a hop of PostgreSQL's set lane after
-    /// [`defer_next_write`](Self::defer_next_write): `true`, and the caller then
-    /// hands its last write over as data ([`defer_rows`](Self::defer_rows),
-    /// [`defer_enqueue`](Self::defer_enqueue)), written with the batch's. Elsewhere
-    /// `false`: write it as usual. Either way the permission is used up.
-    pub fn take_set_deferral(&mut self) -> bool {
-        #[cfg(feature = "postgres")]
-        if let Some(kept) = &mut self.sets {
-            return std::mem::take(&mut kept.deferrable);
-        }
-        false
-    }
-
-    /// Keeps `messages`, enqueued with the batch's other messages when the set lane's
-    /// batch ends (handed over directly where they can be), as
-    /// [`defer_rows`](Self::defer_rows) keeps rows.
-    ///
-    /// # Errors
-    /// As [`Store::enqueue`](crate::Store::enqueue) for bad input (nothing kept);
-    /// [`Error::BackendMismatch`](crate::Error::BackendMismatch) outside a hop of the
-    /// set lane.
-    pub fn defer_enqueue(&mut self, messages: &[Message]) -> Result<()> {
-        for m in messages {
-            self.store.validate(m)?;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(kept) = &mut self.sets {
-            // Their trace context is the caller's, taken now (the batch writes them
-            // later, in the lane's task).
-            let span = crate::store::enqueue_span(messages, false);
-            let stamped: Vec<Message> = span.in_scope(|| {
-                messages
-                    .iter()
-                    .map(|m| {
-                        let mut m = m.clone();
-                        if let Some(headers) = crate::propagation::outgoing(&m.headers) {
-                            m.headers = headers;
-                        }
-                        m
-                    })
-                    .collect()
-            });
-            kept.push_messages(stamped);
-            return Ok(());
-        }
-        Err(crate::Error::BackendMismatch {
-            store: "postgres (set lane)",
-            connection: self.backend(),
-        })
     }
 
     /// The connection, for the caller's own statements in this transaction.
