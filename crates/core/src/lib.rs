@@ -78,10 +78,8 @@ pub use retry::RetryPolicy;
 pub use store::POSTGRES_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use store::SQLITE_MIGRATOR;
-#[cfg(feature = "sqlite")]
-pub use store::{Bind, Row, Separated, Statements, Value};
 pub use store::{
-    Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
+    Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Row, Store,
     StoreConfig, Synchronous, Tx, admin, queue, write,
 };
 

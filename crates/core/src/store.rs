@@ -20,6 +20,7 @@ pub(crate) mod handover;
 pub(crate) mod hop;
 mod macros;
 pub mod queue;
+pub(crate) mod row;
 pub(crate) mod tx;
 pub(crate) mod wake;
 pub mod write;
@@ -34,17 +35,15 @@ pub use config::{StoreConfig, Synchronous};
 pub use conn::{Conn, Integer};
 pub use handover::Handover;
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
+pub use row::Row;
 pub use tx::Tx;
 
+use self::backend::{Backend, Dialect, on_backend, on_conn};
+use self::wake::Wakeups;
 #[cfg(feature = "postgres")]
 pub use crate::postgres::POSTGRES_MIGRATOR;
 #[cfg(feature = "sqlite")]
 pub use crate::sqlite::SQLITE_MIGRATOR;
-#[cfg(feature = "sqlite")]
-pub use crate::sqlite::statements::{Bind, Row, Separated, Statements, Value};
-
-use self::backend::{Backend, Dialect, on_backend, on_conn};
-use self::wake::Wakeups;
 use crate::{Error, Message, MessageId, Result};
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.

@@ -896,7 +896,7 @@ impl Engine {
         let env = protocol::envelope(answer);
         let loaded = match read {
             Some((saga, read)) if protocol::saga_id(&env).ok() == Some(saga) => {
-                persist::prefetched(saga, read, tx.backend())?
+                persist::prefetched(saga, read)?
             }
             _ => None,
         };

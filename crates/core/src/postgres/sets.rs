@@ -48,13 +48,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use sqlx::Row as _;
-use sqlx::postgres::PgRow;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::store::backend::Backend;
 use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn, crash_hook};
-use crate::store::{Conn, Receipt, Store, Tx};
+use crate::store::{Conn, Receipt, Row, Store, Tx};
 use crate::{Error, MessageId, Result};
 
 /// Largest number of hops in one transaction.
@@ -477,16 +476,19 @@ async fn open(tx: &mut Tx, batch: &[Request]) -> Result<(i32, Vec<(Receipt, Pref
         keys.sort_unstable();
         keys.dedup();
         for (n, sql) in kind.iter().enumerate() {
-            let mut by_key: HashMap<Uuid, Vec<PgRow>> = HashMap::new();
+            let mut by_key: HashMap<Uuid, Vec<Row>> = HashMap::new();
             for row in sqlx::query(*sql).bind(&keys).fetch_all(&mut *c).await? {
                 let key: Uuid = row.try_get("prefetch_key")?;
-                by_key.entry(key).or_default().push(row);
+                by_key
+                    .entry(key)
+                    .or_default()
+                    .push(Row::from_postgres(&row)?);
             }
             for ((r, receipt), read) in batch.iter().zip(&receipts).zip(reads.iter_mut()) {
                 if *receipt == Receipt::First && std::ptr::eq(r.statements, kind) {
                     let rows = by_key.remove(&r.key).unwrap_or_default();
-                    read.set_rows.resize_with(n, Vec::new);
-                    read.set_rows.push(rows);
+                    read.rows.resize_with(n, Vec::new);
+                    read.rows.push(rows);
                 }
             }
         }

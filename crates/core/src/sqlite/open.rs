@@ -141,7 +141,7 @@ impl Sqlite {
             match step {
                 Ok(sqlx::Either::Left(_)) => done += 1,
                 Ok(sqlx::Either::Right(row)) => {
-                    let row = match statements::Row::from_sqlx(&row) {
+                    let row = match statements::Row::from_sqlite(&row) {
                         Ok(row) => row,
                         Err(e) => return Err(failed(done, e, opened.tail_rows)),
                     };

@@ -2,27 +2,11 @@
 //! bound as sqlx binds them), run either through sqlx ([`Statements::to_sqlx`]) or on
 //! the connection directly ([`direct`](super::direct)).
 
-use std::sync::Arc;
-
-use crate::{Error, MessageId, Result};
-
-/// A value bound to a statement or read from a row.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// SQL `NULL`.
-    Null,
-    /// An integer.
-    Int(i64),
-    /// A floating-point number.
-    Real(f64),
-    /// Text.
-    Text(String),
-    /// Bytes.
-    Blob(Vec<u8>),
-}
+use crate::MessageId;
+pub(crate) use crate::store::row::{Row, Value};
 
 /// What [`Statements::push_bind`] takes: converts as sqlx's SQLite driver would bind it.
-pub trait Bind {
+pub(crate) trait Bind {
     /// The value bound.
     fn into_value(self) -> Value;
 }
@@ -136,7 +120,7 @@ impl Statement {
 /// SQL and values. On SQLite's lane they run on the connection directly; elsewhere as
 /// one sqlx query of several statements.
 #[derive(Debug, Clone, Default)]
-pub struct Statements {
+pub(crate) struct Statements {
     list: Vec<Statement>,
     /// The next push begins a new statement.
     ended: bool,
@@ -144,7 +128,7 @@ pub struct Statements {
 
 impl Statements {
     /// Statements beginning with `sql`.
-    pub fn new(sql: impl AsRef<str>) -> Self {
+    pub(crate) fn new(sql: impl AsRef<str>) -> Self {
         let mut s = Self::default();
         s.push(sql);
         s
@@ -160,7 +144,7 @@ impl Statements {
     }
 
     /// Appends SQL to the current statement.
-    pub fn push(&mut self, sql: impl AsRef<str>) -> &mut Self {
+    pub(crate) fn push(&mut self, sql: impl AsRef<str>) -> &mut Self {
         let sql = sql.as_ref();
         if !sql.is_empty() {
             self.current().sql.push_str(sql);
@@ -169,7 +153,7 @@ impl Statements {
     }
 
     /// Appends a parameter (`?`) bound to `value` to the current statement.
-    pub fn push_bind(&mut self, value: impl Bind) -> &mut Self {
+    pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Self {
         let st = self.current();
         st.marks.push(st.sql.len());
         st.sql.push('?');
@@ -178,29 +162,18 @@ impl Statements {
     }
 
     /// Ends the current statement: the next push begins another.
-    pub fn end_statement(&mut self) -> &mut Self {
+    pub(crate) fn end_statement(&mut self) -> &mut Self {
         self.ended = true;
         self
     }
 
     /// How many statements there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
 
-    /// No statement at all.
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    /// Appends `other`'s statements after these.
-    pub fn append(&mut self, other: Statements) {
-        self.list.extend(other.list);
-        self.ended = true;
-    }
-
     /// Pushes values separated by `separator`, like `QueryBuilder::separated`.
-    pub fn separated<'a>(&'a mut self, separator: &'static str) -> Separated<'a> {
+    pub(crate) fn separated<'a>(&'a mut self, separator: &'static str) -> Separated<'a> {
         Separated {
             to: self,
             separator,
@@ -209,7 +182,7 @@ impl Statements {
     }
 
     /// Pushes `VALUES (…), (…)`, one row per item, like `QueryBuilder::push_values`.
-    pub fn push_values<I, F>(&mut self, items: I, mut row: F) -> &mut Self
+    pub(crate) fn push_values<I, F>(&mut self, items: I, mut row: F) -> &mut Self
     where
         I: IntoIterator,
         F: FnMut(Separated<'_>, I::Item),
@@ -232,7 +205,7 @@ impl Statements {
 
     /// All statements as one sqlx query (SQLite runs several statements in one query;
     /// parameters are `?`, bound in order).
-    pub fn to_sqlx(&self) -> sqlx::QueryBuilder<sqlx::Sqlite> {
+    pub(crate) fn to_sqlx(&self) -> sqlx::QueryBuilder<sqlx::Sqlite> {
         let mut q = sqlx::QueryBuilder::new("");
         for (i, st) in self.list.iter().enumerate() {
             if i > 0 {
@@ -252,7 +225,7 @@ impl Statements {
 
 /// Pushes separated by a separator; see [`Statements::separated`].
 #[derive(Debug)]
-pub struct Separated<'a> {
+pub(crate) struct Separated<'a> {
     to: &'a mut Statements,
     separator: &'static str,
     first: bool,
@@ -267,28 +240,9 @@ impl Separated<'_> {
     }
 
     /// The separator (but before the first), then a parameter bound to `value`.
-    pub fn push_bind(&mut self, value: impl Bind) -> &mut Self {
+    pub(crate) fn push_bind(&mut self, value: impl Bind) -> &mut Self {
         self.next();
         self.to.push_bind(value);
-        self
-    }
-
-    /// The separator (but before the first), then `sql`.
-    pub fn push(&mut self, sql: impl AsRef<str>) -> &mut Self {
-        self.next();
-        self.to.push(sql);
-        self
-    }
-
-    /// A parameter bound to `value`, without a separator.
-    pub fn push_bind_unseparated(&mut self, value: impl Bind) -> &mut Self {
-        self.to.push_bind(value);
-        self
-    }
-
-    /// `sql`, without a separator.
-    pub fn push_unseparated(&mut self, sql: impl AsRef<str>) -> &mut Self {
-        self.to.push(sql);
         self
     }
 }
@@ -315,111 +269,5 @@ impl<'q> sqlx::Encode<'q, sqlx::Sqlite> for Value {
             Value::Text(v) => <String as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
             Value::Blob(v) => <Vec<u8> as sqlx::Encode<'q, sqlx::Sqlite>>::encode_by_ref(v, buf),
         }
-    }
-}
-
-/// A row read by a statement: its columns by name.
-#[derive(Debug, Clone)]
-pub struct Row {
-    pub(crate) columns: Arc<[String]>,
-    pub(crate) values: Vec<Value>,
-}
-
-impl Row {
-    /// The value of column `name`.
-    ///
-    /// # Errors
-    /// `sqlx::Error::ColumnNotFound` if there is no such column.
-    pub fn value(&self, name: &str) -> Result<&Value> {
-        self.columns
-            .iter()
-            .position(|c| c == name)
-            .and_then(|i| self.values.get(i))
-            .ok_or_else(|| Error::Database(sqlx::Error::ColumnNotFound(name.to_owned())))
-    }
-
-    fn mismatch(&self, name: &str, wanted: &str) -> Error {
-        let index = self.columns.iter().position(|c| c == name).unwrap_or(0);
-        Error::Database(sqlx::Error::ColumnDecode {
-            index: name.to_owned(),
-            source: format!("column {index} is not {wanted}").into(),
-        })
-    }
-
-    /// An integer column that may be `NULL`.
-    ///
-    /// # Errors
-    /// No such column, or neither an integer nor `NULL`.
-    pub fn opt_int(&self, name: &str) -> Result<Option<i64>> {
-        match self.value(name)? {
-            Value::Null => Ok(None),
-            Value::Int(v) => Ok(Some(*v)),
-            _ => Err(self.mismatch(name, "an integer")),
-        }
-    }
-
-    /// An integer column.
-    ///
-    /// # Errors
-    /// No such column, or not an integer.
-    pub fn int(&self, name: &str) -> Result<i64> {
-        self.opt_int(name)?
-            .ok_or_else(|| self.mismatch(name, "a non-NULL integer"))
-    }
-
-    /// A text column that may be `NULL`.
-    ///
-    /// # Errors
-    /// No such column, or neither text nor `NULL`.
-    pub fn opt_text(&self, name: &str) -> Result<Option<String>> {
-        match self.value(name)? {
-            Value::Null => Ok(None),
-            Value::Text(v) => Ok(Some(v.clone())),
-            _ => Err(self.mismatch(name, "text")),
-        }
-    }
-
-    /// A text column.
-    ///
-    /// # Errors
-    /// No such column, or not text.
-    pub fn text(&self, name: &str) -> Result<String> {
-        self.opt_text(name)?
-            .ok_or_else(|| self.mismatch(name, "non-NULL text"))
-    }
-
-    /// A message id column (hyphenated text) that may be `NULL`.
-    ///
-    /// # Errors
-    /// No such column, or neither an id nor `NULL`.
-    pub fn opt_id(&self, name: &str) -> Result<Option<MessageId>> {
-        self.opt_text(name)?
-            .map(|t| t.parse().map_err(|_| self.mismatch(name, "a message id")))
-            .transpose()
-    }
-
-    /// A row of sqlx's SQLite driver, column by column.
-    ///
-    /// # Errors
-    /// A column sqlx cannot read as its own type says.
-    pub fn from_sqlx(row: &sqlx::sqlite::SqliteRow) -> Result<Self> {
-        use sqlx::{Column, Row as _, TypeInfo, ValueRef};
-        let columns: Arc<[String]> = row.columns().iter().map(|c| c.name().to_owned()).collect();
-        let mut values = Vec::with_capacity(columns.len());
-        for i in 0..columns.len() {
-            let raw = row.try_get_raw(i)?;
-            let value = if raw.is_null() {
-                Value::Null
-            } else {
-                match raw.type_info().name() {
-                    "INTEGER" | "BOOLEAN" => Value::Int(row.try_get(i)?),
-                    "REAL" => Value::Real(row.try_get(i)?),
-                    "BLOB" => Value::Blob(row.try_get(i)?),
-                    _ => Value::Text(row.try_get(i)?),
-                }
-            };
-            values.push(value);
-        }
-        Ok(Self { columns, values })
     }
 }

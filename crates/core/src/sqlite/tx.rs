@@ -44,7 +44,8 @@ impl Tx {
     /// a statement of `before` (roll the transaction back: some statements may have
     /// run).
     #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
-    pub async fn enqueue_batch_after(
+    #[cfg(test)]
+    pub(crate) async fn enqueue_batch_after(
         &mut self,
         before: crate::sqlite::statements::Statements,
         messages: &[Message],

@@ -98,7 +98,7 @@ impl Prefetch {
     /// [`Store::hop_receiving_prefetched`]): `statements` run once for all the keys of
     /// a batch, in order, each with one parameter, the keys as `uuid[]` (`= ANY($1)`),
     /// each returning its rows with their key in a column `prefetch_key`. A hop gets
-    /// the rows of its `key` ([`Prefetched::set_rows`]). Without it, a hop on
+    /// the rows of its `key` ([`Prefetched::rows`]). Without it, a hop on
     /// PostgreSQL reads for itself.
     #[must_use]
     pub fn with_set(mut self, key: uuid::Uuid, statements: &'static [&'static str]) -> Self {
@@ -114,14 +114,11 @@ impl Prefetch {
     }
 }
 
-/// The rows a [`Prefetch`] read when its hop opened.
+/// The rows a [`Prefetch`] read when its hop opened, the same on every backend.
 #[derive(Default)]
 pub struct Prefetched {
-    #[cfg(feature = "sqlite")]
-    pub(crate) rows: Vec<crate::sqlite::statements::Row>,
-    /// Per set statement, this hop's rows (PostgreSQL's set lane).
-    #[cfg(feature = "postgres")]
-    pub(crate) set_rows: Vec<Vec<sqlx::postgres::PgRow>>,
+    /// Per statement of the read, its rows (for this hop's key, on the set lane).
+    pub(crate) rows: Vec<Vec<super::Row>>,
 }
 
 impl std::fmt::Debug for Prefetched {
@@ -131,28 +128,18 @@ impl std::fmt::Debug for Prefetched {
 }
 
 impl Prefetched {
-    /// What a SQLite hop's opening read.
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn of_rows(rows: Vec<crate::sqlite::statements::Row>) -> Self {
-        Self {
-            rows,
-            #[cfg(feature = "postgres")]
-            set_rows: Vec::new(),
-        }
+    /// What a hop's opening read of one statement returned (SQLite).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn of_rows(rows: Vec<super::Row>) -> Self {
+        Self { rows: vec![rows] }
     }
 
-    /// The rows read, in the statement's order.
-    #[cfg(feature = "sqlite")]
-    pub fn rows(&self) -> &[crate::sqlite::statements::Row] {
+    /// The rows read, per statement of the read, in order: one statement for the read
+    /// that opened a hop in its round trip (SQLite's lane, [`Prefetch::new`]), one per
+    /// set statement for a hop of PostgreSQL's set lane ([`Prefetch::with_set`], the
+    /// rows of this hop's key); none if nothing was read.
+    pub fn rows(&self) -> &[Vec<super::Row>] {
         &self.rows
-    }
-
-    /// The rows of each of the prefetch's set statements ([`Prefetch::with_set`]) for
-    /// this hop's key, in the statements' order; empty if the hop was not opened by
-    /// PostgreSQL's set lane.
-    #[cfg(feature = "postgres")]
-    pub fn set_rows(&self) -> &[Vec<sqlx::postgres::PgRow>] {
-        &self.set_rows
     }
 }
 

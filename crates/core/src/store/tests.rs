@@ -1097,6 +1097,7 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
             let n = read.map(|r| {
                 r.rows()
                     .iter()
+                    .flatten()
                     .map(|row| row.int("n").unwrap())
                     .collect::<Vec<_>>()
             });
@@ -1239,7 +1240,7 @@ async fn statements_then_messages(backend: Backend) {
     let used = || *fake.used.lock().unwrap();
     let marker = MessageId::new();
     let before = || {
-        let mut q = crate::Statements::new(
+        let mut q = crate::sqlite::statements::Statements::new(
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('before', ",
         );
         q.push_bind(marker).push(", 0)");
@@ -1303,7 +1304,8 @@ async fn statements_then_messages(backend: Backend) {
     // A statement that fails: an error, the slots given back, nothing written.
     *fake.used.lock().unwrap() = 0;
     let mut tx = store.begin().await.unwrap();
-    let failing = crate::Statements::new("INSERT INTO no_such_table VALUES (1)");
+    let failing =
+        crate::sqlite::statements::Statements::new("INSERT INTO no_such_table VALUES (1)");
     let late = Message::to("direct").json(&9).unwrap();
     let failed = tx.enqueue_batch_after(failing, &[late]).await;
     assert!(failed.is_err());
@@ -1323,7 +1325,7 @@ async fn deferred_last_writes(backend: Backend) {
     let (store, _) = open(backend).await;
     let fake = FakeHandover::installed(&store, 100, Duration::from_secs(30));
     let marker = |id: MessageId, ok: bool| {
-        let mut q = crate::Statements::new(if ok {
+        let mut q = crate::sqlite::statements::Statements::new(if ok {
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('marker', "
         } else {
             "INSERT INTO no_such_table (consumer, message_id, received_at) VALUES ('marker', "
@@ -1711,8 +1713,8 @@ mod set_lane {
 
     fn value(read: Option<crate::Prefetched>) -> Option<String> {
         let read = read?;
-        let rows = read.set_rows().first()?;
-        rows.first().map(|r| r.try_get::<String, _>("v").unwrap())
+        let rows = read.rows().first()?;
+        rows.first().map(|r| r.text("v").unwrap())
     }
 
     async fn table_value(store: &Store, key: Uuid) -> String {

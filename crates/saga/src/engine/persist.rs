@@ -8,9 +8,7 @@ use std::str::FromStr;
 
 use agentsaga_core::sqlx;
 use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
-use agentsaga_core::{Conn, Message, MessageId, Prefetch, Prefetched, Tx};
-#[cfg(feature = "postgres")]
-use agentsaga_core::{Integer, sqlx::Row};
+use agentsaga_core::{Conn, Message, Prefetch, Prefetched, Row, Tx};
 use serde_json::Value;
 
 use super::model::{Instance, StepRow};
@@ -152,58 +150,8 @@ fn save_writes(inst: &Instance, changed: &[&StepRow], now: i64) -> Writes {
     writes
 }
 
-/// The columns of a row as the loads read them: what [`step_row`] and
-/// [`instance_row`] decode, on either backend.
-trait Cols {
-    /// A small integer (`INTEGER` on SQLite, `int4` on PostgreSQL).
-    fn int(&self, col: &str) -> Result<i64>;
-    /// A nullable 64-bit integer.
-    fn opt_int(&self, col: &str) -> Result<Option<i64>>;
-    fn text(&self, col: &str) -> Result<String>;
-    fn opt_text(&self, col: &str) -> Result<Option<String>>;
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>>;
-}
-
-#[cfg(feature = "sqlite")]
-impl Cols for agentsaga_core::Row {
-    fn int(&self, col: &str) -> Result<i64> {
-        Ok(agentsaga_core::Row::int(self, col)?)
-    }
-    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
-        Ok(agentsaga_core::Row::opt_int(self, col)?)
-    }
-    fn text(&self, col: &str) -> Result<String> {
-        Ok(agentsaga_core::Row::text(self, col)?)
-    }
-    fn opt_text(&self, col: &str) -> Result<Option<String>> {
-        Ok(agentsaga_core::Row::opt_text(self, col)?)
-    }
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
-        Ok(agentsaga_core::Row::opt_id(self, col)?)
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Cols for sqlx::postgres::PgRow {
-    fn int(&self, col: &str) -> Result<i64> {
-        Ok(self.try_get::<Integer, _>(col)?.0)
-    }
-    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
-        Ok(self.try_get(col)?)
-    }
-    fn text(&self, col: &str) -> Result<String> {
-        Ok(self.try_get(col)?)
-    }
-    fn opt_text(&self, col: &str) -> Result<Option<String>> {
-        Ok(self.try_get(col)?)
-    }
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
-        Ok(self.try_get(col)?)
-    }
-}
-
 /// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
-fn step_row(r: &impl Cols) -> Result<StepRow> {
+fn step_row(r: &Row) -> Result<StepRow> {
     Ok(StepRow {
         idx: r.int("idx")? as usize,
         stage: r.int("stage")? as usize,
@@ -234,7 +182,7 @@ fn step_row(r: &impl Cols) -> Result<StepRow> {
 
 /// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
 /// saga_error, saga_stage`), its steps not yet attached.
-fn instance_row(id: SagaId, r: &impl Cols) -> Result<Instance> {
+fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
     Ok(Instance {
         id,
         name: r.text("saga_name")?,
@@ -288,34 +236,42 @@ pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
     Some(read)
 }
 
-/// The saga `id` from what [`prefetch`] read in a hop of `backend` (`Some(None)`: no
-/// such saga); `None` when there is nothing to read it from: load it.
-pub(crate) fn prefetched(
-    id: SagaId,
-    read: &Prefetched,
-    backend: &str,
-) -> Result<Option<Option<Instance>>> {
-    #[cfg(feature = "postgres")]
-    if backend == "postgres" {
-        let [instances, steps] = read.set_rows() else {
-            return Ok(None);
-        };
-        let Some(first) = instances.first() else {
-            return Ok(Some(None));
-        };
-        let mut inst = instance_row(id, first)?;
-        for r in steps {
-            let step = step_row(r)?;
-            inst.steps.insert(step.idx, step);
+/// The saga `id` from what [`prefetch`] read when the hop opened (`Some(None)`: no
+/// such saga); `None` when there is nothing to read it from: load it. One statement
+/// read is SQLite's joined load, two are the set lane's instance and steps.
+pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<Instance>>> {
+    match read.rows() {
+        [joined] => from_joined_rows(id, joined).map(Some),
+        [instances, steps] => {
+            let Some(first) = instances.first() else {
+                return Ok(Some(None));
+            };
+            let mut inst = instance_row(id, first)?;
+            for r in steps {
+                let step = step_row(r)?;
+                inst.steps.insert(step.idx, step);
+            }
+            Ok(Some(Some(inst)))
         }
-        return Ok(Some(Some(inst)));
+        _ => Ok(None),
     }
-    #[cfg(feature = "sqlite")]
-    if backend == "sqlite" {
-        return from_sqlite_rows(id, read.rows()).map(Some);
+}
+
+/// The saga `id` from the rows of its joined load (one row per step, or one row with
+/// a NULL step; none: no such saga).
+fn from_joined_rows(id: SagaId, rows: &[Row]) -> Result<Option<Instance>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let mut inst = instance_row(id, first)?;
+    for r in rows {
+        if r.opt_int("idx")?.is_none() {
+            continue; // no steps yet
+        }
+        let step = step_row(r)?;
+        inst.steps.insert(step.idx, step);
     }
-    let _ = (id, read, backend);
-    Ok(None)
+    Ok(Some(inst))
 }
 
 /// Saves the instance and its changed steps (as [`save`]), then enqueues `messages` in
@@ -398,25 +354,9 @@ async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Inst
         .await?;
     let rows = rows
         .iter()
-        .map(agentsaga_core::Row::from_sqlx)
+        .map(Row::from_sqlite)
         .collect::<agentsaga_core::Result<Vec<_>>>()?;
-    from_sqlite_rows(id, &rows)
-}
-
-/// The saga `id` from the rows of its load (none: no such saga).
-fn from_sqlite_rows(id: SagaId, rows: &[agentsaga_core::Row]) -> Result<Option<Instance>> {
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    let mut inst = instance_row(id, first)?;
-    for r in rows {
-        if r.opt_int("idx")?.is_none() {
-            continue; // no steps yet
-        }
-        let step = step_row(r)?;
-        inst.steps.insert(step.idx, step);
-    }
-    Ok(Some(inst))
+    from_joined_rows(id, &rows)
 }
 }
 
@@ -461,7 +401,7 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     else {
         return Ok(None);
     };
-    let mut inst = instance_row(id, &row)?;
+    let mut inst = instance_row(id, &Row::from_postgres(&row)?)?;
     let rows = sqlx::query(
         "SELECT idx, stage, name, destination, state, attempts, command_id, timer_id,
             input::text AS input, output::text AS output, error, compensation_destination,
@@ -477,7 +417,7 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     .fetch_all(&mut *c)
     .await?;
     for r in &rows {
-        let step = step_row(r)?;
+        let step = step_row(&Row::from_postgres(r)?)?;
         inst.steps.insert(step.idx, step);
     }
     Ok(Some(inst))
