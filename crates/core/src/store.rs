@@ -32,7 +32,8 @@ use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
-pub use conn::{Conn, Integer};
+pub use conn::Conn;
+pub(crate) use conn::Integer;
 pub use handover::Handover;
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
 pub use row::Row;
@@ -40,10 +41,6 @@ pub use tx::Tx;
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;
-#[cfg(feature = "postgres")]
-pub use crate::postgres::POSTGRES_MIGRATOR;
-#[cfg(feature = "sqlite")]
-pub use crate::sqlite::SQLITE_MIGRATOR;
 use crate::{Error, Message, MessageId, Result};
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.

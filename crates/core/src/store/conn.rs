@@ -48,7 +48,7 @@ impl<'a> From<&'a mut PgConnection> for Conn<'a> {
 /// PostgreSQL's `integer` 32. For decoding a row the same way on both
 /// (`row.try_get::<Integer, _>("attempts")?.0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Integer(pub i64);
+pub(crate) struct Integer(pub(crate) i64);
 
 #[cfg(feature = "sqlite")]
 impl sqlx::Type<sqlx::Sqlite> for Integer {

@@ -1205,7 +1205,7 @@ impl FakeHandover {
     }
 }
 
-impl crate::Handover for FakeHandover {
+impl crate::handover::Handover for FakeHandover {
     fn owner(&self) -> &str {
         "fake-relay"
     }
@@ -1494,7 +1494,7 @@ async fn direct_handover(backend: Backend) {
     assert_eq!(again, vec![first.id, more[1].id]);
 
     // In a hop whose savepoint is rolled back, the slot comes back too.
-    store.remove_handover(&(Arc::clone(&fake) as Arc<dyn crate::Handover>));
+    store.remove_handover(&(Arc::clone(&fake) as Arc<dyn crate::handover::Handover>));
     *fake.used.lock().unwrap() = 0;
     store.set_handover(Arc::clone(&fake) as _);
     let mut kept = store.hop().await.unwrap();
