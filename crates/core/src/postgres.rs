@@ -11,6 +11,7 @@
 //! same thing to every process sharing the database. Lists of rows travel as arrays
 //! (`= ANY($1)`, `unnest`): one statement per batch.
 
+pub(crate) mod batch;
 pub(crate) mod dialect;
 pub(crate) mod kept;
 pub(crate) mod notify;

@@ -16,6 +16,7 @@ pub mod admin;
 pub(crate) mod backend;
 mod config;
 mod conn;
+pub(crate) mod crash_hook;
 pub(crate) mod handover;
 pub(crate) mod hop;
 mod macros;
@@ -139,49 +140,7 @@ impl Store {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn connect_with(url: &str, config: StoreConfig) -> Result<Self> {
-        let scheme = url.split(':').next().unwrap_or_default();
-        let (backend, wake) = match scheme {
-            #[cfg(feature = "sqlite")]
-            "sqlite" => (
-                Backend::Sqlite(crate::sqlite::open(url, &config).await?),
-                Wakeups::local(),
-            ),
-            #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => {
-                let pg = crate::postgres::open(url, &config).await?;
-                let wake = crate::postgres::notify::wakeups(&pg.pool);
-                (Backend::Postgres(pg), wake)
-            }
-            #[cfg(not(feature = "sqlite"))]
-            "sqlite" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "this build has no SQLite backend (the `sqlite` feature is off)".into(),
-                });
-            }
-            #[cfg(not(feature = "postgres"))]
-            "postgres" | "postgresql" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "this build has no PostgreSQL backend (the `postgres` feature is off)"
-                        .into(),
-                });
-            }
-            "" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "no scheme: expected sqlite:… or postgres://…".into(),
-                });
-            }
-            other => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: format!(
-                        "unsupported scheme `{other}`: expected `sqlite` or `postgres`"
-                    ),
-                });
-            }
-        };
+        let (backend, wake) = Backend::open(url, &config).await?;
         Ok(Self {
             backend,
             config: std::sync::Arc::new(config),

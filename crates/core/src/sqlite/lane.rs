@@ -28,7 +28,9 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn, crash_hook};
+use super::tx::{abort, begin_shared, end_shared, fail_all, undo};
+use crate::store::crash_hook;
+use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -36,9 +38,6 @@ use crate::{Error, MessageId, Result};
 /// first hop of a batch waiting.
 const MAX_BATCH: usize = 64;
 
-/// The savepoint each hop after the first runs in: set, undone, dropped.
-const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT agentsaga_hop";
-const RELEASE: &str = "RELEASE SAVEPOINT agentsaga_hop";
 /// How a hop's first round trip begins (the hop's own statements, its inbox record,
 /// follow in the same round trip): nothing (the first hop of a transaction), its
 /// savepoint, or the release of the hop before it and its savepoint (on SQLite, one
@@ -136,27 +135,6 @@ async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) 
         }
     }
     counts.busy.store(false, Ordering::Release);
-}
-
-/// Begins a shared transaction, on `spare` if there is one (see [`Tx::begin_lane`]).
-async fn begin_shared(store: &Store, spare: Option<Tx>) -> Result<Tx> {
-    Tx::begin_lane(store, spare).await
-}
-
-/// Commits or rolls back a shared transaction; its connection, if it can serve the
-/// next one.
-async fn end_shared(mut t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
-    if t.is_lane() {
-        let ended = t.end_lane(commit).await;
-        let keep = ended.is_ok();
-        return (ended, keep.then_some(t));
-    }
-    let ended = if commit {
-        t.commit().await
-    } else {
-        t.rollback().await
-    };
-    (ended, None)
 }
 
 /// A message recorded in the inbox by a hop of the open shared transaction.
@@ -433,26 +411,6 @@ async fn batch_of(
         Err(e) => fail_all(kept, &format!("the shared commit failed: {e}")),
     }
     kept_conn
-}
-
-/// Rolls back to the hop's savepoint and drops it.
-async fn undo(t: &mut Tx, mark: usize) -> Result<()> {
-    t.cancel_handed_since(mark);
-    t.savepoint_op(ROLLBACK_TO).await?;
-    t.savepoint_op(RELEASE).await
-}
-
-/// The transaction cannot go on: roll it back and fail every hop kept in it.
-async fn abort(t: Tx, kept: Vec<oneshot::Sender<Result<()>>>, why: &Error) {
-    tracing::warn!(error = %why, hops = kept.len(), "a shared transaction failed; its hops will be retried");
-    let _ = t.rollback().await;
-    fail_all(kept, &format!("the shared transaction failed: {why}"));
-}
-
-fn fail_all(kept: Vec<oneshot::Sender<Result<()>>>, why: &str) {
-    for done in kept {
-        let _ = done.send(Err(Error::SharedCommit(why.to_owned())));
-    }
 }
 
 /// A turn in SQLite's lane (see [`Store::hop`]): queued for the lane's task, started on

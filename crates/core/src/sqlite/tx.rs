@@ -4,6 +4,9 @@
 
 use sqlx::SqliteConnection;
 
+use tokio::sync::oneshot;
+
+use crate::Error;
 use crate::store::backend::Backend;
 use crate::store::tx::Inner;
 use crate::store::{Conn, Receipt, Store, Tx};
@@ -343,5 +346,50 @@ impl Tx {
         }
         let session = self.session().await.map_err(failed)?;
         crate::sqlite::Sqlite::open_hop_direct(session, tail, prefix, statements, inbox, prefetch)
+    }
+}
+
+/// Begins a shared transaction, on `spare` if there is one (see [`Tx::begin_lane`]).
+pub(crate) async fn begin_shared(store: &Store, spare: Option<Tx>) -> Result<Tx> {
+    Tx::begin_lane(store, spare).await
+}
+
+/// Commits or rolls back a shared transaction; its connection, if it can serve the
+/// next one.
+pub(crate) async fn end_shared(mut t: Tx, commit: bool) -> (Result<()>, Option<Tx>) {
+    if t.is_lane() {
+        let ended = t.end_lane(commit).await;
+        let keep = ended.is_ok();
+        return (ended, keep.then_some(t));
+    }
+    let ended = if commit {
+        t.commit().await
+    } else {
+        t.rollback().await
+    };
+    (ended, None)
+}
+
+/// The savepoint each hop after the first runs in: undone, dropped.
+const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT agentsaga_hop";
+const RELEASE: &str = "RELEASE SAVEPOINT agentsaga_hop";
+
+/// Rolls back to the hop's savepoint and drops it.
+pub(crate) async fn undo(t: &mut Tx, mark: usize) -> Result<()> {
+    t.cancel_handed_since(mark);
+    t.savepoint_op(ROLLBACK_TO).await?;
+    t.savepoint_op(RELEASE).await
+}
+
+/// The transaction cannot go on: roll it back and fail every hop kept in it.
+pub(crate) async fn abort(t: Tx, kept: Vec<oneshot::Sender<Result<()>>>, why: &Error) {
+    tracing::warn!(error = %why, hops = kept.len(), "a shared transaction failed; its hops will be retried");
+    let _ = t.rollback().await;
+    fail_all(kept, &format!("the shared transaction failed: {why}"));
+}
+
+pub(crate) fn fail_all(kept: Vec<oneshot::Sender<Result<()>>>, why: &str) {
+    for done in kept {
+        let _ = done.send(Err(Error::SharedCommit(why.to_owned())));
     }
 }

@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use sqlx::Row;
 
+use super::StoreConfig;
 use super::admin::{DeadQuery, DeadRow, Stats, Table};
 use super::queue::{Claim, DeadLetter, Retry};
+use super::wake::Wakeups;
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 
 /// The open database, of one backend or the other.
@@ -26,6 +28,45 @@ pub(crate) enum Backend {
     Sqlite(crate::sqlite::Sqlite),
     #[cfg(feature = "postgres")]
     Postgres(crate::postgres::Postgres),
+}
+
+impl Backend {
+    /// Opens the database at `url` with the driver its scheme names, and the wakeups
+    /// of its relays (shared with other processes where the database is).
+    pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<(Self, Wakeups)> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        let unsupported = |reason: String| {
+            Err(Error::InvalidUrl {
+                url: url.to_owned(),
+                reason,
+            })
+        };
+        match scheme {
+            #[cfg(feature = "sqlite")]
+            "sqlite" => Ok((
+                Backend::Sqlite(crate::sqlite::open(url, config).await?),
+                Wakeups::local(),
+            )),
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                let pg = crate::postgres::open(url, config).await?;
+                let wake = crate::postgres::notify::wakeups(&pg.pool);
+                Ok((Backend::Postgres(pg), wake))
+            }
+            #[cfg(not(feature = "sqlite"))]
+            "sqlite" => {
+                unsupported("this build has no SQLite backend (the `sqlite` feature is off)".into())
+            }
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => unsupported(
+                "this build has no PostgreSQL backend (the `postgres` feature is off)".into(),
+            ),
+            "" => unsupported("no scheme: expected sqlite:… or postgres://…".into()),
+            other => unsupported(format!(
+                "unsupported scheme `{other}`: expected `sqlite` or `postgres`"
+            )),
+        }
+    }
 }
 
 /// Runs `$body` with `$b` bound to the backend's dialect, whichever it is.
