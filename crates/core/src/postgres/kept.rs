@@ -128,7 +128,7 @@ pub(crate) fn set_sql(table: &'static Table, upsert: bool) -> &'static str {
             arrays.join(", ")
         );
         if upsert {
-            sql.push_str(&table.on_conflict());
+            sql.push_str(table.on_conflict());
         }
         sql
     })

@@ -44,11 +44,7 @@ pub(crate) fn render(rows: Vec<RowWrite>) -> Statements {
         let mut rows = rows.into_iter().peekable();
         while rows.peek().is_some() {
             q.end_statement();
-            q.push(format!(
-                "INSERT INTO {} ({}) ",
-                table.name,
-                table.column_list()
-            ));
+            q.push(table.insert_head());
             q.push_values(rows.by_ref().take(per), |mut b, row| {
                 for value in row {
                     b.push_bind(value_of(value));

@@ -48,6 +48,9 @@ pub struct Table {
     /// PostgreSQL's set statements of this table (insert, upsert), rendered once.
     #[cfg(feature = "postgres")]
     pub(crate) set_sql: [std::sync::OnceLock<String>; 2],
+    /// `INSERT INTO name (columns) ` and the upsert's conflict clause, rendered once.
+    head: std::sync::OnceLock<String>,
+    conflict: std::sync::OnceLock<String>,
 }
 
 impl Table {
@@ -59,6 +62,8 @@ impl Table {
             key,
             #[cfg(feature = "postgres")]
             set_sql: [std::sync::OnceLock::new(), std::sync::OnceLock::new()],
+            head: std::sync::OnceLock::new(),
+            conflict: std::sync::OnceLock::new(),
         }
     }
 
@@ -73,8 +78,18 @@ impl Table {
         names.join(", ")
     }
 
+    /// `INSERT INTO name (columns) `, the head of every insert of the table.
+    pub(crate) fn insert_head(&self) -> &str {
+        self.head
+            .get_or_init(|| format!("INSERT INTO {} ({}) ", self.name, self.column_list()))
+    }
+
     /// What an upsert does on a conflict with a stored row (` ON CONFLICT …`).
-    pub(crate) fn on_conflict(&self) -> String {
+    pub(crate) fn on_conflict(&self) -> &str {
+        self.conflict.get_or_init(|| self.render_on_conflict())
+    }
+
+    fn render_on_conflict(&self) -> String {
         let key: Vec<&str> = self.columns[..self.key].iter().map(|c| c.name).collect();
         let sets: Vec<String> = self.columns[self.key..]
             .iter()
