@@ -279,7 +279,7 @@ pub(crate) async fn plain_sqlite(url: &str) -> anyhow::Result<SqlitePool> {
         .max_lifetime(None)
         .connect_with(options)
         .await?;
-    agentsaga_core::SQLITE_MIGRATOR.run(&pool).await?;
+    agentsaga_core::migrate::SQLITE_MIGRATOR.run(&pool).await?;
     Ok(pool)
 }
 
@@ -291,7 +291,9 @@ pub(crate) async fn plain_postgres(url: &str) -> anyhow::Result<PgPool> {
         .acquire_timeout(Duration::from_secs(60))
         .connect(url)
         .await?;
-    agentsaga_core::POSTGRES_MIGRATOR.run(&pool).await?;
+    agentsaga_core::migrate::POSTGRES_MIGRATOR
+        .run(&pool)
+        .await?;
     Ok(pool)
 }
 
@@ -320,7 +322,7 @@ fn database_name(url: &str) -> &str {
 
 /// `url` without its passwords, for messages.
 fn redact(url: &str) -> String {
-    agentsaga_core::redact_url(url)
+    agentsaga_core::redact::redact_url(url)
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use agentsaga_core::migrate::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
 use agentsaga_core::sqlx::postgres::{PgConnectOptions, PgConnection};
 use agentsaga_core::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use agentsaga_core::sqlx::{self, Connection as _};
-use agentsaga_core::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR, Store, StoreConfig};
+use agentsaga_core::{Store, StoreConfig};
 use anyhow::{anyhow, bail};
 
 /// How long to wait for a database server.
@@ -289,7 +290,7 @@ pub(crate) async fn applied(url: Option<&str>) -> anyhow::Result<Vec<i64>> {
 /// The URL with its passwords (user info and query string) replaced by `***`, for
 /// messages.
 pub(crate) fn redact(url: &str) -> String {
-    agentsaga_core::redact_url(url)
+    agentsaga_core::redact::redact_url(url)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The database URL could not be understood: unknown scheme or malformed options.
-    #[error("invalid database url `{}`: {reason}", crate::redact_url(url))]
+    #[error("invalid database url `{}`: {reason}", crate::redact::redact_url(url))]
     InvalidUrl {
         /// The URL as given (printed with its passwords as `***`).
         url: String,

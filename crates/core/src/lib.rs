@@ -58,9 +58,13 @@ pub mod clock;
 mod error;
 mod id;
 mod message;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub mod propagation;
-mod redact;
+pub mod redact;
 mod retry;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -68,20 +72,28 @@ pub mod testing;
 pub use error::{Error, Result};
 pub use id::MessageId;
 pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
-pub use redact::redact_url;
 pub use retry::RetryPolicy;
-#[cfg(feature = "postgres")]
-pub use store::POSTGRES_MIGRATOR;
-#[cfg(feature = "sqlite")]
-pub use store::SQLITE_MIGRATOR;
-#[cfg(feature = "sqlite")]
-pub use store::{Bind, Row, Separated, Statements, Value};
+pub(crate) use store::Integer;
 pub use store::{
-    Conn, Handover, Hop, HopStats, Integer, Prefetch, Prefetched, ReadPool, Receipt, Store,
-    StoreConfig, Synchronous, Tx, admin, queue,
+    Conn, Hop, HopStats, Prefetch, Prefetched, ReadPool, Receipt, Row, Store, StoreConfig,
+    Synchronous, Tx, admin, queue, write,
 };
-#[cfg(feature = "postgres")]
-pub use store::{SetStatement, SetValue};
+
+/// The embedded migrations of each backend, applied by [`Store::connect`] (for tools
+/// that migrate or inspect a database themselves).
+pub mod migrate {
+    #[cfg(feature = "postgres")]
+    pub use crate::postgres::POSTGRES_MIGRATOR;
+    #[cfg(feature = "sqlite")]
+    pub use crate::sqlite::SQLITE_MIGRATOR;
+}
+
+/// Direct handover: a relay in this process takes the messages a transaction writes
+/// as they commit, leased to it, instead of claiming them (see
+/// [`Store::set_handover`]).
+pub mod handover {
+    pub use crate::store::Handover;
+}
 
 /// Re-exported so users name the same sqlx the store was built with.
 pub use sqlx;

@@ -6,7 +6,7 @@
 /// `passwd` or `pwd`). For messages and logs: the CLI, the store's errors, the bench.
 ///
 /// ```
-/// use agentsaga_core::redact_url;
+/// use agentsaga_core::redact::redact_url;
 /// assert_eq!(
 ///     redact_url("postgres://app:s3cret@db:5432/app?sslmode=require&password=s3cret"),
 ///     "postgres://app:***@db:5432/app?sslmode=require&password=***"

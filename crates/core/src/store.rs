@@ -7,26 +7,24 @@
 //! - the relay's protocol: [`queue`], through [`Store::queue`];
 //! - the operator's calls: [`admin`], through [`Store::admin`].
 //!
-//! Both backends implement one private seam (`backend.rs`); the SQL is all that differs.
+//! Each backend is a driver of its own (`crate::sqlite`, `crate::postgres`): its
+//! database, statements, lane and notifications. The store names them in one place,
+//! the [`Backend`](backend::Backend) enum and the macros beside it; everything else
+//! here is written once for both.
 
 pub mod admin;
 pub(crate) mod backend;
-#[cfg(feature = "sqlite")]
-mod checkpoint;
 mod config;
 mod conn;
-#[cfg(feature = "sqlite")]
-pub(crate) mod direct;
-mod handover;
-mod hop;
-#[cfg(feature = "postgres")]
-pub(crate) mod postgres;
+pub(crate) mod crash_hook;
+pub(crate) mod handover;
+pub(crate) mod hop;
+mod macros;
 pub mod queue;
-#[cfg(feature = "postgres")]
-mod sets;
-#[cfg(feature = "sqlite")]
-pub(crate) mod sqlite;
-mod wake;
+pub(crate) mod row;
+pub(crate) mod tx;
+pub(crate) mod wake;
+pub mod write;
 
 #[cfg(feature = "postgres")]
 use sqlx::PgPool;
@@ -35,24 +33,16 @@ use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
-pub use conn::{Conn, Integer, Tx};
-#[cfg(feature = "sqlite")]
-pub use direct::{Bind, Row, Separated, Statements, Value};
+pub use conn::Conn;
+pub(crate) use conn::Integer;
 pub use handover::Handover;
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
-#[cfg(feature = "postgres")]
-pub use sets::{SetStatement, SetValue};
+pub use row::Row;
+pub use tx::Tx;
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;
 use crate::{Error, Message, MessageId, Result};
-
-/// Migrations for SQLite, embedded in the binary.
-#[cfg(feature = "sqlite")]
-pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
-/// Migrations for PostgreSQL, embedded in the binary.
-#[cfg(feature = "postgres")]
-pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.
 ///
@@ -150,49 +140,7 @@ impl Store {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn connect_with(url: &str, config: StoreConfig) -> Result<Self> {
-        let scheme = url.split(':').next().unwrap_or_default();
-        let (backend, wake) = match scheme {
-            #[cfg(feature = "sqlite")]
-            "sqlite" => (
-                Backend::Sqlite(sqlite::open(url, &config).await?),
-                Wakeups::local(),
-            ),
-            #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => {
-                let pg = postgres::open(url, &config).await?;
-                let wake = Wakeups::postgres(pg.pool.clone());
-                (Backend::Postgres(pg), wake)
-            }
-            #[cfg(not(feature = "sqlite"))]
-            "sqlite" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "this build has no SQLite backend (the `sqlite` feature is off)".into(),
-                });
-            }
-            #[cfg(not(feature = "postgres"))]
-            "postgres" | "postgresql" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "this build has no PostgreSQL backend (the `postgres` feature is off)"
-                        .into(),
-                });
-            }
-            "" => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: "no scheme: expected sqlite:… or postgres://…".into(),
-                });
-            }
-            other => {
-                return Err(Error::InvalidUrl {
-                    url: url.to_owned(),
-                    reason: format!(
-                        "unsupported scheme `{other}`: expected `sqlite` or `postgres`"
-                    ),
-                });
-            }
-        };
+        let (backend, wake) = Backend::open(url, &config).await?;
         Ok(Self {
             backend,
             config: std::sync::Arc::new(config),

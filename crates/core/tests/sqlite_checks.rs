@@ -3,8 +3,9 @@
 //! from the IN-list version keeps its rows, its outbox sequence, its foreign keys and
 //! the same constraints.
 
+use agentsaga_core::migrate::SQLITE_MIGRATOR;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Conn, ReadPool, SQLITE_MIGRATOR, Store};
+use agentsaga_core::{Conn, ReadPool, Store};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 
@@ -158,7 +159,7 @@ async fn upgrading_keeps_rows_sequence_keys_and_constraints() {
     let store = Store::connect(&url)
         .await
         .expect("open and migrate to 0009");
-    let newest = agentsaga_core::SQLITE_MIGRATOR
+    let newest = agentsaga_core::migrate::SQLITE_MIGRATOR
         .iter()
         .map(|m| m.version)
         .max()

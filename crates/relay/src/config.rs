@@ -60,7 +60,7 @@ pub struct RelayConfig {
     /// written leased to it by the transaction that enqueues them (up to each
     /// destination's cap, or `workers`, handed over and unfinished) and handed to it on
     /// commit, with no claim. For a relay whose destinations are served in this process;
-    /// see `agentsaga_core::Handover`.
+    /// see `agentsaga_core::handover::Handover`.
     pub handover: bool,
 }
 

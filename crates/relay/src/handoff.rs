@@ -1,4 +1,4 @@
-//! The relay's side of direct handover ([`agentsaga_core::Handover`]): slots per
+//! The relay's side of direct handover ([`agentsaga_core::handover::Handover`]): slots per
 //! destination, and rows committed leased to this relay, adopted by its claimer as if
 //! it had claimed them.
 
@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agentsaga_core::{Envelope, Handover};
+use agentsaga_core::Envelope;
+use agentsaga_core::handover::Handover;
 use ractor::ActorRef;
 
 use crate::claimer::msg::ClaimerMsg;

@@ -99,15 +99,7 @@ mod worker;
 
 pub use config::RelayConfig;
 pub use error::{Error, Result};
-
-/// The relay's error under its former name.
-#[deprecated(since = "0.1.0", note = "renamed to `agentsaga_relay::Error`")]
-pub type RelayError = Error;
 pub use relay::Relay;
-
-/// The running relay under its former name.
-#[deprecated(since = "0.1.0", note = "renamed to `agentsaga_relay::Relay`")]
-pub type RelayHandle = Relay;
 pub use stats::RelayStats;
 pub use transport::{Delivery, Transport};
 

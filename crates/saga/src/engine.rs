@@ -819,7 +819,7 @@ impl Engine {
         if !fx.waits.is_empty() {
             // The waits' rows refer to the instance: saved first (the save below then
             // has nothing left to write).
-            persist::save(tx.conn(), inst, before, now_ms()).await?;
+            persist::save(tx, inst, before, now_ms()).await?;
             signals::register(tx.conn(), inst.id, &fx.waits).await?;
             saved = Some(inst);
         }
@@ -896,7 +896,7 @@ impl Engine {
         let env = protocol::envelope(answer);
         let loaded = match read {
             Some((saga, read)) if protocol::saga_id(&env).ok() == Some(saga) => {
-                persist::prefetched(saga, read, tx.backend())?
+                persist::prefetched(saga, read)?
             }
             _ => None,
         };

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use agentsaga_core::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR, Store};
+use agentsaga_core::Store;
+use agentsaga_core::migrate::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
 use agentsaga_relay::RelayConfig;
 
 use crate::format::compact_duration;

@@ -128,8 +128,8 @@ pub(crate) async fn only_migrate_migrates(backend: Backend) {
     let url = fresh_url(backend).await;
     // Migrated up to the migration before the newest, as an older agentsaga left it.
     let migrator = match backend {
-        Backend::Sqlite => &agentsaga_core::SQLITE_MIGRATOR,
-        Backend::Postgres => &agentsaga_core::POSTGRES_MIGRATOR,
+        Backend::Sqlite => &agentsaga_core::migrate::SQLITE_MIGRATOR,
+        Backend::Postgres => &agentsaga_core::migrate::POSTGRES_MIGRATOR,
     };
     let mut versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
     versions.sort_unstable();

@@ -1,26 +1,72 @@
-//! The seam between the store and its two dialects.
+//! The seam between the store and its drivers.
 //!
-//! [`Dialect`] lists every statement the store runs; `sqlite.rs` and `postgres.rs` each
-//! implement it, and nothing else differs between them: what surrounds the SQL (input
-//! checks, spans, transactions, notices, batching loops, decoding) is written once, in
-//! `store.rs`, `queue.rs`, `admin.rs` and here. The compiler keeps the two dialects in
-//! step: a statement added to one and not the other does not build.
+//! [`Backend`] is the open database of one driver or the other (`crate::sqlite`,
+//! `crate::postgres`): the store matches on it here, in [`on_backend!`] and
+//! [`on_conn!`], and in the few places that hand a driver its own work (a hop's turn,
+//! a transaction's begin). [`Dialect`] lists every statement of the cold path; each
+//! driver implements it (`sqlite::dialect`, `postgres::dialect`), and the compiler
+//! keeps them in step: a statement added to one and not the other does not build.
+//! What surrounds the SQL (input checks, spans, transactions, notices, batching loops,
+//! decoding) is written once, in `store.rs`, `queue.rs`, `admin.rs` and here. A third
+//! backend is one more driver folder, one more variant here, its migrations and a
+//! feature.
 
 use std::time::Duration;
 
 use sqlx::Row;
 
+use super::StoreConfig;
 use super::admin::{DeadQuery, DeadRow, Stats, Table};
 use super::queue::{Claim, DeadLetter, Retry};
+use super::wake::Wakeups;
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 
 /// The open database, of one backend or the other.
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
     #[cfg(feature = "sqlite")]
-    Sqlite(super::sqlite::Sqlite),
+    Sqlite(crate::sqlite::Sqlite),
     #[cfg(feature = "postgres")]
-    Postgres(super::postgres::Postgres),
+    Postgres(crate::postgres::Postgres),
+}
+
+impl Backend {
+    /// Opens the database at `url` with the driver its scheme names, and the wakeups
+    /// of its relays (shared with other processes where the database is).
+    pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<(Self, Wakeups)> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        let unsupported = |reason: String| {
+            Err(Error::InvalidUrl {
+                url: url.to_owned(),
+                reason,
+            })
+        };
+        match scheme {
+            #[cfg(feature = "sqlite")]
+            "sqlite" => Ok((
+                Backend::Sqlite(crate::sqlite::open(url, config).await?),
+                Wakeups::local(),
+            )),
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                let pg = crate::postgres::open(url, config).await?;
+                let wake = crate::postgres::notify::wakeups(&pg.pool);
+                Ok((Backend::Postgres(pg), wake))
+            }
+            #[cfg(not(feature = "sqlite"))]
+            "sqlite" => {
+                unsupported("this build has no SQLite backend (the `sqlite` feature is off)".into())
+            }
+            #[cfg(not(feature = "postgres"))]
+            "postgres" | "postgresql" => unsupported(
+                "this build has no PostgreSQL backend (the `postgres` feature is off)".into(),
+            ),
+            "" => unsupported("no scheme: expected sqlite:… or postgres://…".into()),
+            other => unsupported(format!(
+                "unsupported scheme `{other}`: expected `sqlite` or `postgres`"
+            )),
+        }
+    }
 }
 
 /// Runs `$body` with `$b` bound to the backend's dialect, whichever it is.
@@ -41,12 +87,12 @@ macro_rules! on_conn {
         match $conn {
             #[cfg(feature = "sqlite")]
             $crate::store::Conn::Sqlite($c) => {
-                type $d = $crate::store::sqlite::Sqlite;
+                type $d = $crate::sqlite::Sqlite;
                 $body
             }
             #[cfg(feature = "postgres")]
             $crate::store::Conn::Postgres($c) => {
-                type $d = $crate::store::postgres::Postgres;
+                type $d = $crate::postgres::Postgres;
                 $body
             }
         }
@@ -118,7 +164,7 @@ pub(crate) trait Dialect {
 }
 
 /// Refuses a database that a newer agentsaga migrated.
-pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
+pub(crate) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
     let Some(&found) = applied.last() else {
         return Ok(());
     };
@@ -131,7 +177,7 @@ pub(super) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) 
 
 /// Decodes an outbox row (`seq, id, destination, key, payload, headers, attempts,
 /// created_at`, the last in Unix milliseconds) of either backend.
-pub(super) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
+pub(crate) fn envelope<'r, R>(row: &'r R) -> Result<Envelope>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,
@@ -166,7 +212,7 @@ where
 /// the rows up to the one that reaches the bound, and always the first (one row is
 /// bounded by the largest message the store takes). Their seqs' range, and whether rows
 /// are left after them; `None` for no rows.
-pub(super) fn within_bytes(
+pub(crate) fn within_bytes(
     sizes: &[(i64, i64)],
     limit: u32,
     max_bytes: usize,
@@ -186,7 +232,7 @@ pub(super) fn within_bytes(
     Some(((last.min(first), last.max(first)), sizes.len() > taken))
 }
 
-pub(super) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
+pub(crate) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
 where
     R: Row,
     &'static str: sqlx::ColumnIndex<R>,

@@ -92,7 +92,7 @@ impl Queue<'_> {
     /// Marks `delivered` (if any) and claims (if `claim.limit` > 0), in one hop.
     #[cfg(feature = "sqlite")]
     async fn in_hop(&self, delivered: &[i64], claim: &Claim<'_>) -> Result<(u64, Vec<Envelope>)> {
-        use super::sqlite::Sqlite;
+        use crate::sqlite::Sqlite;
         let mut hop = self.store.hop().await?;
         if let Some(done) = hop.lane_ack_and_claim(delivered, claim).await {
             let (n, mut rows) = done?;

@@ -167,7 +167,7 @@ impl Delivering {
     pub(crate) fn stop_handover(&mut self, store: &Store) {
         if let Some(h) = &self.handoff {
             h.close();
-            let h: Arc<dyn agentsaga_core::Handover> = Arc::clone(h) as _;
+            let h: Arc<dyn agentsaga_core::handover::Handover> = Arc::clone(h) as _;
             store.remove_handover(&h);
         }
     }

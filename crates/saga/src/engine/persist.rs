@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use agentsaga_core::sqlx;
-use agentsaga_core::{Conn, Message, MessageId, Prefetch, Prefetched, Tx};
-#[cfg(feature = "postgres")]
-use agentsaga_core::{Integer, sqlx::Row};
+use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
+use agentsaga_core::{Conn, Message, Prefetch, Prefetched, Row, Tx};
 use serde_json::Value;
 
 use super::model::{Instance, StepRow};
@@ -40,98 +39,119 @@ const STEP_SELECT: &str = "idx, stage, name, destination, state, attempts, comma
     compensation_state, compensation_attempts, compensation_message_id, compensation_error,
     deadline, dispatched_at, replied_at, compensated_at";
 
-/// The columns a save writes, in the order both backends bind them.
-macro_rules! step_insert {
-    () => {
-        "INSERT INTO saga_steps (saga_id, idx, stage, name, destination,
-    state, attempts, command_id, timer_id, input, output, error, compensation_destination,
-    compensation_payload, compensation_state, compensation_attempts, compensation_message_id,
-    compensation_error, deadline, dispatched_at, replied_at, compensated_at) "
-    };
-}
-const STEP_INSERT: &str = step_insert!();
+/// `saga_instances` as a save writes it, declared once for both backends (each
+/// renders its statements: see [`agentsaga_core::write`]). A save updates what can
+/// change; `finished_at` keeps its first value.
+static INSTANCES: Table = Table::new(
+    "saga_instances",
+    &[
+        Column::new("id", Kind::Id),
+        Column::new("name", Kind::Text).kept(),
+        Column::new("version", Kind::Int).kept(),
+        Column::new("state", Kind::Text),
+        Column::new("data", Kind::Json),
+        Column::new("error", Kind::Text),
+        Column::new("stage", Kind::Int),
+        Column::new("created_at", Kind::Stamp).kept(),
+        Column::new("updated_at", Kind::Stamp),
+        Column::new("finished_at", Kind::Stamp).first(),
+    ],
+    1,
+);
 
-/// What a save changes in a step that exists (its identity and definition stay; a
-/// compensation built from the step's reply gets its payload when it is dispatched).
-macro_rules! step_upsert {
-    () => {
-        " ON CONFLICT (saga_id, idx) DO UPDATE SET state = excluded.state,
-    attempts = excluded.attempts, command_id = excluded.command_id,
-    timer_id = excluded.timer_id, input = excluded.input, output = excluded.output,
-    error = excluded.error, compensation_payload = excluded.compensation_payload,
-    compensation_state = excluded.compensation_state,
-    compensation_attempts = excluded.compensation_attempts,
-    compensation_message_id = excluded.compensation_message_id,
-    compensation_error = excluded.compensation_error, deadline = excluded.deadline,
-    dispatched_at = excluded.dispatched_at, replied_at = excluded.replied_at,
-    compensated_at = excluded.compensated_at"
-    };
-}
-const STEP_UPSERT: &str = step_upsert!();
+/// `saga_steps` as a save writes it: a step's identity and definition stay; a
+/// compensation built from the step's reply gets its payload when it is dispatched.
+static STEPS: Table = Table::new(
+    "saga_steps",
+    &[
+        Column::new("saga_id", Kind::Id),
+        Column::new("idx", Kind::Int),
+        Column::new("stage", Kind::Int).kept(),
+        Column::new("name", Kind::Text).kept(),
+        Column::new("destination", Kind::Text).kept(),
+        Column::new("state", Kind::Text),
+        Column::new("attempts", Kind::Int),
+        Column::new("command_id", Kind::Id),
+        Column::new("timer_id", Kind::Id),
+        Column::new("input", Kind::Json),
+        Column::new("output", Kind::Json),
+        Column::new("error", Kind::Text),
+        Column::new("compensation_destination", Kind::Text).kept(),
+        Column::new("compensation_payload", Kind::Json),
+        Column::new("compensation_state", Kind::Text),
+        Column::new("compensation_attempts", Kind::Int),
+        Column::new("compensation_message_id", Kind::Id),
+        Column::new("compensation_error", Kind::Text),
+        Column::new("deadline", Kind::Time),
+        Column::new("dispatched_at", Kind::Time),
+        Column::new("replied_at", Kind::Time),
+        Column::new("compensated_at", Kind::Time),
+    ],
+    2,
+);
 
-/// What a save changes in an instance that exists.
-macro_rules! instance_upsert {
-    () => {
-        " ON CONFLICT (id) DO UPDATE SET state = excluded.state,
-    data = excluded.data, error = excluded.error, stage = excluded.stage,
-    updated_at = excluded.updated_at,
-    finished_at = COALESCE(saga_instances.finished_at, excluded.finished_at)"
-    };
-}
-const INSTANCE_UPSERT: &str = instance_upsert!();
-
-/// The columns of a row as the loads read them: what [`step_row`] and
-/// [`instance_row`] decode, on either backend.
-trait Cols {
-    /// A small integer (`INTEGER` on SQLite, `int4` on PostgreSQL).
-    fn int(&self, col: &str) -> Result<i64>;
-    /// A nullable 64-bit integer.
-    fn opt_int(&self, col: &str) -> Result<Option<i64>>;
-    fn text(&self, col: &str) -> Result<String>;
-    fn opt_text(&self, col: &str) -> Result<Option<String>>;
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>>;
-}
-
-#[cfg(feature = "sqlite")]
-impl Cols for agentsaga_core::Row {
-    fn int(&self, col: &str) -> Result<i64> {
-        Ok(agentsaga_core::Row::int(self, col)?)
-    }
-    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
-        Ok(agentsaga_core::Row::opt_int(self, col)?)
-    }
-    fn text(&self, col: &str) -> Result<String> {
-        Ok(agentsaga_core::Row::text(self, col)?)
-    }
-    fn opt_text(&self, col: &str) -> Result<Option<String>> {
-        Ok(agentsaga_core::Row::opt_text(self, col)?)
-    }
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
-        Ok(agentsaga_core::Row::opt_id(self, col)?)
-    }
+/// An instance's row of [`INSTANCES`], written at `now` (Unix milliseconds: SQLite's
+/// times; PostgreSQL takes its own clock's).
+fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
+    vec![
+        Datum::Id(*inst.id.as_uuid()),
+        Datum::from(inst.name.as_str()),
+        Datum::from(inst.version),
+        Datum::from(inst.state.as_str()),
+        Datum::Text(inst.data.to_string()),
+        Datum::from(inst.error.clone()),
+        Datum::Int(inst.stage as i64),
+        Datum::Now(now),
+        Datum::Now(now),
+        if inst.finished {
+            Datum::Now(now)
+        } else {
+            Datum::Null
+        },
+    ]
 }
 
-#[cfg(feature = "postgres")]
-impl Cols for sqlx::postgres::PgRow {
-    fn int(&self, col: &str) -> Result<i64> {
-        Ok(self.try_get::<Integer, _>(col)?.0)
+/// A step's row of [`STEPS`].
+fn step_values(saga: SagaId, s: &StepRow) -> Vec<Datum> {
+    let json = |v: &Option<Value>| Datum::from(v.as_ref().map(Value::to_string));
+    vec![
+        Datum::Id(*saga.as_uuid()),
+        Datum::Int(s.idx as i64),
+        Datum::Int(s.stage as i64),
+        Datum::from(s.name.as_str()),
+        Datum::from(s.destination.as_str()),
+        Datum::from(s.state.as_str()),
+        Datum::from(s.attempts),
+        Datum::from(s.command_id),
+        Datum::from(s.timer_id),
+        json(&s.input),
+        json(&s.output),
+        Datum::from(s.error.clone()),
+        Datum::from(s.compensation_destination.clone()),
+        json(&s.compensation_payload),
+        Datum::from(s.compensation_state.map(|c| c.as_str())),
+        Datum::from(s.compensation_attempts),
+        Datum::from(s.compensation_message_id),
+        Datum::from(s.compensation_error.clone()),
+        Datum::from(s.deadline_ms),
+        Datum::from(s.dispatched_at),
+        Datum::from(s.replied_at),
+        Datum::from(s.compensated_at),
+    ]
+}
+
+/// The writes that save `inst` and its `changed` steps.
+fn save_writes(inst: &Instance, changed: &[&StepRow], now: i64) -> Writes {
+    let mut writes = Writes::new();
+    writes.upsert(&INSTANCES, instance_values(inst, now));
+    for s in changed {
+        writes.upsert(&STEPS, step_values(inst.id, s));
     }
-    fn opt_int(&self, col: &str) -> Result<Option<i64>> {
-        Ok(self.try_get(col)?)
-    }
-    fn text(&self, col: &str) -> Result<String> {
-        Ok(self.try_get(col)?)
-    }
-    fn opt_text(&self, col: &str) -> Result<Option<String>> {
-        Ok(self.try_get(col)?)
-    }
-    fn opt_id(&self, col: &str) -> Result<Option<MessageId>> {
-        Ok(self.try_get(col)?)
-    }
+    writes
 }
 
 /// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
-fn step_row(r: &impl Cols) -> Result<StepRow> {
+fn step_row(r: &Row) -> Result<StepRow> {
     Ok(StepRow {
         idx: r.int("idx")? as usize,
         stage: r.int("stage")? as usize,
@@ -162,7 +182,7 @@ fn step_row(r: &impl Cols) -> Result<StepRow> {
 
 /// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
 /// saga_error, saga_stage`), its steps not yet attached.
-fn instance_row(id: SagaId, r: &impl Cols) -> Result<Instance> {
+fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
     Ok(Instance {
         id,
         name: r.text("saga_name")?,
@@ -188,9 +208,9 @@ fn changed_steps<'a>(inst: &'a Instance, before: Option<&Instance>) -> Vec<&'a S
         .collect()
 }
 
-/// Saves the instance and the steps that changed since `before` (all if `None`).
+/// Saves the instance and the steps that changed since `before` (all if `None`), now.
 pub(crate) async fn save(
-    conn: Conn<'_>,
+    tx: &mut Tx,
     inst: &Instance,
     before: Option<&Instance>,
     now_ms: i64,
@@ -198,8 +218,9 @@ pub(crate) async fn save(
     if before == Some(inst) {
         return Ok(());
     }
-    let changed = changed_steps(inst, before);
-    agentsaga_core::match_conn!(conn, sqlite(c) => save_sqlite(c, inst, &changed, now_ms).await, postgres(c) => save_postgres(c, inst, &changed, now_ms).await)
+    tx.write(save_writes(inst, &changed_steps(inst, before), now_ms))
+        .await?;
+    Ok(())
 }
 
 /// The load of saga `id` as a read that opens a hop (see [`Prefetch`]): on SQLite one
@@ -215,39 +236,48 @@ pub(crate) fn prefetch(id: SagaId) -> Option<Prefetch> {
     Some(read)
 }
 
-/// The saga `id` from what [`prefetch`] read in a hop of `backend` (`Some(None)`: no
-/// such saga); `None` when there is nothing to read it from: load it.
-pub(crate) fn prefetched(
-    id: SagaId,
-    read: &Prefetched,
-    backend: &str,
-) -> Result<Option<Option<Instance>>> {
-    #[cfg(feature = "postgres")]
-    if backend == "postgres" {
-        let [instances, steps] = read.set_rows() else {
-            return Ok(None);
-        };
-        let Some(first) = instances.first() else {
-            return Ok(Some(None));
-        };
-        let mut inst = instance_row(id, first)?;
-        for r in steps {
-            let step = step_row(r)?;
-            inst.steps.insert(step.idx, step);
+/// The saga `id` from what [`prefetch`] read when the hop opened (`Some(None)`: no
+/// such saga); `None` when there is nothing to read it from: load it. One statement
+/// read is SQLite's joined load, two are the set lane's instance and steps.
+pub(crate) fn prefetched(id: SagaId, read: &Prefetched) -> Result<Option<Option<Instance>>> {
+    match read.rows() {
+        [joined] => from_joined_rows(id, joined).map(Some),
+        [instances, steps] => {
+            let Some(first) = instances.first() else {
+                return Ok(Some(None));
+            };
+            let mut inst = instance_row(id, first)?;
+            for r in steps {
+                let step = step_row(r)?;
+                inst.steps.insert(step.idx, step);
+            }
+            Ok(Some(Some(inst)))
         }
-        return Ok(Some(Some(inst)));
+        _ => Ok(None),
     }
-    #[cfg(feature = "sqlite")]
-    if backend == "sqlite" {
-        return from_sqlite_rows(id, read.rows()).map(Some);
+}
+
+/// The saga `id` from the rows of its joined load (one row per step, or one row with
+/// a NULL step; none: no such saga).
+fn from_joined_rows(id: SagaId, rows: &[Row]) -> Result<Option<Instance>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let mut inst = instance_row(id, first)?;
+    for r in rows {
+        if r.opt_int("idx")?.is_none() {
+            continue; // no steps yet
+        }
+        let step = step_row(r)?;
+        inst.steps.insert(step.idx, step);
     }
-    let _ = (id, read, backend);
-    Ok(None)
+    Ok(Some(inst))
 }
 
 /// Saves the instance and its changed steps (as [`save`]), then enqueues `messages` in
-/// `tx`: on SQLite in one round trip ([`Tx::enqueue_batch_after`]; after
-/// [`Tx::defer_next_write`], the one that ends the hop).
+/// `tx`, as the hop's last write ([`Tx::write_last`]): the store's driver writes them
+/// in one round trip, or later with the round trip that ends the hop, or with the
+/// statements of a batch of hops, as the hop allows.
 pub(crate) async fn save_and_enqueue(
     tx: &mut Tx,
     inst: &Instance,
@@ -255,45 +285,20 @@ pub(crate) async fn save_and_enqueue(
     now_ms: i64,
     messages: &[Message],
 ) -> Result<()> {
-    #[cfg(feature = "postgres")]
-    if tx.take_set_deferral() {
-        // PostgreSQL's set lane: written with the batch's other hops' rows.
-        if before != Some(inst) {
-            defer_postgres(tx, inst, &changed_steps(inst, before))?;
-        }
-        if !messages.is_empty() {
-            tx.defer_enqueue(messages)?;
-        }
-        return Ok(());
-    }
-    #[cfg(feature = "sqlite")]
-    if before != Some(inst) && tx.backend() == "sqlite" {
-        let changed = changed_steps(inst, before);
-        let query = save_sqlite_query(inst, &changed, now_ms);
-        tx.enqueue_batch_after(query, messages).await?;
-        return Ok(());
-    }
-    save(tx.conn(), inst, before, now_ms).await?;
-    if !messages.is_empty() {
-        tx.enqueue_batch(messages).await?;
-    }
+    let mut writes = if before == Some(inst) {
+        Writes::new()
+    } else {
+        save_writes(inst, &changed_steps(inst, before), now_ms)
+    };
+    writes.enqueue(messages);
+    tx.write_last(writes).await?;
     Ok(())
 }
 
-/// Largest number of bound values in one of [`insert_new`]'s statements, under both
-/// backends' limits (SQLite 32,766, PostgreSQL 65,535).
-const MAX_BINDS: usize = 20_000;
-
-/// Binds an instance and its steps take in [`insert_new`]'s statements.
-fn binds_of(inst: &Instance) -> usize {
-    10 + 22 * inst.steps.len()
-}
-
 /// Inserts new instances with their steps, then enqueues `messages`, in `tx`: a few
-/// statements for the lot, on SQLite the last of them in one round trip with the
-/// messages ([`Tx::enqueue_batch_after`]). `waits` are the `saga_signals` rows to write
-/// between the two, per saga.
-#[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
+/// statements for the lot (the driver chunks them), on SQLite in one round trip with
+/// the messages. `waits` are the `saga_signals` rows to write between the two, per
+/// saga.
 pub(crate) async fn insert_new(
     tx: &mut Tx,
     insts: &[Instance],
@@ -301,42 +306,21 @@ pub(crate) async fn insert_new(
     now_ms: i64,
     messages: &[Message],
 ) -> Result<()> {
-    let mut chunks: Vec<Vec<&Instance>> = vec![Vec::new()];
-    let mut binds = 0;
+    let mut writes = Writes::new();
     for inst in insts {
-        let n = binds_of(inst);
-        if binds + n > MAX_BINDS && chunks.last().is_some_and(|c| !c.is_empty()) {
-            chunks.push(Vec::new());
-            binds = 0;
-        }
-        binds += n;
-        if let Some(last) = chunks.last_mut() {
-            last.push(inst);
+        writes.insert(&INSTANCES, instance_values(inst, now_ms));
+    }
+    for inst in insts {
+        for s in inst.steps.values() {
+            writes.insert(&STEPS, step_values(inst.id, s));
         }
     }
-    chunks.retain(|c| !c.is_empty());
-    #[cfg(not(feature = "sqlite"))]
-    let _ = now_ms; // PostgreSQL takes its times from now()
-    #[cfg(feature = "sqlite")]
-    if waits.is_empty()
-        && tx.backend() == "sqlite"
-        && let Some((last, firsts)) = chunks.split_last()
-    {
-        for chunk in firsts {
-            let q = insert_sqlite_query(chunk, now_ms);
-            if let Conn::Sqlite(c) = tx.conn() {
-                q.to_sqlx().build().execute(&mut *c).await?;
-            }
-        }
-        tx.enqueue_batch_after(insert_sqlite_query(last, now_ms), messages)
-            .await?;
+    if waits.is_empty() {
+        writes.enqueue(messages);
+        tx.write_last(writes).await?;
         return Ok(());
     }
-    for chunk in &chunks {
-        agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
-            insert_sqlite_query(chunk, now_ms).to_sqlx().build().execute(&mut *c).await?;
-        }, postgres(c) => insert_postgres(c, chunk).await?);
-    }
+    tx.write(writes).await?;
     for (id, declared) in waits {
         super::signals::register(tx.conn(), *id, declared).await?;
     }
@@ -370,144 +354,13 @@ async fn load_sqlite(c: &mut SqliteConnection, id: SagaId) -> Result<Option<Inst
         .await?;
     let rows = rows
         .iter()
-        .map(agentsaga_core::Row::from_sqlx)
+        .map(Row::from_sqlite)
         .collect::<agentsaga_core::Result<Vec<_>>>()?;
-    from_sqlite_rows(id, &rows)
-}
-
-/// The saga `id` from the rows of its load (none: no such saga).
-fn from_sqlite_rows(id: SagaId, rows: &[agentsaga_core::Row]) -> Result<Option<Instance>> {
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    let mut inst = instance_row(id, first)?;
-    for r in rows {
-        if r.opt_int("idx")?.is_none() {
-            continue; // no steps yet
-        }
-        let step = step_row(r)?;
-        inst.steps.insert(step.idx, step);
-    }
-    Ok(Some(inst))
-}
-
-async fn save_sqlite(
-    c: &mut SqliteConnection,
-    inst: &Instance,
-    changed: &[&StepRow],
-    now: i64,
-) -> Result<()> {
-    save_sqlite_query(inst, changed, now).to_sqlx().build().execute(&mut *c).await?;
-    Ok(())
-}
-
-/// The statements that save `inst` and its `changed` steps on SQLite, as one query.
-fn save_sqlite_query(
-    inst: &Instance,
-    changed: &[&StepRow],
-    now: i64,
-) -> agentsaga_core::Statements {
-    // Two statements in one round trip (one hand-off to the connection's thread):
-    // SQLite has no data-modifying CTE to carry the instance's upsert into the steps'
-    // (PostgreSQL saves in one statement). The binds are positional, numbered across
-    // both statements. Several statements in one query is a SQLite-only feature of
-    // sqlx (deprecated upstream, sqlx#3108, supported by the 0.9 the lockfile pins);
-    // every saga test saves through here.
-    let mut q = agentsaga_core::Statements::new(
-        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) VALUES (",
-    );
-    q.separated(", ")
-        .push_bind(inst.id.to_string())
-        .push_bind(&inst.name)
-        .push_bind(inst.version)
-        .push_bind(inst.state.as_str())
-        .push_bind(inst.data.to_string())
-        .push_bind(inst.error.as_deref())
-        .push_bind(inst.stage as i64)
-        .push_bind(now)
-        .push_bind(now)
-        .push("CASE WHEN ")
-        .push_bind_unseparated(inst.finished)
-        .push_unseparated(" THEN ")
-        .push_bind_unseparated(now)
-        .push_unseparated(" END");
-    q.push(")");
-    q.push(INSTANCE_UPSERT);
-    if changed.is_empty() {
-        return q;
-    }
-    q.end_statement();
-    q.push(STEP_INSERT);
-    q.push_values(changed, |mut b, s| sqlite_step_values(&mut b, inst.id, s));
-    q.push(STEP_UPSERT);
-    q
-}
-
-/// Binds a step's row as [`STEP_INSERT`] lists its columns.
-fn sqlite_step_values(
-    b: &mut agentsaga_core::Separated<'_>,
-    saga: SagaId,
-    s: &StepRow,
-) {
-    b.push_bind(saga.to_string())
-        .push_bind(s.idx as i64)
-        .push_bind(s.stage as i64)
-        .push_bind(&s.name)
-        .push_bind(&s.destination)
-        .push_bind(s.state.as_str())
-        .push_bind(i64::from(s.attempts))
-        .push_bind(s.command_id)
-        .push_bind(s.timer_id)
-        .push_bind(s.input.as_ref().map(Value::to_string))
-        .push_bind(s.output.as_ref().map(Value::to_string))
-        .push_bind(s.error.as_deref())
-        .push_bind(s.compensation_destination.as_deref())
-        .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
-        .push_bind(s.compensation_state.map(|c| c.as_str()))
-        .push_bind(i64::from(s.compensation_attempts))
-        .push_bind(s.compensation_message_id)
-        .push_bind(s.compensation_error.as_deref())
-        .push_bind(s.deadline_ms)
-        .push_bind(s.dispatched_at)
-        .push_bind(s.replied_at)
-        .push_bind(s.compensated_at);
-}
-
-/// The statements that insert new instances and their steps on SQLite, as one query
-/// (one or two statements: the count is returned too).
-fn insert_sqlite_query(insts: &[&Instance], now: i64) -> agentsaga_core::Statements {
-    let mut q = agentsaga_core::Statements::new(
-        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, created_at, updated_at, finished_at) ",
-    );
-    q.push_values(insts, |mut b, inst| {
-        b.push_bind(inst.id.to_string())
-            .push_bind(&inst.name)
-            .push_bind(inst.version)
-            .push_bind(inst.state.as_str())
-            .push_bind(inst.data.to_string())
-            .push_bind(inst.error.as_deref())
-            .push_bind(inst.stage as i64)
-            .push_bind(now)
-            .push_bind(now)
-            .push_bind(inst.finished.then_some(now));
-    });
-    let steps: Vec<(SagaId, &StepRow)> = insts
-        .iter()
-        .flat_map(|i| i.steps.values().map(move |s| (i.id, s)))
-        .collect();
-    if steps.is_empty() {
-        return q;
-    }
-    q.end_statement();
-    q.push(STEP_INSERT);
-    q.push_values(&steps, |mut b, (saga, s)| sqlite_step_values(&mut b, *saga, s));
-    q
+    from_joined_rows(id, &rows)
 }
 }
 
 agentsaga_core::if_postgres! {
-use agentsaga_core::{SetStatement, SetValue};
-
 /// The set lane's load of a batch's sagas (see [`prefetch`]): the instances locked in
 /// id order (so that two batches never deadlock), then their steps, read after the
 /// locks are held (as [`load_postgres`] does, a fresh snapshot per statement).
@@ -530,90 +383,6 @@ static LOAD_SET_POSTGRES: [&str; 2] = [
      CROSS JOIN LATERAL (SELECT * FROM saga_steps WHERE saga_id = k.id) AS s",
 ];
 
-/// [`save_postgres`]'s instance upsert for a batch of sagas (the set lane).
-static SAVE_INSTANCES_SET: SetStatement = SetStatement {
-    sql: concat!(
-        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
-         SELECT u.id, u.name, u.version, u.state, u.data::jsonb, u.error, u.stage,
-                CASE WHEN u.finished THEN now() END
-         FROM unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[],
-                     $7::int4[], $8::bool[])
-              AS u(id, name, version, state, data, error, stage, finished)",
-        instance_upsert!()
-    ),
-    key_columns: 1,
-};
-
-/// [`save_postgres`]'s steps upsert for a batch of sagas (the set lane).
-static SAVE_STEPS_SET: SetStatement = SetStatement {
-    sql: concat!(
-        step_insert!(),
-        "SELECT u.saga_id, u.idx, u.stage, u.name, u.destination, u.state, u.attempts,
-                u.command_id, u.timer_id, u.input::jsonb, u.output::jsonb, u.error, u.cd,
-                u.cp::jsonb, u.cs, u.ca, u.cm, u.ce, to_timestamp(u.deadline / 1000.0),
-                to_timestamp(u.dispatched_at / 1000.0), to_timestamp(u.replied_at / 1000.0),
-                to_timestamp(u.compensated_at / 1000.0)
-         FROM unnest($1::uuid[], $2::int4[], $3::int4[], $4::text[], $5::text[], $6::text[],
-                     $7::int4[], $8::uuid[], $9::uuid[], $10::text[], $11::text[], $12::text[],
-                     $13::text[], $14::text[], $15::text[], $16::int4[], $17::uuid[],
-                     $18::text[], $19::int8[], $20::int8[], $21::int8[], $22::int8[])
-              AS u(saga_id, idx, stage, name, destination, state, attempts, command_id,
-                   timer_id, input, output, error, cd, cp, cs, ca, cm, ce, deadline,
-                   dispatched_at, replied_at, compensated_at)",
-        step_upsert!()
-    ),
-    key_columns: 2,
-};
-
-/// [`save_postgres`] as rows kept by a hop of the set lane.
-fn defer_postgres(tx: &mut Tx, inst: &Instance, changed: &[&StepRow]) -> Result<()> {
-    let text = |v: &Option<Value>| SetValue::Text(v.as_ref().map(Value::to_string));
-    let id = |m: Option<MessageId>| SetValue::Uuid(m.map(|m| *m.as_uuid()));
-    tx.defer_rows(
-        &SAVE_INSTANCES_SET,
-        vec![
-            SetValue::Uuid(Some(*inst.id.as_uuid())),
-            SetValue::Text(Some(inst.name.clone())),
-            SetValue::Int(Some(inst.version)),
-            SetValue::Text(Some(inst.state.as_str().to_owned())),
-            SetValue::Text(Some(inst.data.to_string())),
-            SetValue::Text(inst.error.clone()),
-            SetValue::Int(Some(inst.stage as i32)),
-            SetValue::Bool(Some(inst.finished)),
-        ],
-    )?;
-    for s in changed {
-        tx.defer_rows(
-            &SAVE_STEPS_SET,
-            vec![
-                SetValue::Uuid(Some(*inst.id.as_uuid())),
-                SetValue::Int(Some(s.idx as i32)),
-                SetValue::Int(Some(s.stage as i32)),
-                SetValue::Text(Some(s.name.clone())),
-                SetValue::Text(Some(s.destination.clone())),
-                SetValue::Text(Some(s.state.as_str().to_owned())),
-                SetValue::Int(Some(s.attempts as i32)),
-                id(s.command_id),
-                id(s.timer_id),
-                text(&s.input),
-                text(&s.output),
-                SetValue::Text(s.error.clone()),
-                SetValue::Text(s.compensation_destination.clone()),
-                text(&s.compensation_payload),
-                SetValue::Text(s.compensation_state.map(|c| c.as_str().to_owned())),
-                SetValue::Int(Some(s.compensation_attempts as i32)),
-                id(s.compensation_message_id),
-                SetValue::Text(s.compensation_error.clone()),
-                SetValue::BigInt(s.deadline_ms),
-                SetValue::BigInt(s.dispatched_at),
-                SetValue::BigInt(s.replied_at),
-                SetValue::BigInt(s.compensated_at),
-            ],
-        )?;
-    }
-    Ok(())
-}
-
 use agentsaga_core::sqlx::PgConnection;
 
 // Two statements, on purpose: the first locks the instance (waiting for a transaction
@@ -632,7 +401,7 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     else {
         return Ok(None);
     };
-    let mut inst = instance_row(id, &row)?;
+    let mut inst = instance_row(id, &Row::from_postgres(&row)?)?;
     let rows = sqlx::query(
         "SELECT idx, stage, name, destination, state, attempts, command_id, timer_id,
             input::text AS input, output::text AS output, error, compensation_destination,
@@ -648,127 +417,9 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
     .fetch_all(&mut *c)
     .await?;
     for r in &rows {
-        let step = step_row(r)?;
+        let step = step_row(&Row::from_postgres(r)?)?;
         inst.steps.insert(step.idx, step);
     }
     Ok(Some(inst))
-}
-
-async fn save_postgres(
-    c: &mut PgConnection,
-    inst: &Instance,
-    changed: &[&StepRow],
-    _now: i64,
-) -> Result<()> {
-    // One statement: the instance upsert in a CTE, the changed steps as one multi-row
-    // upsert (their foreign key is checked at the end of the statement, when the
-    // instance row is there).
-    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(if changed.is_empty() {
-        ""
-    } else {
-        "WITH saga AS ("
-    });
-    q.push(
-        "INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at)
-         VALUES (",
-    );
-    q.separated(", ")
-        .push_bind(inst.id.as_uuid())
-        .push_bind(&inst.name)
-        .push_bind(inst.version)
-        .push_bind(inst.state.as_str())
-        .push_bind(inst.data.to_string())
-        .push_unseparated("::jsonb")
-        .push_bind(inst.error.as_deref())
-        .push_bind(inst.stage as i32)
-        .push("CASE WHEN ")
-        .push_bind_unseparated(inst.finished)
-        .push_unseparated(" THEN now() END");
-    q.push(")");
-    q.push(INSTANCE_UPSERT);
-    if !changed.is_empty() {
-        q.push(") ");
-        q.push(STEP_INSERT);
-        q.push_values(changed, |mut b, s| postgres_step_values(&mut b, inst.id, s));
-        q.push(STEP_UPSERT);
-    }
-    q.build().execute(&mut *c).await?;
-    Ok(())
-}
-
-/// Binds a step's row as [`STEP_INSERT`] lists its columns.
-fn postgres_step_values(
-    b: &mut sqlx::query_builder::Separated<'_, sqlx::Postgres, &'static str>,
-    saga: SagaId,
-    s: &StepRow,
-) {
-    b.push_bind(saga.as_uuid())
-        .push_bind(s.idx as i32)
-        .push_bind(s.stage as i32)
-        .push_bind(&s.name)
-        .push_bind(&s.destination)
-        .push_bind(s.state.as_str())
-        .push_bind(s.attempts as i32)
-        .push_bind(s.command_id)
-        .push_bind(s.timer_id)
-        .push_bind(s.input.as_ref().map(Value::to_string))
-        .push_unseparated("::jsonb")
-        .push_bind(s.output.as_ref().map(Value::to_string))
-        .push_unseparated("::jsonb")
-        .push_bind(s.error.as_deref())
-        .push_bind(s.compensation_destination.as_deref())
-        .push_bind(s.compensation_payload.as_ref().map(Value::to_string))
-        .push_unseparated("::jsonb")
-        .push_bind(s.compensation_state.map(|c| c.as_str()))
-        .push_bind(s.compensation_attempts as i32)
-        .push_bind(s.compensation_message_id)
-        .push_bind(s.compensation_error.as_deref())
-        .push("to_timestamp(")
-        .push_bind_unseparated(s.deadline_ms)
-        .push_unseparated(" / 1000.0)")
-        .push("to_timestamp(")
-        .push_bind_unseparated(s.dispatched_at)
-        .push_unseparated(" / 1000.0)")
-        .push("to_timestamp(")
-        .push_bind_unseparated(s.replied_at)
-        .push_unseparated(" / 1000.0)")
-        .push("to_timestamp(")
-        .push_bind_unseparated(s.compensated_at)
-        .push_unseparated(" / 1000.0)");
-}
-
-/// Inserts new instances and their steps on PostgreSQL in one statement (the steps'
-/// foreign key is checked at its end, when the instances are there).
-async fn insert_postgres(c: &mut PgConnection, insts: &[&Instance]) -> Result<()> {
-    let steps: Vec<(SagaId, &StepRow)> = insts
-        .iter()
-        .flat_map(|i| i.steps.values().map(move |s| (i.id, s)))
-        .collect();
-    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(if steps.is_empty() {
-        ""
-    } else {
-        "WITH saga AS ("
-    });
-    q.push("INSERT INTO saga_instances (id, name, version, state, data, error, stage, finished_at) ");
-    q.push_values(insts, |mut b, inst| {
-        b.push_bind(inst.id.as_uuid())
-            .push_bind(&inst.name)
-            .push_bind(inst.version)
-            .push_bind(inst.state.as_str())
-            .push_bind(inst.data.to_string())
-            .push_unseparated("::jsonb")
-            .push_bind(inst.error.as_deref())
-            .push_bind(inst.stage as i32)
-            .push("CASE WHEN ")
-            .push_bind_unseparated(inst.finished)
-            .push_unseparated(" THEN now() END");
-    });
-    if !steps.is_empty() {
-        q.push(") ");
-        q.push(STEP_INSERT);
-        q.push_values(&steps, |mut b, (saga, s)| postgres_step_values(&mut b, *saga, s));
-    }
-    q.build().execute(&mut *c).await?;
-    Ok(())
 }
 }

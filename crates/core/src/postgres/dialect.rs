@@ -1,59 +1,15 @@
-//! The PostgreSQL backend's SQL. Times come from the database's clock (`now()`), so
-//! that leases and timers mean the same thing to every process sharing the database.
-//! Lists of rows travel as arrays (`= ANY($1)`, `unnest`): one statement per batch.
+//! PostgreSQL's statements: the store's [`Dialect`].
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 
-use super::StoreConfig;
-use super::admin::{DeadQuery, DeadRow, Stats, Table};
-use super::backend::{Dialect, check_schema, dead_row, envelope, within_bytes};
-use super::queue::{Claim, DeadLetter, Retry};
+use super::Postgres;
 use crate::clock::millis;
-use crate::{Envelope, Error, Message, MessageId, Result};
-
-/// An open PostgreSQL database: one pool.
-#[derive(Clone, Debug)]
-pub(crate) struct Postgres {
-    pub(crate) pool: PgPool,
-}
-
-pub(super) async fn open(url: &str, config: &StoreConfig) -> Result<Postgres> {
-    let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
-        url: url.to_owned(),
-        reason: e.to_string(),
-    })?;
-    let pool = PgPoolOptions::new()
-        .max_connections(config.max_connections)
-        .acquire_timeout(config.acquire_timeout)
-        .connect_with(options)
-        .await
-        .map_err(|e| Error::Connect {
-            scheme: "postgres",
-            source: e,
-        })?;
-    check_schema(&applied(&pool).await?, &super::POSTGRES_MIGRATOR)?;
-    super::POSTGRES_MIGRATOR.run(&pool).await?;
-    Ok(Postgres { pool })
-}
-
-/// The versions of the migrations applied, in order (none before the first).
-async fn applied(pool: &PgPool) -> Result<Vec<i64>> {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-        .fetch_one(pool)
-        .await?;
-    if !exists {
-        return Ok(Vec::new());
-    }
-    Ok(
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(pool)
-            .await?,
-    )
-}
+use crate::store::admin::{DeadQuery, DeadRow, Stats, Table};
+use crate::store::backend::{Dialect, dead_row, envelope, within_bytes};
+use crate::store::queue::{Claim, DeadLetter, Retry};
+use crate::{Envelope, Message, MessageId, Result};
 
 // The acknowledgements below match `lease_owner` and not `state = 'in_flight'`: a row
 // has a lease owner exactly when it is in flight (a CHECK constraint, migration 0004),
@@ -412,19 +368,19 @@ impl Dialect for Postgres {
 
 /// Messages as the columns of one `unnest` statement (one array per column).
 #[derive(Debug, Default)]
-pub(super) struct MessageRows {
-    pub(super) ids: Vec<MessageId>,
-    pub(super) destinations: Vec<String>,
-    pub(super) keys: Vec<Option<String>>,
-    pub(super) payloads: Vec<String>,
-    pub(super) headers: Vec<String>,
-    pub(super) delays: Vec<i64>,
+pub(crate) struct MessageRows {
+    pub(crate) ids: Vec<MessageId>,
+    pub(crate) destinations: Vec<String>,
+    pub(crate) keys: Vec<Option<String>>,
+    pub(crate) payloads: Vec<String>,
+    pub(crate) headers: Vec<String>,
+    pub(crate) delays: Vec<i64>,
 }
 
 impl MessageRows {
     /// The messages of `messages` at the positions `at`, `headers[i]` the stored
     /// headers of `messages[i]` ([`Message::headers_json`]).
-    pub(super) fn of(
+    pub(crate) fn of(
         messages: &[Message],
         headers: &[String],
         at: impl IntoIterator<Item = usize>,
@@ -444,7 +400,7 @@ impl MessageRows {
 
     /// Inserts them `pending`, each available after its delay, in order (an id
     /// already stored is skipped).
-    pub(super) async fn insert_pending(self, c: &mut PgConnection) -> Result<()> {
+    pub(crate) async fn insert_pending(self, c: &mut PgConnection) -> Result<()> {
         sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
              SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'

@@ -26,11 +26,11 @@ use sqlx::sqlite::SqliteConnectOptions;
 use tokio::sync::Notify;
 
 /// The least time between two background checkpoints while writes go on.
-pub(super) const INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const INTERVAL: Duration = Duration::from_millis(50);
 
 /// The writer's own checkpoint threshold (SQLite's `wal_autocheckpoint`, in pages):
 /// far past what the task lets the WAL reach between two of its checkpoints.
-pub(super) const WRITER_PAGES: u32 = 4_000;
+pub(crate) const WRITER_PAGES: u32 = 4_000;
 
 /// The background checkpointer of one database: poked by commits, stopped when the last
 /// clone of its store is dropped or the store is closed.
@@ -55,7 +55,7 @@ struct Shared {
 
 impl Checkpointer {
     /// Starts the task, which connects with `options` (the writer's) on first need.
-    pub(super) fn start(options: SqliteConnectOptions) -> Self {
+    pub(crate) fn start(options: SqliteConnectOptions) -> Self {
         let shared = Arc::new(Shared::default());
         tokio::spawn(run(options, Arc::clone(&shared)));
         Self {
@@ -64,18 +64,18 @@ impl Checkpointer {
     }
 
     /// A commit appended to the WAL: checkpoint soon.
-    pub(super) fn poke(&self) {
+    pub(crate) fn poke(&self) {
         self.handle.shared.poke.notify_one();
     }
 
     /// Stops the task (the store is closing).
-    pub(super) fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.handle.stop();
     }
 
     /// Background checkpoints that copied pages, so far.
     #[cfg(test)]
-    pub(super) fn copied(&self) -> u64 {
+    pub(crate) fn copied(&self) -> u64 {
         self.handle.shared.copied.load(Ordering::Relaxed)
     }
 }

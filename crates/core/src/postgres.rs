@@ -1,0 +1,70 @@
+//! The PostgreSQL driver: everything of the store that is PostgreSQL's.
+//!
+//! - the database: one pool, the migrations ([`POSTGRES_MIGRATOR`]) and their runner;
+//! - its statements ([`dialect`]: the store's [`Dialect`](crate::store::backend::Dialect));
+//! - its lane ([`sets`]: the set lane, hops that share one transaction whose statements
+//!   each serve all of them), the writes its hops keep as data ([`kept`]) and its
+//!   rendering of [`Writes`](crate::store::write::Writes) ([`write`]);
+//! - its notifications ([`notify`]: `LISTEN`/`NOTIFY` between processes).
+//!
+//! Times come from the database's clock (`now()`), so that leases and timers mean the
+//! same thing to every process sharing the database. Lists of rows travel as arrays
+//! (`= ANY($1)`, `unnest`): one statement per batch.
+
+pub(crate) mod batch;
+pub(crate) mod dialect;
+pub(crate) mod kept;
+pub(crate) mod notify;
+pub(crate) mod sets;
+pub(crate) mod write;
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use crate::store::StoreConfig;
+use crate::store::backend::check_schema;
+use crate::{Error, Result};
+
+/// Migrations for PostgreSQL, embedded in the binary.
+pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// An open PostgreSQL database: one pool.
+#[derive(Clone, Debug)]
+pub(crate) struct Postgres {
+    pub(crate) pool: PgPool,
+}
+
+pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<Postgres> {
+    let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let pool = PgPoolOptions::new()
+        .max_connections(config.max_connections)
+        .acquire_timeout(config.acquire_timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| Error::Connect {
+            scheme: "postgres",
+            source: e,
+        })?;
+    check_schema(&applied(&pool).await?, &POSTGRES_MIGRATOR)?;
+    POSTGRES_MIGRATOR.run(&pool).await?;
+    Ok(Postgres { pool })
+}
+
+/// The versions of the migrations applied, in order (none before the first).
+async fn applied(pool: &PgPool) -> Result<Vec<i64>> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    Ok(
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?,
+    )
+}

@@ -1,0 +1,439 @@
+//! A write transaction of the store, of either backend: what is the same on both (the
+//! enqueue and the inbox, handover, the commit and its wake-ups). Each driver adds its
+//! lane's side (`sqlite::tx`, `postgres::kept`).
+
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+use sqlx::Transaction;
+
+use super::backend::Backend;
+use super::{Conn, Receipt, Store};
+use crate::{Message, MessageId, Result};
+
+#[derive(Debug)]
+pub(crate) enum Inner {
+    #[cfg(feature = "sqlite")]
+    Sqlite(Transaction<'static, Sqlite>),
+    /// SQLite's lane: the writer connection, its transactions begun and ended by hand
+    /// (statements run on it directly), kept by the lane from one batch to the next.
+    #[cfg(feature = "sqlite")]
+    Lane(crate::sqlite::tx::LaneConn),
+    #[cfg(feature = "postgres")]
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// A write transaction of the store. Dropping it without committing rolls it back.
+#[derive(Debug)]
+#[must_use = "a transaction that is not committed is rolled back"]
+pub struct Tx {
+    /// SQLite's lane: the connection locked away from sqlx's thread while the lane's
+    /// statements run on it directly (see [`direct`](crate::sqlite::direct)). Declared before
+    /// `inner`, whose connection it borrows: dropped first.
+    #[cfg(feature = "sqlite")]
+    pub(crate) direct: Option<crate::sqlite::direct::Session>,
+    pub(crate) inner: Inner,
+    pub(crate) store: Store,
+    pub(crate) enqueued: bool,
+    pub(crate) handed: super::handover::Handed,
+    /// The next [`enqueue_batch_after`](Self::enqueue_batch_after) may be deferred.
+    pub(crate) defer: bool,
+    /// A deferred last write, run by the lane in the round trip that ends the hop.
+    #[cfg(feature = "sqlite")]
+    pub(crate) tail: Option<crate::sqlite::tail::Tail>,
+    /// PostgreSQL's set lane: what its hops keep as data, written at the batch's end.
+    #[cfg(feature = "postgres")]
+    pub(crate) sets: Option<crate::postgres::kept::Kept>,
+    /// A statement may have failed in this transaction unseen by the store: the
+    /// connection was lent out ([`conn`](Self::conn)) or a statement of the store's
+    /// failed (its error may have been swallowed). On PostgreSQL such a transaction is
+    /// aborted, and its `COMMIT` is answered `ROLLBACK`, which sqlx reports as success:
+    /// the commit probes first.
+    pub(crate) unchecked: bool,
+}
+
+impl Tx {
+    pub(crate) async fn begin(store: &Store) -> Result<Self> {
+        let inner = match store.backend_ref() {
+            // IMMEDIATE takes the write lock up front: a deferred transaction that later
+            // upgrades can fail with SQLITE_BUSY whatever the busy timeout (another
+            // process writing). In this process the single writer connection already
+            // queues writers.
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(db) => Inner::Sqlite(db.writer.begin_with("BEGIN IMMEDIATE").await?),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
+        };
+        Ok(Self::new(store, inner))
+    }
+
+    /// A transaction of `store` on `inner`, nothing written in it yet.
+    pub(crate) fn new(store: &Store, inner: Inner) -> Self {
+        Self {
+            #[cfg(feature = "sqlite")]
+            direct: None,
+            inner,
+            store: store.clone(),
+            enqueued: false,
+            handed: super::handover::Handed::default(),
+            defer: false,
+            #[cfg(feature = "sqlite")]
+            tail: None,
+            #[cfg(feature = "postgres")]
+            sets: None,
+            unchecked: false,
+        }
+    }
+
+    /// A hop of SQLite's lane ([`begin_lane`](Self::begin_lane)): its hops may defer
+    /// their last write, and its statements run on the connection directly.
+    pub(crate) fn in_lane(&self) -> bool {
+        #[cfg(feature = "sqlite")]
+        {
+            self.is_lane()
+        }
+        #[cfg(not(feature = "sqlite"))]
+        {
+            false
+        }
+    }
+
+    /// Lets this hop's last write ([`write_last`](Self::write_last)) be run later,
+    /// as its driver sees fit: on SQLite's lane in the round trip that ends the hop
+    /// (with the release of its savepoint and the opening of the next hop) instead of
+    /// a round trip of its own; on PostgreSQL's set lane kept as data and written with
+    /// the batch's other hops' rows in one statement per table. Its errors then come
+    /// from [`Hop::commit`](super::Hop::commit), and the hop is undone. Call it only
+    /// when that write is the hop's last statement. Elsewhere (a transaction from
+    /// [`Store::begin`], a PostgreSQL hop of its own) it changes nothing.
+    pub fn defer_next_write(&mut self) {
+        self.defer = self.in_lane();
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            kept.deferrable = true;
+        }
+    }
+
+    /// The connection, for the caller's own statements in this transaction.
+    ///
+    /// A statement of yours that fails aborts the transaction on PostgreSQL even if
+    /// you ignore its error: [`commit`](Self::commit) then fails with
+    /// [`Error::RolledBack`](crate::Error::RolledBack) (nothing was written), never
+    /// reports success. Use a savepoint for a statement whose failure you tolerate.
+    pub fn conn(&mut self) -> Conn<'_> {
+        self.unchecked = true;
+        self.conn_marked()
+    }
+
+    /// The connection, for the store's own statements that a hop of the set lane
+    /// counts as its writes (its savepoints then guard it).
+    pub(crate) fn conn_marked(&mut self) -> Conn<'_> {
+        #[cfg(feature = "postgres")]
+        if let Some(kept) = &mut self.sets {
+            kept.dirty = true;
+        }
+        self.conn_clean()
+    }
+
+    /// A statement of the store's failed in this transaction: its caller may swallow
+    /// the error and commit, so the commit must probe.
+    pub(crate) fn suspect<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.unchecked = true;
+        }
+        r
+    }
+
+    /// The connection, for the store's own statements (not the caller's: a hop of
+    /// the set lane stays clean).
+    pub(crate) fn conn_clean(&mut self) -> Conn<'_> {
+        #[cfg(feature = "sqlite")]
+        {
+            debug_assert!(
+                self.tail.is_none(),
+                "a statement after a hop's deferred last write"
+            );
+            // sqlx's thread runs what comes next: give the connection back to it.
+            self.direct = None;
+        }
+        match &mut self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(lane) => Conn::Sqlite(&mut lane.conn),
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`: the backend of this transaction (without taking its
+    /// connection, as [`conn`](Self::conn) does).
+    pub fn backend(&self) -> &'static str {
+        match &self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(_) | Inner::Lane(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The store this transaction belongs to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Enqueues a message in this transaction. See [`Store::enqueue`].
+    ///
+    /// # Errors
+    /// As [`Store::enqueue`].
+    pub async fn enqueue(&mut self, message: &Message) -> Result<MessageId> {
+        self.enqueue_batch(std::slice::from_ref(message)).await?;
+        Ok(message.id)
+    }
+
+    /// Enqueues several messages in one statement. See [`Store::enqueue_batch`].
+    ///
+    /// # Errors
+    /// As [`Store::enqueue`].
+    pub async fn enqueue_batch(&mut self, messages: &[Message]) -> Result<()> {
+        let r = self.enqueue_batch_unchecked(messages).await;
+        self.suspect(r)
+    }
+
+    /// [`enqueue_batch`](Self::enqueue_batch), its failure not yet marked for the
+    /// commit's probe.
+    async fn enqueue_batch_unchecked(&mut self, messages: &[Message]) -> Result<()> {
+        let store = self.store.clone();
+        if let Some(to) = store.handover()
+            && messages.iter().any(|m| m.delay.is_zero())
+        {
+            // On PostgreSQL, many messages in at most two statements (those handed
+            // over, leased; the rest) instead of one per message handed over.
+            #[cfg(feature = "postgres")]
+            if self.backend() == "postgres"
+                && messages.len() > 1
+                && self.sets.is_none()
+                && store.config().max_pending.is_none()
+            {
+                for m in messages {
+                    store.validate(m)?;
+                }
+                let span = crate::store::enqueue_span(messages, true);
+                let write = self.write_messages(&store, messages.to_vec());
+                return tracing::Instrument::instrument(write, span).await;
+            }
+            return self.enqueue_handing(&store, &to, messages).await;
+        }
+        store.enqueue_batch(self.conn_marked(), messages).await?;
+        self.enqueued = true;
+        Ok(())
+    }
+
+    /// Enqueues in order, writing each message that `to` takes leased to it (handed
+    /// over when this transaction commits), the others `pending`, in runs.
+    async fn enqueue_handing(
+        &mut self,
+        store: &Store,
+        to: &std::sync::Arc<dyn super::Handover>,
+        messages: &[Message],
+    ) -> Result<()> {
+        for m in messages {
+            store.validate(m)?;
+        }
+        let mut run = 0;
+        for (i, m) in messages.iter().enumerate() {
+            if !m.delay.is_zero() || !to.reserve(&m.destination) {
+                continue;
+            }
+            if run < i {
+                store
+                    .enqueue_valid(self.conn_marked(), &messages[run..i])
+                    .await?;
+                self.enqueued = true;
+            }
+            run = i + 1;
+            match store
+                .enqueue_leased(self.conn_marked(), m, to.as_ref())
+                .await
+            {
+                Ok(Some(row)) => self.handed.push(std::sync::Arc::clone(to), row),
+                Ok(None) => {
+                    // Its key has a live row (it waits its turn) or its id is stored.
+                    to.cancel(&m.destination);
+                    store
+                        .enqueue_valid(self.conn_marked(), std::slice::from_ref(m))
+                        .await?;
+                    self.enqueued = true;
+                }
+                Err(e) => {
+                    to.cancel(&m.destination);
+                    return Err(e);
+                }
+            }
+        }
+        if run < messages.len() {
+            store
+                .enqueue_valid(self.conn_marked(), &messages[run..])
+                .await?;
+            self.enqueued = true;
+        }
+        Ok(())
+    }
+
+    /// A mark of the rows to hand over so far (a hop's savepoint).
+    pub(crate) fn handed_mark(&self) -> usize {
+        self.handed.mark()
+    }
+
+    /// The savepoint of `mark` was rolled back: its rows are not handed over.
+    pub(crate) fn cancel_handed_since(&mut self, mark: usize) {
+        self.handed.cancel_since(mark);
+    }
+
+    /// Records the receipt of a message in this transaction. See [`Store::receive`].
+    ///
+    /// # Errors
+    /// As [`Store::receive`].
+    pub async fn receive(&mut self, consumer: &str, message_id: MessageId) -> Result<Receipt> {
+        let store = self.store.clone();
+        let r = store
+            .receive(self.conn_marked(), consumer, message_id)
+            .await;
+        self.suspect(r)
+    }
+
+    /// Deletes still-pending messages in this transaction. See [`Store::cancel_pending`].
+    ///
+    /// # Errors
+    /// As [`Store::cancel_pending`].
+    pub async fn cancel_pending(&mut self, ids: &[MessageId]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let store = self.store.clone();
+        let r = store.cancel_pending(self.conn_marked(), ids).await;
+        self.suspect(r)
+    }
+
+    /// Runs a savepoint statement (`SAVEPOINT x`, `ROLLBACK TO SAVEPOINT x`,
+    /// `RELEASE SAVEPOINT x`) in this transaction.
+    pub(crate) async fn savepoint_op(&mut self, sql: &'static str) -> Result<()> {
+        self.execute(sql).await
+    }
+
+    pub(crate) async fn execute(&mut self, sql: &'static str) -> Result<()> {
+        use sqlx::Executor;
+        #[cfg(feature = "sqlite")]
+        if let Some(session) = &mut self.direct {
+            // The lane's savepoints, while it holds the connection.
+            return session.run(&crate::sqlite::statements::Statement::plain(sql), |_| {});
+        }
+        match self.conn_clean() {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => {
+                c.execute(sql).await?;
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => {
+                c.execute(sql).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn mark_enqueued(&mut self) {
+        self.enqueued = true;
+    }
+
+    /// Commits, then wakes the relays if anything was enqueued.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) if the commit fails; nothing was
+    /// written then.
+    pub async fn commit(mut self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if let Inner::Lane(_) = self.inner {
+            return self.end_lane(true).await;
+        }
+        #[cfg(feature = "sqlite")]
+        drop(self.direct.take());
+        match self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(tx) => tx.commit().await?,
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(_) => {} // ended above
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(mut tx) => {
+                // PostgreSQL answers the COMMIT of an aborted transaction with the
+                // tag ROLLBACK, and sqlx reports it as success. An aborted transaction
+                // refuses every statement but its end: one is enough to tell.
+                if self.unchecked
+                    && let Err(e) = sqlx::Executor::execute(&mut *tx, "SELECT 1").await
+                {
+                    let _ = tx.rollback().await;
+                    return Err(rolled_back(e));
+                }
+                tx.commit().await?
+            }
+        }
+        Self::after_commit(&self.store, &mut self.handed, self.enqueued);
+        Ok(())
+    }
+
+    /// After a commit: the checkpointer poked (SQLite), the rows written leased handed
+    /// over, the relays woken if anything was enqueued.
+    pub(crate) fn after_commit(
+        store: &Store,
+        handed: &mut super::handover::Handed,
+        enqueued: bool,
+    ) {
+        #[cfg(feature = "sqlite")]
+        #[allow(irrefutable_let_patterns)]
+        if let Backend::Sqlite(db) = store.backend_ref()
+            && let Some(c) = &db.checkpoints
+        {
+            c.poke();
+        }
+        handed.commit();
+        if enqueued {
+            store.wake();
+        }
+    }
+
+    /// Rolls back: nothing enqueued in it ever existed.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+    pub async fn rollback(mut self) -> Result<()> {
+        #[cfg(feature = "sqlite")]
+        if let Inner::Lane(_) = self.inner {
+            return self.end_lane(false).await;
+        }
+        #[cfg(feature = "sqlite")]
+        drop(self.direct.take());
+        match self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(tx) => tx.rollback().await?,
+            #[cfg(feature = "sqlite")]
+            Inner::Lane(_) => {} // ended above
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// The error of a commit whose probe failed: 25P02 (the transaction was aborted by an
+/// earlier statement) is [`Error::RolledBack`]; anything else (the connection lost)
+/// is the database's error, nothing written either way.
+#[cfg(feature = "postgres")]
+fn rolled_back(e: sqlx::Error) -> crate::Error {
+    match &e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("25P02") => {
+            crate::Error::RolledBack
+        }
+        _ => crate::Error::Database(e),
+    }
+}
