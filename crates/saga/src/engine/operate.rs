@@ -1,0 +1,98 @@
+//! What people and operators do to a saga: signals, abort, retry, skip.
+
+use super::*;
+
+impl Engine {
+    /// Sends signal `name` to saga `id`, in `tx`: recorded in `saga_signals` and
+    /// delivered to the saga's orchestrator when `tx` commits. A saga waiting for it
+    /// goes on; one that has not reached its wait yet uses it when it does; a second
+    /// signal for a wait that has had one changes nothing ([`SignalReceipt::Duplicate`]).
+    /// Needs no saga definition (the CLI sends signals).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown saga; [`Error::SignalRefused`] for a finished
+    /// saga or a name it never waits for (nothing written either way); store errors.
+    pub async fn signal(
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+    ) -> Result<SignalReceipt> {
+        Self::signal_by(tx, id, name, signal, SignalSender::Person).await
+    }
+
+    /// [`signal`](Self::signal) as `sender` may send it: an
+    /// [`Agent`](SignalSender::Agent) (an LLM-facing surface) may not send the signal of
+    /// a wait that is a person's decision ([`Step::approval`](crate::Step::approval),
+    /// a plan's `"approval": true`).
+    ///
+    /// # Errors
+    /// As [`signal`](Self::signal); [`Error::SignalRefused`] for an agent's signal to a
+    /// person's decision, with nothing written.
+    pub async fn signal_by(
+        tx: &mut Tx,
+        id: SagaId,
+        name: &str,
+        signal: Signal,
+        sender: SignalSender,
+    ) -> Result<SignalReceipt> {
+        let outcome = match signal {
+            Signal::Approve(value) => protocol::StepOutcome::Ok(value),
+            Signal::Reject(reason) => {
+                protocol::StepOutcome::Fatal(format!("signal `{name}` rejected: {reason}"))
+            }
+        };
+        let (receipt, wake) =
+            signals::record(tx.conn(), id, name, &outcome, sender, now_ms()).await?;
+        if let Some(wake) = wake {
+            tx.enqueue(&wake).await?;
+        }
+        Ok(receipt)
+    }
+
+    /// Operator: abort a running saga (compensate what it did), or give up on one
+    /// stuck after its pivot (`aborted`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`] saying why, with nothing changed;
+    /// [`Error::IllegalTransition`] as in [`handle`](Self::handle).
+    pub async fn abort(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.abort()).await
+    }
+
+    /// Operator: retry a stuck saga (its failed compensation, or its failed step after
+    /// the pivot).
+    ///
+    /// # Errors
+    /// As [`abort`](Self::abort).
+    pub async fn retry(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.retry()).await
+    }
+
+    /// Operator: mark a stuck compensation done by hand (recorded as skipped) and go on.
+    ///
+    /// # Errors
+    /// As [`abort`](Self::abort).
+    pub async fn skip(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.skip()).await
+    }
+
+    pub(super) async fn operate(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        op: impl FnOnce(&mut Ctx<'_>) -> Result<()>,
+    ) -> Result<SagaState> {
+        let mut inst = persist::load(tx.conn(), id)
+            .await?
+            .ok_or(Error::NotFound(id))?;
+        let before = inst.clone();
+        let signals = self.signals_of(tx, &inst).await?;
+        let mut ctx = self.ctx(&mut inst)?;
+        ctx.signals = signals;
+        op(&mut ctx)?;
+        let fx = std::mem::take(&mut ctx.fx);
+        self.write(tx, &inst, Some(&before), fx).await?;
+        Ok(inst.state)
+    }
+}

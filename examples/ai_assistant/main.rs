@@ -1,0 +1,401 @@
+//! AI assistant: "research company X, draft an email, schedule a meeting" as a saga
+//! whose steps a planner agent (an LLM call) chooses at run time, carried out by
+//! specialised agents.
+//!
+//! ```sh
+//! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1 --auto-approve
+//! cargo run --release --example ai_assistant -- --sagas 5     # ends with 5 waiting for approval
+//! cargo run -p agentsaga-cli -- --database-url sqlite://ai_assistant.db sagas signal ID approval --data '{"by":"you"}'
+//! cargo run --release --example ai_assistant -- --sagas 0      # finish what was approved (or killed)
+//! OPENAI_API_KEY=sk-… cargo run --release --example ai_assistant -- \
+//!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
+//! ```
+//!
+//! The saga (`PlannedSaga`, `ai_assistant` version 2) has one step of its own, `plan`:
+//! the planner agent asks the LLM for a plan for the request, and the saga runs the plan
+//! the model returned. The system prompt describes the plan format (stages of steps,
+//! parallel groups, each step's undo or `nothing_to_undo`, the pivot, waits for a
+//! signal, `$from` references) and the agents a plan may use, with their commands:
+//! `research` (read-only), `calendar` (reserves a meeting slot; undo names the slot),
+//! `drafts` (writes the email; undo names the draft), `email` (sends it: it cannot be
+//! unsent) and `crm` (records the contact). A typical plan: `research` (sometimes in
+//! parallel with `reserve_calendar_slot`, sometimes with no slot at all),
+//! `draft_email`, a wait for a person's `approval`, `send_email` (the pivot),
+//! `create_crm_record` (after the pivot, retried until it succeeds).
+//!
+//! The plan is data, never code. The model's answer (prose around a fenced JSON block,
+//! or bare JSON) is read with `Plan::from_text` and refused, with the reason, unless it
+//! passes the engine's rules (`SagaDefinition::check_plan`: an undo for every step
+//! before the pivot, known destinations, unique names, `$from` pointing into the input
+//! or an earlier step's result) and the assistant's own: exactly one email, sent by the
+//! pivot, after a wait for `approval`. The assistant sets each step's timeout and
+//! attempts itself, whatever the model wrote. A refused plan fails the `plan` step
+//! fatally: the saga compensates (nothing else ran) and its error reads `the planner's
+//! invalid plan: <reason>`. An accepted plan is recorded in `assistant_plans` (with the
+//! model's answer) and stored with the saga, so a process restarted after `kill -9`
+//! resumes it without asking the model again.
+//!
+//! The saga data is `{"input": {"company": …}, "plan": …, "results": {"<step>": <its
+//! reply>, …}}`, and the plan's commands take what they need from it with `$from`
+//! references, resolved when a command is sent: the draft gets
+//! `{"$from": "/results/research/text"}`. The calendar slot and the draft reply with
+//! their id, and their undo names it (`{"op": "undo", "id": {"$from":
+//! "/results/reserve_calendar_slot/id"}}`), built when the compensation is dispatched.
+//! When the step's outcome is unknown (it failed, timed out, or was still in flight
+//! when the saga turned back) the reference gives `null`, and the undo undoes whatever
+//! the saga made there, if anything. Effects live in `assistant_research`,
+//! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
+//! `assistant_crm_records`, one row per saga at most.
+//!
+//! The wait for `approval` parks the saga, holding nothing, until the signal comes:
+//! `--auto-approve` sends it at once; without it the run ends once every saga is
+//! finished or waits, says how many wait, and prints the `agentsaga sagas signal`
+//! command that approves one; a later run with `--sagas 0` finishes the approved ones.
+//! Request `i` is started with the key `request-<i>`, so a rerun of the same requests
+//! starts nothing new.
+//!
+//! `plan`, `research` and `draft_email` are [`CallingAgent`]s: each asks an
+//! OpenAI-compatible chat-completions endpoint (`POST {base}/chat/completions`,
+//! `Authorization: Bearer {key}`, the step's idempotency key as `Idempotency-Key`, the
+//! answer read from `choices[0].message.content`) with no database transaction held,
+//! then records the answer (the plan, the research notes, the email draft) in its table
+//! and in the saga data in one short transaction. The endpoint is `--llm-url` or
+//! `OPENAI_BASE_URL` (e.g. `https://api.openai.com/v1`), the key `OPENAI_API_KEY`, the
+//! model `--llm-model` or `OPENAI_MODEL`. A connection error, a timeout (each request is
+//! given 3/4 of the step's 20 s timeout), HTTP 5xx, 429, 408 or 409 is retryable: the
+//! step is tried again with the same idempotency key, and the saga compensates once its
+//! retries run out. Any other 4xx, a refusal, or a reply that is not a chat completion
+//! is fatal, with the reason in the saga's error. The calendar, email and CRM agents
+//! only write to the database (their undo included).
+//!
+//! Without an endpoint, the example starts a local stub on 127.0.0.1
+//! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms
+//! (the planner with a plan in a fenced block amid prose, varying from request to
+//! request), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
+//! `--seed`, and records every request it receives in `assistant_llm_calls
+//! (idempotency_key, saga_id, step, answer, at)`. The database agents fail with
+//! probability `--fail-rate` too (rate limits, no free slot), whichever endpoint is
+//! used.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../support/llm_stub.rs"]
+mod llm_stub;
+
+mod agents;
+mod llm;
+mod planner;
+
+use agents::*;
+use llm::*;
+use planner::*;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga::prelude::*;
+use agentsaga::saga::{PlanStage, SagaDefinition};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Parser, Debug)]
+#[command(about = "An AI assistant's request as a saga whose steps an LLM planner chooses")]
+struct Args {
+    #[command(flatten)]
+    common: support::CommonArgs,
+    /// Base URL of an OpenAI-compatible API (requests go to {URL}/chat/completions),
+    /// with its key in OPENAI_API_KEY. Without one, a local stub on 127.0.0.1 answers.
+    #[arg(long, env = "OPENAI_BASE_URL")]
+    llm_url: Option<String>,
+    /// The model to ask.
+    #[arg(long, env = "OPENAI_MODEL", default_value = "gpt-4o-mini")]
+    llm_model: String,
+    /// The API key (prefer the environment variable: a flag shows in `ps`).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, hide = true)]
+    llm_api_key: Option<String>,
+    /// Tests: how the local stub answers (normal, fail, hang, bad-shape, bad-request;
+    /// bad-plan and no-plan for the planner's requests).
+    #[arg(long, value_enum, default_value_t = llm_stub::Mode::Normal, hide = true)]
+    llm_stub_mode: llm_stub::Mode,
+    /// Tests: apply --llm-stub-mode to this step's requests only.
+    #[arg(long, hide = true)]
+    llm_stub_step: Option<String>,
+    /// Tests: each step's timeout, in milliseconds (an LLM request gets 3/4 of it).
+    #[arg(long, default_value_t = 20_000, hide = true)]
+    step_timeout_ms: u64,
+    /// Approve every email as soon as its saga waits for the approval. Without it the
+    /// run ends once every saga is finished or waits for a person, and says how to
+    /// approve one (`agentsaga sagas signal`).
+    #[arg(long)]
+    auto_approve: bool,
+}
+
+/// What a saga is started with: the request (`/input` in the saga data).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Input {
+    company: String,
+}
+
+/// A command of the plan (its `$from` references resolved): do the agent's work, or
+/// undo it. The same shape for every agent; each reads the fields it needs.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Command {
+    Do(Task),
+    /// Undo what the step made: the row its reply named; `None` when its outcome is
+    /// unknown.
+    Undo {
+        #[serde(default)]
+        id: Option<String>,
+    },
+}
+
+/// The work a plan asks of an agent, with what earlier steps produced.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Task {
+    company: String,
+    /// The research notes (for the draft).
+    #[serde(default)]
+    findings: Option<String>,
+    /// The reserved slot (for the draft).
+    #[serde(default)]
+    slot: Option<String>,
+    /// The email's body (for the email).
+    #[serde(default)]
+    draft: Option<String>,
+    /// Who approved the email (for the CRM record).
+    #[serde(default)]
+    approved_by: Option<String>,
+}
+
+/// What an agent made: its text, and for an effect that can be undone, the id of its
+/// row (what the undo names). A plan refers to them as `/results/<step>/text` and
+/// `/results/<step>/id`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Made {
+    text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+}
+
+/// Where an agent records what it made (a row per saga, with a `status`), and how that
+/// is undone.
+#[derive(Clone, Copy)]
+struct Effect {
+    table: &'static str,
+    /// The row's `INSERT`, once per saga: `$1` the saga, `$2` the text, and for an
+    /// undoable effect `$3` its id.
+    insert: &'static str,
+    /// An undoable effect: the column of its id, and the status that undoes it.
+    undo: Option<(&'static str, &'static str)>,
+}
+
+impl Effect {
+    /// Records what was made, once per saga (a command sent again finds the saga's
+    /// row), with the id of the saga's row if it has one.
+    async fn record(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        text: String,
+    ) -> Result<Made, StepError> {
+        let Some((id_column, _)) = self.undo else {
+            support::exec(ctx.conn(), self.insert, &[saga, &text]).await?;
+            return Ok(Made { text, id: None });
+        };
+        let id = ctx.message_id().to_string();
+        support::exec(ctx.conn(), self.insert, &[saga, &text, &id]).await?;
+        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = $1", self.table);
+        let id = support::fetch_text(ctx.conn(), &sql, &[saga]).await?;
+        Ok(Made { text, id })
+    }
+
+    /// Undoes what the step made: the row its reply named, or, when its outcome is
+    /// unknown, whatever row the saga has here. Nothing to undo is success.
+    async fn undo(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        id: Option<String>,
+    ) -> Result<Made, StepError> {
+        if let Some((id_column, undone)) = self.undo {
+            // The id comes from the plan, which came from a model: it undoes a row of
+            // this saga or nothing.
+            let sql = match &id {
+                Some(_) => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1 AND {id_column} = $2",
+                    self.table
+                ),
+                None => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1",
+                    self.table
+                ),
+            };
+            let params: Vec<&str> = std::iter::once(saga).chain(id.as_deref()).collect();
+            support::exec(ctx.conn(), &sql, &params).await?;
+        }
+        Ok(Made {
+            text: "undone".into(),
+            id,
+        })
+    }
+}
+
+fn saga_of(ctx: &CallContext<'_>) -> Result<String, StepError> {
+    ctx.saga_id()
+        .map(|s| s.to_string())
+        .ok_or_else(|| StepError::fatal("no saga id"))
+}
+
+const DDL: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS assistant_plans (saga_id TEXT PRIMARY KEY, steps TEXT NOT NULL, plan TEXT NOT NULL, answer TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS assistant_research (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'done'), summary TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS assistant_calendar_slots (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('reserved', 'cancelled')), slot TEXT NOT NULL, event_id TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL, draft_id TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS assistant_emails (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'), body TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
+    llm_stub::CALLS_DDL,
+];
+
+/// The saga: the planner's step, then whatever plan it returned, sending only to the
+/// assistant's agents.
+fn definition(timeout: Duration) -> anyhow::Result<SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
+    Ok(PlannedSaga::builder("ai_assistant", 2)
+        .destinations(AGENTS)
+        // The plan's steps retry like the planner's; their timeouts the planner sets.
+        .retry(retry)
+        // Its command is the request; its reply, the plan. Asking changes nothing.
+        .planner(
+            Step::<Value>::new(PLAN_STEP, PLANNER)
+                .command(|data: &Value| data["input"].clone())
+                .retry(retry)
+                .timeout(timeout)
+                .nothing_to_undo(),
+        )
+        .build()?)
+}
+
+/// `--auto-approve`: approves each saga that waits for its approval, as a person would.
+async fn auto_approve(store: Store) {
+    use agentsaga::saga::Engine;
+    use agentsaga::saga::query::{self, ListFilter};
+    loop {
+        let waiting = query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                limit: 1000,
+                ..ListFilter::default()
+            },
+        )
+        .await;
+        for saga in waiting.unwrap_or_default() {
+            let approve = async {
+                let mut tx = store.begin().await?;
+                let signal = Signal::Approve(serde_json::json!({ "by": "auto-approve" }));
+                Engine::signal(&mut tx, saga.id, APPROVAL, signal).await?;
+                tx.commit().await?;
+                anyhow::Ok(())
+            };
+            if let Err(e) = approve.await {
+                tracing::warn!(saga.id = %saga.id, error = %e, "auto-approve failed; trying again");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let telemetry = support::init_telemetry("ai_assistant")?;
+    let common = &args.common;
+    common.validate()?;
+    if args.step_timeout_ms < 100 {
+        anyhow::bail!("--step-timeout-ms must be at least 100");
+    }
+    let step_timeout = Duration::from_millis(args.step_timeout_ms);
+    let url = common.url("ai_assistant.db");
+    let (seed, fail_rate) = (common.seed, common.fail_rate);
+
+    // The tables exist before anything runs: sagas left by a killed run resume (and
+    // call the LLM) as soon as the runtime starts.
+    let store = Store::connect(&url).await?;
+    support::create_tables(&store, DDL).await?;
+
+    let endpoint = args.llm_url.clone().filter(|u| !u.trim().is_empty());
+    let (stub, base, api_key) = match endpoint {
+        Some(base) => (None, base, args.llm_api_key.clone()),
+        None => {
+            let stub = llm_stub::start(llm_stub::Config {
+                seed,
+                fail_rate,
+                mode: args.llm_stub_mode,
+                only_step: args.llm_stub_step.clone(),
+                store: Some(store.clone()),
+            })
+            .await?;
+            let base = stub.base_url.clone();
+            (Some(stub), base, Some(llm_stub::API_KEY.to_owned()))
+        }
+    };
+    if !common.quiet {
+        let whose = if stub.is_some() { " (local stub)" } else { "" };
+        eprintln!("LLM: {} at {base}{whose}", args.llm_model);
+    }
+    let llm = Arc::new(Llm::new(
+        &base,
+        api_key,
+        args.llm_model.clone(),
+        step_timeout * 3 / 4,
+        stub.is_some(),
+    )?);
+
+    let saga = definition(step_timeout)?;
+    let mut builder = Runtime::builder()
+        .store(store)
+        .saga(saga.clone())
+        .calling_agent(Planner {
+            llm: Arc::clone(&llm),
+            saga: Arc::new(saga),
+            step_timeout,
+        });
+    for writing in [Writing::Research, Writing::Draft] {
+        builder = builder.calling_agent(LlmAgent {
+            writing,
+            llm: Arc::clone(&llm),
+        });
+    }
+    for skill in [Skill::Calendar, Skill::Email, Skill::Crm] {
+        builder = builder.agent(SkillAgent {
+            skill,
+            seed,
+            fail_rate,
+        });
+    }
+    let runtime = support::configure(builder, common).start().await?;
+    let approver = args
+        .auto_approve
+        .then(|| tokio::spawn(auto_approve(runtime.store().clone())));
+    let companies = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
+    // Request `i` is started with the key `request-<i>`: a rerun of the same requests
+    // starts nothing new. Without `--auto-approve` the run ends when every saga is
+    // finished or waits for a person.
+    let mut saga = support::Saga::named("ai_assistant").keyed(|i| format!("request-{i}"));
+    if !args.auto_approve {
+        saga = saga.waits_for_signals();
+    }
+    support::run(runtime, common, &url, DDL, saga, |i| Input {
+        company: format!("{} #{i}", companies[(i % 6) as usize]),
+    })
+    .await?;
+    if let Some(approver) = approver {
+        approver.abort();
+    }
+    drop(stub);
+    telemetry.shutdown().await;
+    Ok(())
+}

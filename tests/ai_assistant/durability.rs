@@ -1,0 +1,270 @@
+//! The assistant through kill -9 (running and waiting), approvals and re-runs, plans
+//! that are not valid.
+
+use super::*;
+
+/// Killed (SIGKILL) while its LLM calls are in flight (the planner's among them), then
+/// finished by `--sagas 0`: every saga ends completed or compensated with each effect
+/// once, a resumed saga runs the plan it had, and a call made again after the restart
+/// carries the same key.
+async fn survives_kill_9(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let mut interrupted = 0;
+    for (round, wait_ms) in [(0, 1500), (1, 700)] {
+        let sagas = if round == 0 { "100" } else { "0" };
+        let mut child = support::spawn_with(
+            "ai_assistant",
+            &url,
+            &[
+                "--sagas",
+                sagas,
+                "--fail-rate",
+                "0.2",
+                "--seed",
+                "8",
+                "--auto-approve",
+            ],
+            no_openai,
+        );
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            interrupted += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(interrupted >= 1, "no run was killed mid-way");
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0.2", "--seed", "8"]);
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = check_effects(&store).await;
+    let total = completed + compensated;
+    assert!(total > 0 && total % 50 == 0, "{total} sagas");
+    check_keys(&llm_calls(&store).await);
+}
+both_backends!(kill_9_tests, survives_kill_9);
+
+// Without `--auto-approve` the run ends with every saga waiting for a person, and says
+// how to approve one; a person's approval (here through `Engine::signal`, as the CLI
+// sends it) lets that saga finish on the next run; a rerun of the same requests starts
+// nothing new (each was started with the key `request-<i>`), and an auto-approving
+// run finishes the rest.
+async fn approvals_and_reruns(backend: Backend) {
+    use agentsaga::saga::query::ListFilter;
+    use agentsaga::saga::{Engine, Signal};
+    let url = fresh_url(backend).await;
+    let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
+    assert!(out.contains("waiting for a signal   : 6"), "{out}");
+    assert!(out.contains("sagas signal"), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let waiting = |store: Store| async move {
+        query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                ..ListFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let parked = waiting(store.clone()).await;
+    assert_eq!(parked.len(), 6);
+    assert!(
+        parked
+            .iter()
+            .all(|s| s.waiting_for.as_deref() == Some("approval"))
+    );
+    assert!(
+        support::statuses(&store, "assistant_emails")
+            .await
+            .is_empty(),
+        "nothing sent"
+    );
+
+    let approved = parked[0].id;
+    let mut tx = store.begin().await.unwrap();
+    Engine::signal(
+        &mut tx,
+        approved,
+        "approval",
+        Signal::Approve(serde_json::json!({ "by": "ann" })),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    // The same six requests again: nothing new starts; the approved one finishes.
+    let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
+    assert!(out.contains("waiting for a signal   : 5"), "{out}");
+    let all = query::list(&store, &ListFilter::default()).await.unwrap();
+    assert_eq!(all.len(), 6, "a rerun starts nothing new");
+    assert!(
+        all.iter()
+            .all(|s| s.key.as_deref().is_some_and(|k| k.starts_with("request-")))
+    );
+    let emails = support::statuses(&store, "assistant_emails").await;
+    assert_eq!(emails.keys().collect::<Vec<_>>(), [&approved.to_string()]);
+
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "3"]);
+    assert_eq!(check_effects(&store).await, (6, 0));
+    assert!(waiting(store.clone()).await.is_empty());
+}
+both_backends!(approval_tests, approvals_and_reruns);
+
+/// A planner's answer that is not a valid plan (a step for an agent the assistant lacks;
+/// prose with no plan in it) fails the planner's step, fatally, with the reason: each
+/// saga is compensated, its error names the reason, and nothing else ran: no step of a
+/// plan, no effect, no other LLM call.
+async fn invalid_plans_are_fatal(backend: Backend) {
+    for (mode, reason) in [
+        (
+            "bad-plan",
+            "step `notify_team`: unknown destination `slack` (this saga allows: calendar, crm, drafts, email, research)",
+        ),
+        ("no-plan", "no JSON plan in the planner's answer"),
+    ] {
+        let url = fresh_url(backend).await;
+        assistant(
+            &url,
+            &[
+                "--sagas",
+                "4",
+                "--fail-rate",
+                "0",
+                "--seed",
+                "7",
+                "--llm-stub-mode",
+                mode,
+            ],
+        );
+        let store = Store::connect(&url).await.unwrap();
+        assert_eq!(check_effects(&store).await, (0, 4), "{mode}");
+        all_compensated(
+            &store,
+            4,
+            &["step `plan` failed", "the planner's invalid plan: ", reason],
+        )
+        .await;
+        for table in EFFECT_TABLES {
+            assert!(rows(&store, table).await.is_empty(), "{mode}: {table}");
+        }
+        for (id, _) in support::sagas(&store).await {
+            assert_eq!(steps_run(&store, &id).await, ["plan"], "{mode}: saga {id}");
+        }
+        // The planner was asked once per saga (a fatal answer is not asked again), and
+        // no one else was.
+        let calls = llm_calls(&store).await;
+        let requests = check_keys(&calls);
+        assert_eq!(requests.len(), 4, "{calls:?}");
+        let label = format!("200 {mode}");
+        assert!(
+            calls.iter().all(|c| c.step == "plan" && c.answer == label),
+            "{calls:?}"
+        );
+    }
+}
+both_backends!(invalid_plan_tests, invalid_plans_are_fatal);
+
+/// A saga parked at its wait for `approval` survives `kill -9`: the run is killed
+/// while some sagas wait and others are still on their way; one waiting saga is
+/// approved and another rejected while no process runs (through `Engine::signal`, as
+/// the CLI sends it); a `--sagas 0` run then sends the approved email, compensates the
+/// rejected saga, and leaves the rest waiting, each with the plan it had.
+async fn a_waiting_saga_survives_kill_9(backend: Backend) {
+    use agentsaga::saga::query::ListFilter;
+    use agentsaga::saga::{Engine, Signal};
+    let url = fresh_url(backend).await;
+    // Connected (and migrated) before the child starts.
+    let store = Store::connect(&url).await.unwrap();
+    let waiting = |store: Store| async move {
+        query::list(
+            &store,
+            &ListFilter {
+                waiting: true,
+                ..ListFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let args = ["--sagas", "10", "--fail-rate", "0", "--seed", "9"];
+    let mut child = support::spawn_with("ai_assistant", &url, &args, no_openai);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let parked = loop {
+        let parked = waiting(store.clone()).await;
+        if parked.len() >= 2 {
+            break parked;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no two sagas waited in time"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(running, "the run ended before it could be killed");
+    assert!(
+        support::statuses(&store, "assistant_emails")
+            .await
+            .is_empty(),
+        "nothing sent"
+    );
+    let plans_before = plans(&store).await;
+
+    let (approved, rejected) = (parked[0].id, parked[1].id);
+    let mut tx = store.begin().await.unwrap();
+    Engine::signal(
+        &mut tx,
+        approved,
+        "approval",
+        Signal::Approve(serde_json::json!({ "by": "ann" })),
+    )
+    .await
+    .unwrap();
+    Engine::signal(
+        &mut tx,
+        rejected,
+        "approval",
+        Signal::Reject("not this one".into()),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let out = assistant_unapproved(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
+    assert!(out.contains("waiting for a signal   : 8"), "{out}");
+    let state = |id| {
+        let store = store.clone();
+        async move { query::get(&store, id).await.unwrap().unwrap() }
+    };
+    assert_eq!(state(approved).await.state, SagaState::Completed);
+    let refused = state(rejected).await;
+    assert_eq!(refused.state, SagaState::Compensated);
+    assert!(
+        refused
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not this one"),
+        "{refused:?}"
+    );
+    let emails = support::statuses(&store, "assistant_emails").await;
+    assert_eq!(emails.keys().collect::<Vec<_>>(), [&approved.to_string()]);
+    let crm = text_rows(&store, "SELECT saga_id, note FROM assistant_crm_records").await;
+    assert_eq!(crm.len(), 1);
+    assert!(crm[0].1.contains("approved by ann"), "{crm:?}");
+    let drafts = support::statuses(&store, "assistant_drafts").await;
+    assert_eq!(drafts[&rejected.to_string()], "discarded");
+    // The sagas that had a plan before the kill kept it.
+    let plans_after = plans(&store).await;
+    for (id, plan) in &plans_before {
+        assert_eq!(plans_after.get(id), Some(plan), "saga {id}");
+    }
+
+    assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
+    assert_eq!(check_effects(&store).await, (9, 1));
+    check_keys(&llm_calls(&store).await);
+}
+both_backends!(waiting_kill_9_tests, a_waiting_saga_survives_kill_9);

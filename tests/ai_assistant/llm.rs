@@ -1,0 +1,237 @@
+//! The assistant against its LLM: the happy path, failures, a failing, hanging or
+//! misbehaving LLM, a client error.
+
+use super::*;
+
+async fn happy_path(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(&url, &["--sagas", "30", "--fail-rate", "0", "--seed", "1"]);
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (30, 0));
+    assert_eq!(
+        support::statuses(&store, "assistant_research").await.len(),
+        30
+    );
+    // The planner's plans vary: some reserve a calendar slot, some do not.
+    let plans = plans(&store).await;
+    assert_eq!(plans.len(), 30);
+    let with_slot = plans
+        .values()
+        .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
+        .count();
+    assert!(0 < with_slot && with_slot < 30, "{plans:?}");
+    assert_eq!(
+        support::statuses(&store, "assistant_calendar_slots")
+            .await
+            .len(),
+        with_slot
+    );
+    // Three LLM steps per saga (the planner's, the research, the draft), one key each.
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(requests.len(), 90, "{calls:?}");
+    let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
+    assert_eq!(steps, HashSet::from(["plan", "research", "draft_email"]));
+    assert!(calls.iter().all(|c| c.answer == "200"), "{calls:?}");
+}
+both_backends!(happy_path_tests, happy_path);
+
+async fn failures_compensate(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &["--sagas", "80", "--fail-rate", "0.4", "--seed", "5"],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    let (completed, compensated) = check_effects(&store).await;
+    assert_eq!(completed + compensated, 80);
+    assert!(
+        completed > 0 && compensated > 0,
+        "{completed} / {compensated}"
+    );
+    // A compensated saga's slot was cancelled (or never reserved); research, read-only,
+    // is left as it was.
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert!(slots.values().any(|s| s == "cancelled"));
+    // A rate-limited request was tried again with the same key; a refusal is fatal.
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert!(calls.iter().any(|c| c.answer == "429"));
+    assert!(requests.values().any(|n| *n > 1), "no key was retried");
+    let outcomes = outcomes(&store).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|(_, s, e)| *s == SagaState::Compensated && e.contains("the model refused")),
+        "{outcomes:?}"
+    );
+}
+both_backends!(failure_tests, failures_compensate);
+
+/// The endpoint answers 503 to every draft: the step is retried with the same key,
+/// then the saga compensates: the slot is cancelled, no draft exists.
+async fn failing_llm_compensates(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "8",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "2",
+            "--llm-stub-mode",
+            "fail",
+            "--llm-stub-step",
+            "draft_email",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 8));
+    all_compensated(
+        &store,
+        8,
+        &["draft_email", "LLM endpoint", "HTTP 503", "gave up"],
+    )
+    .await;
+    // Each slot a plan reserved was cancelled, with the id its reservation returned.
+    let plans = plans(&store).await;
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert_eq!(
+        slots.len(),
+        plans
+            .values()
+            .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
+            .count()
+    );
+    assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
+    assert!(
+        support::statuses(&store, "assistant_drafts")
+            .await
+            .is_empty()
+    );
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    let drafts: Vec<&Call> = calls.iter().filter(|c| c.step == "draft_email").collect();
+    assert!(drafts.iter().all(|c| c.answer == "503"), "{drafts:?}");
+    for c in &drafts {
+        assert!(requests[c.key.as_str()] > 1, "{} was not retried", c.key);
+    }
+}
+both_backends!(failing_llm_tests, failing_llm_compensates);
+
+/// The endpoint never answers the research: each request times out (3/4 of the 3 s
+/// step timeout, longer than the stub takes to answer the planner), the step is
+/// retried, and the saga compensates; none is left running.
+async fn hanging_llm_compensates(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let started = std::time::Instant::now();
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "8",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "3",
+            "--llm-stub-mode",
+            "hang",
+            "--llm-stub-step",
+            "research",
+            "--step-timeout-ms",
+            "3000",
+        ],
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 8));
+    all_compensated(&store, 8, &["research", "timed out"]).await;
+    assert!(
+        support::statuses(&store, "assistant_research")
+            .await
+            .is_empty()
+    );
+    let calls = llm_calls(&store).await;
+    check_keys(&calls);
+    for c in &calls {
+        let expected = if c.step == "research" { "hang" } else { "200" };
+        assert_eq!(c.answer, expected, "{c:?}");
+    }
+}
+both_backends!(hanging_llm_tests, hanging_llm_compensates);
+
+/// A 200 whose body is not a chat completion (here, the research's) is fatal at once,
+/// with the reason.
+async fn wrong_shape_is_fatal(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "6",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "4",
+            "--llm-stub-mode",
+            "bad-shape",
+            "--llm-stub-step",
+            "research",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 6));
+    all_compensated(
+        &store,
+        6,
+        &["research", "is not a chat completion", "`choices`"],
+    )
+    .await;
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(requests.len(), 12, "the planner's and the research's");
+    assert!(
+        requests.values().all(|n| *n == 1),
+        "a fatal reply was retried"
+    );
+}
+both_backends!(wrong_shape_tests, wrong_shape_is_fatal);
+
+/// A 4xx other than 429 is fatal at once: the draft step's 400 undoes the slot.
+async fn client_error_is_fatal(backend: Backend) {
+    let url = fresh_url(backend).await;
+    assistant(
+        &url,
+        &[
+            "--sagas",
+            "6",
+            "--fail-rate",
+            "0",
+            "--seed",
+            "6",
+            "--llm-stub-mode",
+            "bad-request",
+            "--llm-stub-step",
+            "draft_email",
+        ],
+    );
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 6));
+    all_compensated(&store, 6, &["draft_email", "HTTP 400", "context length"]).await;
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
+    let calls = llm_calls(&store).await;
+    let requests = check_keys(&calls);
+    assert_eq!(
+        requests.len(),
+        18,
+        "the planner's, the research's and the draft's"
+    );
+    assert!(
+        requests.values().all(|n| *n == 1),
+        "a fatal answer was retried"
+    );
+}
+both_backends!(client_error_tests, client_error_is_fatal);

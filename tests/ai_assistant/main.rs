@@ -1,0 +1,216 @@
+//! The ai_assistant example as a child process, on both backends, against its local
+//! LLM stub (`examples/support/llm_stub.rs`): normal answers with seeded rate limits
+//! and refusals (the planner's a plan, which varies from saga to saga), and the test
+//! modes (503, no answer, a reply of the wrong shape, 400, an invalid plan, no plan).
+//! Every request the stub receives is in `assistant_llm_calls`, which tells which
+//! idempotency keys were used for which saga step; the plan each saga ran is in
+//! `assistant_plans`.
+
+mod durability;
+mod llm;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+use std::time::Duration;
+
+use agentsaga::core::sqlx::{self, AssertSqlSafe};
+use agentsaga::core::testing::{Backend, fresh_url};
+use agentsaga::core::{ReadPool, Store, both_backends};
+use agentsaga::saga::{SagaState, query};
+
+/// The undoable effect every plan has; the calendar slot, which only some plans
+/// reserve, is checked against the plan ([`check_effects`]).
+pub(crate) const UNDOABLE: &[(&str, &str)] = &[("assistant_drafts", "drafted")];
+pub(crate) const FORWARD: &[(&str, &str)] = &[
+    ("assistant_emails", "sent"),
+    ("assistant_crm_records", "created"),
+];
+
+/// Every table the example writes its effects to, the planner's included.
+pub(crate) const EFFECT_TABLES: &[&str] = &[
+    "assistant_plans",
+    "assistant_research",
+    "assistant_calendar_slots",
+    "assistant_drafts",
+    "assistant_emails",
+    "assistant_crm_records",
+];
+
+/// The child talks to its own stub whatever the developer's environment says.
+pub(crate) fn no_openai(cmd: &mut Command) {
+    for var in ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"] {
+        cmd.env_remove(var);
+    }
+}
+
+/// A run that approves every email itself (`--auto-approve`).
+pub(crate) fn assistant(url: &str, args: &[&str]) -> String {
+    let mut args = args.to_vec();
+    args.push("--auto-approve");
+    support::run_with("ai_assistant", url, &args, no_openai)
+}
+
+/// A run that leaves the approvals to a person.
+pub(crate) fn assistant_unapproved(url: &str, args: &[&str]) -> String {
+    support::run_with("ai_assistant", url, args, no_openai)
+}
+
+/// A request the stub received.
+#[derive(Debug)]
+pub(crate) struct Call {
+    key: String,
+    saga: String,
+    step: String,
+    answer: String,
+}
+
+pub(crate) async fn llm_calls(store: &Store) -> Vec<Call> {
+    let sql = "SELECT idempotency_key, saga_id, step, answer FROM assistant_llm_calls";
+    let rows: Vec<(String, String, String, String)> = match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(reader)
+            .await
+            .unwrap(),
+        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    };
+    rows.into_iter()
+        .map(|(key, saga, step, answer)| Call {
+            key,
+            saga,
+            step,
+            answer,
+        })
+        .collect()
+}
+
+/// The rows of `sql` (text columns), on either backend.
+pub(crate) async fn text_rows(store: &Store, sql: &str) -> Vec<(String, String)> {
+    match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+            .fetch_all(reader)
+            .await
+            .unwrap(),
+        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
+            .fetch_all(pool)
+            .await
+            .unwrap(),
+    }
+}
+
+/// The step names of each saga's plan, in order, as the planner recorded it.
+pub(crate) async fn plans(store: &Store) -> HashMap<String, Vec<String>> {
+    text_rows(store, "SELECT saga_id, steps FROM assistant_plans")
+        .await
+        .into_iter()
+        .map(|(saga, steps)| (saga, steps.split_whitespace().map(str::to_owned).collect()))
+        .collect()
+}
+
+/// The sagas that have a row in `table`.
+pub(crate) async fn rows(store: &Store, table: &str) -> Vec<String> {
+    text_rows(store, &format!("SELECT saga_id, saga_id FROM {table}"))
+        .await
+        .into_iter()
+        .map(|(saga, _)| saga)
+        .collect()
+}
+
+/// The names of the steps saga `id` dispatched, in order.
+pub(crate) async fn steps_run(store: &Store, id: &str) -> Vec<String> {
+    query::steps(store, id.parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
+/// The effects match each saga's outcome and plan: `support::check_invariants` for
+/// the effects of the steps every plan has (the draft, the email, the CRM record;
+/// every saga terminal, the outbox drained), and, per saga, the calendar slot if its
+/// plan reserved one and none if it did not. A completed saga ran the planner's step
+/// and then exactly the steps of its plan, its research done. Returns (completed,
+/// compensated).
+pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
+    let counts = support::check_invariants(store, UNDOABLE, FORWARD).await;
+    let plans = plans(store).await;
+    let slots = support::statuses(store, "assistant_calendar_slots").await;
+    let research = support::statuses(store, "assistant_research").await;
+    for (id, state) in support::sagas(store).await {
+        let plan = plans.get(&id);
+        let with_slot = plan.is_some_and(|p| p.iter().any(|s| s == "reserve_calendar_slot"));
+        let slot = slots.get(&id).map(String::as_str);
+        if state == SagaState::Completed {
+            let plan = plan.unwrap_or_else(|| panic!("completed saga {id} has no plan"));
+            assert_eq!(slot, with_slot.then_some("reserved"), "saga {id}: {plan:?}");
+            assert_eq!(research.get(&id).map(String::as_str), Some("done"));
+            let planned: Vec<&str> = std::iter::once("plan")
+                .chain(plan.iter().map(String::as_str))
+                .collect();
+            assert_eq!(steps_run(store, &id).await, planned, "saga {id}");
+        } else {
+            assert_ne!(slot, Some("reserved"), "compensated saga {id}");
+            if !with_slot {
+                assert_eq!(slot, None, "saga {id} reserved a slot it did not plan");
+            }
+        }
+    }
+    counts
+}
+
+/// Each idempotency key the stub saw belongs to exactly one (saga, step) pair, and
+/// each pair used one key. Returns the number of requests per key.
+pub(crate) fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
+    let mut owner: HashMap<&str, (&str, &str)> = HashMap::new();
+    let mut key_of: HashMap<(&str, &str), &str> = HashMap::new();
+    let mut requests: HashMap<&str, usize> = HashMap::new();
+    for c in calls {
+        assert!(
+            !c.key.is_empty() && !c.saga.is_empty() && !c.step.is_empty(),
+            "{c:?}"
+        );
+        let pair = (c.saga.as_str(), c.step.as_str());
+        let first = *owner.entry(&c.key).or_insert(pair);
+        assert_eq!(first, pair, "key {} used by two saga steps", c.key);
+        let key = *key_of.entry(pair).or_insert(&c.key);
+        assert_eq!(key, c.key, "saga step {pair:?} used two keys");
+        *requests.entry(&c.key).or_default() += 1;
+    }
+    requests
+}
+
+/// Every saga with its state and error.
+pub(crate) async fn outcomes(store: &Store) -> Vec<(String, SagaState, String)> {
+    let list = query::list(
+        store,
+        &query::ListFilter {
+            limit: u32::MAX,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    list.into_iter()
+        .map(|s| (s.id.to_string(), s.state, s.error.unwrap_or_default()))
+        .collect()
+}
+
+/// Every saga compensated, each error containing all of `needles`.
+pub(crate) async fn all_compensated(store: &Store, n: usize, needles: &[&str]) {
+    let outcomes = outcomes(store).await;
+    assert_eq!(outcomes.len(), n);
+    for (id, state, error) in &outcomes {
+        assert_eq!(*state, SagaState::Compensated, "saga {id}: {error}");
+        for needle in needles {
+            assert!(
+                error.contains(needle),
+                "saga {id}: `{needle}` not in {error}"
+            );
+        }
+    }
+}
