@@ -87,11 +87,17 @@ async fn write_rows(tx: &mut Tx, rows: Vec<crate::store::write::RowWrite>) -> Re
         let mut q = QueryBuilder::<sqlx::Postgres>::new("");
         let n = groups.len();
         for (i, (table, upsert, rows)) in groups.iter().enumerate() {
+            // `WITH w0 AS (…), w1 AS (…) INSERT …`: every table's rows but the last's
+            // in a data-modifying `WITH`.
+            if i > 0 {
+                q.push(")");
+                q.push(if i + 1 < n { ", " } else { " " });
+            }
             if i + 1 < n {
-                q.push(if i == 0 { "WITH " } else { ", " });
+                if i == 0 {
+                    q.push("WITH ");
+                }
                 q.push(format!("w{i} AS ("));
-            } else if n > 1 {
-                q.push(") ");
             }
             q.push(format!(
                 "INSERT INTO {} ({}) ",

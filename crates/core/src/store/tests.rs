@@ -10,6 +10,7 @@ mod queue;
 mod set_lane;
 mod sqlite;
 mod tail;
+mod write;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
