@@ -99,11 +99,7 @@ async fn write_rows(tx: &mut Tx, rows: Vec<crate::store::write::RowWrite>) -> Re
                 }
                 q.push(format!("w{i} AS ("));
             }
-            q.push(format!(
-                "INSERT INTO {} ({}) ",
-                table.name,
-                table.column_list()
-            ));
+            q.push(table.insert_head());
             q.push_values(rows, |mut b, row| {
                 for (column, value) in table.columns.iter().zip(row) {
                     push_value(&mut b, column.kind, value.clone());
