@@ -1,6 +1,7 @@
 //! The store's contract, one body per test, run on SQLite and on PostgreSQL; the tests
 //! by concept in `tests/`, the helpers they share here.
 
+mod admin;
 mod handover;
 mod hop;
 mod migrations;
