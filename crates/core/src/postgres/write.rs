@@ -87,17 +87,19 @@ async fn write_rows(tx: &mut Tx, rows: Vec<crate::store::write::RowWrite>) -> Re
         let mut q = QueryBuilder::<sqlx::Postgres>::new("");
         let n = groups.len();
         for (i, (table, upsert, rows)) in groups.iter().enumerate() {
-            if i + 1 < n {
-                q.push(if i == 0 { "WITH " } else { ", " });
-                q.push(format!("w{i} AS ("));
-            } else if n > 1 {
-                q.push(") ");
+            // `WITH w0 AS (…), w1 AS (…) INSERT …`: every table's rows but the last's
+            // in a data-modifying `WITH`.
+            if i > 0 {
+                q.push(")");
+                q.push(if i + 1 < n { ", " } else { " " });
             }
-            q.push(format!(
-                "INSERT INTO {} ({}) ",
-                table.name,
-                table.column_list()
-            ));
+            if i + 1 < n {
+                if i == 0 {
+                    q.push("WITH ");
+                }
+                q.push(format!("w{i} AS ("));
+            }
+            q.push(table.insert_head());
             q.push_values(rows, |mut b, row| {
                 for (column, value) in table.columns.iter().zip(row) {
                     push_value(&mut b, column.kind, value.clone());

@@ -1,6 +1,7 @@
 //! The store's contract, one body per test, run on SQLite and on PostgreSQL; the tests
 //! by concept in `tests/`, the helpers they share here.
 
+mod admin;
 mod handover;
 mod hop;
 mod migrations;
@@ -10,6 +11,7 @@ mod queue;
 mod set_lane;
 mod sqlite;
 mod tail;
+mod write;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

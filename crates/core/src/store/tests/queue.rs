@@ -1,5 +1,5 @@
 //! The relay's protocol: claims, acknowledgements, per-key order, leases, retries and
-//! dead letters, pruning and stats, late commits.
+//! dead letters, late commits.
 
 use super::*;
 
@@ -368,55 +368,6 @@ async fn retry_dead_redrive(backend: Backend) {
     ));
 }
 both_backends!(retry_dead_tests, retry_dead_redrive);
-
-// Prune delivered rows by age; stats count states and report the lag.
-async fn prune_and_stats(backend: Backend) {
-    let (store, _) = open(backend).await;
-    let d = dests(&["a"]);
-    for i in 0..3 {
-        enqueue_one(&store, &Message::to("a").json(&i).unwrap()).await;
-    }
-    enqueue_one(&store, &Message::to("a").delay(Duration::from_secs(3600))).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let stats = store.admin().stats().await.unwrap();
-    assert_eq!(stats.pending, 4);
-    assert!(stats.oldest_pending_age_ms.unwrap() >= 20, "{stats:?}");
-    let got = claim_n(&store, "r", &d, 2).await;
-    assert_eq!(got.len(), 2);
-    let stats = store.admin().stats().await.unwrap();
-    assert_eq!((stats.pending, stats.in_flight), (2, 2));
-    store
-        .queue()
-        .mark_delivered("r", &[got[0].seq, got[1].seq])
-        .await
-        .unwrap();
-    assert_eq!(
-        store
-            .admin()
-            .prune_delivered(Duration::from_secs(3600))
-            .await
-            .unwrap(),
-        0
-    );
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(
-        store
-            .admin()
-            .prune_delivered(Duration::from_millis(1))
-            .await
-            .unwrap(),
-        2
-    );
-    let stats = store.admin().stats().await.unwrap();
-    assert_eq!((stats.pending, stats.in_flight, stats.delivered), (2, 0, 0));
-    let got = claim_n(&store, "r", &d, 10).await;
-    assert_eq!(got.len(), 1, "the timer is not due");
-    assert_eq!(
-        store.admin().stats().await.unwrap().oldest_pending_age_ms,
-        None
-    );
-}
-both_backends!(prune_stats_tests, prune_and_stats);
 
 // A transaction that commits late (after rows with higher seq) is still claimed.
 async fn late_commit_is_not_skipped(backend: Backend) {

@@ -1,0 +1,143 @@
+//! Writes as data: rows of declared tables and messages handed to the transaction in
+//! one call, rendered by each driver.
+
+use super::*;
+use crate::write::{Column, Datum, Kind, Table, Writes};
+
+static A: Table = Table::new(
+    "w_a",
+    &[
+        Column::new("id", Kind::Id),
+        Column::new("n", Kind::Int),
+        Column::new("at", Kind::Stamp).first(),
+    ],
+    1,
+);
+static B: Table = Table::new(
+    "w_b",
+    &[
+        Column::new("a", Kind::Id),
+        Column::new("k", Kind::Int),
+        Column::new("doc", Kind::Json),
+        Column::new("t", Kind::Time).kept(),
+    ],
+    2,
+);
+static C: Table = Table::new(
+    "w_c",
+    &[
+        Column::new("id", Kind::Text),
+        Column::new("flag", Kind::Bool),
+    ],
+    1,
+);
+
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    let mut tx = store.begin().await.unwrap();
+    let n: i64 = crate::with_conn!(tx.conn(), c => {
+        sqlx::query_scalar(sql).fetch_one(c).await.unwrap()
+    });
+    tx.rollback().await.unwrap();
+    n
+}
+
+// Three tables and a message in one write (on PostgreSQL one statement: a foreign key
+// between them holds), upserts as each column declares (a later row of a key stands, a
+// kept column stays, a first-kept one keeps its first value), an insert of a stored
+// key refused, a row that does not fit its table refused before anything is written.
+async fn rows_written_as_data(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let ddl: [&'static str; 3] = match backend {
+        Backend::Sqlite => [
+            "CREATE TABLE w_a (id TEXT PRIMARY KEY, n INTEGER NOT NULL, at INTEGER)",
+            "CREATE TABLE w_b (a TEXT NOT NULL REFERENCES w_a (id), k INTEGER NOT NULL,
+                doc TEXT, t INTEGER, PRIMARY KEY (a, k))",
+            "CREATE TABLE w_c (id TEXT PRIMARY KEY, flag INTEGER)",
+        ],
+        Backend::Postgres => [
+            "CREATE TABLE w_a (id uuid PRIMARY KEY, n int4 NOT NULL, at timestamptz)",
+            "CREATE TABLE w_b (a uuid NOT NULL REFERENCES w_a (id), k int4 NOT NULL,
+                doc jsonb, t timestamptz, PRIMARY KEY (a, k))",
+            "CREATE TABLE w_c (id text PRIMARY KEY, flag bool)",
+        ],
+    };
+    for sql in ddl {
+        exec(&store, sql).await;
+    }
+    let id = uuid::Uuid::now_v7();
+    let mut w = Writes::new();
+    w.upsert(&A, vec![Datum::Id(id), Datum::from(1), Datum::Now(1_000)]);
+    w.upsert(
+        &B,
+        vec![
+            Datum::Id(id),
+            Datum::from(0),
+            Datum::from("{\"x\":1}"),
+            Datum::Int(5_000),
+        ],
+    );
+    w.upsert(&C, vec![Datum::from("c"), Datum::from(true)]);
+    w.upsert(&A, vec![Datum::Id(id), Datum::from(2), Datum::Now(2_000)]);
+    w.enqueue(&[Message::to("w").json(&1).unwrap()]);
+    let mut tx = store.begin().await.unwrap();
+    tx.write(w).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM w_a WHERE n = 2 AND at IS NOT NULL"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(&store, "SELECT count(*) FROM w_b WHERE t IS NOT NULL").await,
+        1
+    );
+    assert_eq!(count(&store, "SELECT count(*) FROM w_c").await, 1);
+    assert_eq!(store.admin().stats().await.unwrap().pending, 1);
+
+    // Again: `at` keeps its value, `t` stays, `n` changes.
+    let mut w = Writes::new();
+    w.upsert(&A, vec![Datum::Id(id), Datum::from(3), Datum::Null]);
+    w.upsert(
+        &B,
+        vec![Datum::Id(id), Datum::from(0), Datum::Null, Datum::Null],
+    );
+    let mut tx = store.begin().await.unwrap();
+    tx.write(w).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM w_a WHERE n = 3 AND at IS NOT NULL"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &store,
+            "SELECT count(*) FROM w_b WHERE t IS NOT NULL AND doc IS NULL"
+        )
+        .await,
+        1
+    );
+
+    // An insert of a stored key fails; a row that does not fit is refused.
+    let mut w = Writes::new();
+    w.insert(&C, vec![Datum::from("c"), Datum::from(false)]);
+    let mut tx = store.begin().await.unwrap();
+    assert!(tx.write(w).await.is_err());
+    drop(tx);
+    let mut w = Writes::new();
+    w.insert(&C, vec![Datum::from("d")]);
+    let mut tx = store.begin().await.unwrap();
+    assert!(matches!(tx.write(w).await, Err(Error::Corrupt { .. })));
+    let mut w = Writes::new();
+    w.insert(&C, vec![Datum::Int(1), Datum::from(true)]);
+    assert!(matches!(tx.write(w).await, Err(Error::Corrupt { .. })));
+    tx.rollback().await.unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM w_c").await, 1);
+}
+both_backends!(write_tests, rows_written_as_data);
