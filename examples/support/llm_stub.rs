@@ -52,6 +52,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
+#[path = "llm_stub_answers.rs"]
+mod answers;
+
+use answers::{NO_PLAN, compose, plan};
+
 /// The bearer token the stub accepts.
 pub const API_KEY: &str = "agentsaga-local-stub";
 /// The header naming the saga a request works for (sent by the example's client).
@@ -396,115 +401,6 @@ async fn chat_completions(
             .into_response()
         }
     }
-}
-
-/// The stub's "answer": plain, deterministic, and honest about where it comes from.
-fn compose(seed: u64, key: &str, prompt: &str) -> String {
-    const OPENINGS: [&str; 4] = [
-        "Here is what I found.",
-        "In short:",
-        "A brief answer follows.",
-        "Certainly.",
-    ];
-    let pick = (unit(seed, key, 0, "text") * OPENINGS.len() as f64) as usize;
-    let asked: String = prompt.chars().take(160).collect();
-    format!(
-        "{} (A local stub answered this; the request read: \"{asked}\")",
-        OPENINGS[pick.min(OPENINGS.len() - 1)]
-    )
-}
-
-/// What the planner says in [`Mode::NoPlan`]: a plan in words, with no JSON.
-const NO_PLAN: &str = "Happy to help! First I would look into the company, then find a \
-                       time in your calendar, write a short email proposing the meeting, \
-                       and send it once you have read it. Shall I go ahead?";
-
-/// The planner's answer: a plan for the example's agents (see the module doc), in a
-/// fenced block amid prose; with `bad`, with a step for an agent the example lacks.
-fn plan(seed: u64, key: &str, bad: bool) -> String {
-    let company = json!({ "$from": "/input/company" });
-    let undo = |destination: &str, step: &str| {
-        json!({
-            "destination": destination,
-            "command": { "op": "undo", "id": { "$from": format!("/results/{step}/id") } }
-        })
-    };
-    let research = json!({
-        "name": "research",
-        "destination": "research",
-        "command": { "op": "do", "company": company },
-        "nothing_to_undo": true
-    });
-    let slot = json!({
-        "name": "reserve_calendar_slot",
-        "destination": "calendar",
-        "command": { "op": "do", "company": company },
-        "compensate": undo("calendar", "reserve_calendar_slot")
-    });
-    // Which plan: no slot, the slot beside the research, or after it.
-    let shape = (unit(seed, key, 0, "plan") * 3.0) as u8;
-    let mut draft = json!({
-        "op": "do",
-        "company": company,
-        "findings": { "$from": "/results/research/text" }
-    });
-    if shape != 0 {
-        draft["slot"] = json!({ "$from": "/results/reserve_calendar_slot/text" });
-    }
-    let mut steps = match shape {
-        0 => vec![research],
-        1 => vec![json!({ "parallel": [research, slot] })],
-        _ => vec![research, slot],
-    };
-    steps.extend([
-        json!({
-            "name": "draft_email",
-            "destination": "drafts",
-            "command": draft,
-            "compensate": undo("drafts", "draft_email")
-        }),
-        json!({ "name": "approval", "wait_for": "approval" }),
-        json!({
-            "name": "send_email",
-            "destination": "email",
-            "command": {
-                "op": "do",
-                "company": company,
-                "draft": { "$from": "/results/draft_email/text" }
-            },
-            "pivot": true
-        }),
-        json!({
-            "name": "create_crm_record",
-            "destination": "crm",
-            "command": {
-                "op": "do",
-                "company": company,
-                "approved_by": { "$from": "/results/approval/by" }
-            }
-        }),
-    ]);
-    if bad {
-        steps.insert(
-            1,
-            json!({
-                "name": "notify_team",
-                "destination": "slack",
-                "command": { "channel": "#sales", "text": { "$from": "/results/research/text" } },
-                "nothing_to_undo": true
-            }),
-        );
-    }
-    let plan = serde_json::to_string_pretty(&json!({ "steps": steps })).expect("JSON");
-    let opening = match shape {
-        0 => "Here is a plan. I left the calendar out: the email can suggest a time instead.",
-        1 => "Here is a plan: the research and the calendar slot can happen at the same time.",
-        _ => "Sure! Here is the plan, step by step.",
-    };
-    format!(
-        "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
-         goes out; if anything fails before then, what was reserved or drafted is undone."
-    )
 }
 
 /// Runs `sql` with text parameters in a transaction of its own.
