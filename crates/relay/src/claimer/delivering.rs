@@ -31,11 +31,10 @@ struct Entry {
     envelope: Arc<Envelope>,
     number: u64,
     lost: tokio::sync::watch::Sender<bool>,
-    /// The lease the delivery sees ([`crate::lease::Lease`]): `held_until`, for it.
-    until: tokio::sync::watch::Sender<Instant>,
     /// Local time by which the lease surely still holds: [`held_for`] the lease from
-    /// when its claim or handover was taken in, or from before its last renewal.
-    held_until: Instant,
+    /// when its claim or handover was taken in, or from before its last renewal. The
+    /// delivery sees it too, as its [`Lease`](crate::lease::Lease).
+    held_until: tokio::sync::watch::Sender<Instant>,
 }
 
 impl Delivering {
@@ -64,7 +63,7 @@ impl Delivering {
             .or_default() += 1;
         self.next += 1;
         let (lost, watch) = tokio::sync::watch::channel(false);
-        let (until, lease) = tokio::sync::watch::channel(held_until);
+        let (held_until, lease) = tokio::sync::watch::channel(held_until);
         let task = Arc::new(Task {
             envelope: Arc::clone(&envelope),
             delivery: self.next,
@@ -75,7 +74,6 @@ impl Delivering {
             envelope,
             number: self.next,
             lost,
-            until,
             held_until,
         };
         if let Some(old) = self.rows.insert(entry.envelope.seq, entry) {
@@ -112,8 +110,7 @@ impl Delivering {
         for seq in asked {
             match self.rows.get_mut(seq) {
                 Some(e) if renewed.contains(seq) => {
-                    e.held_until = held_until;
-                    e.until.send_replace(held_until);
+                    e.held_until.send_replace(held_until);
                 }
                 Some(_) => lost.push(*seq),
                 None => {}
@@ -128,7 +125,7 @@ impl Delivering {
         let lost: Vec<i64> = self
             .rows
             .iter()
-            .filter(|(_, e)| e.held_until <= now)
+            .filter(|(_, e)| *e.held_until.borrow() <= now)
             .map(|(seq, _)| *seq)
             .collect();
         self.lose(&lost)
