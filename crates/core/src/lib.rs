@@ -90,9 +90,9 @@ pub mod migrate {
 
 /// Direct handover: a relay in this process takes the messages a transaction writes
 /// as they commit, leased to it, instead of claiming them (see
-/// [`Store::set_handover`]).
+/// [`Store::install_handover`]).
 pub mod handover {
-    pub use crate::store::Handover;
+    pub use crate::store::{Handover, Installed};
 }
 
 /// Re-exported so users name the same sqlx the store was built with.

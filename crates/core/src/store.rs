@@ -35,7 +35,7 @@ use tracing::Instrument;
 pub use config::{StoreConfig, Synchronous};
 pub use conn::Conn;
 pub(crate) use conn::Integer;
-pub use handover::Handover;
+pub use handover::{Handover, Installed};
 pub use hop::{Hop, HopStats, Prefetch, Prefetched};
 pub use row::Row;
 pub use tx::Tx;
@@ -207,16 +207,25 @@ impl Store {
         }
     }
 
-    /// Installs a direct handover (see the `handover` module): from now on, a [`Tx`]
-    /// of this store (or of a clone) writes messages it can hand over leased to it, and
-    /// hands them over on commit. Replaces the one installed before.
-    pub fn set_handover(&self, handover: std::sync::Arc<dyn Handover>) {
+    /// Installs a direct handover (see the [`handover`](crate::handover) module): from
+    /// now on, a [`Tx`] of this store (or of a clone) writes messages it can hand over
+    /// leased to it, and hands them over on commit. Replaces the one installed before.
+    /// Dropping what it returns removes it again (if it is still the one installed):
+    /// messages are then written `pending`, for the relays to claim.
+    #[must_use = "the handover is removed when this is dropped"]
+    pub fn install_handover(
+        &self,
+        handover: std::sync::Arc<dyn Handover>,
+    ) -> crate::handover::Installed {
+        self.set_handover(std::sync::Arc::clone(&handover));
+        crate::handover::Installed::new(self.clone(), handover)
+    }
+
+    pub(crate) fn set_handover(&self, handover: std::sync::Arc<dyn Handover>) {
         self.handover.set(Some(handover));
     }
 
-    /// Removes `handover` if it is the one installed: messages are written `pending`
-    /// again, for the relays to claim.
-    pub fn remove_handover(&self, handover: &std::sync::Arc<dyn Handover>) {
+    pub(crate) fn remove_handover(&self, handover: &std::sync::Arc<dyn Handover>) {
         self.handover.remove(handover);
     }
 

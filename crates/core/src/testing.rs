@@ -22,15 +22,18 @@
 //! agentsaga_core::both_backends!(opens_tests, opens);
 //! ```
 
+#[cfg(feature = "postgres")]
 mod pg;
 mod relay;
 mod watchdog;
 
+#[cfg(feature = "postgres")]
 pub use pg::{PgServer, pg_server};
 pub use relay::{claim, envelope, pump};
 
 use std::fs;
 use std::path::PathBuf;
+#[cfg(feature = "sqlite")]
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -51,15 +54,19 @@ pub enum Backend {
 ///   new and unique for each call (under [`std::env::temp_dir`], named with a
 ///   UUIDv7); the database file itself is not created.
 /// * [`Backend::Postgres`]: creates a new database `t_<uuid>` in the
-///   per-process throwaway server (see [`pg_server`]) and returns
+///   per-process throwaway server (`pg_server`) and returns
 ///   `postgres://postgres@127.0.0.1:<port>/<dbname>`.
 ///
 /// # Panics
 ///
 /// On any failure to provide the database: test infrastructure failures are
-/// loud, never skipped.
+/// loud, never skipped. Asked for a backend this build does not have (which
+/// [`both_backends!`](crate::both_backends) never does).
 pub async fn fresh_url(backend: Backend) -> String {
     match backend {
+        #[cfg(not(feature = "sqlite"))]
+        Backend::Sqlite => panic!("agentsaga testing: this build has no SQLite backend"),
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let dir = sqlite_root().join(Uuid::now_v7().simple().to_string());
             fs::create_dir_all(&dir).unwrap_or_else(|e| {
@@ -67,9 +74,13 @@ pub async fn fresh_url(backend: Backend) -> String {
             });
             format!("sqlite://{}", dir.join("test.db").display())
         }
+        #[cfg(feature = "postgres")]
         Backend::Postgres => pg_server().fresh_database_url().await,
+        #[cfg(not(feature = "postgres"))]
+        Backend::Postgres => panic!("agentsaga testing: this build has no PostgreSQL backend"),
     }
 }
+#[cfg(feature = "sqlite")]
 /// One directory per test process for its SQLite databases, removed by a watchdog
 /// when the process ends (however it ends).
 fn sqlite_root() -> &'static PathBuf {
@@ -106,14 +117,17 @@ pub async fn wait_until(what: &str, within: Duration, mut condition: impl AsyncF
     }
 }
 
-/// Run one async test body against both backends.
+/// Run one async test body against both backends (those this build has).
 ///
 /// `both_backends!(name, body_fn)` expands to a module `name` holding two
 /// tests, `sqlite` and `postgres`, each a multi-threaded tokio test (two
 /// workers) calling `super::body_fn(backend).await` with
 /// [`Backend::Sqlite`](crate::testing::Backend::Sqlite) and
 /// [`Backend::Postgres`](crate::testing::Backend::Postgres) respectively. The
-/// body has the signature `async fn body_fn(backend: Backend)`.
+/// body has the signature `async fn body_fn(backend: Backend)`. A build without
+/// one of the backends (`--no-default-features --features sqlite`) has only the
+/// other's test: which ones exist is decided by `agentsaga-core`'s features, not
+/// the calling crate's.
 ///
 /// ```ignore
 /// async fn round_trip(backend: agentsaga_core::testing::Backend) {
@@ -126,14 +140,30 @@ pub async fn wait_until(what: &str, within: Duration, mut condition: impl AsyncF
 macro_rules! both_backends {
     ($name:ident, $body:ident $(,)?) => {
         mod $name {
+            $crate::__backend_test!(sqlite, $body, Sqlite);
+            $crate::__backend_test!(postgres, $body, Postgres);
+        }
+    };
+}
+
+/// One test of [`both_backends!`](crate::both_backends), or nothing for a backend this
+/// build does not have. Not for use of its own.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __backend_test {
+    (sqlite, $body:ident, $variant:ident) => {
+        $crate::if_sqlite! {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                super::$body($crate::testing::Backend::Sqlite).await
+                super::$body($crate::testing::Backend::$variant).await
             }
-
+        }
+    };
+    (postgres, $body:ident, $variant:ident) => {
+        $crate::if_postgres! {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                super::$body($crate::testing::Backend::Postgres).await
+                super::$body($crate::testing::Backend::$variant).await
             }
         }
     };
@@ -141,19 +171,18 @@ macro_rules! both_backends {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Connection;
-    use sqlx::postgres::PgConnection;
-
     use super::*;
 
+    #[cfg(feature = "postgres")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_fresh_urls_are_distinct_working_databases() {
         let a = fresh_url(Backend::Postgres).await;
         let b = fresh_url(Backend::Postgres).await;
         assert_ne!(a, b);
         for url in [&a, &b] {
+            use sqlx::Connection;
             assert!(url.starts_with("postgres://postgres@127.0.0.1:"), "{url}");
-            let mut conn = PgConnection::connect(url)
+            let mut conn = sqlx::postgres::PgConnection::connect(url)
                 .await
                 .unwrap_or_else(|e| panic!("connect {url}: {e}"));
             let one: i32 = sqlx::query_scalar("SELECT 1")
@@ -165,6 +194,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn sqlite_fresh_urls_are_distinct() {
         let a = fresh_url(Backend::Sqlite).await;

@@ -14,6 +14,7 @@
 //! CHECK expressions (only which columns are under a CHECK), `AUTOINCREMENT` against
 //! `GENERATED ALWAYS AS IDENTITY`, `WITHOUT ROWID`, the grouping parentheses of
 //! partial-index predicates.
+#![cfg(all(feature = "sqlite", feature = "postgres"))]
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -102,7 +102,7 @@ impl Actor for Claimer {
                 myself,
                 caps,
             ));
-            self.store.set_handover(Arc::clone(&handoff) as _);
+            delivering.installed = Some(self.store.install_handover(Arc::clone(&handoff) as _));
             delivering.handoff = Some(handoff);
         }
         Ok(ClaimerState {
@@ -148,7 +148,7 @@ impl Actor for Claimer {
         if let Some(pacer) = state.pacer.take() {
             pacer.abort();
         }
-        state.delivering.stop_handover(&self.store);
+        state.delivering.stop_handover();
         state.pool.kill();
         Ok(())
     }

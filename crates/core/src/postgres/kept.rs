@@ -192,7 +192,7 @@ pub(crate) struct Kept {
     messages: Vec<Message>,
     /// The hop ran a statement of its own.
     pub(crate) dirty: bool,
-    /// The caller allowed its next write to be kept ([`Tx::defer_next_write`]).
+    /// The caller allowed its next write to be kept ([`Hop::defer_next_write`](crate::Hop::defer_next_write)).
     pub(crate) deferrable: bool,
 }
 

@@ -12,7 +12,7 @@
 //!    batch's keys (the saga engine's: lock the sagas in id order, then read their
 //!    steps), and gives each hop its rows;
 //! 3. hands the transaction to each hop in turn. A hop that writes only through
-//!    [`Tx::write_last`] after [`Tx::defer_next_write`] (the engine's save and next
+//!    [`Tx::write_last`] after [`Hop::defer_next_write`](crate::Hop::defer_next_write) (the engine's save and next
 //!    messages) runs no statement: its writes are kept as data. A hop that runs
 //!    statements of its own ([`Tx::conn`]) is *dirty*;
 //! 4. writes the kept data, one statement per kind of row for the whole batch, and the

@@ -38,7 +38,7 @@
 //! costs as few statement groups as it can: the group that ends a hop (releases its
 //! savepoint) also opens the next one (sets its savepoint, records its message in the
 //! inbox, runs its [`Prefetch`] read), and starts with the ended hop's last write if
-//! the hop deferred it ([`Tx::defer_next_write`]). The count of statements that
+//! the hop deferred it ([`Hop::defer_next_write`](crate::Hop::defer_next_write)). The count of statements that
 //! completed says whose failure a failed group was: the ended hop's (it alone is
 //! undone), the transaction's (abandoned), or the next hop's (it alone fails).
 //!
@@ -222,6 +222,20 @@ impl Hop {
             tx: Some(tx),
             back: None,
             counts,
+        }
+    }
+
+    /// Lets this hop's last write ([`Tx::write_last`]) be run later, as its driver
+    /// sees fit: on SQLite's lane in the round trip that ends the hop (with the release
+    /// of its savepoint and the opening of the next hop) instead of a round trip of its
+    /// own; on PostgreSQL's set lane kept as data and written with the batch's other
+    /// hops' rows in one statement per table. Its errors then come from
+    /// [`commit`](Self::commit), and the hop is undone. Call it only when that write is
+    /// the hop's last statement. In a hop that is a transaction of its own (PostgreSQL
+    /// outside the set lane) it changes nothing.
+    pub fn defer_next_write(&mut self) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.defer_next_write();
         }
     }
 

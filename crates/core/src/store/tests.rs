@@ -7,9 +7,15 @@ mod hop;
 mod migrations;
 mod outbox;
 mod queue;
+// In a build with PostgreSQL alone, every store is PostgreSQL's: its `let … else` arms are dead.
 #[cfg(feature = "postgres")]
+#[allow(irrefutable_let_patterns)]
 mod set_lane;
+// In a build with SQLite alone, every store is SQLite's: its `let … else` arms are dead.
+#[cfg(feature = "sqlite")]
+#[allow(irrefutable_let_patterns)]
 mod sqlite;
+#[cfg(feature = "sqlite")]
 mod tail;
 mod write;
 
@@ -54,14 +60,9 @@ async fn enqueue_one(store: &Store, msg: &Message) {
 
 async fn exec(store: &Store, sql: &'static str) {
     let mut tx = store.begin().await.unwrap();
-    match tx.conn() {
-        crate::Conn::Sqlite(c) => {
-            sqlx::query(sql).execute(c).await.unwrap();
-        }
-        crate::Conn::Postgres(c) => {
-            sqlx::query(sql).execute(c).await.unwrap();
-        }
-    }
+    crate::with_conn!(tx.conn(), c => {
+        sqlx::query(sql).execute(c).await.unwrap();
+    });
     tx.commit().await.unwrap();
 }
 

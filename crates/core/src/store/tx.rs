@@ -99,15 +99,9 @@ impl Tx {
         }
     }
 
-    /// Lets this hop's last write ([`write_last`](Self::write_last)) be run later,
-    /// as its driver sees fit: on SQLite's lane in the round trip that ends the hop
-    /// (with the release of its savepoint and the opening of the next hop) instead of
-    /// a round trip of its own; on PostgreSQL's set lane kept as data and written with
-    /// the batch's other hops' rows in one statement per table. Its errors then come
-    /// from [`Hop::commit`](super::Hop::commit), and the hop is undone. Call it only
-    /// when that write is the hop's last statement. Elsewhere (a transaction from
-    /// [`Store::begin`], a PostgreSQL hop of its own) it changes nothing.
-    pub fn defer_next_write(&mut self) {
+    /// See [`Hop::defer_next_write`](super::Hop::defer_next_write): only a hop may
+    /// defer its last write.
+    pub(crate) fn defer_next_write(&mut self) {
         self.defer = self.in_lane();
         #[cfg(feature = "postgres")]
         if let Some(kept) = &mut self.sets {

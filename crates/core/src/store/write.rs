@@ -360,7 +360,7 @@ impl Tx {
     }
 
     /// [`write`](Self::write) for the hop's last write: in a hop that allowed it
-    /// ([`defer_next_write`](Self::defer_next_write)) the driver may run it later, in
+    /// ([`Hop::defer_next_write`](crate::Hop::defer_next_write)) the driver may run it later, in
     /// the round trip that ends the hop (SQLite's lane), or keep it as data for the
     /// batch's statements (PostgreSQL's set lane). Its errors then come from
     /// [`Hop::commit`](crate::Hop::commit), and the hop is undone. Run no statement

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use agentsaga_core::{Envelope, Store};
+use agentsaga_core::Envelope;
 use tokio::time::Instant;
 
 use crate::handoff::Handoff;
@@ -21,6 +21,8 @@ pub(crate) struct Delivering {
     per_destination: HashMap<String, usize>,
     /// Direct handover, if on: its slots are given back as handed-over rows finish.
     pub(super) handoff: Option<Arc<Handoff>>,
+    /// `handoff`, installed on the store: dropped (at the stop), it is removed.
+    pub(super) installed: Option<agentsaga_core::handover::Installed>,
     /// The rows of these that were handed over (not claimed).
     handed: HashSet<i64>,
 }
@@ -160,13 +162,12 @@ impl Delivering {
         }
     }
 
-    /// Takes no more handed-over rows, and removes the handover from `store`.
-    pub(crate) fn stop_handover(&mut self, store: &Store) {
+    /// Takes no more handed-over rows, and removes the handover from its store.
+    pub(crate) fn stop_handover(&mut self) {
         if let Some(h) = &self.handoff {
             h.close();
-            let h: Arc<dyn agentsaga_core::handover::Handover> = Arc::clone(h) as _;
-            store.remove_handover(&h);
         }
+        self.installed = None;
     }
 
     pub(super) fn forget(&mut self, destination: &str) {

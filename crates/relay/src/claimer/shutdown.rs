@@ -28,7 +28,7 @@ impl Claimer {
         // No more claims from here on (the pacer keeps running so that leases of rows
         // still being delivered are renewed while we wait), and no more handovers.
         state.stop = Stop::Draining(reply.into_iter().collect());
-        state.delivering.stop_handover(&self.store);
+        state.delivering.stop_handover();
         tracing::info!(
             owner = %self.config.owner,
             in_flight = state.delivering.len(),

@@ -46,6 +46,7 @@ async fn enqueue_in_callers_own_transaction(backend: Backend) {
     // `Store::commit` commits the caller's transaction and wakes the relays.
     let woken = *store.wakeups().subscribe().borrow();
     match store.backend_ref() {
+        #[cfg(feature = "sqlite")]
         Db::Sqlite(db) => {
             let mut tx = db.writer.begin().await.unwrap();
             sqlx::query("CREATE TABLE orders (id INTEGER)")
@@ -55,6 +56,7 @@ async fn enqueue_in_callers_own_transaction(backend: Backend) {
             store.enqueue(&mut *tx, &msg).await.unwrap();
             store.commit(tx).await.unwrap();
         }
+        #[cfg(feature = "postgres")]
         Db::Postgres(db) => {
             let mut tx = db.pool.begin().await.unwrap();
             sqlx::query("CREATE TABLE orders (id INTEGER)")

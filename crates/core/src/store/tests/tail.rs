@@ -89,7 +89,7 @@ async fn statements_then_messages(backend: Backend) {
 }
 both_backends!(enqueue_after_tests, statements_then_messages);
 
-// A hop's last write deferred (`Tx::defer_next_write`, then `enqueue_batch_after`) runs
+// A hop's last write deferred (`Hop::defer_next_write`, then `enqueue_batch_after`) runs
 // in the round trip that ends the hop on SQLite: written with the hop, handed over on
 // commit. A deferred write that fails undoes its hop alone (its commit fails, its
 // handover slots come back): the hop before and after it are kept, also when the
