@@ -187,6 +187,9 @@ pub(crate) struct SagasList {
     /// Only sagas parked at a wait for a signal.
     #[arg(long)]
     pub(crate) waiting: bool,
+    /// Only the child sagas of this saga (started by its steps: `Step::saga`).
+    #[arg(long, value_name = "ID", value_parser = parse_saga_id)]
+    pub(crate) parent: Option<SagaId>,
     /// Only stalled sagas: running or compensating, not waiting for a signal, with
     /// nothing pending or in flight for them, or no progress for `--stalled-after`.
     #[arg(long)]

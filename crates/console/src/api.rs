@@ -24,7 +24,8 @@ use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::ops::{self, Action, SagaQuery};
 use request::{
-    MAX_BODY, Params, SAGA_PARAMS, body, message_id, parse_limit, parse_state, parse_time, saga_id,
+    MAX_BODY, Params, SAGA_PARAMS, body, message_id, parse_limit, parse_parent, parse_state,
+    parse_time, saga_id,
 };
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -67,6 +68,7 @@ async fn sagas(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<op
         name: p.string("name"),
         key: p.string("key"),
         waiting: p.flag("waiting")?,
+        parent: p.value("parent", parse_parent)?,
         stalled: p.flag("stalled")?,
         created_from_ms: p.value("from", parse_time)?,
         created_to_ms: p.value("to", parse_time)?,

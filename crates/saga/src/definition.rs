@@ -97,6 +97,9 @@ impl SagaDefinition {
         }
         let planner = self.planned.as_ref().and_then(|p| p.planner.as_ref());
         for s in self.stages.iter().flatten().chain(planner) {
+            if s.child.is_some() {
+                continue; // a child saga's orchestrators, not an agent
+            }
             if s.wait.is_none() {
                 out.push(s.destination.clone());
             }
@@ -167,6 +170,11 @@ impl SagaDefinition {
     }
 
     /// Whether step `idx` comes after the pivot.
+    /// Does it have a pivot (a step after which it cannot be undone)?
+    pub fn has_pivot(&self) -> bool {
+        self.stages.iter().flatten().any(|s| s.pivot)
+    }
+
     pub(crate) fn after_pivot(&self, idx: usize) -> bool {
         match self.stages.iter().flatten().position(|s| s.pivot) {
             Some(p) => idx > p,
@@ -179,4 +187,18 @@ impl SagaDefinition {
 /// One per version, so that only processes that have the version consume its replies.
 pub fn orchestrator_destination(name: &str, version: i32) -> String {
     format!("saga.{name}.v{version}")
+}
+
+/// Where a parent's step sends the start (its command) and the undo (its compensation)
+/// of child saga `name` ([`Step::saga`](crate::Step::saga)): `saga.<name>.child`,
+/// consumed by every process that hosts a version of `name` (the newest one it hosts
+/// starts the child).
+pub fn child_destination(name: &str) -> String {
+    format!("saga.{name}.child")
+}
+
+/// The saga name whose children `destination` starts, if it is a
+/// [`child_destination`].
+pub(crate) fn child_of(destination: &str) -> Option<&str> {
+    destination.strip_prefix("saga.")?.strip_suffix(".child")
 }

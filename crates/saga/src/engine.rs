@@ -2,6 +2,7 @@
 //! store's tables. It decides; the runtime's actors drive it.
 
 mod admission;
+mod child;
 mod handle;
 mod logic;
 mod model;
@@ -27,6 +28,8 @@ pub use self::signals::{Signal, SignalReceipt, SignalSender};
 pub(crate) use crate::definition::DeclaredWait;
 use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
+#[cfg(test)]
+pub(crate) use child::child_id;
 
 /// What [`Engine::handle`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +107,14 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// Sagas in flight per saga name unless configured otherwise (admission control).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1000;
 
+/// How deep child sagas may nest unless configured otherwise: a saga started on its
+/// own is at depth 0, its children at 1 ([`Engine::with_child_limits`]).
+pub const DEFAULT_MAX_CHILD_DEPTH: u32 = 4;
+
+/// How many child sagas one saga may start unless configured otherwise
+/// ([`Engine::with_child_limits`]).
+pub const DEFAULT_MAX_CHILDREN: u32 = 64;
+
 /// Holds the registered saga definitions and advances their instances.
 #[derive(Clone, Debug)]
 pub struct Engine {
@@ -115,6 +126,9 @@ pub struct Engine {
     /// Per saga name: when its in-flight count was last read, and that count plus
     /// the starts admitted here since (never less than the truth in this process).
     in_flight_seen: Arc<std::sync::Mutex<HashMap<String, (std::time::Instant, u64)>>>,
+    /// Child sagas: the deepest nesting and the most children of one saga.
+    max_child_depth: u32,
+    max_children: u32,
 }
 
 /// How long a start may trust the in-flight count an earlier start read.
@@ -125,7 +139,9 @@ impl Engine {
     /// new instances use the highest, running ones finish on their own.
     ///
     /// # Errors
-    /// [`Error::InvalidDefinition`] if a name and version appear twice.
+    /// [`Error::InvalidDefinition`] if a name and version appear twice, or a step runs
+    /// a child saga ([`Step::saga`](crate::Step::saga)) that is not registered, or that
+    /// has a pivot while the step is undone by compensating it (see `Step::saga`).
     pub fn new(definitions: impl IntoIterator<Item = SagaDefinition>) -> Result<Self> {
         let mut defs = HashMap::new();
         let mut latest: HashMap<String, i32> = HashMap::new();
@@ -139,6 +155,7 @@ impl Engine {
                 ));
             }
         }
+        check_children(&defs, &latest)?;
         Ok(Self {
             defs: Arc::new(defs),
             latest: Arc::new(latest),
@@ -146,7 +163,21 @@ impl Engine {
             max_in_flight: None,
             max_in_flight_for: Arc::default(),
             in_flight_seen: Arc::default(),
+            max_child_depth: DEFAULT_MAX_CHILD_DEPTH,
+            max_children: DEFAULT_MAX_CHILDREN,
         })
+    }
+
+    /// Bounds on child sagas ([`Step::saga`](crate::Step::saga)): at most `depth`
+    /// levels below a saga started on its own, and at most `children` child sagas
+    /// started by one saga. A child start beyond either is refused before anything
+    /// of it is written: the parent's step fails (fatal) with the reason, and the
+    /// parent turns back. Defaults: [`DEFAULT_MAX_CHILD_DEPTH`],
+    /// [`DEFAULT_MAX_CHILDREN`].
+    pub fn with_child_limits(mut self, depth: u32, children: u32) -> Self {
+        self.max_child_depth = depth;
+        self.max_children = children;
+        self
     }
 
     /// Admission control: at most `bound` sagas of each name in flight (running or
@@ -209,6 +240,11 @@ impl Engine {
         let mut v: Vec<_> = self
             .definitions()
             .map(SagaDefinition::orchestrator_destination)
+            .chain(
+                self.latest
+                    .keys()
+                    .map(|name| crate::child_destination(name)),
+            )
             .collect();
         v.sort();
         v
@@ -266,3 +302,34 @@ impl Engine {
 }
 
 pub(crate) use agentsaga_core::clock::now_ms;
+
+/// The child steps of `defs` ([`Step::saga`](crate::Step::saga)) run registered sagas,
+/// and a child step undone by compensating its child runs a child without a pivot (one
+/// past its pivot cannot be undone).
+fn check_children(
+    defs: &HashMap<(String, i32), Arc<SagaDefinition>>,
+    latest: &HashMap<String, i32>,
+) -> Result<()> {
+    for def in defs.values() {
+        for step in def.stages.iter().flatten() {
+            let Some(child) = &step.child else { continue };
+            let Some(version) = latest.get(child) else {
+                return Err(Error::InvalidDefinition(format!(
+                    "step `{}` of saga `{}` runs the child saga `{child}`, which is not \
+                     registered in this engine",
+                    step.name, def.name
+                )));
+            };
+            let child_def = &defs[&(child.clone(), *version)];
+            if child_def.has_pivot() && step.undo.destination().is_some() {
+                return Err(Error::InvalidDefinition(format!(
+                    "step `{}` of saga `{}` runs the child saga `{child}`, which has a pivot: \
+                     it cannot be undone once past it, so the step must be the pivot or \
+                     after it (`Step::saga(..).forward_only()`)",
+                    step.name, def.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -30,7 +30,7 @@
 //!     .step(Step::new("confirm", "email").command(|t: &Trip| t.id))
 //!     .build()?;
 //! let engine = Engine::new([trip])?;
-//! assert_eq!(engine.orchestrator_destinations(), vec!["saga.trip.v1".to_string()]);
+//! assert_eq!(engine.orchestrator_destinations(), vec!["saga.trip.child", "saga.trip.v1"]);
 //! // engine.start(&mut tx, "trip", &Trip { id: 7, flight: None }).await? — in a store
 //! // transaction; then engine.handle(&mut tx, &envelope) for every reply.
 //! # Ok(()) }
@@ -47,11 +47,11 @@ mod state;
 
 pub use definition::{
     AfterPivot, BeforePivot, Open, PlannedBuilder, PlannedSaga, Saga, SagaBuilder, SagaDefinition,
-    Step, StepDef, Undoable, orchestrator_destination,
+    Step, StepDef, Undoable, child_destination, orchestrator_destination,
 };
 pub use engine::{
-    Accepted, DEFAULT_MAX_IN_FLIGHT, Engine, Handled, MAX_KEY_BYTES, SetAsideStart, Signal,
-    SignalReceipt, SignalSender,
+    Accepted, DEFAULT_MAX_CHILD_DEPTH, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_IN_FLIGHT, Engine,
+    Handled, MAX_KEY_BYTES, SetAsideStart, Signal, SignalReceipt, SignalSender,
 };
 pub use error::{Error, Result};
 pub use id::SagaId;

@@ -242,6 +242,30 @@ pub fn reply(command: &Envelope, outcome: &StepOutcome) -> agentsaga_core::Resul
         .transpose()
 }
 
+/// A child saga's answer (a `reply`) to the parent step that started it: `causation`
+/// is the parent's command (the child's outcome) or its compensation (the child is
+/// undone), addressed to the parent's orchestrator `reply_to` with the parent's saga
+/// headers, as an agent's reply would be.
+///
+/// # Errors
+/// [`agentsaga_core::Error::Json`] if the outcome cannot be serialized.
+pub(crate) fn child_answer(
+    reply_to: &str,
+    parent: SagaId,
+    step: usize,
+    step_name: &str,
+    causation: MessageId,
+    outcome: &StepOutcome,
+) -> agentsaga_core::Result<Message> {
+    Message::to(reply_to)
+        .header(header::KIND, KIND_REPLY)
+        .header(header::CAUSATION_ID, causation.to_string())
+        .header(header::SAGA_ID, parent.to_string())
+        .header(STEP, step.to_string())
+        .header(STEP_NAME, step_name)
+        .json(outcome)
+}
+
 /// `msg` as the relay would hand it over on its first delivery, written now: for an
 /// answer applied where it is made (`Engine::apply_local`), and for tests that touch
 /// no store. (Its `seq` is no row's.)

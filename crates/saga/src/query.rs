@@ -33,6 +33,8 @@ pub struct SagaSummary {
     pub key: Option<String>,
     /// The signal it waits for now (`Step::wait_for`), if it is parked at a wait.
     pub waiting_for: Option<String>,
+    /// The saga whose step started it, for a child saga (`Step::saga`).
+    pub parent_id: Option<SagaId>,
     /// Created, Unix ms.
     pub created_at_ms: i64,
     /// Last change, Unix ms.
@@ -95,6 +97,10 @@ macro_rules! impl_summary {
                     error: self.try_get("error")?,
                     key: self.try_get("key")?,
                     waiting_for: self.try_get("waiting_for")?,
+                    parent_id: self
+                        .try_get::<Option<String>, _>("parent_id")?
+                        .map(|p| parse_id(&p))
+                        .transpose()?,
                     created_at_ms: self.try_get("created_at")?,
                     updated_at_ms: self.try_get("updated_at")?,
                 })
@@ -109,7 +115,6 @@ agentsaga_core::if_postgres! {
     impl_summary!(sqlx::postgres::PgRow, i32);
 }
 
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 fn parse_id(s: &str) -> Result<SagaId> {
     s.parse()
         .map_err(|e| Error::Corrupt(format!("saga id `{s}`: {e}")))
@@ -126,6 +131,8 @@ pub struct ListFilter {
     pub key: Option<String>,
     /// Only sagas parked at a wait for a signal.
     pub waiting: bool,
+    /// Only the child sagas of this saga (`Step::saga`).
+    pub parent: Option<SagaId>,
     /// Only stalled sagas ([`stalled`]), with this threshold of no progress.
     pub stalled: Option<std::time::Duration>,
     /// Only sagas created at or after this Unix ms.
@@ -230,13 +237,14 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
-                    i.created_at, i.updated_at, (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
+                    i.parent_id, i.created_at, i.updated_at, (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
                  FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
                  WHERE (?1 IS NULL OR i.id = ?1) AND (?2 IS NULL OR i.state = ?2)
                    AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)
                    AND (?7 IS NULL OR i.state IN ('running', 'compensating'))
                    AND (?8 IS NULL OR i.created_at >= ?8) AND (?9 IS NULL OR i.created_at < ?9)
-                   AND (?10 IS NULL OR i.created_at < ?10 OR (i.created_at = ?10 AND i.id < ?11))) AS v
+                   AND (?10 IS NULL OR i.created_at < ?10 OR (i.created_at = ?10 AND i.id < ?11))
+                   AND (?12 IS NULL OR i.parent_id = ?12)) AS v
                  WHERE (NOT ?6 OR v.waiting_for IS NOT NULL)
                    AND (?7 IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ?7 OR NOT EXISTS (
                         SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
@@ -254,6 +262,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
         .bind(f.created_to_ms)
         .bind(f.after.map(|c| c.created_at_ms))
         .bind(f.after.map(|c| c.id.to_string()))
+        .bind(f.parent.map(|p| p.to_string()))
         .fetch_all(reader)
         .await?;
         rows.iter()
@@ -262,6 +271,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     }, postgres(pool) => {
         let rows = sqlx::query(
             "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+                    i.parent_id::text AS parent_id,
                     floor(extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
                     floor(extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at,
                     (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
@@ -270,7 +280,8 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                    AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)
                    AND ($7::bigint IS NULL OR i.state IN ('running', 'compensating'))
                    AND ($8::bigint IS NULL OR i.created_at >= to_timestamp($8 / 1000.0))
-                   AND ($9::bigint IS NULL OR i.created_at < to_timestamp($9 / 1000.0))) AS v
+                   AND ($9::bigint IS NULL OR i.created_at < to_timestamp($9 / 1000.0))
+                   AND ($12::uuid IS NULL OR i.parent_id = $12)) AS v
                  WHERE (NOT $6 OR v.waiting_for IS NOT NULL)
                    AND ($10::bigint IS NULL OR v.created_at < $10 OR (v.created_at = $10 AND v.id < $11::uuid))
                    AND ($7::bigint IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < $7 OR NOT EXISTS (
@@ -289,6 +300,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
         .bind(f.created_to_ms)
         .bind(f.after.map(|c| c.created_at_ms))
         .bind(f.after.map(|c| *c.id.as_uuid()))
+        .bind(f.parent.map(|p| *p.as_uuid()))
         .fetch_all(pool)
         .await?;
         rows.iter()

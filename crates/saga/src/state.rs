@@ -13,6 +13,7 @@
 //! Stuck        --Skip--------------------> Compensating  (recorded as skipped by hand)
 //! Stuck        --RetryForward------------> Running       (a stuck step after the pivot)
 //! Stuck        --Abort-------------------> Aborted       (after the pivot: give up, undo nothing)
+//! Completed    --Undo--------------------> Compensating  (a child saga whose parent turns back)
 //! ```
 
 use std::fmt;
@@ -62,6 +63,9 @@ pub enum SagaEvent {
     Skip,
     /// An operator retries the stuck step after the pivot.
     RetryForward,
+    /// The parent of a completed child saga (one without a pivot) turns back: the
+    /// child's steps are undone, latest first, as if it had failed after its last.
+    Undo,
 }
 
 impl SagaState {
@@ -81,11 +85,13 @@ impl SagaState {
             (S::Stuck, E::Retry | E::Skip) => S::Compensating,
             (S::Stuck, E::RetryForward) => S::Running,
             (S::Stuck, E::Abort) => S::Aborted,
+            (S::Completed, E::Undo) => S::Compensating,
             (from, event) => return Err(Error::IllegalTransition { from, event }),
         })
     }
 
-    /// Completed, compensated or aborted: nothing more will happen.
+    /// Completed, compensated or aborted: nothing more will happen (but for a completed
+    /// child saga, which its parent may still undo: [`SagaEvent::Undo`]).
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -205,7 +211,7 @@ pub(crate) mod all {
         S::Aborted,
     ];
 
-    pub(crate) const EVENTS: [E; 9] = [
+    pub(crate) const EVENTS: [E; 10] = [
         E::AllStepsSucceeded,
         E::StepFailed,
         E::StepFailedAfterPivot,
@@ -215,6 +221,7 @@ pub(crate) mod all {
         E::Retry,
         E::Skip,
         E::RetryForward,
+        E::Undo,
     ];
 
     // Does not compile when a state or an event is added: add it to the lists above.
@@ -237,12 +244,13 @@ pub(crate) mod all {
             | E::CompensationExhausted
             | E::Retry
             | E::Skip
-            | E::RetryForward => {}
+            | E::RetryForward
+            | E::Undo => {}
         }
     }
 
     /// The table's rows, written out once more: (from, event, to).
-    pub(crate) const ROWS: [(S, E, S); 10] = [
+    pub(crate) const ROWS: [(S, E, S); 11] = [
         (S::Running, E::AllStepsSucceeded, S::Completed),
         (S::Running, E::StepFailed, S::Compensating),
         (S::Running, E::Abort, S::Compensating),
@@ -253,6 +261,7 @@ pub(crate) mod all {
         (S::Stuck, E::Skip, S::Compensating),
         (S::Stuck, E::RetryForward, S::Running),
         (S::Stuck, E::Abort, S::Aborted),
+        (S::Completed, E::Undo, S::Compensating),
     ];
 }
 
@@ -262,8 +271,8 @@ mod tests {
     use super::{SagaEvent as E, SagaState as S};
     use crate::Error;
 
-    // Every (state, event) pair: the 10 rows of the table lead where the table says,
-    // the other 44 are refused with the pair.
+    // Every (state, event) pair: the 11 rows of the table lead where the table says,
+    // the other 49 are refused with the pair.
     #[test]
     fn every_pair_of_the_table() {
         let mut allowed = 0;
@@ -283,7 +292,7 @@ mod tests {
             }
         }
         assert_eq!(allowed, ROWS.len());
-        assert_eq!(STATES.len() * EVENTS.len() - allowed, 44);
+        assert_eq!(STATES.len() * EVENTS.len() - allowed, 49);
     }
 
     #[test]
@@ -291,6 +300,10 @@ mod tests {
         for s in [S::Completed, S::Compensated, S::Aborted] {
             assert!(s.is_terminal());
             for e in EVENTS {
+                // A completed child saga is undone when its parent turns back.
+                if (s, e) == (S::Completed, E::Undo) {
+                    continue;
+                }
                 assert!(s.on(e).is_err(), "{s} --{e:?}--> should not exist");
             }
         }

@@ -15,6 +15,7 @@ use crate::{
     SagaDefinition, SagaId, SagaState, Step, StepState, query,
 };
 
+mod children;
 mod compensations;
 mod lifecycle;
 mod property;

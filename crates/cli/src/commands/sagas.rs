@@ -14,6 +14,7 @@ pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<(
         name: args.name,
         key: args.key,
         waiting: args.waiting,
+        parent: args.parent,
         stalled: args.stalled,
         cursor: args.cursor,
         limit: args.limit,
@@ -70,6 +71,9 @@ pub(super) fn print_saga(doc: &ShowDoc) {
     outln!("key      {}", or_dash(saga.key.as_deref()));
     if let Some(signal) = &saga.waiting_for {
         outln!("waiting  for signal `{signal}`");
+    }
+    if let Some(parent) = &saga.parent_id {
+        outln!("parent   {parent} (this is a child saga: `sagas show {parent}`)");
     }
     outln!("error    {}", or_dash(saga.error.as_deref()));
     outln!("created  {}", saga.created_at);
@@ -134,6 +138,21 @@ pub(super) fn print_saga(doc: &ShowDoc) {
         outln!("(no compensations recorded)");
     } else {
         out!("{}", ledger.render());
+    }
+    if !doc.children.is_empty() {
+        outln!();
+        outln!("CHILDREN");
+        let mut children = Table::new(&["ID", "NAME", "STATE", "UPDATED", "ERROR"]);
+        for c in &doc.children {
+            children.row(vec![
+                c.id.clone(),
+                c.name.clone(),
+                c.state.to_owned(),
+                c.updated_at.clone(),
+                truncate(&or_dash(c.error.as_deref()), 60),
+            ]);
+        }
+        out!("{}", children.render());
     }
     if saga.state == SagaState::Stuck.as_str() {
         outln!();

@@ -21,7 +21,7 @@ pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// The parameters `GET /sagas` takes.
 pub(super) const SAGA_PARAMS: &[&str] = &[
-    "state", "name", "key", "waiting", "stalled", "from", "to", "cursor", "limit",
+    "state", "name", "key", "waiting", "stalled", "from", "to", "cursor", "limit", "parent",
 ];
 
 /// The query parameters of one request: each at most once, each one the endpoint
@@ -88,6 +88,10 @@ pub(super) fn parse_limit(v: &str) -> Result<u32, String> {
         Ok(n) if (1..=ops::MAX_PAGE).contains(&n) => Ok(n),
         _ => Err(format!("`{v}` is not a number from 1 to {}", ops::MAX_PAGE)),
     }
+}
+
+pub(super) fn parse_parent(v: &str) -> Result<SagaId, String> {
+    ops::parse_saga_id(v).map_err(|e| format!("parent: {e}"))
 }
 
 pub(super) fn parse_state(v: &str) -> Result<SagaState, String> {

@@ -28,6 +28,8 @@ struct ListSagasArgs {
     /// Only sagas parked at a wait for a signal.
     #[serde(default)]
     waiting: bool,
+    /// Only the child sagas of this saga (its id, a UUID).
+    parent: Option<String>,
     /// Only stalled sagas: running or compensating with nothing pending, in flight or
     /// scheduled for them, or no progress for longer than the threshold.
     #[serde(default)]
@@ -326,6 +328,7 @@ impl McpServer {
                 name: a.name,
                 key: a.key,
                 waiting: a.waiting,
+                parent: a.parent.as_deref().map(parse_saga_id).transpose()?,
                 stalled: a.stalled,
                 created_from_ms: a.created_from_ms,
                 created_to_ms: a.created_to_ms,

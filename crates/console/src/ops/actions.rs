@@ -165,6 +165,7 @@ mod tests {
                 error: None,
                 key: None,
                 waiting_for: None,
+                parent_id: None,
                 created_at: String::new(),
                 created_at_ms: 0,
                 updated_at: String::new(),
@@ -176,6 +177,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, c)| step(i, *c))
                 .collect(),
+            children: Vec::new(),
         }
     }
 

@@ -25,6 +25,8 @@ pub struct SagaDoc {
     pub key: Option<String>,
     /// The signal it is parked waiting for.
     pub waiting_for: Option<String>,
+    /// The saga whose step started it, for a child saga.
+    pub parent_id: Option<String>,
     /// When it started.
     pub created_at: String,
     /// When it started, Unix ms.
@@ -45,6 +47,7 @@ impl From<&SagaSummary> for SagaDoc {
             error: s.error.clone(),
             key: s.key.clone(),
             waiting_for: s.waiting_for.clone(),
+            parent_id: s.parent_id.map(|p| p.to_string()),
             created_at: rfc3339(s.created_at_ms),
             created_at_ms: s.created_at_ms,
             updated_at: rfc3339(s.updated_at_ms),
@@ -138,6 +141,9 @@ pub struct ShowDoc {
     pub data: Value,
     /// Its steps in index order, with the compensation ledger.
     pub steps: Vec<StepDoc>,
+    /// The child sagas its steps started (`Step::saga`), newest first (at most 100:
+    /// `sagas list --parent` pages through them all).
+    pub children: Vec<SagaDoc>,
 }
 
 /// Which sagas a list wants: `sagas list` flags, `GET /api/v1/sagas` parameters.
@@ -151,6 +157,8 @@ pub struct SagaQuery {
     pub key: Option<String>,
     /// Only sagas parked at a wait.
     pub waiting: bool,
+    /// Only the child sagas of this saga.
+    pub parent: Option<SagaId>,
     /// Only stalled sagas.
     pub stalled: bool,
     /// Only sagas created at or after this Unix ms.
@@ -187,6 +195,7 @@ impl Console {
             name: q.name.clone(),
             key: q.key.clone(),
             waiting: q.waiting,
+            parent: q.parent,
             stalled: q.stalled.then_some(self.stalled_after),
             created_from_ms: q.created_from_ms,
             created_to_ms: q.created_to_ms,
@@ -215,10 +224,19 @@ impl Console {
         };
         let steps = query::steps(&self.store, id).await?;
         let data = query::data(&self.store, id).await?.unwrap_or_default();
+        let children = query::list(
+            &self.store,
+            &ListFilter {
+                parent: Some(id),
+                ..ListFilter::default()
+            },
+        )
+        .await?;
         Ok(ShowDoc {
             saga: SagaDoc::from(&saga),
             data,
             steps: steps.iter().map(StepDoc::from).collect(),
+            children: children.iter().map(SagaDoc::from).collect(),
         })
     }
 }

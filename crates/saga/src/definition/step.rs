@@ -81,6 +81,8 @@ pub struct StepDef {
     /// The wait is a person's decision (`Step::approval`): its signal is taken only
     /// from a person's path, never from an LLM-facing one.
     pub(crate) approval: bool,
+    /// The saga this step runs as a child (`Step::saga`), by name.
+    pub(crate) child: Option<String>,
 }
 
 impl StepDef {
@@ -107,6 +109,11 @@ impl StepDef {
     /// Whether it is a wait for a person's decision ([`Step::approval`]).
     pub fn is_approval(&self) -> bool {
         self.approval
+    }
+
+    /// The saga it runs as a child ([`Step::saga`]), if it is one.
+    pub fn child_saga(&self) -> Option<&str> {
+        self.child.as_deref()
     }
 }
 
@@ -145,7 +152,52 @@ where
                 pivot: false,
                 wait: None,
                 approval: false,
+                child: None,
             },
+            _marker: PhantomData,
+        }
+    }
+
+    /// A step that runs the saga `child` (registered in the same engine) as a child:
+    /// its command, the whole saga data unless set with [`command`](Self::command), is
+    /// the child's input; its reply, for [`on_reply`](Self::on_reply), is the child's
+    /// data once the child completed. A child that is compensated or aborted fails the
+    /// step (fatal: the parent turns back); a stuck child keeps the step waiting until
+    /// an operator acts on the child.
+    ///
+    /// The child is started once, whatever is sent again or by whom, by any process
+    /// that hosts its definition. Undo is compensating the child as a whole: when the
+    /// parent turns back, a child that completed has its completed steps undone in
+    /// reverse, and a running one is aborted. So a child whose definition has a pivot
+    /// cannot be undone once past it: make it the pivot or a step after it
+    /// ([`forward_only`](Step::forward_only)), or [`Engine::new`](crate::Engine::new)
+    /// refuses the parent.
+    ///
+    /// ```
+    /// # use agentsaga_saga::{Saga, Step, Engine};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Serialize, Deserialize)] struct Trip { city: String }
+    /// # #[derive(Serialize, Deserialize)] struct Travel { trip: Trip }
+    /// let trip = Saga::<Trip>::builder("trip_booking", 1)
+    ///     .step(Step::new("hotel", "hotels").compensate("hotels", |_: &Trip| "cancel"))
+    ///     .build()
+    ///     .unwrap();
+    /// let travel = Saga::<Travel>::builder("business_travel", 1)
+    ///     .step(Step::saga("book", "trip_booking").command(|t: &Travel| &t.trip))
+    ///     .build()
+    ///     .unwrap();
+    /// let engine = Engine::new([trip, travel]).unwrap();
+    /// ```
+    pub fn saga(name: impl Into<String>, child: impl Into<String>) -> Step<D, Undoable> {
+        let child = child.into();
+        let mut step = Step::<D, Open>::new(name, crate::child_destination(&child));
+        step.def.undo = Undo::Command {
+            destination: crate::child_destination(&child),
+            build: Arc::new(|_: &Value| Ok(Value::Null)),
+        };
+        step.def.child = Some(child);
+        Step {
+            def: step.def,
             _marker: PhantomData,
         }
     }
@@ -274,6 +326,7 @@ where
                 pivot: false,
                 wait: Some(name),
                 approval: false,
+                child: None,
             },
             _marker: PhantomData,
         }
@@ -356,4 +409,19 @@ where
 pub(crate) struct DeclaredWait {
     pub(crate) name: String,
     pub(crate) approval: bool,
+}
+
+impl<D> Step<D, Undoable>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// This step without its undo: for a [`Step::saga`] whose child has a pivot, as
+    /// the parent's pivot or a step after it (a child past its pivot cannot be undone).
+    pub fn forward_only(mut self) -> Step<D, Open> {
+        self.def.undo = Undo::Never;
+        Step {
+            def: self.def,
+            _marker: PhantomData,
+        }
+    }
 }

@@ -60,6 +60,9 @@ impl Engine {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
         }
+        if let Some(name) = crate::definition::child_of(&env.destination) {
+            return self.handle_child(tx, env, name).await;
+        }
         self.advance(tx, env).await
     }
 
@@ -214,6 +217,14 @@ impl Engine {
     pub async fn fail(&self, tx: &mut Tx, env: &Envelope, reason: &str) -> Result<Handled> {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
+        }
+        if crate::definition::child_of(&env.destination).is_some() {
+            // A parent's start or undo of a child that could not be processed: its
+            // step (or the step's compensation) fails, with the reason.
+            let why = format!("the child saga could not be handled: {reason}");
+            let answer = protocol::reply(env, &protocol::StepOutcome::Fatal(why.clone()))?;
+            tx.enqueue_batch(answer.as_slice()).await?;
+            return Ok(Handled::Ignored(why));
         }
         let saga = protocol::saga_id(env)?;
         let Some(mut inst) = persist::load(tx.conn(), saga).await? else {

@@ -9,6 +9,7 @@
 //! lifecycle table ([`SagaState::on`]); an event it does not allow is an error, and the
 //! engine then writes nothing.
 
+mod child;
 mod compensation;
 mod failure;
 mod forward;
@@ -111,6 +112,9 @@ impl Ctx<'_> {
         self.inst.state = next;
         self.inst.finished = next.is_terminal();
         self.fx.transitions.push((from, event));
+        if self.inst.finished {
+            self.answer_parent()?;
+        }
         Ok(())
     }
 

@@ -20,6 +20,31 @@ pub(crate) struct Instance {
     pub(crate) stage: usize,
     pub(crate) steps: BTreeMap<usize, StepRow>,
     pub(crate) finished: bool,
+    /// The saga whose step this one is (a child saga), `None` for a saga started on
+    /// its own.
+    pub(crate) parent: Option<ParentLink>,
+}
+
+/// A child saga's link to the step of its parent that started it
+/// (`saga_instances.parent`, JSON): what its answers to the parent are addressed with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ParentLink {
+    /// The parent saga.
+    pub(crate) saga: SagaId,
+    /// The parent's step (its index) and that step's name.
+    pub(crate) step: usize,
+    pub(crate) step_name: String,
+    /// The parent's orchestrator destination, where the answers go.
+    pub(crate) reply_to: String,
+    /// The parent's command that started this child (the latest, if sent again): the
+    /// outcome answers it.
+    pub(crate) command: MessageId,
+    /// The parent's compensation of its step, once sent: answered once this child is
+    /// undone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) compensation: Option<MessageId>,
+    /// 1 for a child of a saga started on its own, 2 for its child, ...
+    pub(crate) depth: u32,
 }
 
 /// One `saga_steps` row: the forward step and its compensation-ledger entry.

@@ -11,7 +11,7 @@ use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
 use agentsaga_core::{Conn, Message, Prefetch, Prefetched, Row, Tx};
 use serde_json::Value;
 
-use super::model::{Instance, StepRow};
+use super::model::{Instance, ParentLink, StepRow};
 use crate::{Error, Result, SagaId};
 
 fn corrupt(what: impl std::fmt::Display) -> Error {
@@ -55,6 +55,8 @@ static INSTANCES: Table = Table::new(
         Column::new("created_at", Kind::Stamp).kept(),
         Column::new("updated_at", Kind::Stamp),
         Column::new("finished_at", Kind::Stamp).first(),
+        Column::new("parent_id", Kind::Id).kept(),
+        Column::new("parent", Kind::Json),
     ],
     1,
 );
@@ -108,6 +110,12 @@ fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
         } else {
             Datum::Null
         },
+        inst.parent
+            .as_ref()
+            .map_or(Datum::Null, |p| Datum::Id(*p.saga.as_uuid())),
+        inst.parent.as_ref().map_or(Datum::Null, |p| {
+            Datum::Text(serde_json::to_string(p).expect("a parent link serializes"))
+        }),
     ]
 }
 
@@ -181,7 +189,7 @@ fn step_row(r: &Row) -> Result<StepRow> {
 }
 
 /// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
-/// saga_error, saga_stage`), its steps not yet attached.
+/// saga_error, saga_stage, saga_parent`), its steps not yet attached.
 fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
     Ok(Instance {
         id,
@@ -193,6 +201,10 @@ fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
         stage: r.int("saga_stage")? as usize,
         steps: BTreeMap::new(),
         finished: false,
+        parent: r
+            .opt_text("saga_parent")?
+            .map(|p| serde_json::from_str(&p))
+            .transpose()?,
     })
 }
 
@@ -330,6 +342,38 @@ pub(crate) async fn insert_new(
     Ok(())
 }
 
+/// Saga `id`'s own parent link: `None` if there is no such saga, `Some(None)` for a saga
+/// started on its own.
+pub(crate) async fn parent_link(conn: Conn<'_>, id: SagaId) -> Result<Option<Option<ParentLink>>> {
+    let parent: Option<Option<String>> = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_scalar("SELECT parent FROM saga_instances WHERE id = ?1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *c)
+            .await?,
+        postgres(c) => sqlx::query_scalar("SELECT parent::text FROM saga_instances WHERE id = $1")
+            .bind(id.as_uuid())
+            .fetch_optional(&mut *c)
+            .await?);
+    Ok(match parent {
+        None => None,
+        Some(link) => Some(link.map(|l| serde_json::from_str(&l)).transpose()?),
+    })
+}
+
+/// How many child sagas saga `id` has started.
+pub(crate) async fn children(conn: Conn<'_>, id: SagaId) -> Result<u64> {
+    let n: i64 = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = ?1")
+            .bind(id.to_string())
+            .fetch_one(&mut *c)
+            .await?,
+        postgres(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = $1")
+            .bind(id.as_uuid())
+            .fetch_one(&mut *c)
+            .await?);
+    Ok(n.max(0) as u64)
+}
+
 agentsaga_core::if_sqlite! {
 use agentsaga_core::sqlx::SqliteConnection;
 
@@ -340,7 +384,7 @@ use agentsaga_core::sqlx::SqliteConnection;
 fn load_sqlite_sql(param: &str) -> String {
     format!(
         "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
-            i.error AS saga_error, i.stage AS saga_stage, s.*
+            i.error AS saga_error, i.stage AS saga_stage, i.parent AS saga_parent, s.*
          FROM saga_instances i
          LEFT JOIN (SELECT saga_id, {STEP_SELECT} FROM saga_steps) s ON s.saga_id = i.id
          WHERE i.id = {param} ORDER BY s.idx"
@@ -366,7 +410,8 @@ agentsaga_core::if_postgres! {
 /// locks are held (as [`load_postgres`] does, a fresh snapshot per statement).
 static LOAD_SET_POSTGRES: [&str; 2] = [
     "SELECT id AS prefetch_key, name AS saga_name, version, state AS saga_state,
-        data::text AS data, error AS saga_error, stage AS saga_stage
+        data::text AS data, error AS saga_error, stage AS saga_stage,
+        parent::text AS saga_parent
      FROM saga_instances WHERE id = ANY($1) ORDER BY id FOR UPDATE",
     // One index lookup per saga, whatever the statistics say (a fresh table's made
     // the planner scan the whole table for `saga_id = ANY($1)`).
@@ -392,7 +437,7 @@ use agentsaga_core::sqlx::PgConnection;
 async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instance>> {
     let Some(row) = sqlx::query(
         "SELECT name AS saga_name, version, state AS saga_state, data::text AS data,
-            error AS saga_error, stage AS saga_stage
+            error AS saga_error, stage AS saga_stage, parent::text AS saga_parent
          FROM saga_instances WHERE id = $1 FOR UPDATE",
     )
     .bind(id.as_uuid())

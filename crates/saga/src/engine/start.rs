@@ -142,7 +142,8 @@ impl Engine {
                 accepted.push(Accepted::Waiting(id));
                 continue;
             }
-            let (inst, mut fx, span) = self.begin_instance(id, name, version, data, 0, None)?;
+            let (inst, mut fx, span) =
+                self.begin_instance(id, name, version, data, 0, None, None)?;
             span.in_scope(|| agentsaga_core::propagation::stamp_enqueue(&mut fx.send));
             if !fx.waits.is_empty() {
                 waits.push((id, fx.waits));
@@ -237,13 +238,16 @@ impl Engine {
         waited_ms: i64,
         parent: Option<&Headers>,
     ) -> Result<()> {
-        let (inst, fx, span) = self.begin_instance(id, name, version, data, waited_ms, parent)?;
+        let (inst, fx, span) =
+            self.begin_instance(id, name, version, data, waited_ms, parent, None)?;
         self.write(tx, &inst, None, fx).instrument(span).await
     }
 
     /// A new instance `id` of saga `name` and the effects of its start, decided in its
     /// `saga.start` span (a child of the context in `parent`, if any), which is
-    /// returned: the start's writes belong in it.
+    /// returned: the start's writes belong in it. `link`: the parent step of a child
+    /// saga.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn begin_instance(
         &self,
         id: SagaId,
@@ -252,6 +256,7 @@ impl Engine {
         data: Value,
         waited_ms: i64,
         parent: Option<&Headers>,
+        link: Option<model::ParentLink>,
     ) -> Result<(Instance, Effects, tracing::Span)> {
         let span = tracing::info_span!(
             "saga.start",
@@ -264,7 +269,8 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let (inst, fx) = span.in_scope(|| self.decide_start(id, name, version, data, waited_ms))?;
+        let (inst, fx) =
+            span.in_scope(|| self.decide_start(id, name, version, data, waited_ms, link))?;
         Ok((inst, fx, span))
     }
 
@@ -277,6 +283,7 @@ impl Engine {
         version: i32,
         data: Value,
         waited_ms: i64,
+        link: Option<model::ParentLink>,
     ) -> Result<(Instance, Effects)> {
         let mut inst = Instance {
             id,
@@ -288,6 +295,7 @@ impl Engine {
             stage: 0,
             steps: BTreeMap::new(),
             finished: false,
+            parent: link,
         };
         let mut ctx = self.ctx(&mut inst)?;
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
@@ -307,7 +315,7 @@ impl Engine {
         version: i32,
         data: &Value,
     ) -> Result<()> {
-        let (_, fx) = self.decide_start(id, name, version, data.clone(), 0)?;
+        let (_, fx) = self.decide_start(id, name, version, data.clone(), 0, None)?;
         for m in &fx.send {
             store.check_message(m)?;
         }

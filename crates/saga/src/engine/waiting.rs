@@ -32,6 +32,7 @@ impl Engine {
                         w.data.clone(),
                         w.waited_ms,
                         Some(&w.headers),
+                        None,
                     )
                 })
                 .and_then(|(inst, fx, span)| {

@@ -266,6 +266,7 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
             pivot: s.pivot,
             approval: s.approval || catalog.approvals.contains(&signal),
             wait: Some(signal),
+            child: None,
         };
     }
     let template = s.command;
@@ -295,5 +296,6 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
         pivot: s.pivot,
         wait: None,
         approval: false,
+        child: None,
     }
 }

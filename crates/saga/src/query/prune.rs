@@ -24,7 +24,8 @@ const PRUNE_BATCH: i64 = 500;
 /// `older_than` ago, with their steps, their dead letters and their idempotency keys
 /// (a start with such a key afterwards starts a new saga), in batches of 500 (each
 /// batch a short write: SQLite's write lock is never held long). Running and stuck
-/// sagas are never touched.
+/// sagas are never touched, and a child saga is kept as long as its parent is (the
+/// parent may yet turn back and undo it): it goes once its parent is gone.
 ///
 /// # Errors
 /// Store errors.
@@ -35,16 +36,20 @@ pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> R
     let sqlite = store.backend() == "sqlite";
     let (pick, dead_of_picked) = if sqlite {
         (
-            "SELECT id FROM saga_instances
+            "SELECT id FROM saga_instances c
              WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < $1
+               AND (parent_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM saga_instances p WHERE p.id = c.parent_id))
              ORDER BY finished_at, id LIMIT $2",
             "json_extract(headers, '$.saga_id') IN (PICK)",
         )
     } else {
         (
-            "SELECT id FROM saga_instances
+            "SELECT id FROM saga_instances c
              WHERE state IN ('completed', 'compensated', 'aborted')
                AND finished_at < now() - $1 * interval '1 millisecond'
+               AND (parent_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM saga_instances p WHERE p.id = c.parent_id))
              ORDER BY finished_at, id LIMIT $2",
             "headers->>'saga_id' IN (SELECT id::text FROM (PICK) AS p)",
         )

@@ -27,11 +27,13 @@ use crate::{
     StepState,
 };
 
+mod child;
 mod forward;
 mod planned;
 mod replies;
 mod stuck;
 
+use child::*;
 use forward::*;
 use planned::*;
 use replies::*;
@@ -130,6 +132,7 @@ impl Sim {
             stage: 0,
             steps: BTreeMap::new(),
             finished: false,
+            parent: None,
         };
         Self {
             def: Arc::new(def),
@@ -352,6 +355,7 @@ scenarios!(
     compensation_from_the_reply_without_the_definition,
     a_plan_made_at_run_time_runs_and_compensates,
     an_invalid_plan_fails_the_planner_step,
+    a_completed_child_is_undone,
 );
 
 // ----- coverage ----------------------------------------------------------------------
@@ -412,7 +416,7 @@ fn illegal_transitions_change_nothing() {
             refused += 1;
         }
     }
-    assert_eq!(refused, 44);
+    assert_eq!(refused, 49);
 }
 
 /// A legal transition records itself in the effects.

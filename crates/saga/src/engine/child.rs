@@ -1,0 +1,189 @@
+//! Child sagas ([`Step::saga`](crate::Step::saga)): a parent's step sends its command
+//! (start the child) and its compensation (undo it) to `saga.<name>.child`, consumed by
+//! every process that hosts saga `name`. Each is handled in one transaction with its
+//! inbox record.
+//!
+//! A parent's step has one child, whatever is sent again or by whom: the child's id is
+//! made from the parent's id and the step's index, so a second start finds the first
+//! (the primary key). The child records its parent step
+//! ([`ParentLink`](super::model::ParentLink)) and, once finished, answers it in the
+//! transaction that finishes it (see `logic/child.rs`).
+//!
+//! Children take no admission slot: a child runs within its root's, so a parent
+//! waiting on its children never holds a slot they need (they need none). What one
+//! root may start is bounded instead by the depth and fan-out limits
+//! ([`Engine::with_child_limits`]), checked before anything of a child is written.
+
+use agentsaga_core::header;
+
+use super::model::ParentLink;
+use super::*;
+use crate::protocol::StepOutcome;
+
+impl Engine {
+    /// `env`, sent to the child destination of saga `name`, in `tx` past its inbox
+    /// record.
+    pub(super) async fn handle_child(
+        &self,
+        tx: &mut Tx,
+        env: &Envelope,
+        name: &str,
+    ) -> Result<Handled> {
+        let parent = protocol::saga_id(env)?;
+        let step = protocol::step_of(env)
+            .ok_or_else(|| Error::Malformed(format!("message {} names no step", env.id)))?;
+        let reply_to = env.header(header::REPLY_TO).ok_or_else(|| {
+            Error::Malformed(format!("message {} has no reply_to header", env.id))
+        })?;
+        let id = child_id(parent, step);
+        match Outbound::parse(env) {
+            Some(Outbound::Command { .. }) => {
+                let link = ParentLink {
+                    saga: parent,
+                    step,
+                    step_name: env.header(protocol::STEP_NAME).unwrap_or("").to_owned(),
+                    reply_to: reply_to.to_owned(),
+                    command: env.id,
+                    compensation: None,
+                    depth: 1,
+                };
+                self.start_child(tx, env, name, id, link).await
+            }
+            Some(Outbound::Compensation { .. }) => self.undo_child(tx, env, id).await,
+            None => Err(Error::Malformed(format!(
+                "message {} to `{}` is neither a command nor a compensation",
+                env.id, env.destination
+            ))),
+        }
+    }
+
+    /// Starts child `id` of the parent step in `link`, unless it exists (the command
+    /// sent again: the child's outcome then answers this one, at once if it is
+    /// finished) or a limit refuses it (the step fails, nothing of the child written).
+    async fn start_child(
+        &self,
+        tx: &mut Tx,
+        env: &Envelope,
+        name: &str,
+        id: SagaId,
+        mut link: ParentLink,
+    ) -> Result<Handled> {
+        if let Some(mut inst) = persist::load(tx.conn(), id).await? {
+            let before = inst.clone();
+            let mut ctx = self.ctx(&mut inst)?;
+            let answer_now = match &mut ctx.inst.parent {
+                Some(held) if held.compensation.is_none() => {
+                    held.command = env.id;
+                    ctx.inst.state.is_terminal()
+                }
+                _ => false,
+            };
+            if answer_now {
+                ctx.answer_parent()?;
+            } else {
+                ctx.ignore("the child saga was started already")?;
+            }
+            let fx = std::mem::take(&mut ctx.fx);
+            return self.finish_handle(tx, id, inst, before, fx).await;
+        }
+        let above = persist::parent_link(tx.conn(), link.saga).await?;
+        link.depth = above.flatten().map_or(1, |l| l.depth + 1);
+        if link.depth > self.max_child_depth {
+            let why = format!(
+                "the child saga `{name}` would be {} levels deep; the bound is {} \
+                 (Engine::with_child_limits)",
+                link.depth, self.max_child_depth
+            );
+            return refuse(tx, env, why).await;
+        }
+        let children = persist::children(tx.conn(), link.saga).await?;
+        if children >= u64::from(self.max_children) {
+            let why = format!(
+                "the parent saga has started {children} child sagas; the bound is {} \
+                 (Engine::with_child_limits)",
+                self.max_children
+            );
+            return refuse(tx, env, why).await;
+        }
+        let version = self.version_of(name)?;
+        let data = match serde_json::from_str(&env.payload)
+            .map_err(Error::from)
+            .and_then(|data| self.prepare(name, version, data))
+        {
+            Ok(data) => data,
+            Err(e) => {
+                let why = format!("the child saga `{name}` refused its input: {e}");
+                return refuse(tx, env, why).await;
+            }
+        };
+        let timeout = env
+            .header(header::TIMEOUT_MS)
+            .and_then(|t| t.parse::<u64>().ok());
+        let (inst, mut fx, span) =
+            self.begin_instance(id, name, version, data, 0, Some(&env.headers), Some(link))?;
+        // The parent step's timeout bounds the child: past it, the child is aborted
+        // (compensated), and the parent's step fails.
+        if let Some(ms) = timeout {
+            fx.send.push(protocol::deadline_timer(
+                id,
+                &crate::orchestrator_destination(name, version),
+                std::time::Duration::from_millis(ms),
+            ));
+        }
+        let state = inst.state;
+        self.write(tx, &inst, None, fx).instrument(span).await?;
+        Ok(Handled::Advanced { saga: id, state })
+    }
+
+    /// Undoes child `id` at its parent's request (see `Ctx::undo_as_child`); a child
+    /// that was never started (its start refused) has nothing to undo.
+    async fn undo_child(&self, tx: &mut Tx, env: &Envelope, id: SagaId) -> Result<Handled> {
+        let Some(mut inst) = persist::load(tx.conn(), id).await? else {
+            let answer = protocol::reply(env, &StepOutcome::Ok(Value::Null))?;
+            tx.enqueue_batch(answer.as_slice()).await?;
+            return Ok(Handled::Ignored(format!(
+                "no child saga {id} was started: nothing to undo"
+            )));
+        };
+        if !self.has(&inst.name, inst.version) {
+            return Err(Error::VersionNotRegistered {
+                name: inst.name,
+                version: inst.version,
+            });
+        }
+        let before = inst.clone();
+        let mut ctx = self.ctx(&mut inst)?;
+        ctx.undo_as_child(env.id)?;
+        let fx = std::mem::take(&mut ctx.fx);
+        self.finish_handle(tx, id, inst, before, fx).await
+    }
+}
+
+/// Answers the parent's command `env` with a fatal failure, `why`: no child is started.
+async fn refuse(tx: &mut Tx, env: &Envelope, why: String) -> Result<Handled> {
+    tracing::warn!(message.id = %env.id, %why, "child saga refused");
+    let answer = protocol::reply(env, &StepOutcome::Fatal(why.clone()))?;
+    tx.enqueue_batch(answer.as_slice()).await?;
+    Ok(Handled::Ignored(why))
+}
+
+/// The id of the child saga of `parent`'s step `step`: the same on every process and
+/// every delivery, so that one step has one child. The parent's id with the step mixed
+/// into its random half, marked as a UUIDv8 (so never a v7 id of a saga started on its
+/// own).
+pub(crate) fn child_id(parent: SagaId, step: usize) -> SagaId {
+    // SplitMix64's finalizer: distinct steps give unrelated bits.
+    let mut z = (step as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let mut bytes = *parent.as_uuid().as_bytes();
+    for (b, m) in bytes[8..].iter_mut().zip(z.to_be_bytes()) {
+        *b ^= m;
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    SagaId::from(uuid::Uuid::from_bytes(bytes))
+}
