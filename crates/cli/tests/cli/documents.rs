@@ -30,6 +30,7 @@ pub(crate) const SAGA_KEYS: &[&str] = &[
     "state",
     "key",
     "waiting_for",
+    "parent_id",
     "error",
     "created_at",
     "created_at_ms",
