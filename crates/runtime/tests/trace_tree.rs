@@ -138,6 +138,71 @@ async fn one_saga_with_a_compensation_is_one_trace() {
             "{delivered:?}"
         );
     }
+
+    // A child saga's spans are in its parent's trace: one trace per root saga.
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        exporter.reset();
+        child_in_its_parents_trace(backend, &exporter, &provider).await;
+    }
+}
+
+/// A parent whose second step is a child saga: every span of either saga is in one
+/// trace, a tree with one root, the parent's `saga.start`; the child's `saga.start`
+/// hangs in it.
+async fn child_in_its_parents_trace(
+    backend: Backend,
+    exporter: &InMemorySpanExporter,
+    provider: &SdkTracerProvider,
+) {
+    let child = Saga::<Value>::builder("booking", 1)
+        .step(Step::new("reserve_flight", "flights").compensate("flights", |_: &Value| "cancel"))
+        .build()
+        .unwrap();
+    let parent = Saga::<Value>::builder("travel", 1)
+        .step(Step::new("visa", "visas").compensate("visas", |_: &Value| "cancel"))
+        .step(Step::saga("book", "booking"))
+        .build()
+        .unwrap();
+    let runtime = Runtime::builder()
+        .database(fresh_url(backend).await)
+        .agent(Echo("flights", false))
+        .agent(Echo("visas", false))
+        .saga(child)
+        .saga(parent)
+        .start()
+        .await
+        .unwrap();
+    let id = runtime
+        .start_saga("travel", &json!({"who": "di"}))
+        .await
+        .unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state, SagaState::Completed);
+    runtime.shutdown().await;
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let ours: Vec<_> = spans
+        .iter()
+        .filter(|s| {
+            ["saga.", "relay.deliver", "agent.handle", "outbox.enqueue"]
+                .iter()
+                .any(|p| s.name.starts_with(p))
+        })
+        .collect();
+    let names: Vec<&str> = ours.iter().map(|s| s.name.as_ref()).collect();
+    let traces: HashSet<_> = ours.iter().map(|s| s.span_context.trace_id()).collect();
+    assert_eq!(
+        traces.len(),
+        1,
+        "{backend:?}: a parent and its child, one trace: {names:?}"
+    );
+    let (_, roots) = tree(&ours);
+    assert_eq!(roots, vec!["saga.start"], "{backend:?}: {names:?}");
+    let starts = ours.iter().filter(|s| s.name == "saga.start").count();
+    assert_eq!(starts, 2, "the parent's start and the child's: {names:?}");
 }
 
 /// Runs one saga whose second step fails (so the first is compensated) on `backend`
