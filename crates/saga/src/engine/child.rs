@@ -14,7 +14,7 @@
 //! root may start is bounded instead by the depth and fan-out limits
 //! ([`Engine::with_child_limits`]), checked before anything of a child is written.
 
-use agentsaga_core::header;
+use agentsaga_core::{Conn, header, sqlx};
 
 use super::model::ParentLink;
 use super::*;
@@ -86,7 +86,7 @@ impl Engine {
             let fx = std::mem::take(&mut ctx.fx);
             return self.finish_handle(tx, id, inst, before, fx).await;
         }
-        let above = persist::parent_link(tx.conn(), link.saga).await?;
+        let above = parent_link(tx.conn(), link.saga).await?;
         link.depth = above.flatten().map_or(1, |l| l.depth + 1);
         if link.depth > self.max_child_depth {
             let why = format!(
@@ -96,7 +96,7 @@ impl Engine {
             );
             return refuse(tx, env, why).await;
         }
-        let children = persist::children(tx.conn(), link.saga).await?;
+        let children = children(tx.conn(), link.saga).await?;
         if children >= u64::from(self.max_children) {
             let why = format!(
                 "the parent saga has started {children} child sagas; the bound is {} \
@@ -157,6 +157,38 @@ impl Engine {
         let fx = std::mem::take(&mut ctx.fx);
         self.finish_handle(tx, id, inst, before, fx).await
     }
+}
+
+/// Saga `id`'s own parent link: `None` if there is no such saga, `Some(None)` for a saga
+/// started on its own.
+async fn parent_link(conn: Conn<'_>, id: SagaId) -> Result<Option<Option<ParentLink>>> {
+    let parent: Option<Option<String>> = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_scalar("SELECT parent FROM saga_instances WHERE id = ?1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *c)
+            .await?,
+        postgres(c) => sqlx::query_scalar("SELECT parent::text FROM saga_instances WHERE id = $1")
+            .bind(id.as_uuid())
+            .fetch_optional(&mut *c)
+            .await?);
+    Ok(match parent {
+        None => None,
+        Some(link) => Some(link.map(|l| serde_json::from_str(&l)).transpose()?),
+    })
+}
+
+/// How many child sagas saga `id` has started.
+async fn children(conn: Conn<'_>, id: SagaId) -> Result<u64> {
+    let n: i64 = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = ?1")
+            .bind(id.to_string())
+            .fetch_one(&mut *c)
+            .await?,
+        postgres(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = $1")
+            .bind(id.as_uuid())
+            .fetch_one(&mut *c)
+            .await?);
+    Ok(n.max(0) as u64)
 }
 
 /// Answers the parent's command `env` with a fatal failure, `why`: no child is started.

@@ -11,7 +11,7 @@ use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
 use agentsaga_core::{Conn, Message, Prefetch, Prefetched, Row, Tx};
 use serde_json::Value;
 
-use super::model::{Instance, ParentLink, StepRow};
+use super::model::{Instance, StepRow};
 use crate::{Error, Result, SagaId};
 
 fn corrupt(what: impl std::fmt::Display) -> Error {
@@ -340,38 +340,6 @@ pub(crate) async fn insert_new(
         tx.enqueue_batch(messages).await?;
     }
     Ok(())
-}
-
-/// Saga `id`'s own parent link: `None` if there is no such saga, `Some(None)` for a saga
-/// started on its own.
-pub(crate) async fn parent_link(conn: Conn<'_>, id: SagaId) -> Result<Option<Option<ParentLink>>> {
-    let parent: Option<Option<String>> = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_scalar("SELECT parent FROM saga_instances WHERE id = ?1")
-            .bind(id.to_string())
-            .fetch_optional(&mut *c)
-            .await?,
-        postgres(c) => sqlx::query_scalar("SELECT parent::text FROM saga_instances WHERE id = $1")
-            .bind(id.as_uuid())
-            .fetch_optional(&mut *c)
-            .await?);
-    Ok(match parent {
-        None => None,
-        Some(link) => Some(link.map(|l| serde_json::from_str(&l)).transpose()?),
-    })
-}
-
-/// How many child sagas saga `id` has started.
-pub(crate) async fn children(conn: Conn<'_>, id: SagaId) -> Result<u64> {
-    let n: i64 = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = ?1")
-            .bind(id.to_string())
-            .fetch_one(&mut *c)
-            .await?,
-        postgres(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = $1")
-            .bind(id.as_uuid())
-            .fetch_one(&mut *c)
-            .await?);
-    Ok(n.max(0) as u64)
 }
 
 agentsaga_core::if_sqlite! {
