@@ -311,6 +311,27 @@ fn check_children(
     latest: &HashMap<String, i32>,
 ) -> Result<()> {
     for def in defs.values() {
+        let allowed = def.planned.iter().flat_map(|p| p.catalog.sagas.iter());
+        for (child, has_pivot) in allowed {
+            let registered = latest.get(child).map(|v| &defs[&(child.clone(), *v)]);
+            match registered {
+                None => {
+                    return Err(Error::InvalidDefinition(format!(
+                        "planned saga `{}` allows the child saga `{child}`, which is not \
+                         registered in this engine",
+                        def.name
+                    )));
+                }
+                Some(c) if c.has_pivot() != *has_pivot => {
+                    return Err(Error::InvalidDefinition(format!(
+                        "planned saga `{}` allows the child saga `{child}` as another \
+                         version of it (with or without a pivot) than the one registered",
+                        def.name
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
         for step in def.stages.iter().flatten() {
             let Some(child) = &step.child else { continue };
             let Some(version) = latest.get(child) else {

@@ -96,9 +96,15 @@ pub struct PlanStep {
     /// The agent destination its command goes to (a command step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
-    /// The command's payload (with `$from` references); `null` if absent.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
+    /// The command's payload (with `$from` references); `null` if absent. For a child
+    /// saga step, the child's input (also accepted as `input`).
+    #[serde(default, skip_serializing_if = "Value::is_null", alias = "input")]
     pub command: Value,
+    /// The saga it runs as a child (a child saga step, as
+    /// [`Step::saga`](crate::Step::saga)): one the saga allows
+    /// ([`PlannedBuilder::child_sagas`](crate::PlannedBuilder::child_sagas)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saga: Option<String>,
     /// The signal it waits for instead of sending a command (a wait step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for: Option<String>,
@@ -155,6 +161,7 @@ impl PlanStep {
             name: name.into(),
             destination: Some(destination.into()),
             command,
+            saga: None,
             wait_for: None,
             approval: false,
             compensate: None,
@@ -162,6 +169,17 @@ impl PlanStep {
             pivot: false,
             timeout_ms: None,
             max_attempts: None,
+        }
+    }
+
+    /// A child saga step: the saga `saga` run with `input` (as
+    /// [`Step::saga`](crate::Step::saga)); its reply, at `/results/<name>`, is the
+    /// child's data once it completed.
+    pub fn saga(name: impl Into<String>, saga: impl Into<String>, input: Value) -> Self {
+        Self {
+            destination: None,
+            saga: Some(saga.into()),
+            ..Self::command(name, "", input)
         }
     }
 

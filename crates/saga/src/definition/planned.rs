@@ -46,6 +46,7 @@ impl PlannedSaga {
             version,
             destinations: std::collections::BTreeSet::new(),
             approvals: std::collections::BTreeSet::new(),
+            sagas: std::collections::BTreeMap::new(),
             planner: None,
             deadline: None,
             retry: RetryPolicy::default(),
@@ -61,6 +62,7 @@ pub struct PlannedBuilder {
     version: i32,
     destinations: std::collections::BTreeSet<String>,
     approvals: std::collections::BTreeSet<String>,
+    sagas: std::collections::BTreeMap<String, bool>,
     planner: Option<StepDef>,
     deadline: Option<Duration>,
     retry: RetryPolicy,
@@ -91,6 +93,19 @@ impl PlannedBuilder {
     ) -> Self {
         self.destinations
             .extend(destinations.into_iter().map(Into::into));
+        self
+    }
+
+    /// The sagas its plans may run as child sagas (a stage `{"saga": "<name>", "input":
+    /// …}`, as [`Step::saga`](crate::Step::saga)): a plan naming any other is refused.
+    /// Each must be registered in the same engine, as given here. A child whose
+    /// definition has a pivot can only be the plan's pivot or a step after it (it cannot
+    /// be undone once past its pivot); one without is undone by compensating it. A
+    /// planned child's plan may still have a pivot: undoing it once past that pivot
+    /// fails (the parent is stuck, for an operator) rather than undo half of it.
+    pub fn child_sagas<'a>(mut self, sagas: impl IntoIterator<Item = &'a SagaDefinition>) -> Self {
+        self.sagas
+            .extend(sagas.into_iter().map(|d| (d.name.clone(), d.has_pivot())));
         self
     }
 
@@ -130,7 +145,9 @@ impl PlannedBuilder {
         if self.name.trim().is_empty() {
             return Err(Error::InvalidDefinition("the saga name is empty".into()));
         }
-        if self.destinations.is_empty() || self.destinations.iter().any(|d| d.trim().is_empty()) {
+        if (self.destinations.is_empty() && self.sagas.is_empty())
+            || self.destinations.iter().any(|d| d.trim().is_empty())
+        {
             return Err(Error::InvalidDefinition(format!(
                 "planned saga `{}` names no destinations its plans may use",
                 self.name
@@ -139,6 +156,7 @@ impl PlannedBuilder {
         let catalog = Arc::new(Catalog {
             destinations: self.destinations,
             approvals: self.approvals,
+            sagas: self.sagas,
             planner_name: self.planner.as_ref().map(|p| p.name.clone()),
             retry: self.retry,
             timeout: self.timeout,

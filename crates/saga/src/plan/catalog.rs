@@ -2,7 +2,7 @@
 //! name, retries and timeouts), the check of a plan against it, and a plan step made
 //! into the step the engine runs.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,9 @@ pub(crate) struct Catalog {
     /// Signals whose waits are approvals whatever the plan says
     /// (`PlannedBuilder::approvals`).
     pub(crate) approvals: BTreeSet<String>,
+    /// The sagas its plans may run as children, each with whether its definition has a
+    /// pivot (`PlannedBuilder::child_sagas`).
+    pub(crate) sagas: BTreeMap<String, bool>,
     pub(crate) planner_name: Option<String>,
     /// The retry policy of the plan's steps (a step's `max_attempts` overrides its
     /// attempts).
@@ -50,8 +53,13 @@ impl Planned {
         if let Some(plan) = data.get("plan").filter(|p| !p.is_null()) {
             let plan: Plan = serde_json::from_value(plan.clone())
                 .map_err(|e| Error::Corrupt(format!("the stored plan does not decode: {e}")))?;
-            for stage in plan.steps {
-                let def = |s| step_def(s, &self.catalog);
+            let pivot = plan
+                .all_steps()
+                .find(|(_, s)| s.pivot)
+                .map(|(stage, _)| stage);
+            for (i, stage) in plan.steps.into_iter().enumerate() {
+                let before_pivot = pivot.is_none_or(|p| i < p);
+                let def = |s| step_def(s, &self.catalog, before_pivot);
                 stages.push(match stage {
                     PlanStage::Step(s) => vec![def(s)],
                     PlanStage::Parallel { parallel } => parallel.into_iter().map(def).collect(),
@@ -147,6 +155,11 @@ impl Catalog {
         if s.max_attempts == Some(0) {
             return Err(at("max_attempts of 0".into()));
         }
+        if let Some(child) = &s.saga {
+            return self
+                .check_child(s, child, before_pivot, earlier)
+                .map_err(at);
+        }
         match (&s.destination, &s.wait_for) {
             (Some(_), Some(_)) => {
                 return Err(at(
@@ -155,7 +168,7 @@ impl Catalog {
             }
             (None, None) => {
                 return Err(at(
-                    "it has neither a `destination` nor a `wait_for` signal".into()
+                    "it has neither a `destination`, a `wait_for` signal nor a `saga`".into(),
                 ));
             }
             (Some(_), None) if s.approval => {
@@ -210,6 +223,44 @@ impl Catalog {
         Ok(())
     }
 
+    /// A stage that runs the saga `child` as a child: one the saga allows, undone by
+    /// compensating it (so nothing else says how), and, if its definition has a
+    /// pivot, the plan's pivot or after it.
+    fn check_child(
+        &self,
+        s: &PlanStep,
+        child: &str,
+        before_pivot: bool,
+        earlier: &HashSet<&str>,
+    ) -> std::result::Result<(), String> {
+        let Some(&has_pivot) = self.sagas.get(child) else {
+            return Err(format!(
+                "unknown child saga `{child}` (this saga allows: {})",
+                self.sagas
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        if s.destination.is_some() || s.wait_for.is_some() || s.approval {
+            return Err("a child saga step has no `destination`, `wait_for` or `approval`".into());
+        }
+        if s.compensate.is_some() || s.nothing_to_undo {
+            return Err(
+                "a child saga is undone by compensating it: no `compensate` or `nothing_to_undo`"
+                    .into(),
+            );
+        }
+        if has_pivot && before_pivot && !s.pivot {
+            return Err(format!(
+                "the child saga `{child}` has a pivot and cannot be undone once past it: \
+                 it must be the plan's pivot or a step after it"
+            ));
+        }
+        check_refs(&s.command, earlier, None)
+    }
+
     fn check_destination(&self, d: &str) -> std::result::Result<(), String> {
         if self.destinations.contains(d) {
             Ok(())
@@ -238,7 +289,7 @@ impl Catalog {
     }
 }
 
-pub(super) fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
+pub(super) fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool) -> StepDef {
     let name = s.name.clone();
     let fold_name = name.clone();
     let fold: crate::definition::step::FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
@@ -270,6 +321,33 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog) -> StepDef {
         };
     }
     let template = s.command;
+    if let Some(child) = s.saga {
+        // Undone by compensating the child, before the pivot (the check allows only a
+        // child without a pivot there).
+        let destination = crate::child_destination(&child);
+        let undo = if before_pivot && !s.pivot {
+            Undo::Command {
+                destination: destination.clone(),
+                build: Arc::new(|_: &Value| Ok(Value::Null)),
+            }
+        } else {
+            Undo::Never
+        };
+        return StepDef {
+            name,
+            destination,
+            command: Arc::new(move |data: &Value| Ok(resolve(&template, data))),
+            fold: Some(fold),
+            undo,
+            retry,
+            timeout,
+            start_timeout: None,
+            pivot: s.pivot,
+            wait: None,
+            approval: false,
+            child: Some(child),
+        };
+    }
     let undo = match (s.compensate, s.nothing_to_undo) {
         _ if s.pivot => Undo::Never,
         (Some(c), _) => {

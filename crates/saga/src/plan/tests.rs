@@ -15,6 +15,7 @@ fn catalog() -> Catalog {
             .map(String::from)
             .collect(),
         approvals: ["sign_off".to_owned()].into_iter().collect(),
+        sagas: std::collections::BTreeMap::new(),
         planner_name: None,
         retry: RetryPolicy::default(),
         timeout: None,

@@ -7,6 +7,7 @@ use super::*;
 use crate::engine::child_id;
 
 mod held;
+mod plans;
 
 /// The child: two undoable reservations, no pivot.
 fn booking() -> SagaDefinition {

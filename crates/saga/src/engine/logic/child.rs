@@ -11,12 +11,16 @@ impl Ctx<'_> {
     /// The parent asks this child to be undone (the parent's compensation `by`): a
     /// completed child compensates its steps, latest first, as if it had failed after
     /// its last; a running one is aborted (compensated). One that is finished otherwise
-    /// answers at once; one compensating or stuck answers when it is finished.
+    /// answers at once; one compensating or stuck answers when it is finished. A child
+    /// past its pivot (a planned child whose plan had one) cannot be undone: the undo
+    /// fails, and the parent's compensation with it (the parent is stuck, for an
+    /// operator), rather than undo half of it.
     pub(crate) fn undo_as_child(&mut self, by: agentsaga_core::MessageId) -> Result<()> {
         if let Some(link) = &mut self.inst.parent {
             link.compensation = Some(by);
         }
         match self.inst.state {
+            SagaState::Completed if self.past_pivot() => self.answer_parent(),
             SagaState::Completed => self.begin_compensation(
                 SagaEvent::Undo,
                 "its parent turned back: undone as a whole".into(),
@@ -50,6 +54,12 @@ impl Ctx<'_> {
                 undo,
                 StepOutcome::Fatal(format!(
                     "{what} was aborted past its pivot: what it did stays done ({why})"
+                )),
+            ),
+            (Some(undo), SagaState::Completed) => (
+                undo,
+                StepOutcome::Fatal(format!(
+                    "{what} completed past its pivot: it cannot be undone"
                 )),
             ),
             (None, SagaState::Completed) => (link.command, StepOutcome::Ok(self.inst.data.clone())),

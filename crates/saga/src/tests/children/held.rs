@@ -5,7 +5,7 @@ use super::*;
 
 /// A child with a pivot, as its parent's pivot; the step after the child's pivot
 /// fails fatally when `stuck`.
-fn pivoted_booking() -> SagaDefinition {
+pub(super) fn pivoted_booking() -> SagaDefinition {
     Saga::<D>::builder("booking", 1)
         .step(
             Step::<D>::new("flight", "flight-agent")

@@ -79,3 +79,46 @@ pub(super) fn a_completed_child_is_undone() -> Sim {
     );
     s
 }
+
+/// A child that completed past its pivot is not undone by halves: the parent's undo
+/// fails (its compensation fails, and the parent is stuck for an operator).
+#[test]
+fn a_child_past_its_pivot_refuses_to_be_undone() {
+    let def = Saga::<D>::builder("booking", 1)
+        .step(Step::new("flight", "flight-agent").compensate("flight-agent", |_: &D| "undo"))
+        .pivot(Step::new("pay", "pay-agent"))
+        .build()
+        .unwrap();
+    let mut s = Sim::new(def);
+    s.inst.parent = Some(ParentLink {
+        saga: SagaId::new(),
+        step: 0,
+        step_name: "book".into(),
+        reply_to: "saga.travel.v1".into(),
+        command: MessageId::new(),
+        compensation: None,
+        depth: 1,
+    });
+    s.start();
+    s.reply(0, ok());
+    s.reply(1, ok());
+    assert_eq!(s.state(), SagaState::Completed);
+    let undo = MessageId::new();
+    let fx = s.run(|c| c.undo_as_child(undo)).unwrap();
+    assert!(
+        fx.transitions.is_empty(),
+        "nothing undone: {:?}",
+        fx.transitions
+    );
+    assert_eq!(s.state(), SagaState::Completed);
+    let answer = envelope(&fx.send[0]);
+    assert_eq!(
+        answer.header(header::CAUSATION_ID),
+        Some(undo.to_string().as_str())
+    );
+    let outcome: StepOutcome = serde_json::from_str(&answer.payload).unwrap();
+    assert!(
+        matches!(&outcome, StepOutcome::Fatal(why) if why.contains("cannot be undone")),
+        "{outcome:?}"
+    );
+}
