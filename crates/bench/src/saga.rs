@@ -34,6 +34,7 @@
 
 mod figure;
 mod floor;
+mod nested;
 mod runtime_side;
 
 use figure::figure;
@@ -190,6 +191,7 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             Backend::Sqlite => SQLITE_TARGET,
             Backend::Postgres => POSTGRES_TARGET,
         };
+        let mut flat_happy = 0.0;
         for scenario in [Scenario::Happy, Scenario::Compensating] {
             let (runtime, floor, batched, sets) = figure(
                 backend,
@@ -201,6 +203,9 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             )
             .await
             .with_context(|| format!("{name} {}", scenario.name()))?;
+            if scenario == Scenario::Happy {
+                flat_happy = runtime.rate;
+            }
             let metric = |m: &str| -> &'static str {
                 match (scenario, m) {
                     (Scenario::Happy, "rate") => "happy_rate",
@@ -271,6 +276,10 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                 ));
             }
         }
+        let (nested, note) =
+            nested::figure(backend, sizes, args.workers, scratch, flat_happy).await?;
+        report.figures.push(nested);
+        report.notes.push(note);
     }
     let rounds = if sizes.rounds == 1 {
         "one run per side and scenario (--quick: a smoke run, not a measurement)".to_owned()

@@ -13,14 +13,14 @@ use crate::db::Backend;
 
 /// The saga data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Data {
-    n: u64,
-    fail: bool,
+pub(super) struct Data {
+    pub(super) n: u64,
+    pub(super) fail: bool,
 }
 
 /// An agent that answers at once; `agent_c` fails fatally when the command says `fail`.
-struct NoOpAgent {
-    destination: &'static str,
+pub(super) struct NoOpAgent {
+    pub(super) destination: &'static str,
 }
 
 #[async_trait::async_trait]
@@ -47,7 +47,7 @@ impl Agent for NoOpAgent {
     }
 }
 
-fn definition() -> anyhow::Result<SagaDefinition> {
+pub(super) fn definition() -> anyhow::Result<SagaDefinition> {
     let [(a, agent_a), (b, agent_b), (c, agent_c)] = STEPS;
     Ok(Saga::<Data>::builder(SAGA, 1)
         .step(Step::new(a, agent_a).compensate(agent_a, |d: &Data| d.n))

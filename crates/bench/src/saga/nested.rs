@@ -1,0 +1,159 @@
+//! The nested shape of the `saga` bench: a parent of 2 steps, `step_p` (agent `agent_p`,
+//! with a compensation) then, as its pivot, a child step that runs the flat bench saga
+//! (3 steps, a pivot of its own) as a child saga (`Step::saga`). Happy path only. Its
+//! rate (parents/s) is reported against the flat saga's happy rate of the same run: a
+//! parent runs the child saga plus its own step, its start and the child's start and
+//! answer: 4 agent steps and 2 sagas against the flat saga's 3 steps and 1 saga.
+
+use agentsaga_relay::RelayConfig;
+use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_saga::{Saga, Step};
+use anyhow::ensure;
+use serde_json::Value;
+
+use super::runtime_side::{Data, NoOpAgent, definition};
+use super::{STEPS, drive};
+use crate::db::Backend;
+
+const PARENT: &str = "bench_parent";
+const PARENT_AGENT: &str = "agent_p";
+
+/// The parent's own agent: answers at once.
+struct ParentAgent;
+
+#[async_trait::async_trait]
+impl Agent for ParentAgent {
+    type Command = Value;
+    type Reply = &'static str;
+    fn destination(&self) -> &str {
+        PARENT_AGENT
+    }
+    async fn handle(&self, _: &mut AgentContext<'_>, _: Value) -> Result<&'static str, StepError> {
+        Ok("done")
+    }
+}
+
+/// Runs `n` parents (each with its child) to completion: parents per second.
+pub(super) async fn nested_run(
+    _backend: Backend,
+    url: &str,
+    n: usize,
+    workers: usize,
+) -> anyhow::Result<f64> {
+    let parent = Saga::<Data>::builder(PARENT, 1)
+        .step(Step::new("step_p", PARENT_AGENT).compensate(PARENT_AGENT, |d: &Data| d.n))
+        // The flat saga has a pivot: as a child it is its parent's pivot.
+        .pivot(Step::saga("child", super::SAGA).forward_only())
+        .build()?;
+    let mut builder = Runtime::builder()
+        .database(url)
+        .saga(definition()?)
+        .saga(parent)
+        .relay_config(RelayConfig::default().workers(workers))
+        .agent(ParentAgent);
+    for (_, destination) in STEPS {
+        builder = builder.agent(NoOpAgent { destination });
+    }
+    let runtime = builder.start().await?;
+    let store = runtime.store().clone();
+    let elapsed = drive(
+        n,
+        |first, count| {
+            let runtime = &runtime;
+            async move {
+                let data: Vec<Data> = (first..first + count)
+                    .map(|i| Data {
+                        n: i as u64,
+                        fail: false,
+                    })
+                    .collect();
+                let mut tx = runtime.store().hop().await?;
+                runtime.start_sagas_in(&mut tx, PARENT, &data).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+        },
+        |started| {
+            let store = store.clone();
+            async move {
+                let done = completed(&store, PARENT).await?;
+                Ok(started.saturating_sub(done as usize))
+            }
+        },
+    )
+    .await;
+    let (parents, children) = (
+        completed(&store, PARENT).await,
+        completed(&store, super::SAGA).await,
+    );
+    runtime.shutdown().await;
+    let elapsed = elapsed?;
+    ensure!(
+        (parents?, children?) == (n as i64, n as i64),
+        "not every parent and child completed"
+    );
+    Ok(n as f64 / elapsed.as_secs_f64())
+}
+
+/// Sagas of `name` completed.
+async fn completed(store: &agentsaga_core::Store, name: &str) -> anyhow::Result<i64> {
+    let name = name.to_owned();
+    let n = store
+        .read(async move |conn| {
+            let n: i64 = agentsaga_core::with_conn!(conn, c => {
+                agentsaga_core::sqlx::query_scalar(
+                    "SELECT count(*) FROM saga_instances WHERE state = 'completed' AND name = $1",
+                )
+                .bind(&name)
+                .fetch_one(c)
+                .await?
+            });
+            Ok(n)
+        })
+        .await?;
+    Ok(n)
+}
+
+/// The nested shape's figure on `backend`: the median of `sizes.rounds` runs, each in
+/// a fresh database, against `flat` (the flat saga's happy rate, runtime side).
+pub(super) async fn figure(
+    backend: Backend,
+    sizes: super::Sizes,
+    workers: usize,
+    scratch: &mut crate::db::Scratch,
+    flat: f64,
+) -> anyhow::Result<(crate::report::Figure, String)> {
+    let mut rates = Vec::new();
+    for _ in 0..sizes.rounds {
+        let url = scratch.fresh_url(backend).await?;
+        rates.push(nested_run(backend, &url, sizes.sagas, workers).await?);
+    }
+    rates.sort_by(f64::total_cmp);
+    let rate = rates[rates.len() / 2];
+    let figure =
+        crate::report::Figure::new(super::BENCH, backend.name(), "nested_rate", rate, "sagas/s")
+            .with_floor(flat);
+    let note = format!(
+        "{} nested: parents of 2 steps (one agent step, one child saga of the flat 3-step \
+         shape), happy path, {} per run: {rate:.0} parents/s; its ratio is against the flat \
+         saga's happy rate ({flat:.0} sagas/s): a parent runs 4 agent steps and 2 sagas \
+         against the flat saga's 3 steps and 1 saga",
+        backend.name(),
+        sizes.sagas
+    );
+    Ok((figure, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The nested shape runs on SQLite: every parent and child completes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_nested_shape_completes() {
+        let url =
+            agentsaga_core::testing::fresh_url(agentsaga_core::testing::Backend::Sqlite).await;
+        let rate = nested_run(Backend::Sqlite, &url, 60, 8).await.unwrap();
+        assert!(rate > 0.0);
+    }
+}
