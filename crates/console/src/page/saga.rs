@@ -100,6 +100,15 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
             esc(w)
         );
     }
+    if let Some(p) = &s.parent_id {
+        let _ = writeln!(
+            out,
+            "<dt>Parent</dt><dd class=\"mono\"><a id=\"parent\" href=\"/sagas/{}\">{}</a> \
+             <span class=\"muted\">(this is a child saga: a step of it)</span></dd>",
+            pct(p),
+            esc(p)
+        );
+    }
     if let Some(e) = &s.error {
         let _ = writeln!(
             out,
@@ -180,6 +189,10 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
     out += &timeline(doc, state.is_some_and(|st| !st.is_terminal()), now);
     out += "<h2>Steps and compensation ledger</h2>\n";
     out += &ledger(&doc.steps);
+    if !doc.children.is_empty() {
+        out += "<h2>Child sagas</h2>\n";
+        out += &super::views::saga_table(&doc.children, "children");
+    }
     out += "<h2>Data</h2>\n";
     let data = serde_json::to_string_pretty(&doc.data).unwrap_or_default();
     let _ = writeln!(out, "<pre class=\"json\" id=\"data\">{}</pre>", esc(&data));

@@ -11,6 +11,7 @@
 use agentsaga_core::both_backends;
 
 mod actions;
+mod children;
 mod cross_site;
 mod dead;
 mod finished;
@@ -21,6 +22,7 @@ mod starts;
 mod tokens;
 
 use actions::actions_answer_the_saga_as_it_now_stands;
+use children::a_parent_shows_its_children;
 use cross_site::cross_site_requests_change_nothing;
 use cross_site::rebound_hosts_are_refused;
 use dead::dead_letters_are_paged_by_bytes;
@@ -38,4 +40,5 @@ both_backends!(token_tests, tokens_guard_everything);
 both_backends!(dead_page_tests, dead_letters_are_paged_by_bytes);
 both_backends!(cross_site_tests, cross_site_requests_change_nothing);
 both_backends!(host_tests, rebound_hosts_are_refused);
+both_backends!(children_tests, a_parent_shows_its_children);
 both_backends!(runtime_tests, the_runtime_router_starts_its_sagas);
