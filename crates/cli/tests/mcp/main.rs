@@ -82,7 +82,7 @@ async fn an_mcp_client_lists_shows_and_acts() {
     }
     let list_props = &tool("list_sagas")["inputSchema"]["properties"];
     for arg in [
-        "state", "name", "key", "waiting", "stalled", "cursor", "limit",
+        "state", "name", "key", "waiting", "stalled", "cursor", "limit", "parent",
     ] {
         assert!(list_props.get(arg).is_some(), "list_sagas lacks {arg}");
     }
@@ -127,6 +127,17 @@ async fn an_mcp_client_lists_shows_and_acts() {
     );
     assert_eq!(waiting_page["sagas"][0]["id"], waiting.as_str());
     assert_eq!(waiting_page["sagas"][0]["waiting_for"], "approval");
+    // No saga here has children: the filter by parent answers an empty page, as the
+    // CLI's does.
+    let children = mcp.doc("list_sagas", json!({"parent": waiting}));
+    assert_eq!(
+        children,
+        json(
+            url,
+            &["sagas", "list", "--parent", waiting.as_str(), "--json"]
+        )
+    );
+    assert_eq!(children["sagas"].as_array().unwrap().len(), 0, "{children}");
     let keyed = mcp.doc("list_sagas", json!({"key": "req-ok", "name": "trip"}));
     assert_eq!(keyed["sagas"][0]["id"], p.completed.to_string().as_str());
     // Pages by cursor, as the CLI does.
