@@ -16,9 +16,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::testing::{Backend, fresh_url};
+use agentsaga::core::testing::{Backend, fresh_url, wait_until};
 use agentsaga::core::{ReadPool, Store, both_backends};
-use agentsaga::saga::{SagaState, query};
+use agentsaga::saga::{Engine, SagaId, SagaState, Signal, query};
 
 /// The undoable effect every plan has; the calendar slot, which only some plans
 /// reserve, is checked against the plan ([`check_effects`]).
@@ -186,15 +186,7 @@ pub(crate) fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
 
 /// Every saga with its state and error.
 pub(crate) async fn outcomes(store: &Store) -> Vec<(String, SagaState, String)> {
-    let list = query::list(
-        store,
-        &query::ListFilter {
-            limit: u32::MAX,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let list = support::all_sagas(store).await;
     list.into_iter()
         .map(|s| (s.id.to_string(), s.state, s.error.unwrap_or_default()))
         .collect()
@@ -213,4 +205,30 @@ pub(crate) async fn all_compensated(store: &Store, n: usize, needles: &[&str]) {
             );
         }
     }
+}
+
+/// The sagas waiting for a signal.
+pub(crate) async fn waiting(store: &Store) -> Vec<query::SagaSummary> {
+    let waiting = query::ListFilter {
+        waiting: true,
+        ..query::ListFilter::default()
+    };
+    query::list(store, &waiting).await.unwrap()
+}
+
+/// Sends each `(saga, signal)` to its saga's wait for `approval`, in one transaction (as
+/// the CLI sends it).
+pub(crate) async fn signal_approvals(store: &Store, signals: Vec<(SagaId, Signal)>) {
+    let mut tx = store.begin().await.unwrap();
+    for (id, signal) in signals {
+        Engine::signal(&mut tx, id, "approval", signal)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Ann's approval.
+pub(crate) fn approved_by_ann() -> Signal {
+    Signal::Approve(serde_json::json!({ "by": "ann" }))
 }

@@ -31,29 +31,12 @@ pub fn example(name: &str) -> PathBuf {
 
 /// Starts an example as a child process.
 pub fn spawn(name: &str, url: &str, args: &[&str]) -> Child {
-    Command::new(example(name))
-        .args(["--database-url", url, "--quiet", "--lease-ms", "1000"])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn example")
+    spawn_with(name, url, args, |_| {})
 }
 
 /// Runs an example to the end (bounded), asserting success; returns its stdout.
 pub fn run(name: &str, url: &str, args: &[&str]) -> String {
-    let child = spawn(name, url, args);
-    let out = wait_bounded(child, Duration::from_secs(240));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{name} {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    run_with(name, url, args, |_| {})
 }
 
 /// Waits for `child` to exit, at most `limit` (then kills it and panics), and returns
@@ -113,17 +96,18 @@ pub async fn statuses(store: &Store, table: &str) -> std::collections::HashMap<S
     rows.into_iter().collect()
 }
 
+/// All sagas.
+pub async fn all_sagas(store: &Store) -> Vec<query::SagaSummary> {
+    let all = query::ListFilter {
+        limit: u32::MAX,
+        ..Default::default()
+    };
+    query::list(store, &all).await.unwrap()
+}
+
 /// All sagas with their states.
 pub async fn sagas(store: &Store) -> Vec<(String, SagaState)> {
-    let list = query::list(
-        store,
-        &query::ListFilter {
-            limit: u32::MAX,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let list = all_sagas(store).await;
     list.into_iter()
         .map(|s| (s.id.to_string(), s.state))
         .collect()
