@@ -4,15 +4,19 @@
 //! changes nothing; a signal it cannot take is a typed error that writes nothing; a
 //! parked saga survives a restart of its process.
 
+#[path = "support/gated.rs"]
+mod gated;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Error as SagaError, Saga, SagaDefinition, SagaId, SagaState, Signal};
 use agentsaga_saga::{SignalReceipt, Step};
+use gated::{Gated, Seen, assert_error_contains, settle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -26,42 +30,6 @@ struct Mail {
 #[derive(Deserialize)]
 struct Approval {
     by: String,
-}
-
-/// Records every command it is given, under its destination; waits at a gate first.
-/// The wait is the agent's outside call (no transaction held): a gate inside a
-/// database-only handler would hold SQLite's single writer and block the test's own
-/// `signal` behind it.
-struct Recorder {
-    destination: &'static str,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-    gate: watch::Receiver<bool>,
-}
-
-#[async_trait::async_trait]
-impl CallingAgent for Recorder {
-    type Command = Value;
-    type Output = ();
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.destination
-    }
-    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<(), StepError> {
-        let _ = self.gate.clone().wait_for(|open| *open).await;
-        Ok(())
-    }
-    async fn record(
-        &self,
-        _: &mut AgentContext<'_>,
-        cmd: Value,
-        (): (),
-    ) -> Result<Value, StepError> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((self.destination.to_owned(), cmd));
-        Ok(json!("ok"))
-    }
 }
 
 /// `draft` (undone by `discard`), a wait for `approval`, then `send` (the pivot).
@@ -98,22 +66,23 @@ fn wait_after_pivot() -> SagaDefinition {
 struct World {
     rt: Runtime,
     url: String,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
+    seen: Seen,
     open: watch::Sender<bool>,
 }
 
 async fn start_runtime(
     url: &str,
     defs: Vec<SagaDefinition>,
-    seen: &Arc<Mutex<Vec<(String, Value)>>>,
+    seen: &Seen,
     gate: &watch::Receiver<bool>,
 ) -> Runtime {
     let mut b = Runtime::builder().database(url);
     for destination in ["drafts", "discard", "sender"] {
-        b = b.calling_agent(Recorder {
+        b = b.calling_agent(Gated {
             destination,
             seen: Arc::clone(seen),
             gate: gate.clone(),
+            answer: Arc::new(|_, _, _, _| Ok(json!("ok"))),
         });
     }
     for d in defs {
@@ -156,13 +125,6 @@ async fn until_waiting(rt: &Runtime, id: SagaId) {
         async || waiting_for(rt, id).await.as_deref() == Some("approval"),
     )
     .await;
-}
-
-async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
-    tokio::time::timeout(Duration::from_secs(30), rt.wait(id))
-        .await
-        .expect("the saga settles")
-        .unwrap()
 }
 
 fn sent(w: &World, destination: &str) -> Vec<Value> {
@@ -238,14 +200,7 @@ async fn rejected_compensates(backend: Backend) {
         [json!({ "discard": "ann@example.com" })]
     );
     assert!(sent(&w, "sender").is_empty());
-    let saga = query::get(w.rt.store(), id).await.unwrap().unwrap();
-    assert!(
-        saga.error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("not this one"),
-        "{saga:?}"
-    );
+    assert_error_contains(&w.rt, id, "not this one").await;
 }
 both_backends!(rejected_tests, rejected_compensates);
 
@@ -363,15 +318,7 @@ async fn wait_timeouts(backend: Backend) {
     assert_eq!(settle(&w.rt, before).await, SagaState::Compensated);
     assert_eq!(sent(&w, "discard").len(), 1);
     assert_eq!(settle(&w.rt, after).await, SagaState::Stuck);
-    let stuck = query::get(w.rt.store(), after).await.unwrap().unwrap();
-    assert!(
-        stuck
-            .error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("receipt"),
-        "{stuck:?}"
-    );
+    assert_error_contains(&w.rt, after, "receipt").await;
 }
 both_backends!(timeout_tests, wait_timeouts);
 

@@ -1,30 +1,19 @@
 //! The stall watch: a stalled saga (its reply dead-lettered) is counted in the
 //! `agentsaga_sagas_stalled` gauge and warned of once.
 
+#[path = "support/echo.rs"]
+mod echo;
 #[path = "support/scrape.rs"]
 mod scrape;
 
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step, query};
+use echo::Echo;
 use scrape::scrape;
 use serde_json::{Value, json};
-
-struct Echo;
-
-#[async_trait::async_trait]
-impl Agent for Echo {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        "flaky"
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
-    }
-}
 
 // A saga whose reply was dead-lettered is stalled: the stall watch counts it in the
 // gauge and warns of it once, however many times it looks.
@@ -83,7 +72,7 @@ async fn a_stalled_saga_is_reported_once() {
 
     let runtime = Runtime::builder()
         .store(store)
-        .agent(Echo)
+        .agent(Echo("flaky"))
         .saga(saga())
         .stalled_after(Duration::from_secs(3600), Duration::from_millis(50))
         .metrics("127.0.0.1:0".parse().unwrap())
@@ -97,20 +86,14 @@ async fn a_stalled_saga_is_reported_once() {
         .await
         .unwrap();
     assert_eq!(runtime.wait(fine).await.unwrap(), SagaState::Completed);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let reported = "the stalled saga is counted in the gauge";
+    wait_until(reported, Duration::from_secs(30), async || {
         let m = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap();
-        if m.get("agentsaga_sagas_stalled") == Some(&1.0) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never reported: {m:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        m.get("agentsaga_sagas_stalled") == Some(&1.0)
+    })
+    .await;
     // Many looks later, still one warning.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let m = tokio::task::spawn_blocking(move || scrape(addr))

@@ -55,14 +55,7 @@ async fn a_failed_plan_compensates_in_reverse(backend: Backend) {
     let group: Vec<&Value> = cancels[1..].iter().collect();
     assert!(group.contains(&&json!(event("sagas"))), "{cancels:?}");
     assert!(group.contains(&&json!(event("b"))), "{cancels:?}");
-    let saga = query::get(w.rt.store(), id).await.unwrap().unwrap();
-    assert!(
-        saga.error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("mailbox full"),
-        "{saga:?}"
-    );
+    assert_error_contains(&w.rt, id, "mailbox full").await;
 }
 both_backends!(compensates_tests, a_failed_plan_compensates_in_reverse);
 
