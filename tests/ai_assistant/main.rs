@@ -15,9 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Duration;
 
-use agentsaga::core::sqlx::{self, AssertSqlSafe};
 use agentsaga::core::testing::{Backend, fresh_url, wait_until};
-use agentsaga::core::{ReadPool, Store, both_backends};
+use agentsaga::core::{Store, both_backends};
 use agentsaga::saga::{Engine, SagaId, SagaState, Signal, query};
 
 /// The undoable effect every plan has; the calendar slot, which only some plans
@@ -68,16 +67,7 @@ pub(crate) struct Call {
 
 pub(crate) async fn llm_calls(store: &Store) -> Vec<Call> {
     let sql = "SELECT idempotency_key, saga_id, step, answer FROM assistant_llm_calls";
-    let rows: Vec<(String, String, String, String)> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    };
+    let rows: Vec<(String, String, String, String)> = support::rows_of(store, sql).await;
     rows.into_iter()
         .map(|(key, saga, step, answer)| Call {
             key,
@@ -90,16 +80,7 @@ pub(crate) async fn llm_calls(store: &Store) -> Vec<Call> {
 
 /// The rows of `sql` (text columns), on either backend.
 pub(crate) async fn text_rows(store: &Store, sql: &str) -> Vec<(String, String)> {
-    match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    }
+    support::rows_of(store, sql).await
 }
 
 /// The step names of each saga's plan, in order, as the planner recorded it.

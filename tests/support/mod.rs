@@ -83,17 +83,23 @@ pub fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
 /// `(saga_id, status)` rows of an effect table.
 pub async fn statuses(store: &Store, table: &str) -> std::collections::HashMap<String, String> {
     let sql = format!("SELECT saga_id, status FROM {table}");
-    let rows: Vec<(String, String)> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    };
+    let rows: Vec<(String, String)> = rows_of(store, sql).await;
     rows.into_iter().collect()
+}
+
+/// The rows of `sql`, on either backend.
+pub async fn rows_of<T>(store: &Store, sql: impl Into<String>) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+        + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+        + Send
+        + Unpin,
+{
+    let sql = AssertSqlSafe(sql.into());
+    match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(sql).fetch_all(reader).await.unwrap(),
+        ReadPool::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+    }
 }
 
 /// All sagas.
@@ -364,10 +370,7 @@ pub struct Delivery {
 pub async fn check_per_key_order(store: &Store) -> (usize, usize) {
     let sql = "SELECT destination, msg_key, seq, message_id, started_us, finished_us FROM agent_deliveries";
     type Row = (String, String, i64, String, i64, i64);
-    let rows: Vec<Row> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(sql).fetch_all(reader).await.unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
-    };
+    let rows: Vec<Row> = rows_of(store, sql).await;
     let rows: Vec<Delivery> = rows
         .into_iter()
         .map(

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 // gauge and warns of it once, however many times it looks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_saga_is_reported_once() {
-    use agentsaga_core::queue::DeadLetter;
     use agentsaga_core::{Store, header, testing};
+    use agentsaga_saga::testing::{answer, dead_letter};
     use agentsaga_saga::{Engine, protocol};
     let url = fresh_url(Backend::Sqlite).await;
     let saga = || {
@@ -45,30 +45,11 @@ async fn a_stalled_saga_is_reported_once() {
         command.header(header::SAGA_ID),
         Some(id.to_string().as_str())
     );
-    let mut tx = store.begin().await.unwrap();
-    tx.receive("flaky", command.id).await.unwrap();
-    tx.enqueue(
-        &protocol::reply(&command, &protocol::StepOutcome::Ok(json!(1)))
-            .unwrap()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    store
-        .queue()
-        .mark_delivered("t", &[command.seq])
-        .await
-        .unwrap();
+    answer(&store, &command, &protocol::StepOutcome::Ok(json!(1))).await;
     let reply = testing::claim(&store, &["saga.lost.v1".to_owned()], 1)
         .await
         .remove(0);
-    let dead = DeadLetter {
-        seq: reply.seq,
-        reason: "lost on the way".into(),
-        notice: None,
-    };
-    store.queue().dead_letter("t", &[dead]).await.unwrap();
+    dead_letter(&store, reply.seq, "lost on the way").await;
 
     let runtime = Runtime::builder()
         .store(store)

@@ -44,7 +44,7 @@ pub mod plan;
 pub mod protocol;
 pub mod query;
 mod state;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use definition::{

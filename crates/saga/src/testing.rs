@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentsaga_core::queue::DeadLetter;
 use agentsaga_core::{Envelope, Message, MessageId, Receipt, RetryPolicy, Store, testing};
+
 use serde_json::{Value, json};
 
 use crate::protocol::{self, StepOutcome};
@@ -150,4 +151,37 @@ pub async fn two_dead_letters(store: &Store) -> (MessageId, MessageId) {
         2
     );
     ids
+}
+
+/// `command`'s agent handles it, answering `outcome` (its inbox record and its reply
+/// committed together), and the relay (owner `t`, which claimed it) acknowledges it.
+pub async fn answer(store: &Store, command: &Envelope, outcome: &StepOutcome) {
+    let mut tx = store.begin().await.expect("begin");
+    tx.receive(&command.destination, command.id)
+        .await
+        .expect("receive");
+    let reply = protocol::reply(command, outcome)
+        .expect("reply")
+        .expect("reply_to");
+    tx.enqueue(&reply).await.expect("enqueue reply");
+    tx.commit().await.expect("commit");
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .expect("delivered");
+}
+
+/// The message `seq`, claimed by the owner `t`, dead-lettered for `reason` (no notice).
+pub async fn dead_letter(store: &Store, seq: i64, reason: &str) {
+    let dead = DeadLetter {
+        seq,
+        reason: reason.into(),
+        notice: None,
+    };
+    store
+        .queue()
+        .dead_letter("t", &[dead])
+        .await
+        .expect("dead letter");
 }

@@ -3,7 +3,7 @@
 
 use agentsaga_relay::RelayConfig;
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
-use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step};
+use agentsaga_saga::{SagaDefinition, SagaState};
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,12 +48,7 @@ impl Agent for NoOpAgent {
 }
 
 fn definition() -> anyhow::Result<SagaDefinition> {
-    let [(a, agent_a), (b, agent_b), (c, agent_c)] = STEPS;
-    Ok(Saga::<Data>::builder(SAGA, 1)
-        .step(Step::new(a, agent_a).compensate(agent_a, |d: &Data| d.n))
-        .step(Step::new(b, agent_b).compensate(agent_b, |d: &Data| d.n))
-        .pivot(Step::new(c, agent_c))
-        .build()?)
+    super::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
 pub(super) async fn runtime_run(

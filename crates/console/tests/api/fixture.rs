@@ -1,12 +1,10 @@
 //! The database the tests read and act on: one saga of each kind, dead letters.
 
 use agentsaga_console::Console;
-use agentsaga_core::queue::DeadLetter;
 use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{MessageId, Store};
-use agentsaga_saga::protocol;
+use agentsaga_saga::testing::{answer, dead_letter, quick_engine, trip_agent, two_dead_letters};
 pub(crate) use agentsaga_saga::testing::{pump, trip};
-use agentsaga_saga::testing::{quick_engine, trip_agent, two_dead_letters};
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step};
 use serde_json::{Value, json};
 
@@ -70,32 +68,11 @@ pub(crate) async fn prepare(backend: Backend) -> Fixture {
     let command = testing::claim(&store, &["reserve-agent".to_owned()], 10)
         .await
         .remove(0);
-    let mut tx = store.begin().await.expect("begin");
-    tx.receive("reserve-agent", command.id)
-        .await
-        .expect("receive");
-    tx.enqueue(
-        &protocol::reply(&command, &trip_agent(&command))
-            .unwrap()
-            .unwrap(),
-    )
-    .await
-    .expect("reply");
-    tx.commit().await.expect("commit");
-    store
-        .queue()
-        .mark_delivered("t", &[command.seq])
-        .await
-        .expect("delivered");
+    answer(&store, &command, &trip_agent(&command)).await;
     let reply = testing::claim(&store, &["saga.trip.v1".to_owned()], 10)
         .await
         .remove(0);
-    let lost = DeadLetter {
-        seq: reply.seq,
-        reason: "lost".into(),
-        notice: None,
-    };
-    store.queue().dead_letter("t", &[lost]).await.expect("dead");
+    dead_letter(&store, reply.seq, "lost").await;
 
     let waiting = start(&store, &engine, "waits", None, json!({})).await;
     let mut ids = Vec::new();
