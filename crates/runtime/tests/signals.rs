@@ -6,6 +6,8 @@
 
 #[path = "support/gated.rs"]
 mod gated;
+#[path = "support/settle.rs"]
+mod settle;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,9 +18,10 @@ use agentsaga_runtime::Runtime;
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Error as SagaError, Saga, SagaDefinition, SagaId, SagaState, Signal};
 use agentsaga_saga::{SignalReceipt, Step};
-use gated::{Gated, Seen, assert_error_contains, settle};
+use gated::{Gated, Seen, assert_signal_refused};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use settle::{assert_error_contains, settle};
 use tokio::sync::watch;
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -268,17 +271,7 @@ async fn misaddressed_signals_write_nothing(backend: Backend) {
         matches!(err, agentsaga_runtime::Error::Saga(SagaError::NotFound(i)) if i == unknown),
         "{err}"
     );
-    let err =
-        w.rt.signal(id, "payment", Signal::Approve(Value::Null))
-            .await
-            .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            agentsaga_runtime::Error::Saga(SagaError::SignalRefused { .. })
-        ),
-        "{err}"
-    );
+    assert_signal_refused(&w.rt, id, "payment").await;
     let after = w.rt.store().admin().stats().await.unwrap();
     assert_eq!(
         (after.pending + after.in_flight + after.delivered + after.dead),

@@ -2,8 +2,10 @@
 //! fatally (so the first is compensated) yields exactly one trace, whose spans form a
 //! tree rooted at `saga.start` and cover every hop.
 
+#[path = "support/settle.rs"]
+mod settle;
+
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
@@ -11,6 +13,7 @@ use agentsaga_saga::{Saga, SagaState, Step};
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
+use settle::settle;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, util::SubscriberInitExt};
 
@@ -98,11 +101,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
         .unwrap();
     tx.commit().await.unwrap();
     for id in &batch {
-        let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(*id))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(state, SagaState::Compensated);
+        assert_eq!(settle(&runtime, *id).await, SagaState::Compensated);
     }
     runtime.shutdown().await;
     provider.force_flush().unwrap();
@@ -160,11 +159,7 @@ async fn one_trace(
         .start_saga("trip", &json!({"who": "ada"}))
         .await
         .unwrap();
-    let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(state, SagaState::Compensated);
+    assert_eq!(settle(&runtime, id).await, SagaState::Compensated);
     runtime.shutdown().await;
     provider.force_flush().unwrap();
 

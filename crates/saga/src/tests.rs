@@ -169,6 +169,21 @@ fn ok() -> StepOutcome {
     StepOutcome::Ok(json!("ok"))
 }
 
+/// Agents (for [`World::pump`]) that answer every step's command `ok`, but step
+/// `failing`'s fatally with `reason`.
+fn fatal_at(
+    failing: usize,
+    reason: &'static str,
+) -> impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome> {
+    move |_, _, step| {
+        Some(if step == failing {
+            StepOutcome::Fatal(reason.into())
+        } else {
+            ok()
+        })
+    }
+}
+
 fn trip() -> SagaDefinition {
     let undoable = |n: &str| {
         Step::<D>::new(n, format!("{n}-agent"))

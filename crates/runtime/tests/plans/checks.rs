@@ -163,17 +163,7 @@ async fn a_plans_wait_takes_its_signal(backend: Backend) {
             == Some("approval")
     })
     .await;
-    let err =
-        w.rt.signal(id, "other", Signal::Approve(Value::Null))
-            .await
-            .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            agentsaga_runtime::Error::Saga(SagaError::SignalRefused { .. })
-        ),
-        "{err}"
-    );
+    assert_signal_refused(&w.rt, id, "other").await;
     w.rt.signal(id, "approval", Signal::Approve(json!({ "by": "ops" })))
         .await
         .unwrap();

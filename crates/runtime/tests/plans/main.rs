@@ -9,6 +9,8 @@ mod checks;
 #[path = "../support/gated.rs"]
 mod gated;
 mod runs;
+#[path = "../support/settle.rs"]
+mod settle;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,8 +23,9 @@ use agentsaga_saga::{
     Error as SagaError, Plan, PlanStart, PlanStep, PlannedSaga, SagaDefinition, SagaState, Signal,
     Step,
 };
-use gated::{Answer, Gated, Seen, assert_error_contains, settle};
+use gated::{Answer, Gated, Seen, assert_signal_refused};
 use serde_json::{Value, json};
+use settle::{assert_error_contains, settle};
 use tokio::sync::watch;
 
 /// One agent per destination, gated ([`Gated`]), answering: `{"fail": …}` fails

@@ -1,12 +1,11 @@
 //! A calling agent that waits at a gate the test opens (outside any transaction),
-//! records each command under its destination and answers as the test says; and the
-//! checks of the tests that use it (sagas that wait: signals, plans).
+//! records each command under its destination and answers as the test says (the agent
+//! of the tests of sagas that wait: signals, plans); a refused signal.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
-use agentsaga_saga::{SagaId, SagaState, query};
+use agentsaga_saga::{Error as SagaError, SagaId, Signal};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -56,19 +55,17 @@ impl CallingAgent for Gated {
     }
 }
 
-/// Waits (30 s at most) until saga `id` settles; its state.
-pub(crate) async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
-    tokio::time::timeout(Duration::from_secs(30), rt.wait(id))
+/// A signal `name` to saga `id` is refused (the saga waits for no such signal).
+pub(crate) async fn assert_signal_refused(rt: &Runtime, id: SagaId, name: &str) {
+    let err = rt
+        .signal(id, name, Signal::Approve(Value::Null))
         .await
-        .expect("the saga settles")
-        .unwrap()
-}
-
-/// Saga `id`'s error contains `needle`.
-pub(crate) async fn assert_error_contains(rt: &Runtime, id: SagaId, needle: &str) {
-    let saga = query::get(rt.store(), id).await.unwrap().unwrap();
+        .unwrap_err();
     assert!(
-        saga.error.as_deref().unwrap_or_default().contains(needle),
-        "{saga:?}"
+        matches!(
+            err,
+            agentsaga_runtime::Error::Saga(SagaError::SignalRefused { .. })
+        ),
+        "{err}"
     );
 }

@@ -92,18 +92,8 @@ async fn fatal_failure_compensates_in_reverse(backend: Backend) {
     let mut w = World::new(backend, vec![trip()], 2).await;
     let id = w.start("trip", json!({"trip": 2})).await;
     // The pivot (step 3) declines: flight, then the hotel+car group, are undone.
-    w.pump(
-        &[id],
-        |_, _, step| {
-            Some(if step == 3 {
-                StepOutcome::Fatal("card declined".into())
-            } else {
-                ok()
-            })
-        },
-        |_, _| ok(),
-    )
-    .await;
+    w.pump(&[id], fatal_at(3, "card declined"), |_, _| ok())
+        .await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Compensated);
     assert!(s.error.unwrap().contains("card declined"));
@@ -181,18 +171,7 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
             ok()
         }
     };
-    w.pump(
-        &[id],
-        |_, _, step| {
-            Some(if step == 1 {
-                StepOutcome::Fatal("no rooms".into())
-            } else {
-                ok()
-            })
-        },
-        fail_flight,
-    )
-    .await;
+    w.pump(&[id], fatal_at(1, "no rooms"), fail_flight).await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Stuck);
     assert!(
