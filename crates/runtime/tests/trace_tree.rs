@@ -82,14 +82,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
     // commands) are still one trace each, rooted at their saga.start, their commands
     // under an outbox.enqueue of their own.
     exporter.reset();
-    let runtime = Runtime::builder()
-        .database(fresh_url(Backend::Sqlite).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("hotels", true))
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let runtime = flights_and_hotels(Backend::Sqlite, saga).await;
     let mut tx = runtime.store().begin().await.unwrap();
     let batch = runtime
         .start_sagas_in(
@@ -139,6 +132,19 @@ async fn one_saga_with_a_compensation_is_one_trace() {
     }
 }
 
+/// A runtime of `saga` on `backend` whose `flights` agent answers and whose `hotels`
+/// agent refuses every booking.
+async fn flights_and_hotels(backend: Backend, saga: agentsaga_saga::SagaDefinition) -> Runtime {
+    Runtime::builder()
+        .database(fresh_url(backend).await)
+        .agent(Echo("flights", false))
+        .agent(Echo("hotels", true))
+        .saga(saga)
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Runs one saga whose second step fails (so the first is compensated) on `backend`
 /// and checks that its spans are one trace, a tree rooted at `saga.start`.
 async fn one_trace(
@@ -147,14 +153,7 @@ async fn one_trace(
     provider: &SdkTracerProvider,
     saga: agentsaga_saga::SagaDefinition,
 ) {
-    let runtime = Runtime::builder()
-        .database(fresh_url(backend).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("hotels", true))
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let runtime = flights_and_hotels(backend, saga).await;
     let id = runtime
         .start_saga("trip", &json!({"who": "ada"}))
         .await

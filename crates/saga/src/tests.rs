@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{Envelope, Receipt, RetryPolicy, Store, both_backends, header};
 use serde_json::{Value, json};

@@ -280,36 +280,16 @@ async fn abort_running_and_versions(backend: Backend) {
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let dests = vec!["flight-agent".to_string()];
-    let cmd = w
-        .store
-        .queue()
-        .claim(&Claim {
-            owner: "t",
-            destinations: &dests,
-            limit: 1,
-            lease: Duration::from_secs(5),
-        })
+    let cmd = testing::claim(&w.store, &["flight-agent".to_owned()], 1)
         .await
-        .unwrap()
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
     let reply = protocol::reply(&cmd, &ok()).unwrap().unwrap();
     assert_eq!(reply.destination, "saga.trip.v1");
     tx.enqueue(&reply).await.unwrap();
     tx.commit().await.unwrap();
-    let orch = vec!["saga.trip.v1".to_string()];
-    let env = w
-        .store
-        .queue()
-        .claim(&Claim {
-            owner: "t",
-            destinations: &orch,
-            limit: 1,
-            lease: Duration::from_secs(5),
-        })
+    let env = testing::claim(&w.store, &["saga.trip.v1".to_owned()], 1)
         .await
-        .unwrap()
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
     assert!(matches!(
