@@ -9,7 +9,7 @@ mod gated;
 #[path = "support/settle.rs"]
 mod settle;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga_core::both_backends;
@@ -18,11 +18,10 @@ use agentsaga_runtime::Runtime;
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Error as SagaError, Saga, SagaDefinition, SagaId, SagaState, Signal};
 use agentsaga_saga::{SignalReceipt, Step};
-use gated::{Gated, Seen, assert_signal_refused};
+use gated::{Answer, Gates, assert_signal_refused};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use settle::{assert_error_contains, settle};
-use tokio::sync::watch;
 
 #[derive(Clone, Serialize, Deserialize)]
 struct Mail {
@@ -69,25 +68,14 @@ fn wait_after_pivot() -> SagaDefinition {
 struct World {
     rt: Runtime,
     url: String,
-    seen: Seen,
-    open: watch::Sender<bool>,
+    gates: Gates,
 }
 
-async fn start_runtime(
-    url: &str,
-    defs: Vec<SagaDefinition>,
-    seen: &Seen,
-    gate: &watch::Receiver<bool>,
-) -> Runtime {
-    let mut b = Runtime::builder().database(url);
-    for destination in ["drafts", "discard", "sender"] {
-        b = b.calling_agent(Gated {
-            destination,
-            seen: Arc::clone(seen),
-            gate: gate.clone(),
-            answer: Arc::new(|_, _, _, _| Ok(json!("ok"))),
-        });
-    }
+/// The agents `drafts`, `discard` and `sender`, gated, each answering `"ok"`.
+async fn start_runtime(url: &str, defs: Vec<SagaDefinition>, gates: &Gates) -> Runtime {
+    let ok: Answer = Arc::new(|_, _, _, _| Ok(json!("ok")));
+    let destinations = ["drafts", "discard", "sender"];
+    let mut b = gates.agents(Runtime::builder().database(url), &destinations, &ok);
     for d in defs {
         b = b.saga(d);
     }
@@ -96,15 +84,9 @@ async fn start_runtime(
 
 async fn world(backend: Backend, defs: Vec<SagaDefinition>, open: bool) -> World {
     let url = fresh_url(backend).await;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (tx, gate) = watch::channel(open);
-    let rt = start_runtime(&url, defs, &seen, &gate).await;
-    World {
-        rt,
-        url,
-        seen,
-        open: tx,
-    }
+    let gates = Gates::new(open);
+    let rt = start_runtime(&url, defs, &gates).await;
+    World { rt, url, gates }
 }
 
 fn mail() -> Mail {
@@ -131,12 +113,11 @@ async fn until_waiting(rt: &Runtime, id: SagaId) {
 }
 
 fn sent(w: &World, destination: &str) -> Vec<Value> {
-    w.seen
-        .lock()
-        .unwrap()
-        .iter()
+    w.gates
+        .seen()
+        .into_iter()
         .filter(|(d, _)| d == destination)
-        .map(|(_, v)| v.clone())
+        .map(|(_, v)| v)
         .collect()
 }
 
@@ -215,7 +196,7 @@ async fn early_signal_is_kept(backend: Backend) {
     w.rt.signal(id, "approval", Signal::Approve(json!({ "by": "early" })))
         .await
         .unwrap();
-    w.open.send_replace(true);
+    w.gates.open.send_replace(true);
     assert_eq!(settle(&w.rt, id).await, SagaState::Completed);
     assert_eq!(
         sent(&w, "sender"),
@@ -243,7 +224,7 @@ async fn batch_started_sagas_wait_too(backend: Backend) {
             SignalReceipt::Recorded
         );
     }
-    w.open.send_replace(true);
+    w.gates.open.send_replace(true);
     for id in &ids {
         assert_eq!(settle(&w.rt, *id).await, SagaState::Completed);
     }
@@ -320,15 +301,9 @@ async fn survives_a_restart(backend: Backend) {
     let w = world(backend, vec![approval_saga(None)], true).await;
     let id = w.rt.start_saga("mail", &mail()).await.unwrap();
     until_waiting(&w.rt, id).await;
-    let World {
-        rt,
-        url,
-        seen,
-        open,
-    } = w;
+    let World { rt, url, gates } = w;
     rt.shutdown().await;
-    let gate = open.subscribe();
-    let rt = start_runtime(&url, vec![approval_saga(None)], &seen, &gate).await;
+    let rt = start_runtime(&url, vec![approval_saga(None)], &gates).await;
     rt.signal(
         id,
         "approval",
@@ -337,12 +312,7 @@ async fn survives_a_restart(backend: Backend) {
     .await
     .unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
-    let w = World {
-        rt,
-        url,
-        seen,
-        open,
-    };
+    let w = World { rt, url, gates };
     assert_eq!(
         sent(&w, "sender"),
         [json!({ "to": "ann@example.com", "approved_by": "after restart" })]

@@ -23,10 +23,9 @@ use agentsaga_saga::{
     Error as SagaError, Plan, PlanStart, PlanStep, PlannedSaga, SagaDefinition, SagaState, Signal,
     Step,
 };
-use gated::{Answer, Gated, Seen, assert_signal_refused};
+use gated::{Answer, Gates, assert_signal_refused};
 use serde_json::{Value, json};
 use settle::{assert_error_contains, settle};
-use tokio::sync::watch;
 
 /// One agent per destination, gated ([`Gated`]), answering: `{"fail": …}` fails
 /// fatally, `calendar` answers an event id, `planner` answers the text in `plan_text`,
@@ -69,49 +68,35 @@ fn assistant() -> SagaDefinition {
 struct World {
     rt: Runtime,
     url: String,
-    seen: Seen,
-    open: watch::Sender<bool>,
+    gates: Gates,
     plan_text: Arc<Mutex<String>>,
 }
 
-async fn start_runtime(
-    url: &str,
-    seen: &Seen,
-    gate: &watch::Receiver<bool>,
-    plan_text: &Arc<Mutex<String>>,
-) -> Runtime {
-    let mut b = Runtime::builder()
+/// `errand` and `assistant`, and a gated [`worker`] for each of [`DESTINATIONS`].
+async fn start_runtime(url: &str, gates: &Gates, plan_text: &Arc<Mutex<String>>) -> Runtime {
+    let b = Runtime::builder()
         .database(url)
         .saga(errand())
         .saga(assistant());
-    for destination in DESTINATIONS {
-        b = b.calling_agent(Gated {
-            destination,
-            seen: Arc::clone(seen),
-            gate: gate.clone(),
-            answer: worker(plan_text),
-        });
-    }
+    let b = gates.agents(b, &DESTINATIONS, &worker(plan_text));
     b.start().await.unwrap()
 }
 
 async fn world(backend: Backend, open: bool) -> World {
     let url = fresh_url(backend).await;
-    let seen = Seen::default();
-    let (tx, gate) = watch::channel(open);
+    let gates = Gates::new(open);
     let plan_text = Arc::new(Mutex::new(String::new()));
-    let rt = start_runtime(&url, &seen, &gate, &plan_text).await;
+    let rt = start_runtime(&url, &gates, &plan_text).await;
     World {
         rt,
         url,
-        seen,
-        open: tx,
+        gates,
         plan_text,
     }
 }
 
 fn seen(w: &World) -> Vec<(String, Value)> {
-    w.seen.lock().unwrap().clone()
+    w.gates.seen()
 }
 
 /// Search, then two bookings in parallel, then a third, then the pivot (which fails

@@ -69,8 +69,7 @@ async fn a_plan_survives_a_restart(backend: Backend) {
     let World {
         rt,
         url,
-        seen,
-        open,
+        gates,
         plan_text,
     } = w;
     // The first command is out (its agent waits at the gate); stop the process there.
@@ -87,13 +86,11 @@ async fn a_plan_survives_a_restart(backend: Backend) {
     )
     .await;
     rt.shutdown().await;
-    open.send_replace(true);
-    let gate = open.subscribe();
-    let rt = start_runtime(&url, &seen, &gate, &plan_text).await;
+    gates.open.send_replace(true);
+    let rt = start_runtime(&url, &gates, &plan_text).await;
     assert_eq!(settle(&rt, id).await, SagaState::Compensated);
-    let cancels = seen
-        .lock()
-        .unwrap()
+    let cancels = gates
+        .seen()
         .iter()
         .filter(|(_, v)| v.get("cancel").is_some())
         .count();

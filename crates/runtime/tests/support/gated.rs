@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
+use agentsaga_runtime::{
+    AgentContext, CallContext, CallingAgent, Runtime, RuntimeBuilder, StepError,
+};
 use agentsaga_saga::{Error as SagaError, SagaId, Signal};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -16,6 +18,45 @@ pub(crate) type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 /// number of commands seen so far (this one included).
 pub(crate) type Answer =
     Arc<dyn Fn(&AgentContext<'_>, &str, Value, usize) -> Result<Value, StepError> + Send + Sync>;
+
+/// What a test's gated agents share, across restarts too: the commands they were given,
+/// and their gate (closed until `open` sends `true`).
+pub(crate) struct Gates {
+    pub(crate) seen: Seen,
+    pub(crate) open: watch::Sender<bool>,
+}
+
+impl Gates {
+    pub(crate) fn new(open: bool) -> Self {
+        Self {
+            seen: Seen::default(),
+            open: watch::channel(open).0,
+        }
+    }
+
+    /// `b` with a gated agent for each of `destinations`, each answering `answer`.
+    pub(crate) fn agents(
+        &self,
+        mut b: RuntimeBuilder,
+        destinations: &[&'static str],
+        answer: &Answer,
+    ) -> RuntimeBuilder {
+        for &destination in destinations {
+            b = b.calling_agent(Gated {
+                destination,
+                seen: Arc::clone(&self.seen),
+                gate: self.open.subscribe(),
+                answer: Arc::clone(answer),
+            });
+        }
+        b
+    }
+
+    /// The commands seen so far, as (destination, command), in order.
+    pub(crate) fn seen(&self) -> Vec<(String, Value)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
 
 /// Waits at `gate`, records the command in `seen`, answers with `answer`. The wait is
 /// the agent's outside call (no transaction held): a gate inside a database-only
