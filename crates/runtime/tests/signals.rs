@@ -67,15 +67,14 @@ fn wait_after_pivot() -> SagaDefinition {
 
 struct World {
     rt: Runtime,
-    url: String,
     gates: Gates,
 }
 
 /// The agents `drafts`, `discard` and `sender`, gated, each answering `"ok"`.
-async fn start_runtime(url: &str, defs: Vec<SagaDefinition>, gates: &Gates) -> Runtime {
+async fn start_runtime(defs: Vec<SagaDefinition>, gates: &Gates) -> Runtime {
     let ok: Answer = Arc::new(|_, _, _, _| Ok(json!("ok")));
     let destinations = ["drafts", "discard", "sender"];
-    let mut b = gates.agents(Runtime::builder().database(url), &destinations, &ok);
+    let mut b = gates.agents(&destinations, &ok);
     for d in defs {
         b = b.saga(d);
     }
@@ -83,10 +82,9 @@ async fn start_runtime(url: &str, defs: Vec<SagaDefinition>, gates: &Gates) -> R
 }
 
 async fn world(backend: Backend, defs: Vec<SagaDefinition>, open: bool) -> World {
-    let url = fresh_url(backend).await;
-    let gates = Gates::new(open);
-    let rt = start_runtime(&url, defs, &gates).await;
-    World { rt, url, gates }
+    let gates = Gates::new(fresh_url(backend).await, open);
+    let rt = start_runtime(defs, &gates).await;
+    World { rt, gates }
 }
 
 fn mail() -> Mail {
@@ -301,9 +299,9 @@ async fn survives_a_restart(backend: Backend) {
     let w = world(backend, vec![approval_saga(None)], true).await;
     let id = w.rt.start_saga("mail", &mail()).await.unwrap();
     until_waiting(&w.rt, id).await;
-    let World { rt, url, gates } = w;
+    let World { rt, gates } = w;
     rt.shutdown().await;
-    let rt = start_runtime(&url, vec![approval_saga(None)], &gates).await;
+    let rt = start_runtime(vec![approval_saga(None)], &gates).await;
     rt.signal(
         id,
         "approval",
@@ -312,7 +310,7 @@ async fn survives_a_restart(backend: Backend) {
     .await
     .unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
-    let w = World { rt, url, gates };
+    let w = World { rt, gates };
     assert_eq!(
         sent(&w, "sender"),
         [json!({ "to": "ann@example.com", "approved_by": "after restart" })]

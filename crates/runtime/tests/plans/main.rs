@@ -67,29 +67,22 @@ fn assistant() -> SagaDefinition {
 
 struct World {
     rt: Runtime,
-    url: String,
     gates: Gates,
     plan_text: Arc<Mutex<String>>,
 }
 
 /// `errand` and `assistant`, and a gated [`worker`] for each of [`DESTINATIONS`].
-async fn start_runtime(url: &str, gates: &Gates, plan_text: &Arc<Mutex<String>>) -> Runtime {
-    let b = Runtime::builder()
-        .database(url)
-        .saga(errand())
-        .saga(assistant());
-    let b = gates.agents(b, &DESTINATIONS, &worker(plan_text));
-    b.start().await.unwrap()
+async fn start_runtime(gates: &Gates, plan_text: &Arc<Mutex<String>>) -> Runtime {
+    let b = gates.agents(&DESTINATIONS, &worker(plan_text));
+    b.saga(errand()).saga(assistant()).start().await.unwrap()
 }
 
 async fn world(backend: Backend, open: bool) -> World {
-    let url = fresh_url(backend).await;
-    let gates = Gates::new(open);
+    let gates = Gates::new(fresh_url(backend).await, open);
     let plan_text = Arc::new(Mutex::new(String::new()));
-    let rt = start_runtime(&url, &gates, &plan_text).await;
+    let rt = start_runtime(&gates, &plan_text).await;
     World {
         rt,
-        url,
         gates,
         plan_text,
     }

@@ -68,7 +68,6 @@ async fn a_plan_survives_a_restart(backend: Backend) {
             .unwrap();
     let World {
         rt,
-        url,
         gates,
         plan_text,
     } = w;
@@ -87,7 +86,7 @@ async fn a_plan_survives_a_restart(backend: Backend) {
     .await;
     rt.shutdown().await;
     gates.open.send_replace(true);
-    let rt = start_runtime(&url, &gates, &plan_text).await;
+    let rt = start_runtime(&gates, &plan_text).await;
     assert_eq!(settle(&rt, id).await, SagaState::Compensated);
     let cancels = gates
         .seen()

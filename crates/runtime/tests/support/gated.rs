@@ -19,28 +19,28 @@ pub(crate) type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 pub(crate) type Answer =
     Arc<dyn Fn(&AgentContext<'_>, &str, Value, usize) -> Result<Value, StepError> + Send + Sync>;
 
-/// What a test's gated agents share, across restarts too: the commands they were given,
-/// and their gate (closed until `open` sends `true`).
+/// What a test keeps across restarts of its runtime (a process stopped, another
+/// started): the database, the commands its gated agents were given, and their gate
+/// (closed until `open` sends `true`).
 pub(crate) struct Gates {
+    pub(crate) url: String,
     pub(crate) seen: Seen,
     pub(crate) open: watch::Sender<bool>,
 }
 
 impl Gates {
-    pub(crate) fn new(open: bool) -> Self {
+    pub(crate) fn new(url: String, open: bool) -> Self {
         Self {
+            url,
             seen: Seen::default(),
             open: watch::channel(open).0,
         }
     }
 
-    /// `b` with a gated agent for each of `destinations`, each answering `answer`.
-    pub(crate) fn agents(
-        &self,
-        mut b: RuntimeBuilder,
-        destinations: &[&'static str],
-        answer: &Answer,
-    ) -> RuntimeBuilder {
+    /// A runtime on the database with a gated agent for each of `destinations`, each
+    /// answering `answer`.
+    pub(crate) fn agents(&self, destinations: &[&'static str], answer: &Answer) -> RuntimeBuilder {
+        let mut b = Runtime::builder().database(&self.url);
         for &destination in destinations {
             b = b.calling_agent(Gated {
                 destination,

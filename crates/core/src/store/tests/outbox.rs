@@ -45,25 +45,21 @@ async fn enqueue_in_callers_own_transaction(backend: Backend) {
     let msg = Message::to("a").json(&"hello").unwrap();
     // `Store::commit` commits the caller's transaction and wakes the relays.
     let woken = *store.wakeups().subscribe().borrow();
+    // The same statements on each backend's own sqlx transaction (of different types).
+    macro_rules! own_transaction {
+        ($pool:expr) => {{
+            let mut tx = $pool.begin().await.unwrap();
+            sqlx::query("CREATE TABLE orders (id INTEGER)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            store.enqueue(&mut *tx, &msg).await.unwrap();
+            store.commit(tx).await.unwrap();
+        }};
+    }
     match store.backend_ref() {
-        Db::Sqlite(db) => {
-            let mut tx = db.writer.begin().await.unwrap();
-            sqlx::query("CREATE TABLE orders (id INTEGER)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            store.enqueue(&mut *tx, &msg).await.unwrap();
-            store.commit(tx).await.unwrap();
-        }
-        Db::Postgres(db) => {
-            let mut tx = db.pool.begin().await.unwrap();
-            sqlx::query("CREATE TABLE orders (id INTEGER)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            store.enqueue(&mut *tx, &msg).await.unwrap();
-            store.commit(tx).await.unwrap();
-        }
+        Db::Sqlite(db) => own_transaction!(db.writer),
+        Db::Postgres(db) => own_transaction!(db.pool),
     }
     assert!(
         *store.wakeups().subscribe().borrow() > woken,
