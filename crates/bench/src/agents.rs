@@ -149,7 +149,7 @@ impl CallingAgent for SleepyAgent {
 }
 
 fn definition() -> anyhow::Result<SagaDefinition> {
-    crate::saga::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
+    crate::quick::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
 /// The critical path of `n` sagas under the default calling concurrency: the steps

@@ -391,26 +391,6 @@ async fn check_and_measure(
     Ok(ms)
 }
 
-/// The saga `name` of the runtime side of the saga and agents benches: the steps
-/// `steps` (name, agent), the first two undone with `undo` of the data, the third the
-/// pivot.
-pub(crate) fn two_then_pivot<D>(
-    name: &str,
-    steps: [(&str, &'static str); 3],
-    undo: fn(&D) -> u64,
-) -> anyhow::Result<agentsaga_saga::SagaDefinition>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    use agentsaga_saga::{Saga, Step};
-    let [(a, agent_a), (b, agent_b), (c, agent_c)] = steps;
-    Ok(Saga::<D>::builder(name, 1)
-        .step(Step::new(a, agent_a).compensate(agent_a, undo))
-        .step(Step::new(b, agent_b).compensate(agent_b, undo))
-        .pivot(Step::new(c, agent_c))
-        .build()?)
-}
-
 /// How the runtime's agents answered their sagas in this run.
 pub(crate) fn answers_note() -> String {
     if crate::db::answers_via_outbox() {

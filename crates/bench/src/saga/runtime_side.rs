@@ -2,7 +2,7 @@
 //! with no-op agents.
 
 use agentsaga_relay::RelayConfig;
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{SagaDefinition, SagaState};
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::{Run, SAGA, STEPS, Scenario, check_and_measure, drive};
 use crate::db::Backend;
+use crate::quick::QuickAgent;
 
 /// The saga data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -19,36 +20,18 @@ struct Data {
 }
 
 /// An agent that answers at once; `agent_c` fails fatally when the command says `fail`.
-struct NoOpAgent {
-    destination: &'static str,
-}
-
-#[async_trait::async_trait]
-impl Agent for NoOpAgent {
-    type Command = Value;
-    type Reply = &'static str;
-
-    fn destination(&self) -> &str {
-        self.destination
-    }
-
-    async fn handle(
-        &self,
-        ctx: &mut AgentContext<'_>,
-        command: Value,
-    ) -> Result<&'static str, StepError> {
-        if self.destination == STEPS[2].1
-            && !ctx.is_compensation()
-            && command.get("fail").and_then(Value::as_bool) == Some(true)
-        {
-            return Err(StepError::fatal("declined"));
-        }
-        Ok("done")
+fn agent(destination: &'static str) -> QuickAgent {
+    QuickAgent {
+        destination,
+        answers: ("done", "done"),
+        refuses: |destination, command| {
+            destination == STEPS[2].1 && command.get("fail").and_then(Value::as_bool) == Some(true)
+        },
     }
 }
 
 fn definition() -> anyhow::Result<SagaDefinition> {
-    super::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
+    crate::quick::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
 pub(super) async fn runtime_run(
@@ -69,7 +52,7 @@ pub(super) async fn runtime_run(
         .saga(definition()?)
         .relay_config(RelayConfig::default().workers(workers));
     for (_, destination) in STEPS {
-        builder = builder.agent(NoOpAgent { destination });
+        builder = builder.agent(agent(destination));
     }
     let runtime = builder.start().await?;
     let store = runtime.store().clone();
