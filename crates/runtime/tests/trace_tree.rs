@@ -2,6 +2,8 @@
 //! fatally (so the first is compensated) yields exactly one trace, whose spans form a
 //! tree rooted at `saga.start` and cover every hop.
 
+#[path = "support/echo.rs"]
+mod echo;
 #[path = "support/settle.rs"]
 mod settle;
 
@@ -10,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
+use echo::Echo;
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
@@ -17,20 +20,21 @@ use settle::settle;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, util::SubscriberInitExt};
 
-struct Echo(&'static str, bool);
+/// The hotels' agent: no rooms left (a fatal answer to every booking).
+struct NoRooms;
 
 #[async_trait::async_trait]
-impl Agent for Echo {
+impl Agent for NoRooms {
     type Command = Value;
-    type Reply = Value;
+    type Reply = ();
     fn destination(&self) -> &str {
-        self.0
+        "hotels"
     }
-    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        if self.1 && !ctx.is_compensation() {
-            return Err(StepError::fatal("no rooms left"));
+    async fn handle(&self, ctx: &mut AgentContext<'_>, _: Value) -> Result<(), StepError> {
+        if ctx.is_compensation() {
+            return Ok(());
         }
-        Ok(cmd)
+        Err(StepError::fatal("no rooms left"))
     }
 }
 
@@ -137,8 +141,8 @@ async fn one_saga_with_a_compensation_is_one_trace() {
 async fn flights_and_hotels(backend: Backend, saga: agentsaga_saga::SagaDefinition) -> Runtime {
     Runtime::builder()
         .database(fresh_url(backend).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("hotels", true))
+        .agent(Echo("flights"))
+        .agent(NoRooms)
         .saga(saga)
         .start()
         .await
