@@ -33,10 +33,10 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentsaga::core::Store;
-use agentsaga::core::testing::{Backend, fresh_url, pg_server};
+use agentsaga::core::testing::{Backend, fresh_url, pg_server, wait_until};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -53,11 +53,20 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Waits (bounded) until `n` sagas exist.
 async fn until_started(store: &Store, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while support::sagas(store).await.len() < n {
-        assert!(Instant::now() < deadline, "sagas were not started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        "the sagas are started",
+        Duration::from_secs(60),
+        async || support::sagas(store).await.len() >= n,
+    )
+    .await;
+}
+
+/// Waits (bounded) until the car rental company has logged `n` calls.
+async fn until_called(rental: &support::car_rental::Service, n: usize) {
+    wait_until("cars are rented", Duration::from_secs(60), async || {
+        rental.log().len() >= n
+    })
+    .await;
 }
 
 /// The example's flags for a fault test: `extra`, the failure rate, the test's car
@@ -133,11 +142,7 @@ async fn a_process_frozen_past_its_leases_loses_them_cleanly() {
         &args(&["--sagas", "300", "--seed", "21"], &rental),
     );
     until_started(&store, 50).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rental.log().len() < 30 {
-        assert!(Instant::now() < deadline, "no car was rented");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_called(&rental, 30).await;
     signal(a.id(), "-STOP");
     tokio::time::sleep(Duration::from_secs(4)).await;
     // `--sagas 0`: finish what is there.
@@ -376,11 +381,7 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
     };
     // While it rents cars: calls to the company under way.
     until_started(&store, 100).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rental.log().len() < 30 {
-        assert!(Instant::now() < deadline, "no car was rented");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_called(&rental, 30).await;
     // The clock runs ahead in steps of 1 s every 100 ms, 7 s in all: leases of 1 s run
     // out faster than their renewals (every 333 ms) extend them, and the relay's
     // reclaim (every 500 ms) finds them expired. Again, from the real clock, until a

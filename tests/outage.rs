@@ -5,10 +5,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentsaga::core::Store;
-use agentsaga::core::testing::pg_server;
+use agentsaga::core::testing::{pg_server, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_postgres_going_away() {
@@ -22,14 +22,12 @@ async fn survives_postgres_going_away() {
     // Wait until every saga is started (they start in transactions of 50), so the
     // outage hits deliveries, not the example's start-up loop.
     let store = Store::connect(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if support::sagas(&store).await.len() == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "sagas were not started");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the sagas are started",
+        Duration::from_secs(60),
+        async || support::sagas(&store).await.len() == 200,
+    )
+    .await;
     store.close().await;
     let unfinished_at_outage = {
         let s = Store::connect(&url).await.unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agentsaga::core::Store;
 use agentsaga::core::both_backends;
-use agentsaga::core::testing::{Backend, fresh_url};
+use agentsaga::core::testing::{Backend, fresh_url, wait_until};
 
 const UNDOABLE: &[(&str, &str)] = &[
     ("trip_flights", "booked"),
@@ -275,15 +275,11 @@ async fn a_second_process_on_one_sqlite_file_is_refused() {
     );
     // Until `a` runs (its lock file names it), within a bound.
     let lock = format!("{db}-runtime.lock");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&lock).ok().as_deref() != Some(&a.id().to_string()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{lock} never named {}",
-            a.id()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let named = format!("{lock} names {}", a.id());
+    wait_until(&named, Duration::from_secs(60), async || {
+        std::fs::read_to_string(&lock).ok().as_deref() == Some(&a.id().to_string())
+    })
+    .await;
     let b = support::spawn(
         "trip_booking",
         &url,

@@ -49,25 +49,12 @@ both_backends!(kill_9_tests, survives_kill_9);
 // nothing new (each was started with the key `request-<i>`), and an auto-approving
 // run finishes the rest.
 async fn approvals_and_reruns(backend: Backend) {
-    use agentsaga::saga::query::ListFilter;
-    use agentsaga::saga::{Engine, Signal};
     let url = fresh_url(backend).await;
     let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
     assert!(out.contains("waiting for a signal   : 6"), "{out}");
     assert!(out.contains("sagas signal"), "{out}");
     let store = Store::connect(&url).await.unwrap();
-    let waiting = |store: Store| async move {
-        query::list(
-            &store,
-            &ListFilter {
-                waiting: true,
-                ..ListFilter::default()
-            },
-        )
-        .await
-        .unwrap()
-    };
-    let parked = waiting(store.clone()).await;
+    let parked = waiting(&store).await;
     assert_eq!(parked.len(), 6);
     assert!(
         parked
@@ -82,21 +69,14 @@ async fn approvals_and_reruns(backend: Backend) {
     );
 
     let approved = parked[0].id;
-    let mut tx = store.begin().await.unwrap();
-    Engine::signal(
-        &mut tx,
-        approved,
-        "approval",
-        Signal::Approve(serde_json::json!({ "by": "ann" })),
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    signal_approvals(&store, vec![(approved, approved_by_ann())]).await;
 
     // The same six requests again: nothing new starts; the approved one finishes.
     let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
     assert!(out.contains("waiting for a signal   : 5"), "{out}");
-    let all = query::list(&store, &ListFilter::default()).await.unwrap();
+    let all = query::list(&store, &query::ListFilter::default())
+        .await
+        .unwrap();
     assert_eq!(all.len(), 6, "a rerun starts nothing new");
     assert!(
         all.iter()
@@ -107,7 +87,7 @@ async fn approvals_and_reruns(backend: Backend) {
 
     assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "3"]);
     assert_eq!(check_effects(&store).await, (6, 0));
-    assert!(waiting(store.clone()).await.is_empty());
+    assert!(waiting(&store).await.is_empty());
 }
 both_backends!(approval_tests, approvals_and_reruns);
 
@@ -171,36 +151,17 @@ both_backends!(invalid_plan_tests, invalid_plans_are_fatal);
 /// the CLI sends it); a `--sagas 0` run then sends the approved email, compensates the
 /// rejected saga, and leaves the rest waiting, each with the plan it had.
 async fn a_waiting_saga_survives_kill_9(backend: Backend) {
-    use agentsaga::saga::query::ListFilter;
-    use agentsaga::saga::{Engine, Signal};
     let url = fresh_url(backend).await;
     // Connected (and migrated) before the child starts.
     let store = Store::connect(&url).await.unwrap();
-    let waiting = |store: Store| async move {
-        query::list(
-            &store,
-            &ListFilter {
-                waiting: true,
-                ..ListFilter::default()
-            },
-        )
-        .await
-        .unwrap()
-    };
     let args = ["--sagas", "10", "--fail-rate", "0", "--seed", "9"];
     let mut child = support::spawn_with("ai_assistant", &url, &args, no_openai);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let parked = loop {
-        let parked = waiting(store.clone()).await;
-        if parked.len() >= 2 {
-            break parked;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no two sagas waited in time"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut parked = Vec::new();
+    wait_until("two sagas wait", Duration::from_secs(120), async || {
+        parked = waiting(&store).await;
+        parked.len() >= 2
+    })
+    .await;
     let running = child.try_wait().unwrap().is_none();
     child.kill().unwrap();
     child.wait().unwrap();
@@ -214,24 +175,12 @@ async fn a_waiting_saga_survives_kill_9(backend: Backend) {
     let plans_before = plans(&store).await;
 
     let (approved, rejected) = (parked[0].id, parked[1].id);
-    let mut tx = store.begin().await.unwrap();
-    Engine::signal(
-        &mut tx,
-        approved,
-        "approval",
-        Signal::Approve(serde_json::json!({ "by": "ann" })),
+    let rejection = Signal::Reject("not this one".into());
+    signal_approvals(
+        &store,
+        vec![(approved, approved_by_ann()), (rejected, rejection)],
     )
-    .await
-    .unwrap();
-    Engine::signal(
-        &mut tx,
-        rejected,
-        "approval",
-        Signal::Reject("not this one".into()),
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    .await;
 
     let out = assistant_unapproved(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
     assert!(out.contains("waiting for a signal   : 8"), "{out}");

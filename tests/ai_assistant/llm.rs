@@ -3,6 +3,40 @@
 
 use super::*;
 
+/// Plans that reserve a calendar slot.
+fn with_slot(plans: &HashMap<String, Vec<String>>) -> usize {
+    plans
+        .values()
+        .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
+        .count()
+}
+
+/// An auto-approving run of `sagas` sagas (no business failures, seed `seed`) whose LLM
+/// stub misbehaves (`mode`) on the step `step`; `extra` arguments after those.
+async fn misbehaving(
+    url: &str,
+    sagas: &str,
+    seed: &str,
+    (mode, step): (&str, &str),
+    extra: &[&str],
+) -> Store {
+    let mut args = vec![
+        "--sagas",
+        sagas,
+        "--fail-rate",
+        "0",
+        "--seed",
+        seed,
+        "--llm-stub-mode",
+        mode,
+        "--llm-stub-step",
+        step,
+    ];
+    args.extend_from_slice(extra);
+    assistant(url, &args);
+    Store::connect(url).await.unwrap()
+}
+
 async fn happy_path(backend: Backend) {
     let url = fresh_url(backend).await;
     assistant(&url, &["--sagas", "30", "--fail-rate", "0", "--seed", "1"]);
@@ -15,10 +49,7 @@ async fn happy_path(backend: Backend) {
     // The planner's plans vary: some reserve a calendar slot, some do not.
     let plans = plans(&store).await;
     assert_eq!(plans.len(), 30);
-    let with_slot = plans
-        .values()
-        .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
-        .count();
+    let with_slot = with_slot(&plans);
     assert!(0 < with_slot && with_slot < 30, "{plans:?}");
     assert_eq!(
         support::statuses(&store, "assistant_calendar_slots")
@@ -72,22 +103,7 @@ both_backends!(failure_tests, failures_compensate);
 /// then the saga compensates: the slot is cancelled, no draft exists.
 async fn failing_llm_compensates(backend: Backend) {
     let url = fresh_url(backend).await;
-    assistant(
-        &url,
-        &[
-            "--sagas",
-            "8",
-            "--fail-rate",
-            "0",
-            "--seed",
-            "2",
-            "--llm-stub-mode",
-            "fail",
-            "--llm-stub-step",
-            "draft_email",
-        ],
-    );
-    let store = Store::connect(&url).await.unwrap();
+    let store = misbehaving(&url, "8", "2", ("fail", "draft_email"), &[]).await;
     assert_eq!(check_effects(&store).await, (0, 8));
     all_compensated(
         &store,
@@ -98,13 +114,7 @@ async fn failing_llm_compensates(backend: Backend) {
     // Each slot a plan reserved was cancelled, with the id its reservation returned.
     let plans = plans(&store).await;
     let slots = support::statuses(&store, "assistant_calendar_slots").await;
-    assert_eq!(
-        slots.len(),
-        plans
-            .values()
-            .filter(|p| p.iter().any(|s| s == "reserve_calendar_slot"))
-            .count()
-    );
+    assert_eq!(slots.len(), with_slot(&plans));
     assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
     assert!(
         support::statuses(&store, "assistant_drafts")
@@ -127,25 +137,9 @@ both_backends!(failing_llm_tests, failing_llm_compensates);
 async fn hanging_llm_compensates(backend: Backend) {
     let url = fresh_url(backend).await;
     let started = std::time::Instant::now();
-    assistant(
-        &url,
-        &[
-            "--sagas",
-            "8",
-            "--fail-rate",
-            "0",
-            "--seed",
-            "3",
-            "--llm-stub-mode",
-            "hang",
-            "--llm-stub-step",
-            "research",
-            "--step-timeout-ms",
-            "3000",
-        ],
-    );
+    let timeout = ["--step-timeout-ms", "3000"];
+    let store = misbehaving(&url, "8", "3", ("hang", "research"), &timeout).await;
     assert!(started.elapsed() < Duration::from_secs(30));
-    let store = Store::connect(&url).await.unwrap();
     assert_eq!(check_effects(&store).await, (0, 8));
     all_compensated(&store, 8, &["research", "timed out"]).await;
     assert!(
@@ -166,22 +160,7 @@ both_backends!(hanging_llm_tests, hanging_llm_compensates);
 /// with the reason.
 async fn wrong_shape_is_fatal(backend: Backend) {
     let url = fresh_url(backend).await;
-    assistant(
-        &url,
-        &[
-            "--sagas",
-            "6",
-            "--fail-rate",
-            "0",
-            "--seed",
-            "4",
-            "--llm-stub-mode",
-            "bad-shape",
-            "--llm-stub-step",
-            "research",
-        ],
-    );
-    let store = Store::connect(&url).await.unwrap();
+    let store = misbehaving(&url, "6", "4", ("bad-shape", "research"), &[]).await;
     assert_eq!(check_effects(&store).await, (0, 6));
     all_compensated(
         &store,
@@ -202,22 +181,7 @@ both_backends!(wrong_shape_tests, wrong_shape_is_fatal);
 /// A 4xx other than 429 is fatal at once: the draft step's 400 undoes the slot.
 async fn client_error_is_fatal(backend: Backend) {
     let url = fresh_url(backend).await;
-    assistant(
-        &url,
-        &[
-            "--sagas",
-            "6",
-            "--fail-rate",
-            "0",
-            "--seed",
-            "6",
-            "--llm-stub-mode",
-            "bad-request",
-            "--llm-stub-step",
-            "draft_email",
-        ],
-    );
-    let store = Store::connect(&url).await.unwrap();
+    let store = misbehaving(&url, "6", "6", ("bad-request", "draft_email"), &[]).await;
     assert_eq!(check_effects(&store).await, (0, 6));
     all_compensated(&store, 6, &["draft_email", "HTTP 400", "context length"]).await;
     let slots = support::statuses(&store, "assistant_calendar_slots").await;

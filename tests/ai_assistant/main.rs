@@ -15,10 +15,9 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Duration;
 
-use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::testing::{Backend, fresh_url};
-use agentsaga::core::{ReadPool, Store, both_backends};
-use agentsaga::saga::{SagaState, query};
+use agentsaga::core::testing::{Backend, fresh_url, wait_until};
+use agentsaga::core::{Store, both_backends};
+use agentsaga::saga::{Engine, SagaId, SagaState, Signal, query};
 
 /// The undoable effect every plan has; the calendar slot, which only some plans
 /// reserve, is checked against the plan ([`check_effects`]).
@@ -68,16 +67,7 @@ pub(crate) struct Call {
 
 pub(crate) async fn llm_calls(store: &Store) -> Vec<Call> {
     let sql = "SELECT idempotency_key, saga_id, step, answer FROM assistant_llm_calls";
-    let rows: Vec<(String, String, String, String)> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    };
+    let rows: Vec<(String, String, String, String)> = support::rows_of(store, sql).await;
     rows.into_iter()
         .map(|(key, saga, step, answer)| Call {
             key,
@@ -90,16 +80,7 @@ pub(crate) async fn llm_calls(store: &Store) -> Vec<Call> {
 
 /// The rows of `sql` (text columns), on either backend.
 pub(crate) async fn text_rows(store: &Store, sql: &str) -> Vec<(String, String)> {
-    match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql.to_owned()))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    }
+    support::rows_of(store, sql).await
 }
 
 /// The step names of each saga's plan, in order, as the planner recorded it.
@@ -186,15 +167,7 @@ pub(crate) fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
 
 /// Every saga with its state and error.
 pub(crate) async fn outcomes(store: &Store) -> Vec<(String, SagaState, String)> {
-    let list = query::list(
-        store,
-        &query::ListFilter {
-            limit: u32::MAX,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let list = support::all_sagas(store).await;
     list.into_iter()
         .map(|s| (s.id.to_string(), s.state, s.error.unwrap_or_default()))
         .collect()
@@ -213,4 +186,30 @@ pub(crate) async fn all_compensated(store: &Store, n: usize, needles: &[&str]) {
             );
         }
     }
+}
+
+/// The sagas waiting for a signal.
+pub(crate) async fn waiting(store: &Store) -> Vec<query::SagaSummary> {
+    let waiting = query::ListFilter {
+        waiting: true,
+        ..query::ListFilter::default()
+    };
+    query::list(store, &waiting).await.unwrap()
+}
+
+/// Sends each `(saga, signal)` to its saga's wait for `approval`, in one transaction (as
+/// the CLI sends it).
+pub(crate) async fn signal_approvals(store: &Store, signals: Vec<(SagaId, Signal)>) {
+    let mut tx = store.begin().await.unwrap();
+    for (id, signal) in signals {
+        Engine::signal(&mut tx, id, "approval", signal)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Ann's approval.
+pub(crate) fn approved_by_ann() -> Signal {
+    Signal::Approve(serde_json::json!({ "by": "ann" }))
 }

@@ -31,29 +31,12 @@ pub fn example(name: &str) -> PathBuf {
 
 /// Starts an example as a child process.
 pub fn spawn(name: &str, url: &str, args: &[&str]) -> Child {
-    Command::new(example(name))
-        .args(["--database-url", url, "--quiet", "--lease-ms", "1000"])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn example")
+    spawn_with(name, url, args, |_| {})
 }
 
 /// Runs an example to the end (bounded), asserting success; returns its stdout.
 pub fn run(name: &str, url: &str, args: &[&str]) -> String {
-    let child = spawn(name, url, args);
-    let out = wait_bounded(child, Duration::from_secs(240));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{name} {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    run_with(name, url, args, |_| {})
 }
 
 /// Waits for `child` to exit, at most `limit` (then kills it and panics), and returns
@@ -100,30 +83,37 @@ pub fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
 /// `(saga_id, status)` rows of an effect table.
 pub async fn statuses(store: &Store, table: &str) -> std::collections::HashMap<String, String> {
     let sql = format!("SELECT saga_id, status FROM {table}");
-    let rows: Vec<(String, String)> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(reader)
-            .await
-            .unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_all(pool)
-            .await
-            .unwrap(),
-    };
+    let rows: Vec<(String, String)> = rows_of(store, sql).await;
     rows.into_iter().collect()
+}
+
+/// The rows of `sql`, on either backend.
+pub async fn rows_of<T>(store: &Store, sql: impl Into<String>) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+        + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+        + Send
+        + Unpin,
+{
+    let sql = AssertSqlSafe(sql.into());
+    match store.reader() {
+        ReadPool::Sqlite(reader) => sqlx::query_as(sql).fetch_all(reader).await.unwrap(),
+        ReadPool::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+    }
+}
+
+/// All sagas.
+pub async fn all_sagas(store: &Store) -> Vec<query::SagaSummary> {
+    let all = query::ListFilter {
+        limit: u32::MAX,
+        ..Default::default()
+    };
+    query::list(store, &all).await.unwrap()
 }
 
 /// All sagas with their states.
 pub async fn sagas(store: &Store) -> Vec<(String, SagaState)> {
-    let list = query::list(
-        store,
-        &query::ListFilter {
-            limit: u32::MAX,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let list = all_sagas(store).await;
     list.into_iter()
         .map(|s| (s.id.to_string(), s.state))
         .collect()
@@ -380,10 +370,7 @@ pub struct Delivery {
 pub async fn check_per_key_order(store: &Store) -> (usize, usize) {
     let sql = "SELECT destination, msg_key, seq, message_id, started_us, finished_us FROM agent_deliveries";
     type Row = (String, String, i64, String, i64, i64);
-    let rows: Vec<Row> = match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(sql).fetch_all(reader).await.unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
-    };
+    let rows: Vec<Row> = rows_of(store, sql).await;
     let rows: Vec<Delivery> = rows
         .into_iter()
         .map(

@@ -39,7 +39,7 @@ use agentsaga_runtime::{
     AgentContext, CallContext, CallingAgent, DEFAULT_CALLING_CONCURRENCY,
     DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, StepError,
 };
-use agentsaga_saga::{Saga, SagaDefinition, SagaId, SagaState, Step};
+use agentsaga_saga::{SagaDefinition, SagaId, SagaState};
 use anyhow::{Context, bail, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -149,12 +149,7 @@ impl CallingAgent for SleepyAgent {
 }
 
 fn definition() -> anyhow::Result<SagaDefinition> {
-    let [(a, agent_a), (b, agent_b), (c, agent_c)] = STEPS;
-    Ok(Saga::<Data>::builder(SAGA, 1)
-        .step(Step::new(a, agent_a).compensate(agent_a, |d: &Data| d.n))
-        .step(Step::new(b, agent_b).compensate(agent_b, |d: &Data| d.n))
-        .pivot(Step::new(c, agent_c))
-        .build()?)
+    crate::quick::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
 /// The critical path of `n` sagas under the default calling concurrency: the steps

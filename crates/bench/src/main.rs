@@ -59,6 +59,7 @@
 mod agents;
 mod db;
 mod outbox;
+mod quick;
 mod relay;
 mod report;
 mod saga;

@@ -198,23 +198,13 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         if let (Some(small), Some(large)) = (outcomes.first(), outcomes.last())
             && outcomes.len() > 1
         {
+            let ratio =
+                |metric: &'static str, value: f64| Figure::new(BENCH, name, metric, value, "ratio");
+            let rss = large.peak_rss_mib / small.peak_rss_mib;
             report.figures.extend([
-                Figure::new(
-                    BENCH,
-                    name,
-                    "rate_ratio_largest_smallest",
-                    large.rate / small.rate,
-                    "ratio",
-                )
-                .target(Target::AtLeast(RATE_RATIO_TARGET)),
-                Figure::new(
-                    BENCH,
-                    name,
-                    "rss_ratio_largest_smallest",
-                    large.peak_rss_mib / small.peak_rss_mib,
-                    "ratio",
-                )
-                .target(Target::AtMost(RSS_RATIO_TARGET)),
+                ratio("rate_ratio_largest_smallest", large.rate / small.rate)
+                    .target(Target::AtLeast(RATE_RATIO_TARGET)),
+                ratio("rss_ratio_largest_smallest", rss).target(Target::AtMost(RSS_RATIO_TARGET)),
             ]);
         }
         let detail: Vec<String> = outcomes

@@ -60,20 +60,15 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
             let t = Instant::now();
             let folded = agentsaga_saga::query::fold_finished_counts(&store).await?;
             let fold = t.elapsed();
-            report.figures.push(Figure::new(
-                "status",
-                name,
-                "status, a million deltas unfolded",
-                unfolded.as_secs_f64() * 1000.0,
-                "ms",
-            ));
-            report.figures.push(Figure::new(
-                "status",
-                name,
-                "fold of the deltas",
-                fold.as_secs_f64() * 1000.0,
-                "ms",
-            ));
+            for (what, took) in [
+                ("status, a million deltas unfolded", unfolded),
+                ("fold of the deltas", fold),
+            ] {
+                let ms = took.as_secs_f64() * 1000.0;
+                report
+                    .figures
+                    .push(Figure::new("status", name, what, ms, "ms"));
+            }
             report.notes.push(format!(
                 "status {name}: {folded} count deltas folded (as a runtime does every 5 s), then the deltas' table vacuumed (as autovacuum does after such a delete), before the timed calls"
             ));

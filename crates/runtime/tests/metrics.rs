@@ -7,7 +7,7 @@ mod scrape;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step, query};
 use scrape::scrape;
@@ -60,19 +60,17 @@ async fn metrics_match_the_database() {
     // acknowledgement just after the database has it: wait until nothing moves (the
     // outbox drained and every delivered row counted), so the database and the scrape
     // describe the same moment.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let stats = loop {
+    let mut stats = None;
+    wait_until("the outbox drains", Duration::from_secs(30), async || {
         let s = runtime.store().admin().stats().await.unwrap();
         let counted = runtime.relay_stats().unwrap().delivered;
-        if s.in_flight == 0 && s.oldest_pending_age_ms.is_none() && counted == s.delivered {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "outbox never drained: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        let drained = s.in_flight == 0 && s.oldest_pending_age_ms.is_none();
+        let done = drained && counted == s.delivered;
+        stats = Some(s);
+        done
+    })
+    .await;
+    let stats = stats.expect("looked at the outbox");
     runtime.sample_metrics().await;
     let m = tokio::task::spawn_blocking(move || scrape(addr))
         .await

@@ -2,28 +2,18 @@
 //! records and (when asked) finished sagas on its own; it refuses an inbox retention
 //! shorter than redelivery can take; `prune_finished` never touches running sagas.
 
+#[path = "support/echo.rs"]
+mod echo;
+
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
 use agentsaga_core::{RetryPolicy, both_backends};
 use agentsaga_relay::RelayConfig;
-use agentsaga_runtime::{Agent, AgentContext, Error, Retention, Runtime, StepError};
+use agentsaga_runtime::{Error, Retention, Runtime};
 use agentsaga_saga::{Saga, SagaState, Step, query};
+use echo::Echo;
 use serde_json::{Value, json};
-
-struct Echo;
-
-#[async_trait::async_trait]
-impl Agent for Echo {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        "echo"
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
-    }
-}
 
 fn relay() -> RelayConfig {
     RelayConfig::default()
@@ -54,7 +44,7 @@ async fn the_runtime_prunes_on_its_own(backend: Backend) {
                 .finished_sagas(Some(Duration::ZERO))
                 .every(Duration::from_millis(100)),
         )
-        .agent(Echo)
+        .agent(Echo("echo"))
         .saga(saga())
         .start()
         .await
@@ -74,8 +64,8 @@ async fn the_runtime_prunes_on_its_own(backend: Backend) {
             Err(e) => panic!("{e}"),
         }
     }
-    let mut left = (u64::MAX, u64::MAX);
-    for _ in 0..300 {
+    let pruned = "finished sagas and delivered rows are pruned";
+    wait_until(pruned, Duration::from_secs(30), async || {
         let sagas: u64 = query::count_by_state(rt.store())
             .await
             .unwrap()
@@ -83,13 +73,9 @@ async fn the_runtime_prunes_on_its_own(backend: Backend) {
             .map(|(_, n)| n)
             .sum();
         let delivered = rt.store().admin().stats().await.unwrap().delivered;
-        left = (sagas, delivered);
-        if left == (0, 0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(left, (0, 0), "finished sagas and delivered rows pruned");
+        (sagas, delivered) == (0, 0)
+    })
+    .await;
     rt.shutdown().await;
 }
 both_backends!(pruning_tests, the_runtime_prunes_on_its_own);
@@ -118,7 +104,7 @@ async fn an_inbox_retention_shorter_than_redelivery_is_refused() {
         .database("sqlite::memory:")
         .relay_config(relay())
         .retention(Retention::default().inbox(Some(Duration::from_millis(10))))
-        .agent(Echo)
+        .agent(Echo("echo"))
         .saga(saga())
         .start()
         .await

@@ -4,18 +4,24 @@
 //! changes nothing; a signal it cannot take is a typed error that writes nothing; a
 //! parked saga survives a restart of its process.
 
-use std::sync::{Arc, Mutex};
+#[path = "support/gated.rs"]
+mod gated;
+#[path = "support/settle.rs"]
+mod settle;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Error as SagaError, Saga, SagaDefinition, SagaId, SagaState, Signal};
 use agentsaga_saga::{SignalReceipt, Step};
+use gated::{Answer, Gates, assert_signal_refused};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use settle::{assert_error_contains, settle};
 
 #[derive(Clone, Serialize, Deserialize)]
 struct Mail {
@@ -26,42 +32,6 @@ struct Mail {
 #[derive(Deserialize)]
 struct Approval {
     by: String,
-}
-
-/// Records every command it is given, under its destination; waits at a gate first.
-/// The wait is the agent's outside call (no transaction held): a gate inside a
-/// database-only handler would hold SQLite's single writer and block the test's own
-/// `signal` behind it.
-struct Recorder {
-    destination: &'static str,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-    gate: watch::Receiver<bool>,
-}
-
-#[async_trait::async_trait]
-impl CallingAgent for Recorder {
-    type Command = Value;
-    type Output = ();
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.destination
-    }
-    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<(), StepError> {
-        let _ = self.gate.clone().wait_for(|open| *open).await;
-        Ok(())
-    }
-    async fn record(
-        &self,
-        _: &mut AgentContext<'_>,
-        cmd: Value,
-        (): (),
-    ) -> Result<Value, StepError> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((self.destination.to_owned(), cmd));
-        Ok(json!("ok"))
-    }
 }
 
 /// `draft` (undone by `discard`), a wait for `approval`, then `send` (the pivot).
@@ -97,25 +67,14 @@ fn wait_after_pivot() -> SagaDefinition {
 
 struct World {
     rt: Runtime,
-    url: String,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-    open: watch::Sender<bool>,
+    gates: Gates,
 }
 
-async fn start_runtime(
-    url: &str,
-    defs: Vec<SagaDefinition>,
-    seen: &Arc<Mutex<Vec<(String, Value)>>>,
-    gate: &watch::Receiver<bool>,
-) -> Runtime {
-    let mut b = Runtime::builder().database(url);
-    for destination in ["drafts", "discard", "sender"] {
-        b = b.calling_agent(Recorder {
-            destination,
-            seen: Arc::clone(seen),
-            gate: gate.clone(),
-        });
-    }
+/// The agents `drafts`, `discard` and `sender`, gated, each answering `"ok"`.
+async fn start_runtime(defs: Vec<SagaDefinition>, gates: &Gates) -> Runtime {
+    let ok: Answer = Arc::new(|_, _, _, _| Ok(json!("ok")));
+    let destinations = ["drafts", "discard", "sender"];
+    let mut b = gates.agents(&destinations, &ok);
     for d in defs {
         b = b.saga(d);
     }
@@ -123,16 +82,9 @@ async fn start_runtime(
 }
 
 async fn world(backend: Backend, defs: Vec<SagaDefinition>, open: bool) -> World {
-    let url = fresh_url(backend).await;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (tx, gate) = watch::channel(open);
-    let rt = start_runtime(&url, defs, &seen, &gate).await;
-    World {
-        rt,
-        url,
-        seen,
-        open: tx,
-    }
+    let gates = Gates::new(fresh_url(backend).await, open);
+    let rt = start_runtime(defs, &gates).await;
+    World { rt, gates }
 }
 
 fn mail() -> Mail {
@@ -158,20 +110,12 @@ async fn until_waiting(rt: &Runtime, id: SagaId) {
     .await;
 }
 
-async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
-    tokio::time::timeout(Duration::from_secs(30), rt.wait(id))
-        .await
-        .expect("the saga settles")
-        .unwrap()
-}
-
 fn sent(w: &World, destination: &str) -> Vec<Value> {
-    w.seen
-        .lock()
-        .unwrap()
-        .iter()
+    w.gates
+        .seen()
+        .into_iter()
         .filter(|(d, _)| d == destination)
-        .map(|(_, v)| v.clone())
+        .map(|(_, v)| v)
         .collect()
 }
 
@@ -238,14 +182,7 @@ async fn rejected_compensates(backend: Backend) {
         [json!({ "discard": "ann@example.com" })]
     );
     assert!(sent(&w, "sender").is_empty());
-    let saga = query::get(w.rt.store(), id).await.unwrap().unwrap();
-    assert!(
-        saga.error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("not this one"),
-        "{saga:?}"
-    );
+    assert_error_contains(&w.rt, id, "not this one").await;
 }
 both_backends!(rejected_tests, rejected_compensates);
 
@@ -257,7 +194,7 @@ async fn early_signal_is_kept(backend: Backend) {
     w.rt.signal(id, "approval", Signal::Approve(json!({ "by": "early" })))
         .await
         .unwrap();
-    w.open.send_replace(true);
+    w.gates.open.send_replace(true);
     assert_eq!(settle(&w.rt, id).await, SagaState::Completed);
     assert_eq!(
         sent(&w, "sender"),
@@ -285,7 +222,7 @@ async fn batch_started_sagas_wait_too(backend: Backend) {
             SignalReceipt::Recorded
         );
     }
-    w.open.send_replace(true);
+    w.gates.open.send_replace(true);
     for id in &ids {
         assert_eq!(settle(&w.rt, *id).await, SagaState::Completed);
     }
@@ -313,17 +250,7 @@ async fn misaddressed_signals_write_nothing(backend: Backend) {
         matches!(err, agentsaga_runtime::Error::Saga(SagaError::NotFound(i)) if i == unknown),
         "{err}"
     );
-    let err =
-        w.rt.signal(id, "payment", Signal::Approve(Value::Null))
-            .await
-            .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            agentsaga_runtime::Error::Saga(SagaError::SignalRefused { .. })
-        ),
-        "{err}"
-    );
+    assert_signal_refused(&w.rt, id, "payment").await;
     let after = w.rt.store().admin().stats().await.unwrap();
     assert_eq!(
         (after.pending + after.in_flight + after.delivered + after.dead),
@@ -363,15 +290,7 @@ async fn wait_timeouts(backend: Backend) {
     assert_eq!(settle(&w.rt, before).await, SagaState::Compensated);
     assert_eq!(sent(&w, "discard").len(), 1);
     assert_eq!(settle(&w.rt, after).await, SagaState::Stuck);
-    let stuck = query::get(w.rt.store(), after).await.unwrap().unwrap();
-    assert!(
-        stuck
-            .error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("receipt"),
-        "{stuck:?}"
-    );
+    assert_error_contains(&w.rt, after, "receipt").await;
 }
 both_backends!(timeout_tests, wait_timeouts);
 
@@ -380,15 +299,9 @@ async fn survives_a_restart(backend: Backend) {
     let w = world(backend, vec![approval_saga(None)], true).await;
     let id = w.rt.start_saga("mail", &mail()).await.unwrap();
     until_waiting(&w.rt, id).await;
-    let World {
-        rt,
-        url,
-        seen,
-        open,
-    } = w;
+    let World { rt, gates } = w;
     rt.shutdown().await;
-    let gate = open.subscribe();
-    let rt = start_runtime(&url, vec![approval_saga(None)], &seen, &gate).await;
+    let rt = start_runtime(vec![approval_saga(None)], &gates).await;
     rt.signal(
         id,
         "approval",
@@ -397,12 +310,7 @@ async fn survives_a_restart(backend: Backend) {
     .await
     .unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
-    let w = World {
-        rt,
-        url,
-        seen,
-        open,
-    };
+    let w = World { rt, gates };
     assert_eq!(
         sent(&w, "sender"),
         [json!({ "to": "ann@example.com", "approved_by": "after restart" })]

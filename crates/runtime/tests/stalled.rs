@@ -1,37 +1,26 @@
 //! The stall watch: a stalled saga (its reply dead-lettered) is counted in the
 //! `agentsaga_sagas_stalled` gauge and warned of once.
 
+#[path = "support/echo.rs"]
+mod echo;
 #[path = "support/scrape.rs"]
 mod scrape;
 
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step, query};
+use echo::Echo;
 use scrape::scrape;
 use serde_json::{Value, json};
-
-struct Echo;
-
-#[async_trait::async_trait]
-impl Agent for Echo {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        "flaky"
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
-    }
-}
 
 // A saga whose reply was dead-lettered is stalled: the stall watch counts it in the
 // gauge and warns of it once, however many times it looks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_saga_is_reported_once() {
-    use agentsaga_core::queue::DeadLetter;
     use agentsaga_core::{Store, header, testing};
+    use agentsaga_saga::testing::{answer, dead_letter};
     use agentsaga_saga::{Engine, protocol};
     let url = fresh_url(Backend::Sqlite).await;
     let saga = || {
@@ -56,34 +45,15 @@ async fn a_stalled_saga_is_reported_once() {
         command.header(header::SAGA_ID),
         Some(id.to_string().as_str())
     );
-    let mut tx = store.begin().await.unwrap();
-    tx.receive("flaky", command.id).await.unwrap();
-    tx.enqueue(
-        &protocol::reply(&command, &protocol::StepOutcome::Ok(json!(1)))
-            .unwrap()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    store
-        .queue()
-        .mark_delivered("t", &[command.seq])
-        .await
-        .unwrap();
+    answer(&store, &command, &protocol::StepOutcome::Ok(json!(1))).await;
     let reply = testing::claim(&store, &["saga.lost.v1".to_owned()], 1)
         .await
         .remove(0);
-    let dead = DeadLetter {
-        seq: reply.seq,
-        reason: "lost on the way".into(),
-        notice: None,
-    };
-    store.queue().dead_letter("t", &[dead]).await.unwrap();
+    dead_letter(&store, reply.seq, "lost on the way").await;
 
     let runtime = Runtime::builder()
         .store(store)
-        .agent(Echo)
+        .agent(Echo("flaky"))
         .saga(saga())
         .stalled_after(Duration::from_secs(3600), Duration::from_millis(50))
         .metrics("127.0.0.1:0".parse().unwrap())
@@ -97,20 +67,14 @@ async fn a_stalled_saga_is_reported_once() {
         .await
         .unwrap();
     assert_eq!(runtime.wait(fine).await.unwrap(), SagaState::Completed);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let reported = "the stalled saga is counted in the gauge";
+    wait_until(reported, Duration::from_secs(30), async || {
         let m = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap();
-        if m.get("agentsaga_sagas_stalled") == Some(&1.0) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never reported: {m:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        m.get("agentsaga_sagas_stalled") == Some(&1.0)
+    })
+    .await;
     // Many looks later, still one warning.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let m = tokio::task::spawn_blocking(move || scrape(addr))

@@ -2,32 +2,39 @@
 //! fatally (so the first is compensated) yields exactly one trace, whose spans form a
 //! tree rooted at `saga.start` and cover every hop.
 
+#[path = "support/echo.rs"]
+mod echo;
+#[path = "support/settle.rs"]
+mod settle;
+
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
+use echo::Echo;
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};
+use settle::settle;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, util::SubscriberInitExt};
 
-struct Echo(&'static str, bool);
+/// The hotels' agent: no rooms left (a fatal answer to every booking).
+struct NoRooms;
 
 #[async_trait::async_trait]
-impl Agent for Echo {
+impl Agent for NoRooms {
     type Command = Value;
-    type Reply = Value;
+    type Reply = ();
     fn destination(&self) -> &str {
-        self.0
+        "hotels"
     }
-    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        if self.1 && !ctx.is_compensation() {
-            return Err(StepError::fatal("no rooms left"));
+    async fn handle(&self, ctx: &mut AgentContext<'_>, _: Value) -> Result<(), StepError> {
+        if ctx.is_compensation() {
+            return Ok(());
         }
-        Ok(cmd)
+        Err(StepError::fatal("no rooms left"))
     }
 }
 
@@ -79,14 +86,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
     // commands) are still one trace each, rooted at their saga.start, their commands
     // under an outbox.enqueue of their own.
     exporter.reset();
-    let runtime = Runtime::builder()
-        .database(fresh_url(Backend::Sqlite).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("hotels", true))
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let runtime = flights_and_hotels(Backend::Sqlite, saga).await;
     let mut tx = runtime.store().begin().await.unwrap();
     let batch = runtime
         .start_sagas_in(
@@ -98,11 +98,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
         .unwrap();
     tx.commit().await.unwrap();
     for id in &batch {
-        let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(*id))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(state, SagaState::Compensated);
+        assert_eq!(settle(&runtime, *id).await, SagaState::Compensated);
     }
     runtime.shutdown().await;
     provider.force_flush().unwrap();
@@ -165,8 +161,8 @@ async fn child_in_its_parents_trace(
         .unwrap();
     let runtime = Runtime::builder()
         .database(fresh_url(backend).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("visas", false))
+        .agent(Echo("flights"))
+        .agent(Echo("visas"))
         .saga(child)
         .saga(parent)
         .start()
@@ -176,11 +172,7 @@ async fn child_in_its_parents_trace(
         .start_saga("travel", &json!({"who": "di"}))
         .await
         .unwrap();
-    let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(state, SagaState::Completed);
+    assert_eq!(settle(&runtime, id).await, SagaState::Completed);
     runtime.shutdown().await;
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
@@ -205,6 +197,19 @@ async fn child_in_its_parents_trace(
     assert_eq!(starts, 2, "the parent's start and the child's: {names:?}");
 }
 
+/// A runtime of `saga` on `backend` whose `flights` agent answers and whose `hotels`
+/// agent refuses every booking.
+async fn flights_and_hotels(backend: Backend, saga: agentsaga_saga::SagaDefinition) -> Runtime {
+    Runtime::builder()
+        .database(fresh_url(backend).await)
+        .agent(Echo("flights"))
+        .agent(NoRooms)
+        .saga(saga)
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Runs one saga whose second step fails (so the first is compensated) on `backend`
 /// and checks that its spans are one trace, a tree rooted at `saga.start`.
 async fn one_trace(
@@ -213,23 +218,12 @@ async fn one_trace(
     provider: &SdkTracerProvider,
     saga: agentsaga_saga::SagaDefinition,
 ) {
-    let runtime = Runtime::builder()
-        .database(fresh_url(backend).await)
-        .agent(Echo("flights", false))
-        .agent(Echo("hotels", true))
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let runtime = flights_and_hotels(backend, saga).await;
     let id = runtime
         .start_saga("trip", &json!({"who": "ada"}))
         .await
         .unwrap();
-    let state = tokio::time::timeout(Duration::from_secs(30), runtime.wait(id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(state, SagaState::Compensated);
+    assert_eq!(settle(&runtime, id).await, SagaState::Compensated);
     runtime.shutdown().await;
     provider.force_flush().unwrap();
 

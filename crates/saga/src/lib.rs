@@ -44,6 +44,8 @@ pub mod plan;
 pub mod protocol;
 pub mod query;
 mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use definition::{
     AfterPivot, BeforePivot, Open, PlannedBuilder, PlannedSaga, Saga, SagaBuilder, SagaDefinition,

@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use agentsaga_core::queue::Claim;
 use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{Envelope, Receipt, RetryPolicy, Store, both_backends, header};
 use serde_json::{Value, json};
@@ -168,6 +167,21 @@ impl World {
 
 fn ok() -> StepOutcome {
     StepOutcome::Ok(json!("ok"))
+}
+
+/// Agents (for [`World::pump`]) that answer every step's command `ok`, but step
+/// `failing`'s fatally with `reason`.
+fn fatal_at(
+    failing: usize,
+    reason: &'static str,
+) -> impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome> {
+    move |_, _, step| {
+        Some(if step == failing {
+            StepOutcome::Fatal(reason.into())
+        } else {
+            ok()
+        })
+    }
 }
 
 fn trip() -> SagaDefinition {

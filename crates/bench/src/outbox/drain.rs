@@ -83,11 +83,7 @@ pub(super) async fn store_drain(url: &str, backlog: usize) -> anyhow::Result<f64
     }
     let elapsed = start.elapsed();
     store.close().await;
-    ensure!(
-        delivered == backlog as u64,
-        "the store drained {delivered} of {backlog} rows"
-    );
-    Ok(backlog as f64 / elapsed.as_secs_f64())
+    drain_rate("the store", delivered, backlog, elapsed)
 }
 
 const SQLITE_CLAIM: &str = "UPDATE outbox
@@ -202,9 +198,15 @@ pub(crate) async fn floor_drain_with(
     }
     let elapsed = start.elapsed();
     plain.close().await;
+    drain_rate("the floor", delivered, backlog, elapsed)
+}
+
+/// Rows a second of a drain of `backlog` rows that took `elapsed`, once `who` is seen
+/// to have delivered them all.
+fn drain_rate(who: &str, delivered: u64, backlog: usize, elapsed: Duration) -> anyhow::Result<f64> {
     ensure!(
         delivered == backlog as u64,
-        "the floor drained {delivered} of {backlog} rows"
+        "{who} drained {delivered} of {backlog} rows"
     );
     Ok(backlog as f64 / elapsed.as_secs_f64())
 }

@@ -6,32 +6,16 @@
 //! answer: 4 agent steps and 2 sagas against the flat saga's 3 steps and 1 saga.
 
 use agentsaga_relay::RelayConfig;
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, Step};
 use anyhow::ensure;
-use serde_json::Value;
 
-use super::runtime_side::{Data, NoOpAgent, definition};
+use super::runtime_side::{Data, agent, definition};
 use super::{STEPS, drive};
 use crate::db::Backend;
 
 const PARENT: &str = "bench_parent";
 const PARENT_AGENT: &str = "agent_p";
-
-/// The parent's own agent: answers at once.
-struct ParentAgent;
-
-#[async_trait::async_trait]
-impl Agent for ParentAgent {
-    type Command = Value;
-    type Reply = &'static str;
-    fn destination(&self) -> &str {
-        PARENT_AGENT
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, _: Value) -> Result<&'static str, StepError> {
-        Ok("done")
-    }
-}
 
 /// Runs `n` parents (each with its child) to completion: parents per second.
 pub(super) async fn nested_run(
@@ -50,9 +34,13 @@ pub(super) async fn nested_run(
         .saga(definition()?)
         .saga(parent)
         .relay_config(RelayConfig::default().workers(workers))
-        .agent(ParentAgent);
+        .agent(crate::quick::QuickAgent {
+            destination: PARENT_AGENT,
+            answers: ("done", "done"),
+            refuses: |_, _| false,
+        });
     for (_, destination) in STEPS {
-        builder = builder.agent(NoOpAgent { destination });
+        builder = builder.agent(agent(destination));
     }
     let runtime = builder.start().await?;
     let store = runtime.store().clone();

@@ -2,14 +2,15 @@
 //! with no-op agents.
 
 use agentsaga_relay::RelayConfig;
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
-use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step};
+use agentsaga_runtime::Runtime;
+use agentsaga_saga::{SagaDefinition, SagaState};
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Run, SAGA, STEPS, Scenario, check_and_measure, drive};
 use crate::db::Backend;
+use crate::quick::QuickAgent;
 
 /// The saga data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -19,41 +20,18 @@ pub(super) struct Data {
 }
 
 /// An agent that answers at once; `agent_c` fails fatally when the command says `fail`.
-pub(super) struct NoOpAgent {
-    pub(super) destination: &'static str,
-}
-
-#[async_trait::async_trait]
-impl Agent for NoOpAgent {
-    type Command = Value;
-    type Reply = &'static str;
-
-    fn destination(&self) -> &str {
-        self.destination
-    }
-
-    async fn handle(
-        &self,
-        ctx: &mut AgentContext<'_>,
-        command: Value,
-    ) -> Result<&'static str, StepError> {
-        if self.destination == STEPS[2].1
-            && !ctx.is_compensation()
-            && command.get("fail").and_then(Value::as_bool) == Some(true)
-        {
-            return Err(StepError::fatal("declined"));
-        }
-        Ok("done")
+pub(super) fn agent(destination: &'static str) -> QuickAgent {
+    QuickAgent {
+        destination,
+        answers: ("done", "done"),
+        refuses: |destination, command| {
+            destination == STEPS[2].1 && command.get("fail").and_then(Value::as_bool) == Some(true)
+        },
     }
 }
 
 pub(super) fn definition() -> anyhow::Result<SagaDefinition> {
-    let [(a, agent_a), (b, agent_b), (c, agent_c)] = STEPS;
-    Ok(Saga::<Data>::builder(SAGA, 1)
-        .step(Step::new(a, agent_a).compensate(agent_a, |d: &Data| d.n))
-        .step(Step::new(b, agent_b).compensate(agent_b, |d: &Data| d.n))
-        .pivot(Step::new(c, agent_c))
-        .build()?)
+    crate::quick::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
 pub(super) async fn runtime_run(
@@ -74,7 +52,7 @@ pub(super) async fn runtime_run(
         .saga(definition()?)
         .relay_config(RelayConfig::default().workers(workers));
     for (_, destination) in STEPS {
-        builder = builder.agent(NoOpAgent { destination });
+        builder = builder.agent(agent(destination));
     }
     let runtime = builder.start().await?;
     let store = runtime.store().clone();

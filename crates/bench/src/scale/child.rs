@@ -5,15 +5,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use agentsaga_core::{ReadPool, RetryPolicy};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step};
 use anyhow::{Context, bail, ensure};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{AGENTS, Outcome, POLL, PROGRESS, SAGA, START_CHUNK, STEP_TIMEOUT, patience};
 use crate::db::Backend;
 use crate::outbox;
+use crate::quick::QuickAgent;
 use crate::report::percentile;
 
 /// The hidden `scale-child` subcommand: one burst of `sagas` on `url`.
@@ -35,33 +35,6 @@ pub(crate) struct ChildArgs {
 struct Trip {
     customer: u64,
     amount_cents: u64,
-}
-
-/// An agent that answers at once and writes nothing of its own.
-struct FastAgent {
-    destination: &'static str,
-}
-
-#[async_trait::async_trait]
-impl Agent for FastAgent {
-    type Command = Value;
-    type Reply = &'static str;
-
-    fn destination(&self) -> &str {
-        self.destination
-    }
-
-    async fn handle(
-        &self,
-        ctx: &mut AgentContext<'_>,
-        _command: Value,
-    ) -> Result<&'static str, StepError> {
-        Ok(if ctx.is_compensation() {
-            "cancelled"
-        } else {
-            "ok"
-        })
-    }
 }
 
 /// `trip_booking`'s shape, timeouts and retry policy.
@@ -103,7 +76,12 @@ pub(crate) async fn child(args: &ChildArgs) -> anyhow::Result<()> {
     };
     let mut builder = Runtime::builder().database(&args.url).saga(definition()?);
     for destination in AGENTS {
-        builder = builder.agent(FastAgent { destination });
+        // Answers at once and writes nothing of its own.
+        builder = builder.agent(QuickAgent {
+            destination,
+            answers: ("ok", "cancelled"),
+            refuses: |_, _| false,
+        });
     }
     let runtime = builder.start().await?;
     let result = burst(&runtime, backend, &args.url, args.sagas).await;

@@ -168,8 +168,9 @@ pub(crate) async fn read_commands(backend: Backend) {
 // A saga whose reply was dead-lettered is stalled: `status` counts it and
 // `sagas list --stalled` lists it (a running saga with its command pending is not).
 pub(crate) async fn stalled_sagas_are_reported(backend: Backend) {
-    use agentsaga_core::queue::{Claim, DeadLetter};
+    use agentsaga_core::queue::Claim;
     use agentsaga_core::{Store, header};
+    use agentsaga_saga::testing::{answer, dead_letter};
     use agentsaga_saga::{Engine, protocol};
     let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.unwrap();
@@ -210,25 +211,9 @@ pub(crate) async fn stalled_sagas_are_reported(backend: Backend) {
         .map(|e| e.seq)
         .collect();
     store.queue().release("t", &others).await.unwrap();
-    let mut tx = store.begin().await.unwrap();
-    tx.receive("reserve-agent", command.id).await.unwrap();
-    let reply = protocol::reply(command, &protocol::StepOutcome::Ok(json!("r-1")))
-        .unwrap()
-        .unwrap();
-    tx.enqueue(&reply).await.unwrap();
-    tx.commit().await.unwrap();
-    store
-        .queue()
-        .mark_delivered("t", &[command.seq])
-        .await
-        .unwrap();
+    answer(&store, command, &protocol::StepOutcome::Ok(json!("r-1"))).await;
     let reply = claim("saga.trip.v1").await.remove(0);
-    let dead = DeadLetter {
-        seq: reply.seq,
-        reason: "lost".into(),
-        notice: None,
-    };
-    store.queue().dead_letter("t", &[dead]).await.unwrap();
+    dead_letter(&store, reply.seq, "lost").await;
 
     let status = json(&url, &["status", "--json"]);
     assert_eq!(status["stalled"], 1, "{status}");

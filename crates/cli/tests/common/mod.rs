@@ -8,10 +8,13 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use agentsaga_core::queue::{Claim, DeadLetter};
-use agentsaga_core::testing::{self, Backend, fresh_url};
-use agentsaga_core::{DeliveryFailed, Message, MessageId, Receipt, RetryPolicy, Store};
-use agentsaga_saga::protocol::{self, StepOutcome};
-use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step, query};
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::{DeliveryFailed, MessageId, Store};
+// Not every test binary including this module pumps until a condition.
+#[allow(unused_imports)]
+pub use agentsaga_saga::testing::{pump, pump_until, trip};
+use agentsaga_saga::testing::{quick_engine, two_dead_letters};
+use agentsaga_saga::{Engine, SagaId};
 use serde_json::{Value, json};
 
 /// What one run of the binary did.
@@ -106,51 +109,11 @@ pub struct Prepared {
     pub dead_sms: MessageId,
 }
 
-/// reserve (undoable) → charge (the pivot) → confirm. What the agents answer depends on
-/// the saga data's `case`: `ok`; `declined` (the charge fails: compensated); `stuck`
-/// (the charge fails and so does the reservation's cancel); `after_pivot` (confirm
-/// fails for good).
-pub fn trip() -> SagaDefinition {
-    Saga::<Value>::builder("trip", 1)
-        .step(
-            Step::new("reserve", "reserve-agent")
-                .command(|d: &Value| d.clone())
-                .compensate("reserve-agent", |d: &Value| json!({"cancel": d["case"]})),
-        )
-        .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
-        .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
-        .build()
-        .expect("definition")
-}
-
-fn agent(env: &agentsaga_core::Envelope) -> StepOutcome {
-    let payload: Value = serde_json::from_str(&env.payload).expect("payload");
-    if protocol::is_compensation(env) {
-        return if payload["cancel"] == "stuck" {
-            StepOutcome::Fatal("cancel API down".into())
-        } else {
-            StepOutcome::Ok(json!("cancelled"))
-        };
-    }
-    let case = payload["case"].as_str().unwrap_or_default();
-    match (env.destination.as_str(), case) {
-        ("charge-agent", "declined" | "stuck") => StepOutcome::Fatal("card declined".into()),
-        ("confirm-agent", "after_pivot") => StepOutcome::Fatal("confirmation service gone".into()),
-        _ => StepOutcome::Ok(json!("done")),
-    }
-}
-
 /// A fresh database of `backend` holding one saga of each kind and two dead letters.
 pub async fn prepare(backend: Backend) -> Prepared {
     let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.expect("connect");
-    let engine = Engine::new([trip()])
-        .expect("engine")
-        .with_compensation_retry(RetryPolicy::new(
-            Duration::from_millis(1),
-            Duration::from_millis(4),
-            2,
-        ));
+    let engine = quick_engine([trip()]);
     let mut ids = Vec::new();
     for case in ["ok", "declined", "stuck", "stuck", "after_pivot"] {
         let mut tx = store.begin().await.expect("begin");
@@ -167,37 +130,7 @@ pub async fn prepare(backend: Backend) -> Prepared {
     }
     pump(&store, &engine, &ids).await;
 
-    let mut tx = store.begin().await.expect("begin");
-    let mailer = Message::to("mailer")
-        .key("ops")
-        .json(&json!({"to": "ops@example.com", "subject": "trip booked"}))
-        .expect("json")
-        .header("trace", "t-1");
-    let sms = Message::to("sms")
-        .json(&json!({"to": "+100"}))
-        .expect("json");
-    let (dead_mailer, dead_sms) = (mailer.id, sms.id);
-    tx.enqueue_batch(&[mailer, sms]).await.expect("enqueue");
-    tx.commit().await.expect("commit");
-    let destinations = vec!["mailer".to_owned(), "sms".to_owned()];
-    let claimed = testing::claim(&store, &destinations, 10).await;
-    assert_eq!(claimed.len(), 2);
-    let dead: Vec<DeadLetter> = claimed
-        .iter()
-        .map(|e| DeadLetter {
-            seq: e.seq,
-            reason: format!("{}: 550 mailbox unavailable", e.destination),
-            notice: None,
-        })
-        .collect();
-    assert_eq!(
-        store
-            .queue()
-            .dead_letter("t", &dead)
-            .await
-            .expect("dead letter"),
-        2
-    );
+    let (dead_mailer, dead_sms) = two_dead_letters(&store).await;
     store.close().await;
     Prepared {
         url,
@@ -208,59 +141,6 @@ pub async fn prepare(backend: Backend) -> Prepared {
         dead_mailer,
         dead_sms,
     }
-}
-
-/// Delivers every ready message (agents answer per [`agent`]) until every saga in
-/// `ids` is terminal or stuck.
-pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
-    pump_until(store, engine, "the sagas settle", async || {
-        let mut settled = 0;
-        for id in ids {
-            let s = query::get(store, *id).await.expect("get").expect("saga");
-            if s.state.is_terminal() || s.state == agentsaga_saga::SagaState::Stuck {
-                settled += 1;
-            }
-        }
-        settled == ids.len()
-    })
-    .await;
-}
-
-/// Delivers every ready message (agents answer per [`agent`]) until `done`.
-pub async fn pump_until(
-    store: &Store,
-    engine: &Engine,
-    what: &str,
-    done: impl AsyncFnMut() -> bool,
-) {
-    let mut destinations = engine.orchestrator_destinations();
-    for d in engine.definitions() {
-        destinations.extend(d.agent_destinations());
-    }
-    testing::pump(
-        store,
-        &destinations,
-        what,
-        Duration::from_secs(30),
-        done,
-        async |batch| {
-            for env in batch.iter() {
-                let mut tx = store.begin().await.expect("begin");
-                if env.destination.starts_with("saga.") {
-                    engine.handle(&mut tx, env).await.expect("handle");
-                } else if tx.receive(&env.destination, env.id).await.expect("receive")
-                    == Receipt::First
-                {
-                    let reply = protocol::reply(env, &agent(env))
-                        .expect("reply")
-                        .expect("reply_to");
-                    tx.enqueue(&reply).await.expect("enqueue reply");
-                }
-                tx.commit().await.expect("commit");
-            }
-        },
-    )
-    .await;
 }
 
 /// The file behind a `sqlite://` URL.

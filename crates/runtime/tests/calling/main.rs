@@ -22,7 +22,7 @@ use agentsaga_relay::RelayConfig;
 use agentsaga_runtime::{
     Agent, AgentContext, CallContext, CallingAgent, Runtime, RuntimeBuilder, StepError,
 };
-use agentsaga_saga::{Saga, SagaId, SagaState, Step, query};
+use agentsaga_saga::{Saga, SagaDefinition, SagaId, SagaState, Step, Undoable, query};
 use echo::Echo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -43,6 +43,11 @@ struct Calls {
 impl Calls {
     fn seen(&self) -> Vec<(String, MessageId, bool)> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until `n` calls are in flight.
+    async fn until_in_flight(&self, what: &str, n: u32) {
+        until(what, || self.in_flight.load(Ordering::SeqCst) == n).await;
     }
 }
 
@@ -170,9 +175,34 @@ async fn builder(backend: Backend) -> RuntimeBuilder {
 
 /// [`builder`] with leases of `lease`.
 async fn builder_with_lease(backend: Backend, lease: Duration) -> RuntimeBuilder {
-    Runtime::builder()
-        .database(fresh_url(backend).await)
+    builder(backend)
+        .await
         .relay_config(RelayConfig::default().retry(quick_retry()).lease(lease))
+}
+
+/// The saga `name` of the one (compensable or forward-only) step `step`.
+fn one_step(name: &str, step: Step<Job, Undoable>) -> SagaDefinition {
+    Saga::<Job>::builder(name, 1).step(step).build().unwrap()
+}
+
+/// The saga `name` of the one pivot `step`.
+fn one_pivot(name: &str, step: Step<Job>) -> SagaDefinition {
+    Saga::<Job>::builder(name, 1).pivot(step).build().unwrap()
+}
+
+/// `builder` started with the calling agent `agent` and the saga `saga`.
+async fn start_calling(
+    builder: impl Future<Output = RuntimeBuilder>,
+    agent: Outside,
+    saga: SagaDefinition,
+) -> Runtime {
+    builder
+        .await
+        .calling_agent(agent)
+        .saga(saga)
+        .start()
+        .await
+        .unwrap()
 }
 
 async fn settle(rt: &Runtime, id: SagaId) -> SagaState {

@@ -17,20 +17,12 @@ impl Agent for SlowOnce {
     }
     async fn handle(&self, ctx: &mut AgentContext<'_>, _: Value) -> Result<u32, StepError> {
         let saga = ctx.saga_id().unwrap().to_string();
-        match ctx.conn() {
-            agentsaga_core::Conn::Sqlite(c) => {
-                agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES (?1)")
-                    .bind(&saga)
-                    .execute(c)
-                    .await?;
-            }
-            agentsaga_core::Conn::Postgres(c) => {
-                agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES ($1)")
-                    .bind(&saga)
-                    .execute(c)
-                    .await?;
-            }
-        }
+        agentsaga_core::with_conn!(ctx.conn(), c => {
+            agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES ($1)")
+                .bind(&saga)
+                .execute(c)
+                .await?;
+        });
         if self.handled.fetch_add(1, Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
@@ -43,14 +35,10 @@ impl Agent for SlowOnce {
 // before it commits, so only the re-sent command's effects are kept.
 async fn a_slow_step_sent_again_applies_its_effects_once(backend: Backend) {
     let handled = Arc::new(AtomicU32::new(0));
-    let saga = Saga::<Job>::builder("pay", 1)
-        .pivot(
-            Step::new("pay", "ledger")
-                .timeout(Duration::from_millis(300))
-                .retry(quick_retry()),
-        )
-        .build()
-        .unwrap();
+    let pay = Step::new("pay", "ledger")
+        .timeout(Duration::from_millis(300))
+        .retry(quick_retry());
+    let saga = one_pivot("pay", pay);
     let rt = builder(backend)
         .await
         .agent(SlowOnce {
@@ -60,22 +48,7 @@ async fn a_slow_step_sent_again_applies_its_effects_once(backend: Backend) {
         .start()
         .await
         .unwrap();
-    let mut tx = rt.store().begin().await.unwrap();
-    match tx.conn() {
-        agentsaga_core::Conn::Sqlite(c) => {
-            agentsaga_core::sqlx::query("CREATE TABLE effects (saga TEXT NOT NULL)")
-                .execute(c)
-                .await
-                .unwrap();
-        }
-        agentsaga_core::Conn::Postgres(c) => {
-            agentsaga_core::sqlx::query("CREATE TABLE effects (saga TEXT NOT NULL)")
-                .execute(c)
-                .await
-                .unwrap();
-        }
-    }
-    tx.commit().await.unwrap();
+    execute(&rt, "CREATE TABLE effects (saga TEXT NOT NULL)").await;
     let id = rt.start_saga("pay", &Job { n: 1 }).await.unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
     assert_eq!(
@@ -86,20 +59,12 @@ async fn a_slow_step_sent_again_applies_its_effects_once(backend: Backend) {
     let steps = query::steps(rt.store(), id).await.unwrap();
     assert_eq!(steps[0].attempts, 2, "{steps:?}");
     let mut tx = rt.store().begin().await.unwrap();
-    let rows: i64 = match tx.conn() {
-        agentsaga_core::Conn::Sqlite(c) => {
-            agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
-                .fetch_one(c)
-                .await
-                .unwrap()
-        }
-        agentsaga_core::Conn::Postgres(c) => {
-            agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
-                .fetch_one(c)
-                .await
-                .unwrap()
-        }
-    };
+    let rows: i64 = agentsaga_core::with_conn!(tx.conn(), c => {
+        agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
+            .fetch_one(c)
+            .await
+            .unwrap()
+    });
     tx.rollback().await.unwrap();
     assert_eq!(rows, 1, "the effects happened once");
     rt.shutdown().await;
@@ -128,27 +93,13 @@ async fn a_call_whose_lease_is_lost_is_cancelled(backend: Backend) {
     let (llm, calls, _open) = Outside::new("llm", vec![Act::Gate, Act::Answer]);
     // The step's timeout is far beyond the test's bounds: only the lost lease can
     // cancel the call in time.
-    let saga = Saga::<Job>::builder("lost", 1)
-        .step(
-            Step::new("think", "llm")
-                .timeout(Duration::from_secs(600))
-                .nothing_to_undo(),
-        )
-        .build()
-        .unwrap();
-    let rt = builder_with_lease(backend, Duration::from_millis(300))
-        .await
-        .calling_agent(llm)
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let think = Step::new("think", "llm").timeout(Duration::from_secs(600));
+    let saga = one_step("lost", think.nothing_to_undo());
+    let lease = Duration::from_millis(300);
+    let rt = start_calling(builder_with_lease(backend, lease), llm, saga).await;
     let id = rt.start_saga("lost", &Job { n: 1 }).await.unwrap();
     let began = std::time::Instant::now();
-    until("the call waits", || {
-        calls.in_flight.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    calls.until_in_flight("the call waits", 1).await;
     eprintln!("the call waits after {:?}", began.elapsed());
     let stolen_at = std::time::Instant::now();
     let stolen = execute(

@@ -27,10 +27,7 @@ async fn a_waiting_call_blocks_nobody(backend: Backend) {
         .await
         .unwrap();
     let waiting = rt.start_saga("slow", &Job { n: 0 }).await.unwrap();
-    until("the slow call started", || {
-        calls.in_flight.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    calls.until_in_flight("the slow call started", 1).await;
     let mut ids = Vec::new();
     for n in 0..100 {
         ids.push(rt.start_saga("fast", &Job { n }).await.unwrap());
@@ -53,17 +50,8 @@ both_backends!(waiting_call_tests, a_waiting_call_blocks_nobody);
 // concurrency), so they take about one wait, not a hundred.
 async fn hundred_waits_run_at_once(backend: Backend) {
     let (llm, calls, open) = Outside::new("llm", vec![Act::Gate]);
-    let saga = Saga::<Job>::builder("ask", 1)
-        .step(Step::new("ask", "llm").nothing_to_undo())
-        .build()
-        .unwrap();
-    let rt = builder(backend)
-        .await
-        .calling_agent(llm)
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let saga = one_step("ask", Step::new("ask", "llm").nothing_to_undo());
+    let rt = start_calling(builder(backend), llm, saga).await;
     let started = std::time::Instant::now();
     let mut ids = Vec::new();
     for n in 0..100 {
@@ -71,10 +59,7 @@ async fn hundred_waits_run_at_once(backend: Backend) {
     }
     // The gate opens only once every call waits at the same time: with a concurrency
     // below 100 this never happens, and the test fails on its bound.
-    until("100 calls wait at once", || {
-        calls.in_flight.load(Ordering::SeqCst) == 100
-    })
-    .await;
+    calls.until_in_flight("100 calls wait at once", 100).await;
     open.send_replace(true);
     for id in ids {
         assert_eq!(settle(&rt, id).await, SagaState::Completed);
@@ -90,21 +75,10 @@ both_backends!(hundred_waits_tests, hundred_waits_run_at_once);
 // neither retried nor dead-lettered while it runs: the relay renews its lease.
 async fn a_long_call_keeps_its_lease(backend: Backend) {
     let (llm, calls, _open) = Outside::new("llm", vec![Act::Sleep(Duration::from_millis(1500))]);
-    let saga = Saga::<Job>::builder("long", 1)
-        .step(
-            Step::new("think", "llm")
-                .timeout(Duration::from_secs(30))
-                .nothing_to_undo(),
-        )
-        .build()
-        .unwrap();
-    let rt = builder_with_lease(backend, Duration::from_millis(200))
-        .await
-        .calling_agent(llm)
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let think = Step::new("think", "llm").timeout(Duration::from_secs(30));
+    let saga = one_step("long", think.nothing_to_undo());
+    let lease = Duration::from_millis(200);
+    let rt = start_calling(builder_with_lease(backend, lease), llm, saga).await;
     let id = rt.start_saga("long", &Job { n: 1 }).await.unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
     assert_eq!(calls.started.load(Ordering::SeqCst), 1, "called once");
@@ -123,22 +97,11 @@ both_backends!(long_call_tests, a_long_call_keeps_its_lease);
 async fn a_call_past_its_timeout_is_cancelled(backend: Backend) {
     // The first call (the command) hangs; the next (the compensation) answers.
     let (llm, calls, _open) = Outside::new("llm", vec![Act::Gate, Act::Answer]);
-    let saga = Saga::<Job>::builder("hangs", 1)
-        .step(
-            Step::new("book", "llm")
-                .timeout(Duration::from_millis(300))
-                .retry(quick_retry())
-                .compensate("llm", |_: &Job| json!("cancel")),
-        )
-        .build()
-        .unwrap();
-    let rt = builder(backend)
-        .await
-        .calling_agent(llm)
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let book = Step::new("book", "llm")
+        .timeout(Duration::from_millis(300))
+        .retry(quick_retry());
+    let saga = one_step("hangs", book.compensate("llm", |_: &Job| json!("cancel")));
+    let rt = start_calling(builder(backend), llm, saga).await;
     let id = rt.start_saga("hangs", &Job { n: 1 }).await.unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Compensated);
     until("the hanging call is cancelled", || {
@@ -168,21 +131,10 @@ both_backends!(timeout_tests, a_call_past_its_timeout_is_cancelled);
 async fn one_key_across_redelivery_and_resend(backend: Backend) {
     let (llm, calls, _open) = Outside::new("llm", vec![Act::Infra, Act::Gate, Act::Answer]);
     // A pivot is retried forward after a timeout: the command is sent again.
-    let saga = Saga::<Job>::builder("send", 1)
-        .pivot(
-            Step::new("send", "llm")
-                .timeout(Duration::from_millis(300))
-                .retry(quick_retry()),
-        )
-        .build()
-        .unwrap();
-    let rt = builder(backend)
-        .await
-        .calling_agent(llm)
-        .saga(saga)
-        .start()
-        .await
-        .unwrap();
+    let send = Step::new("send", "llm")
+        .timeout(Duration::from_millis(300))
+        .retry(quick_retry());
+    let rt = start_calling(builder(backend), llm, one_pivot("send", send)).await;
     let id = rt.start_saga("send", &Job { n: 1 }).await.unwrap();
     assert_eq!(settle(&rt, id).await, SagaState::Completed);
     let seen = calls.seen();

@@ -133,14 +133,7 @@ async fn a_planner_chooses_the_steps(backend: Backend) {
             .await
             .unwrap();
     assert_eq!(settle(&w.rt, id).await, SagaState::Compensated);
-    let saga = query::get(w.rt.store(), id).await.unwrap().unwrap();
-    assert!(
-        saga.error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("no JSON plan"),
-        "{saga:?}"
-    );
+    assert_error_contains(&w.rt, id, "no JSON plan").await;
 }
 both_backends!(planner_tests, a_planner_chooses_the_steps);
 
@@ -170,17 +163,7 @@ async fn a_plans_wait_takes_its_signal(backend: Backend) {
             == Some("approval")
     })
     .await;
-    let err =
-        w.rt.signal(id, "other", Signal::Approve(Value::Null))
-            .await
-            .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            agentsaga_runtime::Error::Saga(SagaError::SignalRefused { .. })
-        ),
-        "{err}"
-    );
+    assert_signal_refused(&w.rt, id, "other").await;
     w.rt.signal(id, "approval", Signal::Approve(json!({ "by": "ops" })))
         .await
         .unwrap();

@@ -6,66 +6,42 @@
 //! not a valid plan fails the saga with the reason; a plan's waits take signals.
 
 mod checks;
+#[path = "../support/gated.rs"]
+mod gated;
 mod runs;
+#[path = "../support/settle.rs"]
+mod settle;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Runtime, StepError};
+use agentsaga_runtime::{Runtime, StepError};
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{
-    Error as SagaError, Plan, PlanStart, PlanStep, PlannedSaga, SagaDefinition, SagaId, SagaState,
-    Signal, Step,
+    Error as SagaError, Plan, PlanStart, PlanStep, PlannedSaga, SagaDefinition, SagaState, Signal,
+    Step,
 };
+use gated::{Answer, Gates, assert_signal_refused};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use settle::{assert_error_contains, settle};
 
-type Seen = Arc<Mutex<Vec<(String, Value)>>>;
-
-/// One agent per destination: waits at a gate (outside any transaction), records the
-/// command, and answers: `{"fail": …}` fails fatally, `calendar` answers an event id,
-/// `planner` answers the text in `plan_text`, the others echo the command.
-struct Worker {
-    destination: &'static str,
-    seen: Seen,
-    gate: watch::Receiver<bool>,
-    plan_text: Arc<Mutex<String>>,
-}
-
-#[async_trait::async_trait]
-impl CallingAgent for Worker {
-    type Command = Value;
-    type Output = ();
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.destination
-    }
-    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<(), StepError> {
-        let _ = self.gate.clone().wait_for(|open| *open).await;
-        Ok(())
-    }
-    async fn record(
-        &self,
-        ctx: &mut AgentContext<'_>,
-        cmd: Value,
-        (): (),
-    ) -> Result<Value, StepError> {
-        let n = {
-            let mut seen = self.seen.lock().unwrap();
-            seen.push((self.destination.to_owned(), cmd.clone()));
-            seen.len()
-        };
+/// One agent per destination, gated ([`Gated`]), answering: `{"fail": …}` fails
+/// fatally, `calendar` answers an event id, `planner` answers the text in `plan_text`,
+/// the others echo the command.
+fn worker(plan_text: &Arc<Mutex<String>>) -> Answer {
+    let plan_text = Arc::clone(plan_text);
+    Arc::new(move |ctx, destination, cmd, n| {
         if let Some(why) = cmd.get("fail") {
             return Err(StepError::fatal(format!("refused: {why}")));
         }
-        Ok(match self.destination {
+        Ok(match destination {
             "calendar" if !ctx.is_compensation() => json!({ "event_id": format!("ev-{n}") }),
-            "planner" => json!(self.plan_text.lock().unwrap().clone()),
+            "planner" => json!(plan_text.lock().unwrap().clone()),
             _ => cmd,
         })
-    }
+    })
 }
 
 const DESTINATIONS: [&str; 4] = ["search", "calendar", "mail", "planner"];
@@ -91,57 +67,29 @@ fn assistant() -> SagaDefinition {
 
 struct World {
     rt: Runtime,
-    url: String,
-    seen: Seen,
-    open: watch::Sender<bool>,
+    gates: Gates,
     plan_text: Arc<Mutex<String>>,
 }
 
-async fn start_runtime(
-    url: &str,
-    seen: &Seen,
-    gate: &watch::Receiver<bool>,
-    plan_text: &Arc<Mutex<String>>,
-) -> Runtime {
-    let mut b = Runtime::builder()
-        .database(url)
-        .saga(errand())
-        .saga(assistant());
-    for destination in DESTINATIONS {
-        b = b.calling_agent(Worker {
-            destination,
-            seen: Arc::clone(seen),
-            gate: gate.clone(),
-            plan_text: Arc::clone(plan_text),
-        });
-    }
-    b.start().await.unwrap()
+/// `errand` and `assistant`, and a gated [`worker`] for each of [`DESTINATIONS`].
+async fn start_runtime(gates: &Gates, plan_text: &Arc<Mutex<String>>) -> Runtime {
+    let b = gates.agents(&DESTINATIONS, &worker(plan_text));
+    b.saga(errand()).saga(assistant()).start().await.unwrap()
 }
 
 async fn world(backend: Backend, open: bool) -> World {
-    let url = fresh_url(backend).await;
-    let seen = Seen::default();
-    let (tx, gate) = watch::channel(open);
+    let gates = Gates::new(fresh_url(backend).await, open);
     let plan_text = Arc::new(Mutex::new(String::new()));
-    let rt = start_runtime(&url, &seen, &gate, &plan_text).await;
+    let rt = start_runtime(&gates, &plan_text).await;
     World {
         rt,
-        url,
-        seen,
-        open: tx,
+        gates,
         plan_text,
     }
 }
 
-async fn settle(rt: &Runtime, id: SagaId) -> SagaState {
-    tokio::time::timeout(Duration::from_secs(30), rt.wait(id))
-        .await
-        .expect("the saga settles")
-        .unwrap()
-}
-
 fn seen(w: &World) -> Vec<(String, Value)> {
-    w.seen.lock().unwrap().clone()
+    w.gates.seen()
 }
 
 /// Search, then two bookings in parallel, then a third, then the pivot (which fails

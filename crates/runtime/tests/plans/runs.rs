@@ -55,14 +55,7 @@ async fn a_failed_plan_compensates_in_reverse(backend: Backend) {
     let group: Vec<&Value> = cancels[1..].iter().collect();
     assert!(group.contains(&&json!(event("sagas"))), "{cancels:?}");
     assert!(group.contains(&&json!(event("b"))), "{cancels:?}");
-    let saga = query::get(w.rt.store(), id).await.unwrap().unwrap();
-    assert!(
-        saga.error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("mailbox full"),
-        "{saga:?}"
-    );
+    assert_error_contains(&w.rt, id, "mailbox full").await;
 }
 both_backends!(compensates_tests, a_failed_plan_compensates_in_reverse);
 
@@ -75,9 +68,7 @@ async fn a_plan_survives_a_restart(backend: Backend) {
             .unwrap();
     let World {
         rt,
-        url,
-        seen,
-        open,
+        gates,
         plan_text,
     } = w;
     // The first command is out (its agent waits at the gate); stop the process there.
@@ -94,13 +85,11 @@ async fn a_plan_survives_a_restart(backend: Backend) {
     )
     .await;
     rt.shutdown().await;
-    open.send_replace(true);
-    let gate = open.subscribe();
-    let rt = start_runtime(&url, &seen, &gate, &plan_text).await;
+    gates.open.send_replace(true);
+    let rt = start_runtime(&gates, &plan_text).await;
     assert_eq!(settle(&rt, id).await, SagaState::Compensated);
-    let cancels = seen
-        .lock()
-        .unwrap()
+    let cancels = gates
+        .seen()
         .iter()
         .filter(|(_, v)| v.get("cancel").is_some())
         .count();

@@ -102,6 +102,16 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Cancels step `idx`'s timer, if it has one.
+    pub(crate) fn cancel_timer(&mut self, idx: usize) {
+        let timer = self
+            .inst
+            .steps
+            .get_mut(&idx)
+            .and_then(|r| r.timer_id.take());
+        self.fx.cancel.extend(timer);
+    }
+
     /// Moves the saga along the lifecycle table. An event the table does not allow
     /// is an error: the caller's transaction, and every change made to the instance
     /// while deciding, must be dropped.

@@ -92,18 +92,8 @@ async fn fatal_failure_compensates_in_reverse(backend: Backend) {
     let mut w = World::new(backend, vec![trip()], 2).await;
     let id = w.start("trip", json!({"trip": 2})).await;
     // The pivot (step 3) declines: flight, then the hotel+car group, are undone.
-    w.pump(
-        &[id],
-        |_, _, step| {
-            Some(if step == 3 {
-                StepOutcome::Fatal("card declined".into())
-            } else {
-                ok()
-            })
-        },
-        |_, _| ok(),
-    )
-    .await;
+    w.pump(&[id], fatal_at(3, "card declined"), |_, _| ok())
+        .await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Compensated);
     assert!(s.error.unwrap().contains("card declined"));
@@ -181,18 +171,7 @@ async fn stuck_compensation_and_operator_actions(backend: Backend) {
             ok()
         }
     };
-    w.pump(
-        &[id],
-        |_, _, step| {
-            Some(if step == 1 {
-                StepOutcome::Fatal("no rooms".into())
-            } else {
-                ok()
-            })
-        },
-        fail_flight,
-    )
-    .await;
+    w.pump(&[id], fatal_at(1, "no rooms"), fail_flight).await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Stuck);
     assert!(
@@ -301,36 +280,16 @@ async fn abort_running_and_versions(backend: Backend) {
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let dests = vec!["flight-agent".to_string()];
-    let cmd = w
-        .store
-        .queue()
-        .claim(&Claim {
-            owner: "t",
-            destinations: &dests,
-            limit: 1,
-            lease: Duration::from_secs(5),
-        })
+    let cmd = testing::claim(&w.store, &["flight-agent".to_owned()], 1)
         .await
-        .unwrap()
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
     let reply = protocol::reply(&cmd, &ok()).unwrap().unwrap();
     assert_eq!(reply.destination, "saga.trip.v1");
     tx.enqueue(&reply).await.unwrap();
     tx.commit().await.unwrap();
-    let orch = vec!["saga.trip.v1".to_string()];
-    let env = w
-        .store
-        .queue()
-        .claim(&Claim {
-            owner: "t",
-            destinations: &orch,
-            limit: 1,
-            lease: Duration::from_secs(5),
-        })
+    let env = testing::claim(&w.store, &["saga.trip.v1".to_owned()], 1)
         .await
-        .unwrap()
         .remove(0);
     let mut tx = w.store.begin().await.unwrap();
     assert!(matches!(

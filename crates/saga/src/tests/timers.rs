@@ -90,7 +90,6 @@ both_backends!(
 // one with no progress past the threshold); one whose command is pending is not, nor
 // one parked at a wait. Pages of the list follow each other by cursor.
 async fn stalled_sagas_are_found(backend: Backend) {
-    use agentsaga_core::queue::DeadLetter;
     let store = Store::connect(&fresh_url(backend).await).await.unwrap();
     let waits = Saga::<D>::builder("waits", 1)
         .step(Step::wait_for("approval"))
@@ -128,30 +127,9 @@ async fn stalled_sagas_are_found(backend: Backend) {
         .into_iter()
         .find(|e| e.header(header::SAGA_ID) == Some(&lost.to_string()))
         .unwrap();
-    let mut tx = store.begin().await.unwrap();
-    tx.receive("flight-agent", command.id).await.unwrap();
-    tx.enqueue(&protocol::reply(&command, &ok()).unwrap().unwrap())
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    store
-        .queue()
-        .mark_delivered("t", &[command.seq])
-        .await
-        .unwrap();
+    crate::testing::answer(&store, &command, &ok()).await;
     let reply = claim_of(&store, "saga.trip.v1").await.remove(0);
-    store
-        .queue()
-        .dead_letter(
-            "t",
-            &[DeadLetter {
-                seq: reply.seq,
-                reason: "lost".into(),
-                notice: None,
-            }],
-        )
-        .await
-        .unwrap();
+    crate::testing::dead_letter(&store, reply.seq, "lost").await;
     assert_eq!(stalled(hour).await, [lost]);
     // No progress past a threshold of zero: `moving` too; never the parked one.
     let mut both = vec![lost, moving];

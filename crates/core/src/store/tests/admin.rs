@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// `prune` (of the records older than its argument) spares records younger than an
+/// hour and, once they are 20 ms old (time that must pass in the database's clock),
+/// takes the `n` of them older than 1 ms.
+pub(super) async fn prunes_by_age(prune: impl AsyncFn(Duration) -> u64, n: u64) {
+    assert_eq!(prune(Duration::from_secs(3600)).await, 0);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(prune(Duration::from_millis(1)).await, n);
+}
+
 // Prune delivered rows by age; stats count states and report the lag.
 async fn prune_and_stats(backend: Backend) {
     let (store, _) = open(backend).await;
@@ -23,23 +32,8 @@ async fn prune_and_stats(backend: Backend) {
         .mark_delivered("r", &[got[0].seq, got[1].seq])
         .await
         .unwrap();
-    assert_eq!(
-        store
-            .admin()
-            .prune_delivered(Duration::from_secs(3600))
-            .await
-            .unwrap(),
-        0
-    );
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(
-        store
-            .admin()
-            .prune_delivered(Duration::from_millis(1))
-            .await
-            .unwrap(),
-        2
-    );
+    let prune = async |age| store.admin().prune_delivered(age).await.unwrap();
+    prunes_by_age(prune, 2).await;
     let stats = store.admin().stats().await.unwrap();
     assert_eq!((stats.pending, stats.in_flight, stats.delivered), (2, 0, 0));
     let got = claim_n(&store, "r", &d, 10).await;

@@ -1,6 +1,7 @@
 //! Direct handover: messages written leased to the local relay, handed over on commit.
 
 use super::*;
+use crate::testing::wait_until;
 
 // Direct handover: rows for a destination with a free slot are written leased and
 // handed over on commit (never claimable meanwhile); past the slots, for a keyed row
@@ -73,8 +74,16 @@ async fn direct_handover(backend: Backend) {
             .unwrap(),
         1
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(store.queue().reclaim_expired().await.unwrap() >= 2);
+    let mut back = 0;
+    wait_until(
+        "the fake relay's leases expire",
+        Duration::from_secs(30),
+        async || {
+            back += store.queue().reclaim_expired().await.unwrap();
+            back >= 2
+        },
+    )
+    .await;
     let again: Vec<MessageId> = claim_n(&store, "other-relay", &dests(&["direct"]), 10)
         .await
         .iter()
@@ -104,13 +113,12 @@ async fn direct_handover(backend: Backend) {
     kept.commit().await.unwrap();
     undone.await.unwrap();
     // `rollback` returns at once; the lane undoes the hop right after.
-    for _ in 0..100 {
-        if used() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(used(), 0);
+    wait_until(
+        "the undone hop's slot is back",
+        Duration::from_secs(1),
+        async || used() == 0,
+    )
+    .await;
     assert_eq!(fake.taken.lock().unwrap().len(), 3);
 }
 both_backends!(handover_tests, direct_handover);

@@ -3,6 +3,35 @@
 
 use super::*;
 
+/// Runs `task` for each entry of `plan` (given a store, the entry, and the sender to
+/// tell once its hop has queued for the lane), each in a task of its own queued behind
+/// the one before (on SQLite), all behind `first`; then commits `first` and returns the
+/// tasks' results in plan order.
+async fn queued_behind<P, F>(
+    store: &Store,
+    first: crate::Hop,
+    plan: impl IntoIterator<Item = P>,
+    task: impl Fn(Store, P, tokio::sync::oneshot::Sender<()>) -> F,
+) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut tasks = Vec::new();
+    for entry in plan {
+        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
+        tasks.push(tokio::spawn(task(store.clone(), entry, queued)));
+        // Queued in plan order: the next task starts after this one has queued.
+        is_queued.await.unwrap();
+    }
+    first.commit().await.unwrap();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    results
+}
+
 // Group commit: on SQLite, hops queued behind one that holds the lane share its
 // transaction; a hop that rolls back (or fails a statement) undoes only itself, the
 // others commit. On PostgreSQL each hop is a transaction of its own.
@@ -121,7 +150,6 @@ async fn hops_receiving_record_once(backend: Backend) {
     }
     // The first hop holds the lane until every other hop has queued behind it.
     let first = store.hop().await.unwrap();
-    let mut tasks = Vec::new();
     // (message, commit?) in queue order: ids[1] twice (the second a duplicate of the
     // first, answered once the first is committed: on SQLite in the next shared
     // transaction); ids[2] rolled back, then received again; ids[0] a duplicate of a
@@ -136,10 +164,12 @@ async fn hops_receiving_record_once(backend: Backend) {
         (ids[4], false),
         (ids[5], true),
     ];
-    for (i, (id, keep)) in plan.into_iter().enumerate() {
-        let store = store.clone();
-        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
-        tasks.push(tokio::spawn(async move {
+    let plan = plan.into_iter().enumerate();
+    let receipts = queued_behind(
+        &store,
+        first,
+        plan,
+        |store, (i, (id, keep)), queued| async move {
             let (mut hop, receipt) = after_queueing(store.hop_receiving("agent", id), queued)
                 .await
                 .unwrap();
@@ -152,15 +182,9 @@ async fn hops_receiving_record_once(backend: Backend) {
                 hop.rollback();
             }
             receipt
-        }));
-        // Queued in plan order: the next task starts after this one has queued.
-        is_queued.await.unwrap();
-    }
-    first.commit().await.unwrap();
-    let mut receipts = Vec::new();
-    for t in tasks {
-        receipts.push(t.await.unwrap());
-    }
+        },
+    )
+    .await;
     use Receipt::{Duplicate, First};
     if backend == Backend::Sqlite {
         // In queue order (the duplicate of ids[1] after its first's commit).
@@ -240,11 +264,11 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
         ),
         (ids[4], count(), true),
     ];
-    let mut tasks = Vec::new();
-    for (id, read, keep) in plan {
-        let store = store.clone();
-        let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
-        tasks.push(tokio::spawn(async move {
+    let results = queued_behind(
+        &store,
+        first,
+        plan,
+        |store, (id, read, keep), queued| async move {
             let opening = store.hop_receiving_prefetched("agent", id, Some(read));
             let opened = after_queueing(opening, queued).await;
             let (mut hop, receipt, read) = match opened {
@@ -269,14 +293,9 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
                 }
             }
             Ok((receipt, n))
-        }));
-        is_queued.await.unwrap();
-    }
-    first.commit().await.unwrap();
-    let mut results = Vec::new();
-    for t in tasks {
-        results.push(t.await.unwrap());
-    }
+        },
+    )
+    .await;
     use Receipt::{Duplicate, First};
     if backend == Backend::Sqlite {
         let read = |n: i64| Some(vec![n]);

@@ -45,27 +45,23 @@ async fn enqueue_in_callers_own_transaction(backend: Backend) {
     let msg = Message::to("a").json(&"hello").unwrap();
     // `Store::commit` commits the caller's transaction and wakes the relays.
     let woken = *store.wakeups().subscribe().borrow();
+    // The same statements on each backend's own sqlx transaction (of different types).
+    macro_rules! own_transaction {
+        ($pool:expr) => {{
+            let mut tx = $pool.begin().await.unwrap();
+            sqlx::query("CREATE TABLE orders (id INTEGER)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            store.enqueue(&mut *tx, &msg).await.unwrap();
+            store.commit(tx).await.unwrap();
+        }};
+    }
     match store.backend_ref() {
         #[cfg(feature = "sqlite")]
-        Db::Sqlite(db) => {
-            let mut tx = db.writer.begin().await.unwrap();
-            sqlx::query("CREATE TABLE orders (id INTEGER)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            store.enqueue(&mut *tx, &msg).await.unwrap();
-            store.commit(tx).await.unwrap();
-        }
+        Db::Sqlite(db) => own_transaction!(db.writer),
         #[cfg(feature = "postgres")]
-        Db::Postgres(db) => {
-            let mut tx = db.pool.begin().await.unwrap();
-            sqlx::query("CREATE TABLE orders (id INTEGER)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            store.enqueue(&mut *tx, &msg).await.unwrap();
-            store.commit(tx).await.unwrap();
-        }
+        Db::Postgres(db) => own_transaction!(db.pool),
     }
     assert!(
         *store.wakeups().subscribe().borrow() > woken,
@@ -150,23 +146,8 @@ async fn inbox_duplicate(backend: Backend) {
     assert_eq!(tx.receive("agent", id).await.unwrap(), Receipt::Duplicate);
     assert_eq!(tx.receive("other-agent", id).await.unwrap(), Receipt::First);
     tx.commit().await.unwrap();
-    assert_eq!(
-        store
-            .admin()
-            .prune_inbox(Duration::from_secs(3600))
-            .await
-            .unwrap(),
-        0
-    );
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(
-        store
-            .admin()
-            .prune_inbox(Duration::from_millis(1))
-            .await
-            .unwrap(),
-        2
-    );
+    let prune = async |age| store.admin().prune_inbox(age).await.unwrap();
+    super::admin::prunes_by_age(prune, 2).await;
 }
 both_backends!(inbox_tests, inbox_duplicate);
 
@@ -322,46 +303,29 @@ both_backends!(
 async fn lock_and_statement_timeouts_are_transient() {
     let (_store, url) = open(Backend::Postgres).await;
     use sqlx::Connection;
+    async fn run(c: &mut sqlx::PgConnection, sql: &'static str) {
+        sqlx::query(sql).execute(c).await.unwrap();
+    }
+    async fn fails(c: &mut sqlx::PgConnection, sql: &'static str) -> Error {
+        Error::from(sqlx::query(sql).execute(c).await.unwrap_err())
+    }
     let mut a = sqlx::PgConnection::connect(&url).await.unwrap();
     let mut b = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("CREATE TABLE t (id INT PRIMARY KEY)")
-        .execute(&mut a)
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO t VALUES (1)")
-        .execute(&mut a)
-        .await
-        .unwrap();
+    run(&mut a, "CREATE TABLE t (id INT PRIMARY KEY)").await;
+    run(&mut a, "INSERT INTO t VALUES (1)").await;
     let mut held = a.begin().await.unwrap();
-    sqlx::query("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-        .execute(&mut *held)
-        .await
-        .unwrap();
-    sqlx::query("SET lock_timeout = '50ms'")
-        .execute(&mut b)
-        .await
-        .unwrap();
-    let locked = sqlx::query("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-        .execute(&mut b)
-        .await
-        .unwrap_err();
-    let locked = Error::from(locked);
+    run(&mut held, "SELECT * FROM t WHERE id = 1 FOR UPDATE").await;
+    run(&mut b, "SET lock_timeout = '50ms'").await;
+    let locked = fails(&mut b, "SELECT * FROM t WHERE id = 1 FOR UPDATE").await;
     assert!(locked.is_transient(), "lock_timeout: {locked}");
     held.rollback().await.unwrap();
-    sqlx::query("SET statement_timeout = '20ms'")
-        .execute(&mut b)
-        .await
-        .unwrap();
-    let slow = sqlx::query("SELECT pg_sleep(1)")
-        .execute(&mut b)
-        .await
-        .unwrap_err();
-    let slow = Error::from(slow);
+    run(&mut b, "SET statement_timeout = '20ms'").await;
+    let slow = fails(&mut b, "SELECT pg_sleep(1)").await;
     assert!(slow.is_transient(), "statement_timeout: {slow}");
     // Not everything is: a constraint violated by the caller stays a failure.
-    let dup = sqlx::query("INSERT INTO t VALUES (1)")
-        .execute(&mut a)
-        .await
-        .unwrap_err();
-    assert!(!Error::from(dup).is_transient());
+    assert!(
+        !fails(&mut a, "INSERT INTO t VALUES (1)")
+            .await
+            .is_transient()
+    );
 }

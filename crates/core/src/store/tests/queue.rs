@@ -2,6 +2,7 @@
 //! dead letters, late commits.
 
 use super::*;
+use crate::testing::wait_until;
 
 // Four concurrent claimers (on two pools) never hold the same row.
 async fn concurrent_claimers_never_share_a_row(backend: Backend) {
@@ -249,8 +250,12 @@ async fn expired_lease_comes_back(backend: Backend) {
         0,
         "lease not yet expired"
     );
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    assert_eq!(store.queue().reclaim_expired().await.unwrap(), 1);
+    wait_until(
+        "the dead relay's lease expires",
+        Duration::from_secs(30),
+        async || store.queue().reclaim_expired().await.unwrap() == 1,
+    )
+    .await;
     let again = claim_n(&store, "live-relay", &d, 10).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].id, got[0].id);

@@ -44,12 +44,7 @@ impl Ctx<'_> {
             row.error = Some(why);
             return self.dispatch_step(idx, delay);
         }
-        let timer = self
-            .inst
-            .steps
-            .get_mut(&idx)
-            .and_then(|r| r.timer_id.take());
-        self.fx.cancel.extend(timer);
+        self.cancel_timer(idx);
         self.fail_step(idx, why)
     }
 

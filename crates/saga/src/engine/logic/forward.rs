@@ -126,12 +126,7 @@ impl Ctx<'_> {
         if self.inst.state != SagaState::Running {
             return self.ignore(format!("reply for step {idx} while {}", self.inst.state));
         }
-        let timer = self
-            .inst
-            .steps
-            .get_mut(&idx)
-            .and_then(|r| r.timer_id.take());
-        self.fx.cancel.extend(timer);
+        self.cancel_timer(idx);
         let now = self.now_ms;
         match out {
             StepOutcome::Ok(value) => {

@@ -183,18 +183,21 @@ impl Sim {
         self.run(|c| c.start(Duration::ZERO)).unwrap()
     }
 
+    /// The latest message of `kind` about step `idx` (`None`: about no step) that the
+    /// orchestrator sent.
+    fn latest(&self, kind: &str, idx: Option<usize>) -> Option<&Message> {
+        let step = idx.map(|i| i.to_string());
+        self.outbox.iter().rev().find(|m| {
+            let h = &m.headers;
+            h.get(header::KIND).map(String::as_str) == Some(kind)
+                && h.get(protocol::STEP).cloned() == step
+        })
+    }
+
     /// The latest message of `kind` about step `idx` that the orchestrator sent.
     fn last(&self, kind: &str, idx: usize) -> Envelope {
-        let step = idx.to_string();
         let msg = self
-            .outbox
-            .iter()
-            .rev()
-            .find(|m| {
-                let h = &m.headers;
-                h.get(header::KIND).map(String::as_str) == Some(kind)
-                    && h.get(protocol::STEP) == Some(&step)
-            })
+            .latest(kind, Some(idx))
             .unwrap_or_else(|| panic!("no {kind} sent for step {idx}"));
         envelope(msg)
     }
@@ -238,14 +241,7 @@ impl Sim {
     /// A timer the orchestrator set fires (a start timeout: its command withdrawn).
     fn fire(&mut self, kind: &str, idx: Option<usize>) -> Effects {
         let timer = self
-            .outbox
-            .iter()
-            .rev()
-            .find(|m| {
-                let h = &m.headers;
-                h.get(header::KIND).map(String::as_str) == Some(kind)
-                    && h.get(protocol::STEP).cloned() == idx.map(|i| i.to_string())
-            })
+            .latest(kind, idx)
             .unwrap_or_else(|| panic!("no {kind} timer"))
             .clone();
         self.receive(&timer).unwrap()

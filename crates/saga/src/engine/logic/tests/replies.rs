@@ -2,6 +2,20 @@
 
 use super::*;
 
+/// The hotel's and the car's undos succeed; then, and only then, the flight's is sent
+/// (with the booking its reply gave) and succeeds: the saga is compensated.
+fn hotel_and_car_then_flight_undone(s: &mut Sim) {
+    s.reply_compensation(HOTEL, ok());
+    let fx = s.reply_compensation(CAR, ok());
+    assert_eq!(sent(&fx), ["compensate#0 -> flight-agent"]);
+    assert_eq!(
+        s.compensation(FLIGHT).payload,
+        r#"{"cancel":"F-1","trip":7}"#
+    );
+    s.reply_compensation(FLIGHT, ok());
+    assert_eq!(s.state(), SagaState::Compensated);
+}
+
 /// A compensation built from its step's reply: the ledger says at dispatch that the
 /// step must be undone, the payload is built (and recorded) when the compensation is
 /// dispatched, with the reply of a step that succeeded and `None` for one that timed
@@ -53,15 +67,7 @@ pub(super) fn compensation_built_from_the_reply() -> Sim {
         s.compensation(HOTEL).payload,
         r#"{"cancel":"H-1","trip":7}"#
     );
-    s.reply_compensation(HOTEL, ok());
-    let fx = s.reply_compensation(CAR, ok());
-    assert_eq!(sent(&fx), ["compensate#0 -> flight-agent"]);
-    assert_eq!(
-        s.compensation(FLIGHT).payload,
-        r#"{"cancel":"F-1","trip":7}"#
-    );
-    s.reply_compensation(FLIGHT, ok());
-    assert_eq!(s.state(), SagaState::Compensated);
+    hotel_and_car_then_flight_undone(&mut s);
 
     // A step still in flight when the saga turns back: `None`, and a reply that
     // comes after is not used.
@@ -191,14 +197,6 @@ pub(super) fn compensation_from_the_reply_without_the_definition() -> Sim {
     let fx = s.fire(protocol::KIND_BUILD_COMPENSATION, Some(CAR));
     assert_eq!(sent(&fx), ["compensate#2 -> car-agent"]);
     assert_eq!(s.compensation(CAR).payload, r#"{"cancel":null,"trip":7}"#);
-    s.reply_compensation(HOTEL, ok());
-    let fx = s.reply_compensation(CAR, ok());
-    assert_eq!(sent(&fx), ["compensate#0 -> flight-agent"]);
-    assert_eq!(
-        s.compensation(FLIGHT).payload,
-        r#"{"cancel":"F-1","trip":7}"#
-    );
-    s.reply_compensation(FLIGHT, ok());
-    assert_eq!(s.state(), SagaState::Compensated);
+    hotel_and_car_then_flight_undone(&mut s);
     s
 }

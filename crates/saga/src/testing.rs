@@ -1,0 +1,187 @@
+//! Test support for the crates whose tests read and act on sagas in a database (the
+//! CLI's, the console's): the `trip` saga and its agents, an engine running it, a pump
+//! that delivers until the sagas settle, two dead letters.
+//!
+//! Enabled by the `testing` feature.
+
+use std::time::Duration;
+
+use agentsaga_core::queue::DeadLetter;
+use agentsaga_core::{Envelope, Message, MessageId, Receipt, RetryPolicy, Store, testing};
+
+use serde_json::{Value, json};
+
+use crate::protocol::{self, StepOutcome};
+use crate::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+
+/// reserve (undoable) → charge (the pivot) → confirm. What the agents answer depends on
+/// the saga data's `case` (see [`trip_agent`]).
+pub fn trip() -> SagaDefinition {
+    Saga::<Value>::builder("trip", 1)
+        .step(
+            Step::new("reserve", "reserve-agent")
+                .command(|d: &Value| d.clone())
+                .compensate("reserve-agent", |d: &Value| json!({"cancel": d["case"]})),
+        )
+        .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
+        .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
+        .build()
+        .expect("definition")
+}
+
+/// The `trip` saga's agents, per the data's `case`: `ok`; `declined` (the charge fails:
+/// compensated); `stuck` (the charge fails and so does the reservation's cancel);
+/// `after_pivot` (confirm fails for good).
+pub fn trip_agent(env: &Envelope) -> StepOutcome {
+    let payload: Value = serde_json::from_str(&env.payload).expect("payload");
+    if protocol::is_compensation(env) {
+        return if payload["cancel"] == "stuck" {
+            StepOutcome::Fatal("cancel API down".into())
+        } else {
+            StepOutcome::Ok(json!("cancelled"))
+        };
+    }
+    match (env.destination.as_str(), payload["case"].as_str()) {
+        ("charge-agent", Some("declined" | "stuck")) => StepOutcome::Fatal("card declined".into()),
+        ("confirm-agent", Some("after_pivot")) => {
+            StepOutcome::Fatal("confirmation service gone".into())
+        }
+        _ => StepOutcome::Ok(json!("done")),
+    }
+}
+
+/// An engine of `definitions` whose compensations are retried twice, quickly (1 ms, then
+/// up to 4 ms), before a saga is stuck.
+pub fn quick_engine(definitions: impl IntoIterator<Item = SagaDefinition>) -> Engine {
+    Engine::new(definitions)
+        .expect("engine")
+        .with_compensation_retry(RetryPolicy::new(
+            Duration::from_millis(1),
+            Duration::from_millis(4),
+            2,
+        ))
+}
+
+/// Delivers every ready message (the engine's to it, the agents' answered per
+/// [`trip_agent`]) until every saga in `ids` is terminal or stuck.
+pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
+    pump_until(store, engine, "the sagas settle", async || {
+        let mut settled = 0;
+        for id in ids {
+            let s = query::get(store, *id).await.expect("get").expect("saga");
+            if s.state.is_terminal() || s.state == SagaState::Stuck {
+                settled += 1;
+            }
+        }
+        settled == ids.len()
+    })
+    .await;
+}
+
+/// Delivers every ready message (the engine's to it, the agents' answered per
+/// [`trip_agent`]) until `done`, within 30 s.
+pub async fn pump_until(
+    store: &Store,
+    engine: &Engine,
+    what: &str,
+    done: impl AsyncFnMut() -> bool,
+) {
+    let mut destinations = engine.orchestrator_destinations();
+    for d in engine.definitions() {
+        destinations.extend(d.agent_destinations());
+    }
+    testing::pump(
+        store,
+        &destinations,
+        what,
+        Duration::from_secs(30),
+        done,
+        async |batch| {
+            for env in batch.iter() {
+                let mut tx = store.begin().await.expect("begin");
+                if env.destination.starts_with("saga.") {
+                    engine.handle(&mut tx, env).await.expect("handle");
+                } else if tx.receive(&env.destination, env.id).await.expect("receive")
+                    == Receipt::First
+                {
+                    let reply = protocol::reply(env, &trip_agent(env))
+                        .expect("reply")
+                        .expect("reply_to");
+                    tx.enqueue(&reply).await.expect("enqueue reply");
+                }
+                tx.commit().await.expect("commit");
+            }
+        },
+    )
+    .await;
+}
+
+/// Two dead letters, each `<destination>: 550 mailbox unavailable`: one to `mailer`
+/// (keyed `ops`, with the header `trace: t-1`), one to `sms`. Their ids, in that order.
+pub async fn two_dead_letters(store: &Store) -> (MessageId, MessageId) {
+    let mut tx = store.begin().await.expect("begin");
+    let mailer = Message::to("mailer")
+        .key("ops")
+        .json(&json!({"to": "ops@example.com", "subject": "trip booked"}))
+        .expect("json")
+        .header("trace", "t-1");
+    let sms = Message::to("sms")
+        .json(&json!({"to": "+100"}))
+        .expect("json");
+    let ids = (mailer.id, sms.id);
+    tx.enqueue_batch(&[mailer, sms]).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    let destinations = ["mailer".to_owned(), "sms".to_owned()];
+    let claimed = testing::claim(store, &destinations, 10).await;
+    assert_eq!(claimed.len(), 2);
+    let dead: Vec<DeadLetter> = claimed
+        .iter()
+        .map(|e| DeadLetter {
+            seq: e.seq,
+            reason: format!("{}: 550 mailbox unavailable", e.destination),
+            notice: None,
+        })
+        .collect();
+    assert_eq!(
+        store
+            .queue()
+            .dead_letter("t", &dead)
+            .await
+            .expect("dead letter"),
+        2
+    );
+    ids
+}
+
+/// `command`'s agent handles it, answering `outcome` (its inbox record and its reply
+/// committed together), and the relay (owner `t`, which claimed it) acknowledges it.
+pub async fn answer(store: &Store, command: &Envelope, outcome: &StepOutcome) {
+    let mut tx = store.begin().await.expect("begin");
+    tx.receive(&command.destination, command.id)
+        .await
+        .expect("receive");
+    let reply = protocol::reply(command, outcome)
+        .expect("reply")
+        .expect("reply_to");
+    tx.enqueue(&reply).await.expect("enqueue reply");
+    tx.commit().await.expect("commit");
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .expect("delivered");
+}
+
+/// The message `seq`, claimed by the owner `t`, dead-lettered for `reason` (no notice).
+pub async fn dead_letter(store: &Store, seq: i64, reason: &str) {
+    let dead = DeadLetter {
+        seq,
+        reason: reason.into(),
+        notice: None,
+    };
+    store
+        .queue()
+        .dead_letter("t", &[dead])
+        .await
+        .expect("dead letter");
+}
