@@ -21,7 +21,17 @@ use crate::{Error, Result};
 /// The lock of a runtime on its SQLite file, released when dropped.
 #[derive(Debug)]
 pub(crate) struct SqliteLock {
-    _file: File,
+    file: File,
+}
+
+impl Drop for SqliteLock {
+    fn drop(&mut self) {
+        // Unlocked explicitly, not only by closing the file: a process forked meanwhile
+        // (a test's helper, a user's child process) holds a copy of the descriptor until
+        // it execs, and with it the lock, so that a runtime started again at once would
+        // be refused. Unlocking releases it for every copy.
+        let _ = self.file.unlock();
+    }
 }
 
 /// The lock file of database `db`.
@@ -55,7 +65,7 @@ pub(crate) fn lock(store: &Store) -> Result<Option<SqliteLock>> {
             let _ = file.rewind();
             let _ = write!(file, "{}", std::process::id());
             let _ = file.flush();
-            Ok(Some(SqliteLock { _file: file }))
+            Ok(Some(SqliteLock { file }))
         }
         Err(TryLockError::WouldBlock) => {
             let mut holder = String::new();
