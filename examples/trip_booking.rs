@@ -33,6 +33,9 @@
 //! it the example serves one itself on 127.0.0.1 and prints what it received at the
 //! end.
 //!
+//! `--nested` starts `business_trip` sagas instead, each of which books its trip as a
+//! child saga (`Step::saga`, `examples/support/trip_sagas.rs`).
+//!
 //! For the tests, `--record-deliveries` records every message each agent handled in
 //! `agent_deliveries` (key, outbox seq, start and end), in the agent's transaction
 //! (`examples/support/deliveries.rs`): `tests/faults.rs` checks per-key order with it.
@@ -46,7 +49,8 @@ mod car_rental;
 #[path = "support/deliveries.rs"]
 mod deliveries;
 
-use std::time::Duration;
+#[path = "support/trip_sagas.rs"]
+mod sagas;
 
 use agentsaga::prelude::*;
 use clap::Parser;
@@ -65,6 +69,9 @@ struct Args {
     /// Tests: record each message an agent handled in `agent_deliveries`.
     #[arg(long, hide = true)]
     record_deliveries: bool,
+    /// Start `business_trip` sagas, each running a `trip_booking` as a child saga.
+    #[arg(long)]
+    nested: bool,
 }
 
 /// The saga's data.
@@ -340,43 +347,6 @@ const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS trip_confirmations (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'))",
 ];
 
-fn definition() -> anyhow::Result<agentsaga::saga::SagaDefinition> {
-    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), 5);
-    let booking = |name: &str, destination: &'static str| {
-        Step::<Trip>::new(name, destination)
-            .command(|t: &Trip| Booking::Reserve {
-                customer: t.customer,
-            })
-            .on_reply(|t: &mut Trip, booking: String| t.bookings.push(booking))
-            // Built when the cancellation is dispatched: the id this reservation gave.
-            .compensate_with(destination, |_: &Trip, id: Option<&String>| {
-                Booking::Cancel {
-                    reservation_id: id.cloned(),
-                }
-            })
-            .retry(retry)
-            .timeout(Duration::from_secs(20))
-    };
-    Ok(Saga::<Trip>::builder("trip_booking", 1)
-        .step(booking("reserve_flight", "flights"))
-        .parallel([
-            booking("reserve_hotel", "hotels"),
-            booking("reserve_car", "cars"),
-        ])
-        .pivot(
-            Step::new("charge_payment", "payments")
-                .command(Trip::clone)
-                .retry(retry)
-                .timeout(Duration::from_secs(20)),
-        )
-        .step(
-            Step::new("send_confirmation", "confirmations")
-                .command(Trip::clone)
-                .retry(retry),
-        )
-        .build()?)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -416,7 +386,8 @@ async fn main() -> anyhow::Result<()> {
         }))
         .agent(log.agent(PaymentAgent { seed, fail_rate }))
         .agent(log.agent(ConfirmationAgent { seed, fail_rate }))
-        .saga(definition()?);
+        .saga(sagas::trip_booking()?)
+        .saga(sagas::business_trip()?);
     let runtime = support::configure(runtime, common).start().await?;
     let mut ddl = DDL.to_vec();
     if args.record_deliveries {
@@ -428,7 +399,11 @@ async fn main() -> anyhow::Result<()> {
         common,
         &url,
         &ddl,
-        support::Saga::named("trip_booking"),
+        support::Saga::named(if args.nested {
+            "business_trip"
+        } else {
+            "trip_booking"
+        }),
         |i| Trip {
             customer: i,
             amount_cents: rng.u64(5_000..200_000),

@@ -67,6 +67,15 @@ async fn survives_kill_9_while_starts_wait(backend: Backend) {
 }
 both_backends!(kill_9_admission_tests, survives_kill_9_while_starts_wait);
 
+// The same with business trips, each booking its trip as a child saga: killed at
+// random moments across parents and children, every saga ends terminal, every effect
+// once (the child's, checked as any saga's), each parent has exactly one child, and the
+// parent ends as its child did (the child is its pivot).
+async fn survives_kill_9_across_parent_and_child(backend: Backend) {
+    kill_9_rounds(backend, &["--nested"]).await;
+}
+both_backends!(kill_9_nested_tests, survives_kill_9_across_parent_and_child);
+
 /// The starts waiting for room in `saga_starts`, of every saga name.
 async fn waiting_starts(store: &Store) -> u64 {
     agentsaga::saga::Engine::waiting_starts(store)
@@ -83,12 +92,14 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let store = Store::connect(&url).await.unwrap();
     let mut interrupted = 0;
     let mut killed_while_waiting = 0;
+    let admission = extra.contains(&"--max-in-flight");
+    let nested = extra.contains(&"--nested");
     for round in 0..4 {
         let sagas = if round == 0 { "300" } else { "0" };
         let mut args = vec!["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"];
         args.extend_from_slice(extra);
         let mut child = support::spawn("trip_booking", &url, &args);
-        if round == 0 && !extra.is_empty() {
+        if round == 0 && admission {
             // Kill it while starts wait (however fast the runtime drains them): once
             // some are seen waiting, at a random moment soon after.
             let seen = std::time::Instant::now();
@@ -127,7 +138,7 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         interrupted >= 1,
         "no run was killed mid-way: the test proved nothing"
     );
-    if !extra.is_empty() {
+    if admission {
         assert!(
             killed_while_waiting > 0,
             "no run was killed while starts waited: the test proved nothing"
@@ -154,8 +165,14 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         vec![],
         "every waiting start was started"
     );
-    let (completed, compensated) = support::check_invariants(&store, UNDOABLE, FORWARD).await;
-    let total = completed + compensated;
+    let trips = nested.then_some("trip_booking");
+    let (completed, compensated) =
+        support::check_invariants_of(&store, trips, UNDOABLE, FORWARD).await;
+    let total = if nested {
+        one_child_each(&store).await
+    } else {
+        completed + compensated
+    };
     // A kill during the start phase leaves only whole batches of 50 (one transaction
     // each): a saga exists completely or not at all.
     assert!(
@@ -297,4 +314,31 @@ async fn a_second_process_on_one_sqlite_file_is_refused() {
         "{stderr}"
     );
     assert!(a_alive, "the first process stopped");
+}
+
+/// Each `business_trip` has exactly one child (a `trip_booking`) and ended as it did;
+/// no child without its parent. The number of business trips.
+async fn one_child_each(store: &Store) -> usize {
+    let all = support::all_sagas(store).await;
+    let parents: Vec<_> = all.iter().filter(|s| s.name == "business_trip").collect();
+    for p in &parents {
+        let children: Vec<_> = all.iter().filter(|c| c.parent_id == Some(p.id)).collect();
+        assert_eq!(children.len(), 1, "business trip {}: {children:?}", p.id);
+        assert_eq!(children[0].name, "trip_booking");
+        assert_eq!(
+            children[0].state, p.state,
+            "business trip {} and its trip",
+            p.id
+        );
+    }
+    let orphans = all
+        .iter()
+        .filter(|s| s.name == "trip_booking")
+        .filter(|c| {
+            !c.parent_id
+                .is_some_and(|p| parents.iter().any(|s| s.id == p))
+        })
+        .count();
+    assert_eq!(orphans, 0, "trips without their business trip");
+    parents.len()
 }

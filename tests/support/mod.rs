@@ -128,7 +128,23 @@ pub async fn check_invariants(
     undoable: &[(&str, &str)],
     pivot_and_after: &[(&str, &str)],
 ) -> (usize, usize) {
-    let sagas = sagas(store).await;
+    check_invariants_of(store, None, undoable, pivot_and_after).await
+}
+
+/// [`check_invariants`] over the sagas named `name` only (those whose steps have the
+/// effects: the children, of parents that have none of their own).
+pub async fn check_invariants_of(
+    store: &Store,
+    name: Option<&str>,
+    undoable: &[(&str, &str)],
+    pivot_and_after: &[(&str, &str)],
+) -> (usize, usize) {
+    let sagas: Vec<(String, SagaState)> = all_sagas(store)
+        .await
+        .into_iter()
+        .filter(|s| name.is_none_or(|n| s.name == n))
+        .map(|s| (s.id.to_string(), s.state))
+        .collect();
     let mut completed = 0;
     let mut compensated = 0;
     let tables: Vec<_> = {
