@@ -10,6 +10,7 @@ mod queue;
 #[cfg(feature = "postgres")]
 mod set_lane;
 mod sqlite;
+mod stress;
 mod tail;
 mod write;
 
