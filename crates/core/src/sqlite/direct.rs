@@ -24,10 +24,15 @@
 //!
 //! Taking the lock costs a round trip to sqlx's thread (~8 µs a lock and its release in
 //! a debug build, against ~1.2 µs a `SELECT 1` run here), hence held across awaits
-//! rather than taken per statement. sqlx 0.9's lock taken again right after it was
-//! given back, with nothing sent to sqlx's thread in between, was seen to hang within
-//! a few hundred rounds (plain `lock_handle` and drop in a loop, without this module):
-//! the lane gives the lock back only for sqlx to use the connection.
+//! rather than taken per statement. sqlx 0.9's `lock_handle` asks its thread to let go
+//! of the lock (a message) while it waits for it; when the lock is free already (taken
+//! again right after it was given back) the message is left over, and with 50 left
+//! over (the channel's size) a `lock_handle` holds the lock while it waits for room in
+//! the channel, which sqlx's thread, waiting for the lock, never makes (as sqlx's code
+//! reads; seen: a plain loop of
+//! `lock_handle` and drop hangs within a few hundred rounds). A statement through sqlx
+//! drains the channel (sqlx's thread takes the messages in order), and the lane gives
+//! the lock back only for sqlx to use the connection.
 //!
 //! `rusqlite` costs a little more per statement than the hand-written FFI it replaced
 //! (~1.5 µs against ~1.2 µs for an insert, a select of one row or an update, in a
