@@ -29,10 +29,10 @@
 //! again right after it was given back) the message is left over, and with 50 left
 //! over (the channel's size) a `lock_handle` holds the lock while it waits for room in
 //! the channel, which sqlx's thread, waiting for the lock, never makes (as sqlx's code
-//! reads; seen: a plain loop of
-//! `lock_handle` and drop hangs within a few hundred rounds). A statement through sqlx
-//! drains the channel (sqlx's thread takes the messages in order), and the lane gives
-//! the lock back only for sqlx to use the connection.
+//! reads; seen: a plain loop of `lock_handle` and drop hangs within a few hundred
+//! rounds). A statement through sqlx drains the channel (sqlx's thread takes the
+//! messages in order), and the lane gives the lock back only for sqlx to use the
+//! connection.
 //!
 //! `rusqlite` costs a little more per statement than the hand-written FFI it replaced
 //! (~1.5 µs against ~1.2 µs for an insert, a select of one row or an update, in a
