@@ -47,9 +47,9 @@
 //!
 //! This module is the crate's only `unsafe` code: SQLite's memory statistics turned
 //! off, and the handle lent to `rusqlite` ([`rusqlite::Connection::from_handle`]).
-//! Miri cannot run SQLite (C); the tests below (the writer moving between sqlx and the
-//! session, a lock cancelled midway) and `store::tests::stress` (hops of every kind at
-//! once on one store, errors in the middle) exercise it instead.
+//! Miri cannot run SQLite (C); the tests in `direct/tests.rs` (the writer moving
+//! between sqlx and the session, a lock cancelled midway) and `store::tests::stress`
+//! (hops of every kind at once on one store, errors in the middle) exercise it instead.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -69,71 +69,8 @@ use tokio::sync::oneshot;
 use super::statements::{Row, Statement, Value};
 use crate::{Error, Result};
 
-/// A database error of a statement run here, as sqlx reports SQLite's: the extended
-/// result code as the code.
-#[derive(Debug)]
-struct DirectError {
-    code: c_int,
-    message: String,
-}
-
-impl std::fmt::Display for DirectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for DirectError {}
-
-impl sqlx::error::DatabaseError for DirectError {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-        Some(self.code.to_string().into())
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn kind(&self) -> sqlx::error::ErrorKind {
-        use sqlx::error::ErrorKind;
-        match self.code {
-            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-                ErrorKind::UniqueViolation
-            }
-            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
-            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
-            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
-            _ => ErrorKind::Other,
-        }
-    }
-}
-
-/// `rusqlite`'s error as the crate's: SQLite's (the connection reports extended result
-/// codes: sqlx turns them on) as sqlx reports it, anything else (a statement that is
-/// not one, a wrong count of values) as a protocol error.
-fn error(e: rusqlite::Error) -> Error {
-    match e {
-        rusqlite::Error::SqliteFailure(f, message) => {
-            Error::Database(sqlx::Error::Database(Box::new(DirectError {
-                code: f.extended_code,
-                message: message.unwrap_or_else(|| f.to_string()),
-            })))
-        }
-        e => Error::Database(sqlx::Error::Protocol(e.to_string())),
-    }
-}
+mod error;
+use error::error;
 
 /// Turns SQLite's memory statistics off, once per process, before the first
 /// connection opens (afterwards SQLite refuses the change, and nothing changes): with
@@ -511,92 +448,4 @@ impl Drop for Writer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn writer() -> Writer {
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect("sqlite::memory:")
-            .await
-            .unwrap();
-        Writer::new(pool.acquire().await.unwrap())
-    }
-
-    fn count(s: &mut Session) -> i64 {
-        let mut n = None;
-        s.run(&Statement::plain("SELECT count(*) AS n FROM t"), |r| {
-            n = Some(r.values[0].clone());
-        })
-        .unwrap();
-        match n {
-            Some(Value::Int(n)) => n,
-            n => panic!("{n:?}"),
-        }
-    }
-
-    // The writer moves between sqlx and the session, statements run on either, and a
-    // lock cancelled midway is finished when sqlx next needs the connection.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn writer_moves_between_sqlx_and_the_session() {
-        let mut w = writer().await;
-        sqlx::query("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
-            .execute(w.conn())
-            .await
-            .unwrap();
-        for round in 0..50i64 {
-            let s = w.session().await.unwrap();
-            let insert = Statement::with(
-                "INSERT INTO t (k, v) VALUES (?, ?)",
-                [Value::Int(round), Value::Text(format!("r{round}"))],
-            );
-            s.run(&insert, |_| {}).unwrap();
-            assert_eq!(s.changes(), 1);
-            let again = s.run(&insert, |_| {}).unwrap_err();
-            let Error::Database(sqlx::Error::Database(db)) = &again else {
-                panic!("{again:?}");
-            };
-            assert_eq!(db.code().as_deref(), Some("1555"), "{again:?}");
-            assert_eq!(count(s), round + 1);
-            // Half the time, a lock asked for and cancelled before it is granted.
-            if round % 2 == 0 {
-                w.unlock();
-                let mut locking = std::pin::pin!(w.session());
-                let _ = futures_poll_once(locking.as_mut()).await;
-            }
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
-                .fetch_one(w.conn())
-                .await
-                .unwrap();
-            assert_eq!(n, round + 1);
-        }
-        let s = w.session().await.unwrap();
-        let mut rows = Vec::new();
-        s.run(
-            &Statement::with(
-                "SELECT k, v FROM t WHERE k >= ? ORDER BY k",
-                [Value::Int(48)],
-            ),
-            |r| rows.push(r.values),
-        )
-        .unwrap();
-        assert_eq!(
-            rows,
-            vec![
-                vec![Value::Int(48), Value::Text("r48".into())],
-                vec![Value::Int(49), Value::Text("r49".into())],
-            ]
-        );
-        let wrong = s.run(&Statement::with("SELECT ?", []), |_| {});
-        assert!(wrong.is_err(), "a value missing");
-        drop(w);
-    }
-
-    /// Polls `f` once, then drops it.
-    async fn futures_poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
-        let mut f = Some(f);
-        std::future::poll_fn(|cx| Poll::Ready(f.take().map(|f| f.poll(cx))))
-            .await
-            .unwrap_or(Poll::Pending)
-    }
-}
+mod tests;
