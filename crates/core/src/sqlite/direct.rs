@@ -88,8 +88,7 @@ pub(crate) fn memory_statistics_off() {
 }
 
 /// How many statements `rusqlite` keeps prepared per session (its default is 16): the
-/// lane's (a few dozen texts: lists of rows are bound as one JSON array) all fit, and a
-/// caller's own run this way (tests) as well.
+/// lane's all fit (a few dozen texts: lists of rows are bound as one JSON array).
 const STATEMENT_CACHE: usize = 256;
 
 /// The future that holds the lock: see [`hold`].
