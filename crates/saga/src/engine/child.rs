@@ -68,7 +68,12 @@ impl Engine {
         id: SagaId,
         mut link: ParentLink,
     ) -> Result<Handled> {
-        if let Some(mut inst) = persist::load(tx.conn(), id).await? {
+        // What a start needs to know, in one read: does the child exist (a start sent
+        // again), the parent's own link (its depth), how many children it has.
+        let facts = facts(tx.conn(), id, link.saga).await?;
+        if facts.started
+            && let Some(mut inst) = persist::load(tx.conn(), id).await?
+        {
             let before = inst.clone();
             let mut ctx = self.ctx(&mut inst)?;
             let answer_now = match &mut ctx.inst.parent {
@@ -86,8 +91,7 @@ impl Engine {
             let fx = std::mem::take(&mut ctx.fx);
             return self.finish_handle(tx, id, inst, before, fx).await;
         }
-        let above = parent_link(tx.conn(), link.saga).await?;
-        link.depth = above.flatten().map_or(1, |l| l.depth + 1);
+        link.depth = facts.parent.map_or(1, |l| l.depth + 1);
         if link.depth > self.max_child_depth {
             let why = format!(
                 "the child saga `{name}` would be {} levels deep; the bound is {} \
@@ -96,7 +100,7 @@ impl Engine {
             );
             return refuse(tx, env, why).await;
         }
-        let children = children(tx.conn(), link.saga).await?;
+        let children = facts.children;
         if children >= u64::from(self.max_children) {
             let why = format!(
                 "the parent saga has started {children} child sagas; the bound is {} \
@@ -159,36 +163,43 @@ impl Engine {
     }
 }
 
-/// Saga `id`'s own parent link: `None` if there is no such saga, `Some(None)` for a saga
-/// started on its own.
-async fn parent_link(conn: Conn<'_>, id: SagaId) -> Result<Option<Option<ParentLink>>> {
-    let parent: Option<Option<String>> = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_scalar("SELECT parent FROM saga_instances WHERE id = ?1")
-            .bind(id.to_string())
-            .fetch_optional(&mut *c)
-            .await?,
-        postgres(c) => sqlx::query_scalar("SELECT parent::text FROM saga_instances WHERE id = $1")
-            .bind(id.as_uuid())
-            .fetch_optional(&mut *c)
-            .await?);
-    Ok(match parent {
-        None => None,
-        Some(link) => Some(link.map(|l| serde_json::from_str(&l)).transpose()?),
-    })
+/// What a child's start reads, in one statement.
+struct Facts {
+    /// The child exists.
+    started: bool,
+    /// The parent's own link (`None`: the parent is a saga started on its own, or
+    /// gone).
+    parent: Option<ParentLink>,
+    /// The children the parent has.
+    children: u64,
 }
 
-/// How many child sagas saga `id` has started.
-async fn children(conn: Conn<'_>, id: SagaId) -> Result<u64> {
-    let n: i64 = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = ?1")
-            .bind(id.to_string())
-            .fetch_one(&mut *c)
-            .await?,
-        postgres(c) => sqlx::query_scalar("SELECT count(*) FROM saga_instances WHERE parent_id = $1")
-            .bind(id.as_uuid())
-            .fetch_one(&mut *c)
-            .await?);
-    Ok(n.max(0) as u64)
+/// [`Facts`] of child `child` of saga `parent`.
+async fn facts(conn: Conn<'_>, child: SagaId, parent: SagaId) -> Result<Facts> {
+    let (started, link, children): (bool, Option<String>, i64) = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM saga_instances WHERE id = ?1),
+                    (SELECT parent FROM saga_instances WHERE id = ?2),
+                    (SELECT count(*) FROM saga_instances WHERE parent_id = ?2)",
+        )
+        .bind(child.to_string())
+        .bind(parent.to_string())
+        .fetch_one(&mut *c)
+        .await?,
+        postgres(c) => sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM saga_instances WHERE id = $1),
+                    (SELECT parent::text FROM saga_instances WHERE id = $2),
+                    (SELECT count(*) FROM saga_instances WHERE parent_id = $2)",
+        )
+        .bind(child.as_uuid())
+        .bind(parent.as_uuid())
+        .fetch_one(&mut *c)
+        .await?);
+    Ok(Facts {
+        started,
+        parent: link.map(|l| serde_json::from_str(&l)).transpose()?,
+        children: children.max(0) as u64,
+    })
 }
 
 /// Answers the parent's command `env` with a fatal failure, `why`: no child is started.
