@@ -9,8 +9,7 @@
 //!   opening round trip, [`tail`]: a hop's deferred last write);
 //! - its hot-path writes as data ([`write`]: a [`Writes`](crate::store::write::Writes)
 //!   rendered as statements; [`statements`]) and the session that runs them on
-//!   the connection directly through `rusqlite` ([`direct`], the crate's only `unsafe`
-//!   code).
+//!   the connection directly ([`direct`], the crate's only `unsafe` code).
 //!
 //! Times are Unix milliseconds from this process's clock. Lists of rows travel as one
 //! JSON array bound to `json_each`, so every batch is one prepared statement whatever

@@ -5,72 +5,82 @@
 //! the saga bench, ~40 % of the writer's CPU and a third of the process's went to
 //! putting threads to sleep and waking them, more than SQLite's own work. A hop of
 //! SQLite's lane (see [`Store::hop`](crate::store::Store::hop)) runs its statements here
-//! instead: the lane locks the connection away from its thread
+//! instead: the lane locks the connection away from its thread once
 //! ([`sqlx::sqlite::SqliteConnection::lock_handle`], sqlx's documented way to call
-//! SQLite directly) and runs the statements through `rusqlite` over the handle sqlx
-//! lends (`rusqlite` links the `libsqlite3-sys`, so the SQLite, sqlx links), on the
-//! thread that holds the lock.
+//! SQLite directly) and runs the statements through `libsqlite3-sys` (the SQLite sqlx
+//! itself links), on the thread that holds the lock.
 //!
-//! The lock stays held from one statement to the next, across the hops' awaits, until
-//! anything else uses the connection through sqlx (a statement of the caller's, the
-//! commit): taking and giving it back is a round trip to sqlx's thread. sqlx's lock
-//! borrows the connection, and the lane keeps both in its transaction (a struct), so
-//! a [`Writer`] holds them as one: the connection moves into a future
-//! ([`hold`]) that takes the lock, lends the handle to `rusqlite`, and waits, suspended
-//! with the lock held, until it is told to give it back. The borrow of the connection
-//! by the lock is then the compiler's, inside that future: no lifetime is forged. The
-//! statements prepared under the lock (`rusqlite`'s statement cache) are finalized
-//! before the lock is given back.
+//! The lock is released before anything else uses the connection through sqlx (a
+//! statement of the caller's, the commit), since sqlx's thread waits for it; the
+//! statements prepared under it are finalized first. Values are bound as sqlx binds
+//! them (text, 64-bit integers, reals, blobs, `NULL`; a [`MessageId`] as hyphenated
+//! text), so rows written either way read the same.
 //!
-//! Taking the lock costs a round trip to sqlx's thread (~8 µs a lock and its release in
-//! a debug build, against ~1.2 µs a `SELECT 1` run here), hence held across awaits
-//! rather than taken per statement. sqlx 0.9's `lock_handle` asks its thread to let go
-//! of the lock (a message) while it waits for it; when the lock is free already (taken
-//! again right after it was given back) the message is left over, and with 50 left
-//! over (the channel's size) a `lock_handle` holds the lock while it waits for room in
-//! the channel, which sqlx's thread, waiting for the lock, never makes (as sqlx's code
-//! reads; seen: a plain loop of `lock_handle` and drop hangs within a few hundred
-//! rounds). A statement through sqlx drains the channel (sqlx's thread takes the
-//! messages in order), and the lane gives the lock back only for sqlx to use the
-//! connection.
-//!
-//! `rusqlite` costs a little more per statement than the hand-written FFI it replaced
-//! (~1.5 µs against ~1.2 µs for an insert, a select of one row or an update, in a
-//! release build): its statement cache allocates the SQL text as its key per run and
-//! updates its LRU order, and it binds text and blobs by copy. On the saga bench that
-//! is within the spread between runs.
-//!
-//! Values are bound as sqlx binds them (text, 64-bit integers, reals, blobs, `NULL`; a
-//! [`MessageId`](crate::MessageId) as hyphenated text), so rows written either way
-//! read the same. A database error is reported as sqlx reports SQLite's: the extended
-//! result code as the code.
-//!
-//! This module is the crate's only `unsafe` code: SQLite's memory statistics turned
-//! off, and the handle lent to `rusqlite` ([`rusqlite::Connection::from_handle`]).
-//! Miri cannot run SQLite (C); the tests in `direct/tests.rs` (the writer moving
-//! between sqlx and the session, a lock cancelled midway) and `store::tests::stress`
-//! (hops of every kind at once on one store, errors in the middle) exercise it instead.
+//! This module and the call that locks a session (`Tx::open_sqlite`) are the crate's
+//! only `unsafe` code.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
-use std::ffi::c_int;
-use std::future::Future;
-use std::pin::Pin;
+use std::ffi::{CStr, c_char, c_int};
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 
-use rusqlite::ffi;
-use rusqlite::types::{ToSqlOutput, ValueRef};
-use sqlx::Sqlite;
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::SqliteConnection;
-use tokio::sync::oneshot;
+use libsqlite3_sys as ffi;
+use sqlx::sqlite::{LockedSqliteHandle, SqliteConnection};
 
 use super::statements::{Row, Statement, Value};
 use crate::{Error, Result};
 
-mod error;
-use error::error;
+/// A database error of a statement run here, as sqlx reports SQLite's: the extended
+/// result code as the code.
+#[derive(Debug)]
+struct DirectError {
+    code: c_int,
+    message: String,
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DirectError {}
+
+impl sqlx::error::DatabaseError for DirectError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(self.code.to_string().into())
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use sqlx::error::ErrorKind;
+        match self.code {
+            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                ErrorKind::UniqueViolation
+            }
+            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}
 
 /// Turns SQLite's memory statistics off, once per process, before the first
 /// connection opens (afterwards SQLite refuses the change, and nothing changes): with
@@ -79,372 +89,300 @@ use error::error;
 pub(crate) fn memory_statistics_off() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: SQLITE_CONFIG_MEMSTATUS takes one int (the variadic argument is
-        // passed as one). Before SQLite is initialized it applies; after, it returns
-        // SQLITE_MISUSE and changes nothing. No pointer is involved.
+        // SAFETY: SQLITE_CONFIG_MEMSTATUS takes one int. Before SQLite is initialized
+        // it applies; after, it returns SQLITE_MISUSE and changes nothing.
         let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int) };
         tracing::debug!(rc, "sqlite memory statistics off");
     });
 }
 
-/// How many statements `rusqlite` keeps prepared per session (its default is 16): the
-/// lane's all fit (a few dozen texts: lists of rows are bound as one JSON array).
-const STATEMENT_CACHE: usize = 256;
-
-/// The future that holds the lock: see [`hold`].
-type Held = Pin<Box<dyn Future<Output = PoolConnection<Sqlite>> + Send>>;
-
-/// What [`hold`] lends: the handle as `rusqlite`'s connection, or why not.
-type Lent = std::result::Result<rusqlite::Connection, Error>;
-
-/// Locks `conn` away from sqlx's thread, sends the handle it lends on `lent` as a
-/// `rusqlite` connection, and holds the lock until `release` is sent or dropped (the
-/// connection lent must be dropped before: see [`Session`]); then gives the
-/// connection back. Dropped before it ends, it closes the connection instead of
-/// giving it back to the pool (a transaction may be open on it).
-async fn hold(
-    conn: PoolConnection<Sqlite>,
-    lent: oneshot::Sender<Lent>,
-    release: oneshot::Receiver<()>,
-) -> PoolConnection<Sqlite> {
-    let mut conn = Closing(Some(conn));
-    if let Some(c) = conn.0.as_mut() {
-        match c.lock_handle().await {
-            Err(e) => {
-                let _ = lent.send(Err(e.into()));
-            }
-            Ok(mut lock) => {
-                let db = lock.as_raw_handle().as_ptr();
-                // SAFETY: `db` is the live connection whose lock `lock` holds: sqlx's
-                // thread, the only other user of it, waits for the lock. The
-                // `rusqlite` connection made of it does not close it when dropped
-                // (`from_handle`, not `from_handle_owned`), and is used and dropped
-                // only while this future is suspended at the `release.await` below,
-                // `lock` held: `Session` keeps it beside this future, declared (so
-                // dropped) first, and `Session::release` drops it before polling
-                // this future again. Nothing else takes the handle from it.
-                let connection = unsafe { rusqlite::Connection::from_handle(db) };
-                let _ = lent.send(connection.map_err(error));
-                let _ = release.await;
-                drop(lock);
-            }
-        }
-    }
-    conn.0.take().unwrap_or_else(|| unreachable!("taken once"))
+/// A prepared statement and its columns' names.
+struct Prepared {
+    stmt: NonNull<ffi::sqlite3_stmt>,
+    columns: Arc<[String]>,
 }
 
-/// The connection inside [`hold`]: closed if the future is dropped before it ends.
-struct Closing(Option<PoolConnection<Sqlite>>);
-
-impl Drop for Closing {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            c.close_on_drop();
-        }
-    }
-}
-
-/// [`hold`] under way: the lock asked for, not yet granted.
-struct Locking {
-    held: Held,
-    lent: oneshot::Receiver<Lent>,
-    release: oneshot::Sender<()>,
-    /// The connection [`hold`] returned, if it ended without lending (the lock not
-    /// taken).
-    ended: Option<PoolConnection<Sqlite>>,
-}
-
-impl Locking {
-    fn new(conn: PoolConnection<Sqlite>) -> Self {
-        let (lent_tx, lent) = oneshot::channel();
-        let (release, released) = oneshot::channel();
-        Self {
-            held: Box::pin(hold(conn, lent_tx, released)),
-            lent,
-            release,
-            ended: None,
-        }
-    }
-
-    /// Polls [`hold`] until it lends the handle, or fails to.
-    fn poll_lent(&mut self, cx: &mut Context<'_>) -> Poll<Lent> {
-        if let Poll::Ready(conn) = self.held.as_mut().poll(cx) {
-            self.ended = Some(conn);
-        }
-        match self.lent.try_recv() {
-            Ok(lent) => Poll::Ready(lent),
-            Err(oneshot::error::TryRecvError::Empty) if self.ended.is_none() => Poll::Pending,
-            Err(_) => Poll::Ready(Err(Error::Database(sqlx::Error::WorkerCrashed))),
-        }
-    }
-
-    /// Gives the lock back (or stops asking for it) and returns the connection.
-    fn finish(self) -> PoolConnection<Sqlite> {
-        // A handle lent and not taken goes before the lock (see `hold`).
-        drop(self.lent);
-        match self.ended {
-            Some(conn) => conn,
-            None => finish(self.held, self.release),
-        }
-    }
-}
-
-/// Tells [`hold`] to give the lock back, and takes the connection it returns: at
-/// once, since all that is left of it is dropping the lock; only after a lock asked
-/// for but not yet granted (a [`Writer::session`] cancelled midway) does this wait
-/// (the calling thread parked) for the grant, a hand-off with sqlx's thread.
-fn finish(mut held: Held, release: oneshot::Sender<()>) -> PoolConnection<Sqlite> {
-    drop(release);
-    if let Poll::Ready(conn) = held.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        return conn;
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    loop {
-        if let Poll::Ready(conn) = held.as_mut().poll(&mut Context::from_waker(&waker)) {
-            return conn;
-        }
-        std::thread::park();
-    }
-}
-
-/// Wakes a thread parked in [`finish`].
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// The connection locked away from sqlx's thread, lent to `rusqlite`, with the
-/// statements prepared under the lock.
+/// The connection locked away from sqlx's thread, with the statements prepared under
+/// the lock. Dropping it finalizes them and gives the connection back.
 pub(crate) struct Session {
-    /// The handle lent. Declared first, so dropped (its statements finalized) before
-    /// `held` gives the lock back; [`release`](Self::release) drops it first too.
-    db: rusqlite::Connection,
-    /// Each statement's columns, by SQL text, taken when it first returns a row: a
-    /// fast hash (foldhash), not std's SipHash. The keys are our own statements, so
-    /// hash flooding is no concern.
-    columns: HashMap<String, Arc<[String]>, foldhash::fast::FixedState>,
-    held: Held,
-    release: oneshot::Sender<()>,
+    db: NonNull<ffi::sqlite3>,
+    /// Keyed by SQL text, looked up once per statement run: a fast hash (foldhash), not
+    /// std's SipHash, which cost ~3 % of the saga bench's CPU hashing SQL text twice per
+    /// run. The keys are our own statements, so hash flooding is no concern.
+    prepared: HashMap<String, Prepared, foldhash::fast::FixedState>,
+    /// Declared last: dropped after the statements are finalized (in `Drop`).
+    _lock: LockedSqliteHandle<'static>,
 }
+
+// SAFETY: the handle and the statements are used only through `&mut Session`, by one
+// thread at a time, while the lock keeps sqlx's thread off the connection (SQLite is
+// built thread-safe; a connection may move between threads when not in use).
+unsafe impl Send for Session {}
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("columns", &self.columns.len())
+            .field("prepared", &self.prepared.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Session {
-    fn new(db: rusqlite::Connection, locking: Locking) -> Self {
-        db.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    /// Locks `c` away from sqlx's thread.
+    ///
+    /// # Safety
+    /// The session must be dropped before `c` (the connection it borrows, whose lock it
+    /// holds, is not tracked by the borrow checker past this call), and `c` must not be
+    /// used through sqlx while the session lives (sqlx's thread would wait for it).
+    pub(crate) async unsafe fn lock(c: &mut SqliteConnection) -> Result<Self> {
+        let mut lock = c.lock_handle().await?;
+        let db = lock.as_raw_handle();
+        // SAFETY: the guard borrows the mutex inside the connection's shared state (an
+        // `Arc`, so it does not move with the connection); the caller keeps the
+        // connection alive for as long as the session.
+        let lock: LockedSqliteHandle<'static> = unsafe { std::mem::transmute(lock) };
         // The query planner's stability guarantee: a statement is not prepared again
         // when a bound value changes (SQLite does so for a bound value it could plan
         // with, such as the relay's `LIMIT ?`: ~2 % of the saga bench's CPU). Plans
         // here do not depend on values (keys, ids, states).
-        let _ = db.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-            true,
-        );
-        Self {
-            db,
-            columns: HashMap::default(),
-            held: locking.held,
-            release: locking.release,
+        // SAFETY: `db` is live and locked; the option takes an int and an out-pointer
+        // that may be null.
+        unsafe {
+            ffi::sqlite3_db_config(
+                db.as_ptr(),
+                ffi::SQLITE_DBCONFIG_ENABLE_QPSG,
+                1 as c_int,
+                std::ptr::null_mut::<c_int>(),
+            );
         }
-    }
-
-    /// Finalizes the statements, gives the lock back and returns the connection.
-    fn release(self) -> PoolConnection<Sqlite> {
-        let Self {
-            db, held, release, ..
-        } = self;
-        // The lent handle goes before the lock: see `hold`.
-        drop(db);
-        finish(held, release)
+        Ok(Self {
+            db,
+            prepared: HashMap::default(),
+            _lock: lock,
+        })
     }
 
     /// Rows changed by the last statement run.
     pub(crate) fn changes(&self) -> u64 {
-        self.db.changes()
+        // SAFETY: `db` is a live connection this session holds the lock of.
+        let n = unsafe { ffi::sqlite3_changes64(self.db.as_ptr()) };
+        u64::try_from(n).unwrap_or(0)
     }
 
     /// Sets the connection's busy timeout (how long a statement waits for another
     /// process's lock).
     pub(crate) fn busy_timeout(&mut self, timeout: std::time::Duration) {
-        let _ = self.db.busy_timeout(timeout);
+        let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: `db` is a live connection this session holds the lock of.
+        unsafe { ffi::sqlite3_busy_timeout(self.db.as_ptr(), ms) };
+    }
+
+    fn error(&self, code: c_int) -> Error {
+        // SAFETY: `db` is a live connection this session holds the lock of.
+        let message = unsafe {
+            let m = ffi::sqlite3_errmsg(self.db.as_ptr());
+            if m.is_null() {
+                format!("sqlite error {code}")
+            } else {
+                CStr::from_ptr(m).to_string_lossy().into_owned()
+            }
+        };
+        // SAFETY: as above.
+        let code = unsafe { ffi::sqlite3_extended_errcode(self.db.as_ptr()) };
+        Error::Database(sqlx::Error::Database(Box::new(DirectError {
+            code,
+            message,
+        })))
+    }
+
+    /// The statement prepared for `sql` (prepared now if need be), and its columns.
+    fn prepare(&mut self, sql: &str) -> Result<(NonNull<ffi::sqlite3_stmt>, Arc<[String]>)> {
+        if let Some(p) = self.prepared.get(sql) {
+            return Ok((p.stmt, Arc::clone(&p.columns)));
+        }
+        let len = c_int::try_from(sql.len())
+            .map_err(|_| Error::Database(sqlx::Error::Protocol("statement too long".to_owned())))?;
+        let mut stmt = std::ptr::null_mut();
+        let mut tail: *const c_char = std::ptr::null();
+        // SAFETY: `sql` is valid for `len` bytes; the out-pointers are valid.
+        let rc = unsafe {
+            ffi::sqlite3_prepare_v3(
+                self.db.as_ptr(),
+                sql.as_ptr().cast::<c_char>(),
+                len,
+                ffi::SQLITE_PREPARE_PERSISTENT,
+                &mut stmt,
+                &mut tail,
+            )
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(self.error(rc));
+        }
+        let Some(stmt) = NonNull::new(stmt) else {
+            return Err(Error::Database(sqlx::Error::Protocol(
+                "an empty statement".to_owned(),
+            )));
+        };
+        // SAFETY: `tail` points into `sql` (or at its end).
+        let rest = unsafe { tail.offset_from(sql.as_ptr().cast::<c_char>()) };
+        let rest = usize::try_from(rest).unwrap_or(sql.len());
+        if !sql.get(rest..).unwrap_or_default().trim().is_empty() {
+            // SAFETY: `stmt` was just prepared and is not kept.
+            unsafe { ffi::sqlite3_finalize(stmt.as_ptr()) };
+            return Err(Error::Database(sqlx::Error::Protocol(format!(
+                "one statement expected: {sql}"
+            ))));
+        }
+        // SAFETY: `stmt` is a prepared statement.
+        let n = unsafe { ffi::sqlite3_column_count(stmt.as_ptr()) };
+        let columns = (0..n)
+            .map(|i| {
+                // SAFETY: `i` is a column of `stmt`.
+                let name = unsafe { ffi::sqlite3_column_name(stmt.as_ptr(), i) };
+                if name.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: SQLite returns a NUL-terminated string.
+                    unsafe { CStr::from_ptr(name) }
+                        .to_string_lossy()
+                        .into_owned()
+                }
+            })
+            .collect::<Arc<[String]>>();
+        self.prepared.insert(
+            sql.to_owned(),
+            Prepared {
+                stmt,
+                columns: Arc::clone(&columns),
+            },
+        );
+        Ok((stmt, columns))
     }
 
     /// Runs one statement, passing each row it returns to `row`.
     pub(crate) fn run(&mut self, st: &Statement, mut row: impl FnMut(Row)) -> Result<()> {
-        let mut stmt = self.db.prepare_cached(&st.sql).map_err(error)?;
-        let count = stmt.parameter_count();
-        if count != st.binds.len() {
+        let (stmt, columns) = self.prepare(&st.sql)?;
+        let stmt = stmt.as_ptr();
+        let result = self.bind_and_step(stmt, st, &columns, &mut row);
+        // SAFETY: `stmt` is a prepared statement of this connection; the values bound
+        // (borrowed from `st`, `SQLITE_STATIC`) are cleared before `st` can go.
+        unsafe {
+            ffi::sqlite3_reset(stmt);
+            ffi::sqlite3_clear_bindings(stmt);
+        }
+        result
+    }
+
+    fn bind_and_step(
+        &self,
+        stmt: *mut ffi::sqlite3_stmt,
+        st: &Statement,
+        columns: &Arc<[String]>,
+        row: &mut impl FnMut(Row),
+    ) -> Result<()> {
+        // SAFETY: `stmt` is a prepared statement of this connection.
+        let count = unsafe { ffi::sqlite3_bind_parameter_count(stmt) };
+        if usize::try_from(count).ok() != Some(st.binds.len()) {
             return Err(Error::Database(sqlx::Error::Protocol(format!(
                 "{} values for {count} parameters",
                 st.binds.len()
             ))));
         }
         for (i, value) in st.binds.iter().enumerate() {
-            let value = match value {
-                Value::Null => ValueRef::Null,
-                Value::Int(v) => ValueRef::Integer(*v),
-                Value::Real(v) => ValueRef::Real(*v),
-                Value::Text(v) => ValueRef::Text(v.as_bytes()),
-                Value::Blob(v) => ValueRef::Blob(v),
-            };
-            stmt.raw_bind_parameter(i + 1, ToSqlOutput::Borrowed(value))
-                .map_err(error)?;
-        }
-        let mut rows = stmt.raw_query();
-        let mut columns: Option<Arc<[String]>> = None;
-        while let Some(r) = rows.next().map_err(error)? {
-            let columns = match &columns {
-                Some(c) => c,
-                None => {
-                    let c = match self.columns.get(&st.sql) {
-                        Some(c) => Arc::clone(c),
-                        None => {
-                            let c: Arc<[String]> = r
-                                .as_ref()
-                                .column_names()
-                                .into_iter()
-                                .map(str::to_owned)
-                                .collect();
-                            self.columns.insert(st.sql.clone(), Arc::clone(&c));
-                            c
-                        }
-                    };
-                    columns.insert(c)
+            let i = c_int::try_from(i + 1).unwrap_or(c_int::MAX);
+            // SAFETY: `i` is a parameter of `stmt`; text and blobs are bound static,
+            // valid until the bindings are cleared (in `run`, before `st` can go).
+            let rc = unsafe {
+                match value {
+                    Value::Null => ffi::sqlite3_bind_null(stmt, i),
+                    Value::Int(v) => ffi::sqlite3_bind_int64(stmt, i, *v),
+                    Value::Real(v) => ffi::sqlite3_bind_double(stmt, i, *v),
+                    Value::Text(v) => ffi::sqlite3_bind_text64(
+                        stmt,
+                        i,
+                        v.as_ptr().cast::<c_char>(),
+                        v.len() as u64,
+                        ffi::SQLITE_STATIC(),
+                        ffi::SQLITE_UTF8 as u8,
+                    ),
+                    Value::Blob(v) => ffi::sqlite3_bind_blob64(
+                        stmt,
+                        i,
+                        v.as_ptr().cast(),
+                        v.len() as u64,
+                        ffi::SQLITE_STATIC(),
+                    ),
                 }
             };
-            let mut values = Vec::with_capacity(columns.len());
-            for i in 0..columns.len() {
-                values.push(match r.get_ref(i).map_err(error)? {
-                    ValueRef::Null => Value::Null,
-                    ValueRef::Integer(v) => Value::Int(v),
-                    ValueRef::Real(v) => Value::Real(v),
-                    ValueRef::Text(v) => Value::Text(String::from_utf8_lossy(v).into_owned()),
-                    ValueRef::Blob(v) => Value::Blob(v.to_vec()),
-                });
+            if rc != ffi::SQLITE_OK {
+                return Err(self.error(rc));
             }
-            row(Row {
-                columns: Arc::clone(columns),
-                values,
-            });
         }
-        Ok(())
-    }
-}
-
-/// The writer connection of SQLite's lane: free for sqlx, or locked for statements
-/// run here (see the module docs). Dropped locked, it gives the lock back first.
-pub(crate) struct Writer {
-    state: State,
-}
-
-enum State {
-    Free(PoolConnection<Sqlite>),
-    /// A lock asked for and not yet granted: only while [`Writer::session`] waits, or
-    /// after it was cancelled there.
-    Locking(Locking),
-    Locked(Session),
-    /// Only within one of `Writer`'s methods, between taking the state and putting
-    /// one back (no await nor anything that can fail in between).
-    Moved,
-}
-
-impl std::fmt::Debug for Writer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.state {
-            State::Free(_) => "free",
-            State::Locking(_) => "locking",
-            State::Locked(_) => "locked",
-            State::Moved => "moved",
-        };
-        f.debug_struct("Writer").field("state", &state).finish()
-    }
-}
-
-impl Writer {
-    pub(crate) fn new(conn: PoolConnection<Sqlite>) -> Self {
-        Self {
-            state: State::Free(conn),
+        loop {
+            // SAFETY: as above.
+            let rc = unsafe { ffi::sqlite3_step(stmt) };
+            match rc {
+                ffi::SQLITE_DONE => return Ok(()),
+                ffi::SQLITE_ROW => row(Self::read(stmt, columns)),
+                _ => return Err(self.error(rc)),
+            }
         }
     }
 
-    /// Gives the lock back if it is held (finalizing the statements prepared under it).
-    pub(crate) fn unlock(&mut self) {
-        self.state = match std::mem::replace(&mut self.state, State::Moved) {
-            State::Free(c) => State::Free(c),
-            State::Locking(l) => State::Free(l.finish()),
-            State::Locked(s) => State::Free(s.release()),
-            State::Moved => unreachable!("a writer's state is put back"),
-        };
-    }
-
-    /// The connection, for sqlx: the lock given back first.
-    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
-        self.unlock();
-        match &mut self.state {
-            State::Free(c) => c,
-            _ => unreachable!("unlocked above"),
+    /// The bytes of column `i` of `stmt`'s row, at `p` (its text or blob; null for an
+    /// empty one).
+    ///
+    /// # Safety
+    /// `stmt` has a row, `i` is one of its columns and `p` its text or blob pointer,
+    /// just taken: the slice is valid until the next step, reset or conversion.
+    unsafe fn column_bytes<'a>(stmt: *mut ffi::sqlite3_stmt, i: c_int, p: *const u8) -> &'a [u8] {
+        if p.is_null() {
+            return &[];
+        }
+        // SAFETY: as the caller promises; SQLite gives the size after the pointer.
+        unsafe {
+            let n = usize::try_from(ffi::sqlite3_column_bytes(stmt, i)).unwrap_or(0);
+            std::slice::from_raw_parts(p, n)
         }
     }
 
-    /// Closes the connection when it is dropped, instead of giving it back to the
-    /// pool.
-    pub(crate) fn close_on_drop(&mut self) {
-        self.unlock();
-        if let State::Free(c) = &mut self.state {
-            c.close_on_drop();
-        }
-    }
-
-    /// The session if the connection is locked.
-    pub(crate) fn locked(&mut self) -> Option<&mut Session> {
-        match &mut self.state {
-            State::Locked(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The connection locked for statements run here, locked now if need be.
-    pub(crate) async fn session(&mut self) -> Result<&mut Session> {
-        if matches!(self.state, State::Free(_)) {
-            let State::Free(conn) = std::mem::replace(&mut self.state, State::Moved) else {
-                unreachable!("matched above")
-            };
-            self.state = State::Locking(Locking::new(conn));
-        }
-        if let State::Locking(l) = &mut self.state {
-            let lent = std::future::poll_fn(|cx| l.poll_lent(cx)).await;
-            let State::Locking(l) = std::mem::replace(&mut self.state, State::Moved) else {
-                unreachable!("matched above")
-            };
-            match lent {
-                Ok(db) => self.state = State::Locked(Session::new(db, l)),
-                Err(e) => {
-                    self.state = State::Free(l.finish());
-                    return Err(e);
+    fn read(stmt: *mut ffi::sqlite3_stmt, columns: &Arc<[String]>) -> Row {
+        let mut values = Vec::with_capacity(columns.len());
+        for i in 0..columns.len() {
+            let i = c_int::try_from(i).unwrap_or(c_int::MAX);
+            // SAFETY: `stmt` has a row, `i` is one of its columns; the text and blob
+            // pointers are valid until the next step, and copied here.
+            let value = unsafe {
+                match ffi::sqlite3_column_type(stmt, i) {
+                    ffi::SQLITE_INTEGER => Value::Int(ffi::sqlite3_column_int64(stmt, i)),
+                    ffi::SQLITE_FLOAT => Value::Real(ffi::sqlite3_column_double(stmt, i)),
+                    ffi::SQLITE_TEXT => {
+                        let p = ffi::sqlite3_column_text(stmt, i);
+                        let bytes = Self::column_bytes(stmt, i, p);
+                        Value::Text(String::from_utf8_lossy(bytes).into_owned())
+                    }
+                    ffi::SQLITE_BLOB => {
+                        let p = ffi::sqlite3_column_blob(stmt, i).cast::<u8>();
+                        Value::Blob(Self::column_bytes(stmt, i, p).to_vec())
+                    }
+                    _ => Value::Null,
                 }
-            }
+            };
+            values.push(value);
         }
-        match &mut self.state {
-            State::Locked(s) => Ok(s),
-            _ => unreachable!("locked above"),
+        Row {
+            columns: Arc::clone(columns),
+            values,
         }
     }
 }
 
-impl Drop for Writer {
+impl Drop for Session {
     fn drop(&mut self) {
-        self.unlock();
+        for (_, p) in self.prepared.drain() {
+            // SAFETY: each statement was prepared on this connection, is not in use,
+            // and is finalized once; the lock is still held.
+            unsafe { ffi::sqlite3_finalize(p.stmt.as_ptr()) };
+        }
     }
 }
-
-#[cfg(test)]
-mod tests;

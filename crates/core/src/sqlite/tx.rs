@@ -15,9 +15,7 @@ use crate::{Message, MessageId, Result};
 /// The writer connection of SQLite's lane.
 #[derive(Debug)]
 pub(crate) struct LaneConn {
-    /// The connection, locked away from sqlx's thread while the lane's statements run
-    /// on it directly (see [`direct`](crate::sqlite::direct)).
-    pub(crate) writer: crate::sqlite::direct::Writer,
+    pub(crate) conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
     /// A transaction is open on it, or may be (one that failed to end). sqlx knows
     /// nothing of it: dropped so, the connection is closed instead of going back to
     /// the pool, and closing rolls the transaction back.
@@ -27,7 +25,7 @@ pub(crate) struct LaneConn {
 impl Drop for LaneConn {
     fn drop(&mut self) {
         if self.open {
-            self.writer.close_on_drop();
+            self.conn.close_on_drop();
         }
     }
 }
@@ -214,29 +212,36 @@ impl Tx {
         matches!(self.inner, Inner::Lane(_))
     }
 
-    /// The SQLite connection, for sqlx (the lane's lock given back first).
+    /// The SQLite connection, without giving it back to sqlx's thread.
     fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
             Inner::Sqlite(tx) => Some(tx),
-            Inner::Lane(lane) => Some(lane.writer.conn()),
+            Inner::Lane(lane) => Some(&mut lane.conn),
             #[cfg(feature = "postgres")]
             Inner::Postgres(_) => None,
         }
     }
 
     /// The connection locked for statements run directly, locked now if need be.
+    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
     async fn session(&mut self) -> Result<&mut crate::sqlite::direct::Session> {
-        match &mut self.inner {
-            Inner::Lane(lane) => lane.writer.session().await,
-            Inner::Sqlite(_) => Err(crate::Error::Database(sqlx::Error::Protocol(
-                "statements run directly only in SQLite's lane".to_owned(),
-            ))),
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(_) => Err(crate::Error::BackendMismatch {
-                store: "sqlite",
-                connection: "postgres",
-            }),
-        }
+        let session = match self.direct.take() {
+            Some(session) => session,
+            None => {
+                let Some(c) = self.sqlite_conn() else {
+                    return Err(crate::Error::BackendMismatch {
+                        store: "sqlite",
+                        connection: "postgres",
+                    });
+                };
+                // SAFETY: the session is kept in `self.direct`, declared before
+                // `self.inner` (dropped first), taken before the transaction commits or
+                // rolls back through sqlx, and dropped by `conn()` before sqlx uses the
+                // connection.
+                unsafe { crate::sqlite::direct::Session::lock(c).await }?
+            }
+        };
+        Ok(self.direct.insert(session))
     }
 
     /// Begins the lane's shared transaction (SQLite): on `spare`, the connection the
@@ -251,13 +256,7 @@ impl Tx {
                     return Self::begin(store).await;
                 };
                 let conn = db.writer.acquire().await?;
-                Self::new(
-                    store,
-                    Inner::Lane(LaneConn {
-                        writer: crate::sqlite::direct::Writer::new(conn),
-                        open: false,
-                    }),
-                )
+                Self::new(store, Inner::Lane(LaneConn { conn, open: false }))
             }
         };
         if let Inner::Lane(lane) = &mut t.inner {
@@ -290,6 +289,7 @@ impl Tx {
                 ran => return ran,
             }
         }
+        self.direct = None;
         let Some(c) = self.sqlite_conn() else {
             return Ok(());
         };
@@ -320,6 +320,7 @@ impl Tx {
 
     /// Runs a hop's opening round trip on SQLite (see [`crate::sqlite::Sqlite::open_hop`]):
     /// in the lane on the connection directly, elsewhere through sqlx.
+    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
     async fn open_sqlite(
         &mut self,
         tail: Option<&mut crate::sqlite::tail::Tail>,
