@@ -16,6 +16,9 @@ mod set_lane;
 #[allow(irrefutable_let_patterns)]
 mod sqlite;
 #[cfg(feature = "sqlite")]
+#[allow(irrefutable_let_patterns)]
+mod stress;
+#[cfg(feature = "sqlite")]
 mod tail;
 mod write;
 
