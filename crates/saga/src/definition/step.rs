@@ -183,7 +183,10 @@ where
     ///     .build()
     ///     .unwrap();
     /// let travel = Saga::<Travel>::builder("business_travel", 1)
-    ///     .step(Step::saga("book", "trip_booking").command(|t: &Travel| &t.trip))
+    ///     .step(
+    ///         Step::saga("book", "trip_booking")
+    ///             .command(|t: &Travel| serde_json::json!({ "city": t.trip.city })),
+    ///     )
     ///     .build()
     ///     .unwrap();
     /// let engine = Engine::new([trip, travel]).unwrap();
