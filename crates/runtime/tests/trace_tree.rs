@@ -176,14 +176,7 @@ async fn child_in_its_parents_trace(
     runtime.shutdown().await;
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
-    let ours: Vec<_> = spans
-        .iter()
-        .filter(|s| {
-            ["saga.", "relay.deliver", "agent.handle", "outbox.enqueue"]
-                .iter()
-                .any(|p| s.name.starts_with(p))
-        })
-        .collect();
+    let ours = ours(&spans);
     let names: Vec<&str> = ours.iter().map(|s| s.name.as_ref()).collect();
     let traces: HashSet<_> = ours.iter().map(|s| s.span_context.trace_id()).collect();
     assert_eq!(
@@ -195,6 +188,18 @@ async fn child_in_its_parents_trace(
     assert_eq!(roots, vec!["saga.start"], "{backend:?}: {names:?}");
     let starts = ours.iter().filter(|s| s.name == "saga.start").count();
     assert_eq!(starts, 2, "the parent's start and the child's: {names:?}");
+}
+
+/// The spans of agentsaga's hops among `spans`.
+fn ours(spans: &[SpanData]) -> Vec<&SpanData> {
+    spans
+        .iter()
+        .filter(|s| {
+            ["saga.", "relay.deliver", "agent.handle", "outbox.enqueue"]
+                .iter()
+                .any(|p| s.name.starts_with(p))
+        })
+        .collect()
 }
 
 /// A runtime of `saga` on `backend` whose `flights` agent answers and whose `hotels`
@@ -228,14 +233,7 @@ async fn one_trace(
     provider.force_flush().unwrap();
 
     let spans = exporter.get_finished_spans().unwrap();
-    let ours: Vec<_> = spans
-        .iter()
-        .filter(|s| {
-            ["saga.", "relay.deliver", "agent.handle", "outbox.enqueue"]
-                .iter()
-                .any(|p| s.name.starts_with(p))
-        })
-        .collect();
+    let ours = ours(&spans);
     let traces: HashSet<_> = ours.iter().map(|s| s.span_context.trace_id()).collect();
     let names: Vec<&str> = ours.iter().map(|s| s.name.as_ref()).collect();
     assert_eq!(

@@ -325,19 +325,22 @@ async fn one_child_per_step_and_the_depth_bound(backend: Backend) {
     assert_eq!(all.iter().filter(|s| s.id == child).count(), 1);
 
     // Depth bound 0: no child may start.
+    refused_by_the_limits(backend, (0, 64), "levels deep").await;
+}
+
+/// A `travel` whose child the limits `(depth, children)` refuse: nothing of the child
+/// is written, and the parent compensates (its visa) with the reason, `why`.
+async fn refused_by_the_limits(backend: Backend, (depth, children): (u32, u32), why: &str) {
     let mut w = World::new(backend, vec![booking(), travel()], 6).await;
-    w.engine = w.engine.clone().with_child_limits(0, 64);
+    w.engine = w.engine.clone().with_child_limits(depth, children);
     let parent = w.start("travel", json!({"trip": 12})).await;
     w.pump(&[parent], |_, _, _| Some(ok()), |_, _| ok()).await;
     let p = query::get(&w.store, parent).await.unwrap().unwrap();
     assert_eq!(p.state, SagaState::Compensated);
-    assert!(p.error.unwrap().contains("levels deep"));
-    assert!(
-        query::get(&w.store, child_id(parent, 1))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    let error = p.error.unwrap();
+    assert!(error.contains(why), "`{error}` does not say `{why}`");
+    let child = query::get(&w.store, child_id(parent, 1)).await.unwrap();
+    assert!(child.is_none(), "a refused child was written: {child:?}");
     assert_eq!(of(&w.ledger.undone, parent), vec![0], "the visa");
 }
 both_backends!(once_and_depth_tests, one_child_per_step_and_the_depth_bound);

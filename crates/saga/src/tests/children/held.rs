@@ -129,19 +129,7 @@ async fn a_timed_out_child_and_the_fan_out_bound(backend: Backend) {
     assert_eq!(of(&w.ledger.undone, child), vec![1, 0]);
     assert_eq!(of(&w.ledger.undone, parent), vec![0]);
 
-    let mut w = World::new(backend, vec![booking(), travel()], 9).await;
-    w.engine = w.engine.clone().with_child_limits(4, 0);
-    let parent = w.start("travel", json!({"trip": 15})).await;
-    w.pump(&[parent], |_, _, _| Some(ok()), |_, _| ok()).await;
-    let p = query::get(&w.store, parent).await.unwrap().unwrap();
-    assert_eq!(p.state, SagaState::Compensated);
-    assert!(p.error.unwrap().contains("the bound is 0"));
-    assert!(
-        query::get(&w.store, child_id(parent, 1))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    super::refused_by_the_limits(backend, (4, 0), "the bound is 0").await;
 }
 both_backends!(
     timeout_and_fan_out_tests,
