@@ -220,9 +220,6 @@ async fn aborting_a_parent_aborts_its_running_child(backend: Backend) {
     let parent = w.start("travel", json!({"trip": 10})).await;
     let child = child_id(parent, 1);
     // Until the child waits on its hotel, whose agent never answers.
-    let silent_hotel = |_: &mut fastrand::Rng, env: &Envelope, _: usize| {
-        (env.destination != "hotel-agent").then(ok)
-    };
     let mut agent = silent_hotel;
     let mut comp = |_: &mut fastrand::Rng, _: &Envelope| ok();
     let (store, destinations) = (w.store.clone(), w.destinations.clone());
@@ -249,18 +246,7 @@ async fn aborting_a_parent_aborts_its_running_child(backend: Backend) {
     );
     tx.commit().await.unwrap();
     w.pump(&[parent], silent_hotel, |_, _| ok()).await;
-    assert_eq!(
-        state(&query::get(&w.store, parent).await.unwrap()),
-        SagaState::Compensated
-    );
-    let c = query::get(&w.store, child).await.unwrap().unwrap();
-    assert_eq!(c.state, SagaState::Compensated);
-    assert!(c.error.unwrap().contains("parent turned back"));
-    assert_eq!(
-        of(&w.ledger.undone, child),
-        vec![1, 0],
-        "the hotel (unknown), the flight"
-    );
+    both_compensated(&w, parent, child, "parent turned back").await;
     assert_eq!(of(&w.ledger.undone, parent), vec![0], "the visa");
 }
 both_backends!(abort_tests, aborting_a_parent_aborts_its_running_child);
@@ -326,6 +312,27 @@ async fn one_child_per_step_and_the_depth_bound(backend: Backend) {
 
     // Depth bound 0: no child may start.
     refused_by_the_limits(backend, (0, 64), "levels deep").await;
+}
+
+/// Answers every command but the hotel's (whose agent never answers).
+fn silent_hotel(_: &mut fastrand::Rng, env: &Envelope, _: usize) -> Option<StepOutcome> {
+    (env.destination != "hotel-agent").then(ok)
+}
+
+/// `parent` and its `child` compensated, the child's error saying `why`, its steps
+/// undone in reverse (the hotel, whose outcome is unknown, then the flight).
+async fn both_compensated(w: &World, parent: SagaId, child: SagaId, why: &str) {
+    let p = query::get(&w.store, parent).await.unwrap();
+    assert_eq!(state(&p), SagaState::Compensated);
+    let c = query::get(&w.store, child).await.unwrap().unwrap();
+    assert_eq!(c.state, SagaState::Compensated);
+    let error = c.error.unwrap();
+    assert!(error.contains(why), "`{error}` does not say `{why}`");
+    assert_eq!(
+        of(&w.ledger.undone, child),
+        vec![1, 0],
+        "the hotel, then the flight"
+    );
 }
 
 /// A `travel` whose child the limits `(depth, children)` refuse: nothing of the child

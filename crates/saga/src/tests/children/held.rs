@@ -115,18 +115,8 @@ async fn a_timed_out_child_and_the_fan_out_bound(backend: Backend) {
     let mut w = World::new(backend, vec![booking(), timed], 8).await;
     let parent = w.start("travel", json!({"trip": 14})).await;
     let child = child_id(parent, 1);
-    let silent_hotel = |_: &mut fastrand::Rng, env: &Envelope, _: usize| {
-        (env.destination != "hotel-agent").then(ok)
-    };
-    w.pump(&[parent], silent_hotel, |_, _| ok()).await;
-    assert_eq!(
-        state(&query::get(&w.store, parent).await.unwrap()),
-        SagaState::Compensated
-    );
-    let c = query::get(&w.store, child).await.unwrap().unwrap();
-    assert_eq!(c.state, SagaState::Compensated);
-    assert!(c.error.unwrap().contains("deadline"));
-    assert_eq!(of(&w.ledger.undone, child), vec![1, 0]);
+    w.pump(&[parent], super::silent_hotel, |_, _| ok()).await;
+    super::both_compensated(&w, parent, child, "deadline").await;
     assert_eq!(of(&w.ledger.undone, parent), vec![0]);
 
     super::refused_by_the_limits(backend, (4, 0), "the bound is 0").await;
