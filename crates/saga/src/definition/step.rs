@@ -53,6 +53,15 @@ pub(crate) enum Undo {
 }
 
 impl Undo {
+    /// The undo of a step that runs saga `child` as a child: a compensation sent to
+    /// the child's destination, which undoes the child as a whole.
+    pub(crate) fn child(child: &str) -> Self {
+        Undo::Command {
+            destination: crate::child_destination(child),
+            build: Arc::new(|_: &Value| Ok(Value::Null)),
+        }
+    }
+
     /// Where its compensation goes, if it has one.
     pub(crate) fn destination(&self) -> Option<&str> {
         match self {
@@ -194,10 +203,7 @@ where
     pub fn saga(name: impl Into<String>, child: impl Into<String>) -> Step<D, Undoable> {
         let child = child.into();
         let mut step = Step::<D, Open>::new(name, crate::child_destination(&child));
-        step.def.undo = Undo::Command {
-            destination: crate::child_destination(&child),
-            build: Arc::new(|_: &Value| Ok(Value::Null)),
-        };
+        step.def.undo = Undo::child(&child);
         step.def.child = Some(child);
         Step {
             def: step.def,

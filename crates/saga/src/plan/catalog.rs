@@ -321,36 +321,13 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool) -> St
         };
     }
     let template = s.command;
-    if let Some(child) = s.saga {
-        // Undone by compensating the child, before the pivot (the check allows only a
-        // child without a pivot there).
-        let destination = crate::child_destination(&child);
-        let undo = if before_pivot && !s.pivot {
-            Undo::Command {
-                destination: destination.clone(),
-                build: Arc::new(|_: &Value| Ok(Value::Null)),
-            }
-        } else {
-            Undo::Never
-        };
-        return StepDef {
-            name,
-            destination,
-            command: Arc::new(move |data: &Value| Ok(resolve(&template, data))),
-            fold: Some(fold),
-            undo,
-            retry,
-            timeout,
-            start_timeout: None,
-            pivot: s.pivot,
-            wait: None,
-            approval: false,
-            child: Some(child),
-        };
-    }
-    let undo = match (s.compensate, s.nothing_to_undo) {
+    // A child saga is undone by compensating it, before the pivot (the check allows
+    // only a child without a pivot there).
+    let undo = match (&s.saga, s.compensate, s.nothing_to_undo) {
+        (Some(child), ..) if before_pivot && !s.pivot => Undo::child(child),
+        (Some(_), ..) => Undo::Never,
         _ if s.pivot => Undo::Never,
-        (Some(c), _) => {
+        (None, Some(c), _) => {
             let template = c.command;
             Undo::FromReply {
                 destination: c.destination,
@@ -359,12 +336,16 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool) -> St
                 }),
             }
         }
-        (None, true) => Undo::Nothing,
-        (None, false) => Undo::Never,
+        (None, None, true) => Undo::Nothing,
+        (None, None, false) => Undo::Never,
+    };
+    let destination = match &s.saga {
+        Some(child) => crate::child_destination(child),
+        None => s.destination.unwrap_or_default(),
     };
     StepDef {
         name,
-        destination: s.destination.unwrap_or_default(),
+        destination,
         command: Arc::new(move |data: &Value| Ok(resolve(&template, data))),
         fold: Some(fold),
         undo,
@@ -374,6 +355,6 @@ pub(super) fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool) -> St
         pivot: s.pivot,
         wait: None,
         approval: false,
-        child: None,
+        child: s.saga,
     }
 }
