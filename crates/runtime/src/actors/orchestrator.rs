@@ -25,14 +25,26 @@ impl Orchestrator {
     }
 
     async fn process_in_span(&self, env: &Envelope) -> Delivery {
-        let mut tx = match self.store.hop().await {
-            Ok(tx) => tx,
+        // The hop records the message in the inbox and reads its saga when it opens
+        // (on SQLite in one round trip, on PostgreSQL with its batch's set lane).
+        let (saga, prefetch) = self.engine.prefetch_for(env).unzip();
+        let (mut tx, read) = match self
+            .store
+            .hop_receiving_prefetched(&env.destination, env.id, prefetch)
+            .await
+        {
+            Ok((tx, Receipt::First, read)) => (tx, saga.zip(read)),
+            Ok((_, Receipt::Duplicate, _)) => {
+                tracing::debug!("duplicate delivery skipped");
+                return Delivery::Delivered;
+            }
             Err(e) => return infra(e),
         };
         // The engine's save and messages end the hop: they may be written in the round
-        // trip that ends it (SQLite).
+        // trip that ends it (SQLite), or with its batch's statements (PostgreSQL).
         tx.defer_next_write();
-        match self.engine.handle(&mut tx, env).await {
+        let read = read.as_ref().map(|(id, r)| (*id, r));
+        match self.engine.handle_received(&mut tx, env, read).await {
             Ok(handled) => {
                 if let Err(e) = tx.commit().await {
                     return infra(e);

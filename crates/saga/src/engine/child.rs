@@ -28,6 +28,7 @@ impl Engine {
         tx: &mut Tx,
         env: &Envelope,
         name: &str,
+        loaded: Option<Option<Instance>>,
     ) -> Result<Handled> {
         let parent = protocol::saga_id(env)?;
         let step = protocol::step_of(env)
@@ -47,9 +48,9 @@ impl Engine {
                     compensation: None,
                     depth: 1,
                 };
-                self.start_child(tx, env, name, id, link).await
+                self.start_child(tx, env, name, id, link, loaded).await
             }
-            Some(Outbound::Compensation { .. }) => self.undo_child(tx, env, id).await,
+            Some(Outbound::Compensation { .. }) => self.undo_child(tx, env, id, loaded).await,
             None => Err(Error::Malformed(format!(
                 "message {} to `{}` is neither a command nor a compensation",
                 env.id, env.destination
@@ -60,6 +61,7 @@ impl Engine {
     /// Starts child `id` of the parent step in `link`, unless it exists (the command
     /// sent again: the child's outcome then answers this one, at once if it is
     /// finished) or a limit refuses it (the step fails, nothing of the child written).
+    /// `loaded`: the child as the hop read it when it opened (`None`: load it).
     async fn start_child(
         &self,
         tx: &mut Tx,
@@ -67,13 +69,13 @@ impl Engine {
         name: &str,
         id: SagaId,
         mut link: ParentLink,
+        loaded: Option<Option<Instance>>,
     ) -> Result<Handled> {
-        // What a start needs to know, in one read: does the child exist (a start sent
-        // again), the parent's own link (its depth), how many children it has.
-        let facts = facts(tx.conn(), id, link.saga).await?;
-        if facts.started
-            && let Some(mut inst) = persist::load(tx.conn(), id).await?
-        {
+        let existing = match loaded {
+            Some(loaded) => loaded,
+            None => persist::load(tx.conn(), id).await?,
+        };
+        if let Some(mut inst) = existing {
             let before = inst.clone();
             let mut ctx = self.ctx(&mut inst)?;
             let answer_now = match &mut ctx.inst.parent {
@@ -91,7 +93,20 @@ impl Engine {
             let fx = std::mem::take(&mut ctx.fx);
             return self.finish_handle(tx, id, inst, before, fx).await;
         }
-        link.depth = facts.parent.map_or(1, |l| l.depth + 1);
+        // The limits' figures, from the parent's headers; read from the database only
+        // for a start sent by an engine that did not write them.
+        let counted = |h: &str| env.header(h).and_then(|v| v.parse::<u64>().ok());
+        let (depth, children) = match (
+            counted(protocol::CHILD_DEPTH),
+            counted(protocol::CHILDREN_BEFORE),
+        ) {
+            (Some(depth), Some(before)) => (u32::try_from(depth).unwrap_or(u32::MAX), before),
+            _ => {
+                let facts = facts(tx.conn(), link.saga).await?;
+                (facts.parent.map_or(1, |l| l.depth + 1), facts.children)
+            }
+        };
+        link.depth = depth;
         if link.depth > self.max_child_depth {
             let why = format!(
                 "the child saga `{name}` would be {} levels deep; the bound is {} \
@@ -100,7 +115,6 @@ impl Engine {
             );
             return refuse(tx, env, why).await;
         }
-        let children = facts.children;
         if children >= u64::from(self.max_children) {
             let why = format!(
                 "the parent saga has started {children} child sagas; the bound is {} \
@@ -141,8 +155,18 @@ impl Engine {
 
     /// Undoes child `id` at its parent's request (see `Ctx::undo_as_child`); a child
     /// that was never started (its start refused) has nothing to undo.
-    async fn undo_child(&self, tx: &mut Tx, env: &Envelope, id: SagaId) -> Result<Handled> {
-        let Some(mut inst) = persist::load(tx.conn(), id).await? else {
+    async fn undo_child(
+        &self,
+        tx: &mut Tx,
+        env: &Envelope,
+        id: SagaId,
+        loaded: Option<Option<Instance>>,
+    ) -> Result<Handled> {
+        let existing = match loaded {
+            Some(loaded) => loaded,
+            None => persist::load(tx.conn(), id).await?,
+        };
+        let Some(mut inst) = existing else {
             let answer = protocol::reply(env, &StepOutcome::Ok(Value::Null))?;
             tx.enqueue_batch(answer.as_slice()).await?;
             return Ok(Handled::Ignored(format!(
@@ -163,10 +187,9 @@ impl Engine {
     }
 }
 
-/// What a child's start reads, in one statement.
+/// What a child's start reads of its parent, in one statement, when the start lacks
+/// the headers that say it.
 struct Facts {
-    /// The child exists.
-    started: bool,
     /// The parent's own link (`None`: the parent is a saga started on its own, or
     /// gone).
     parent: Option<ParentLink>,
@@ -174,29 +197,24 @@ struct Facts {
     children: u64,
 }
 
-/// [`Facts`] of child `child` of saga `parent`.
-async fn facts(conn: Conn<'_>, child: SagaId, parent: SagaId) -> Result<Facts> {
-    let (started, link, children): (bool, Option<String>, i64) = agentsaga_core::match_conn!(conn,
+/// [`Facts`] of saga `parent`.
+async fn facts(conn: Conn<'_>, parent: SagaId) -> Result<Facts> {
+    let (link, children): (Option<String>, i64) = agentsaga_core::match_conn!(conn,
         sqlite(c) => sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM saga_instances WHERE id = ?1),
-                    (SELECT parent FROM saga_instances WHERE id = ?2),
-                    (SELECT count(*) FROM saga_instances WHERE parent_id = ?2)",
+            "SELECT (SELECT parent FROM saga_instances WHERE id = ?1),
+                    (SELECT count(*) FROM saga_instances WHERE parent_id = ?1)",
         )
-        .bind(child.to_string())
         .bind(parent.to_string())
         .fetch_one(&mut *c)
         .await?,
         postgres(c) => sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM saga_instances WHERE id = $1),
-                    (SELECT parent::text FROM saga_instances WHERE id = $2),
-                    (SELECT count(*) FROM saga_instances WHERE parent_id = $2)",
+            "SELECT (SELECT parent::text FROM saga_instances WHERE id = $1),
+                    (SELECT count(*) FROM saga_instances WHERE parent_id = $1)",
         )
-        .bind(child.as_uuid())
         .bind(parent.as_uuid())
         .fetch_one(&mut *c)
         .await?);
     Ok(Facts {
-        started,
         parent: link.map(|l| serde_json::from_str(&l)).transpose()?,
         children: children.max(0) as u64,
     })

@@ -1,6 +1,7 @@
 //! Advancing a saga: one transaction per event it receives (an answer, a timer, a
 //! dead-letter notice), or an agent's answer applied in the agent's own transaction.
 
+use super::child::child_id;
 use super::*;
 
 impl Engine {
@@ -60,10 +61,53 @@ impl Engine {
         if tx.receive(&env.destination, env.id).await? == Receipt::Duplicate {
             return Ok(Handled::Duplicate);
         }
+        self.handle_received(tx, env, None).await
+    }
+
+    /// The read that the hop of `env`, a message to one of this engine's orchestrator
+    /// destinations, may open with (see
+    /// [`Store::hop_receiving_prefetched`](agentsaga_core::Store::hop_receiving_prefetched)):
+    /// the saga it concerns (for a child saga's start or undo, the child). `None` for
+    /// a message that names no saga.
+    pub fn prefetch_for(&self, env: &Envelope) -> Option<(SagaId, Prefetch)> {
+        let saga = protocol::saga_id(env).ok()?;
+        let saga = match crate::definition::child_of(&env.destination) {
+            Some(_) => child_id(saga, protocol::step_of(env)?),
+            None => saga,
+        };
+        Some((saga, persist::prefetch(saga)?))
+    }
+
+    /// [`handle`](Self::handle) in a hop that recorded `env` in the inbox when it
+    /// opened (a first delivery), with what [`prefetch_for`](Self::prefetch_for) read
+    /// then, if anything: the saga (or child) needs no load of its own. The hop must
+    /// not have written that saga's rows since.
+    ///
+    /// # Errors
+    /// As [`handle`](Self::handle).
+    pub async fn handle_received(
+        &self,
+        tx: &mut Tx,
+        env: &Envelope,
+        read: Option<(SagaId, &Prefetched)>,
+    ) -> Result<Handled> {
+        let loaded = |expected: Option<SagaId>| -> Result<Option<Option<Instance>>> {
+            match (read, expected) {
+                (Some((saga, read)), Some(expected)) if saga == expected => {
+                    persist::prefetched(saga, read)
+                }
+                _ => Ok(None),
+            }
+        };
         if let Some(name) = crate::definition::child_of(&env.destination) {
-            return self.handle_child(tx, env, name).await;
+            let child = protocol::saga_id(env)
+                .ok()
+                .zip(protocol::step_of(env))
+                .map(|(parent, step)| child_id(parent, step));
+            return self.handle_child(tx, env, name, loaded(child)?).await;
         }
-        self.advance(tx, env).await
+        let loaded = loaded(protocol::saga_id(env).ok())?;
+        self.advance_loaded(tx, env, loaded).await
     }
 
     /// Does an orchestrator of this engine consume `destination`?
@@ -129,13 +173,8 @@ impl Engine {
         }
     }
 
-    /// [`handle`](Self::handle) past the inbox: reads the saga, decides, writes.
-    pub(super) async fn advance(&self, tx: &mut Tx, env: &Envelope) -> Result<Handled> {
-        self.advance_loaded(tx, env, None).await
-    }
-
-    /// [`advance`](Self::advance) with the saga already read (`Some(None)`: it does
-    /// not exist), or `None` to load it.
+    /// [`handle`](Self::handle) past the inbox: reads the saga (unless `loaded` has
+    /// it, `Some(None)`: it does not exist), decides, writes.
     pub(super) async fn advance_loaded(
         &self,
         tx: &mut Tx,

@@ -8,6 +8,12 @@ use serde_json::Value;
 pub const STEP: &str = "step";
 /// Header: the step's name (for people reading the outbox).
 pub const STEP_NAME: &str = "step_name";
+/// Header of a child saga's start (a command to `saga.<name>.child`): the depth the
+/// child will have (1: its parent is a saga started on its own).
+pub const CHILD_DEPTH: &str = "child_depth";
+/// Header of a child saga's start: the child steps its parent dispatched before this
+/// one (what the fan-out bound counts).
+pub const CHILDREN_BEFORE: &str = "children_before";
 /// `kind` of a step's command.
 pub const KIND_COMMAND: &str = "command";
 /// `kind` of a compensation command.

@@ -310,6 +310,36 @@ async fn one_child_per_step_and_the_depth_bound(backend: Backend) {
     assert_eq!(all.len(), 2, "the parent and one child: {all:?}");
     assert_eq!(all.iter().filter(|s| s.id == child).count(), 1);
 
+    // A start sent by an engine that wrote no limits' headers (an older one): the
+    // child's depth and its parent's children are read from the database instead, and
+    // the bounds hold. Here its parent is a saga started on its own with one child.
+    let mut bare = starts.borrow()[0].clone();
+    bare.id = agentsaga_core::MessageId::new();
+    bare.headers.remove(protocol::CHILD_DEPTH);
+    bare.headers.remove(protocol::CHILDREN_BEFORE);
+    bare.headers.insert(protocol::STEP.into(), "2".into());
+    for (limits, refused) in [
+        ((1, 2), None),
+        ((0, 2), Some("levels deep")),
+        ((1, 1), Some("the bound is 1")),
+    ] {
+        let engine = w.engine.clone().with_child_limits(limits.0, limits.1);
+        let mut tx = w.store.begin().await.unwrap();
+        let handled = engine.handle(&mut tx, &bare).await.unwrap();
+        tx.rollback().await.unwrap();
+        match refused {
+            None => assert!(
+                matches!(handled, Handled::Advanced { .. }),
+                "{limits:?}: {handled:?}"
+            ),
+            Some(why) => assert!(
+                matches!(&handled, Handled::Ignored(w) if w.contains(why)),
+                "{limits:?}: {handled:?} does not say `{why}`"
+            ),
+        }
+        bare.id = agentsaga_core::MessageId::new();
+    }
+
     // Depth bound 0: no child may start.
     refused_by_the_limits(backend, (0, 64), "levels deep").await;
 }

@@ -84,7 +84,21 @@ impl Ctx<'_> {
         }
         let orchestrator = self.orchestrator();
         let address = self.address(idx, &orchestrator);
-        let msg = address.command(&sd.destination, &command, delay, sd.timeout)?;
+        let mut msg = address.command(&sd.destination, &command, delay, sd.timeout)?;
+        if crate::definition::child_of(&sd.destination).is_some() {
+            // What the child's start checks its limits with, so that it reads nothing
+            // of the parent.
+            let depth = self.inst.parent.as_ref().map_or(0, |l| l.depth) + 1;
+            let before = self
+                .inst
+                .steps
+                .values()
+                .filter(|r| r.idx != idx && crate::definition::child_of(&r.destination).is_some())
+                .count();
+            msg = msg
+                .header(protocol::CHILD_DEPTH, depth.to_string())
+                .header(protocol::CHILDREN_BEFORE, before.to_string());
+        }
         // The step's `timeout` is the agent's to enforce, from when it starts; the
         // orchestrator keeps a timer only for the optional schedule-to-start bound.
         let timer = sd
