@@ -8,6 +8,7 @@ use crate::engine::child_id;
 
 mod held;
 mod plans;
+mod property;
 
 /// The child: two undoable reservations, no pivot.
 fn booking() -> SagaDefinition {
