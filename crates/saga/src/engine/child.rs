@@ -229,21 +229,26 @@ async fn refuse(tx: &mut Tx, env: &Envelope, why: String) -> Result<Handled> {
 }
 
 /// The id of the child saga of `parent`'s step `step`: the same on every process and
-/// every delivery, so that one step has one child. The parent's id with the step mixed
-/// into its random half, marked as a UUIDv8 (so never a v7 id of a saga started on its
-/// own).
+/// every delivery, so that one step has one child. The parent's id with its random half
+/// replaced by a hash of that half and the step, marked as a UUIDv8 (so never a v7 id of
+/// a saga started on its own). The hash is not linear (an XOR of the step into the
+/// parent's bits would give the grandchildren of steps (a, b) and (b, a) one id), so
+/// distinct paths from a root give distinct ids but by a chance of 2^-62.
 pub(crate) fn child_id(parent: SagaId, step: usize) -> SagaId {
-    // SplitMix64's finalizer: distinct steps give unrelated bits.
-    let mut z = (step as u64)
-        .wrapping_add(1)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    // SplitMix64's finalizer: a bijection of 64 bits whose every output bit depends on
+    // every input bit.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
     let mut bytes = *parent.as_uuid().as_bytes();
-    for (b, m) in bytes[8..].iter_mut().zip(z.to_be_bytes()) {
-        *b ^= m;
-    }
+    let (_, low) = bytes.split_at_mut(8);
+    let low: &mut [u8; 8] = low.try_into().expect("a UUID has 16 bytes");
+    let step = mix((step as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    *low = mix(u64::from_be_bytes(*low) ^ step).to_be_bytes();
     bytes[6] = (bytes[6] & 0x0f) | 0x80;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     SagaId::from(uuid::Uuid::from_bytes(bytes))
