@@ -209,6 +209,7 @@ async fn random_trees(backend: Backend, seed: u64, duplicate_rate: f64, cov: &mu
         let root = w.start(&node.name, json!({})).await;
         let mut at = HashMap::new();
         places(&node, root, "r".into(), None, &mut at);
+        assert_eq!(at.len(), count(&node), "two sagas of one tree share an id");
         let mut leaves = Vec::new();
         agent_steps(&node, root, 1, &mut leaves);
         let fail = if rng.u8(0..4) == 0 {
