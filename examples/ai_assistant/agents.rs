@@ -31,12 +31,25 @@ impl Writing {
             Writing::Draft => (
                 "You are the email-writing agent of an executive assistant. Write the body \
                  of a short, friendly email in plain text, without a subject line.",
-                format!(
-                    "Write to {} proposing a meeting on {}. What we know about them: {}",
-                    task.company,
-                    task.slot.as_deref().unwrap_or("a day that suits them"),
-                    task.findings.as_deref().unwrap_or("nothing yet")
-                ),
+                {
+                    let mut user = format!(
+                        "Write to {} proposing a meeting on {}. What we know about them: {}",
+                        task.company,
+                        task.slot.as_deref().unwrap_or("a day that suits them"),
+                        task.findings.as_deref().unwrap_or("nothing yet")
+                    );
+                    let competitors: Vec<&str> = task
+                        .competitors
+                        .iter()
+                        .flatten()
+                        .filter_map(Option::as_deref)
+                        .collect();
+                    if !competitors.is_empty() {
+                        user.push_str(" What we know about their competitors: ");
+                        user.push_str(&competitors.join(" / "));
+                    }
+                    user
+                },
             ),
         }
     }

@@ -23,6 +23,21 @@
 //! `draft_email`, a wait for a person's `approval`, `send_email` (the pivot),
 //! `create_crm_record` (after the pivot, retried until it succeeds).
 //!
+//! The planner may delegate: a plan's stage may be a child saga, `{"name":
+//! "competitor_1", "saga": "competitor_research", "input": {"company": "<a
+//! competitor>"}}`, the one child saga the assistant allows (`child_sagas`). Each is a
+//! `PlannedSaga` of its own (`competitor_research` version 1): its planner (at
+//! `research_planner`) asks the LLM for its plan, which may only send to `research`
+//! and must have a step named `research`; its data, once completed, is the step's
+//! result, and the draft takes its notes as `competitors` (`{"$from":
+//! "/results/competitor_1/results/research/text"}`). A typical delegating plan: the
+//! research in a parallel group with three such children, then the draft. The
+//! children have no pivot, so the plan gives them no undo: a parent that turns back
+//! compensates each child as a whole (a child that completed is compensated too), and
+//! a child that fails fails its step. The assistant allows at most three children per
+//! plan and gives each child stage three step timeouts (its deadline, which bounds
+//! the whole child).
+//!
 //! The plan is data, never code. The model's answer (prose around a fenced JSON block,
 //! or bare JSON) is read with `Plan::from_text` and refused, with the reason, unless it
 //! passes the engine's rules (`SagaDefinition::check_plan`: an undo for every step
@@ -45,7 +60,8 @@
 //! when the saga turned back) the reference gives `null`, and the undo undoes whatever
 //! the saga made there, if anything. Effects live in `assistant_research`,
 //! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
-//! `assistant_crm_records`, one row per saga at most.
+//! `assistant_crm_records`, one row per saga at most (a child saga's plan and
+//! research notes have rows of their own, under the child's id).
 //!
 //! The wait for `approval` parks the saga, holding nothing, until the signal comes:
 //! `--auto-approve` sends it at once; without it the run ends once every saga is
@@ -54,7 +70,7 @@
 //! Request `i` is started with the key `request-<i>`, so a rerun of the same requests
 //! starts nothing new.
 //!
-//! `plan`, `research` and `draft_email` are [`CallingAgent`]s: each asks an
+//! `plan` (both sagas'), `research` and `draft_email` are [`CallingAgent`]s: each asks an
 //! OpenAI-compatible chat-completions endpoint (`POST {base}/chat/completions`,
 //! `Authorization: Bearer {key}`, the step's idempotency key as `Idempotency-Key`, the
 //! answer read from `choices[0].message.content`) with no database transaction held,
@@ -71,7 +87,7 @@
 //! Without an endpoint, the example starts a local stub on 127.0.0.1
 //! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms
 //! (the planner with a plan in a fenced block amid prose, varying from request to
-//! request), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
+//! request: a quarter of them delegate to three children), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
 //! `--seed`, and records every request it receives in `assistant_llm_calls
 //! (idempotency_key, saga_id, step, answer, at)`. The database agents fail with
 //! probability `--fail-rate` too (rate limits, no free slot), whichever endpoint is
@@ -168,6 +184,10 @@ struct Task {
     /// Who approved the email (for the CRM record).
     #[serde(default)]
     approved_by: Option<String>,
+    /// The notes on the company's competitors, from the child sagas that researched
+    /// them (for the draft); `null` for one whose reference found nothing.
+    #[serde(default)]
+    competitors: Option<Vec<Option<String>>>,
 }
 
 /// What an agent made: its text, and for an effect that can be undone, the id of its
@@ -260,16 +280,37 @@ const DDL: &[&str] = &[
 ];
 
 /// The saga: the planner's step, then whatever plan it returned, sending only to the
-/// assistant's agents.
-fn definition(timeout: Duration) -> anyhow::Result<SagaDefinition> {
+/// assistant's agents, and starting only `competitor_research` (see
+/// [`competitor_research`]) as a child saga.
+fn definition(timeout: Duration, research: &SagaDefinition) -> anyhow::Result<SagaDefinition> {
     let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
     Ok(PlannedSaga::builder("ai_assistant", 2)
         .destinations(AGENTS)
+        .child_sagas([research])
         // The plan's steps retry like the planner's; their timeouts the planner sets.
         .retry(retry)
         // Its command is the request; its reply, the plan. Asking changes nothing.
         .planner(
             Step::<Value>::new(PLAN_STEP, PLANNER)
+                .command(|data: &Value| data["input"].clone())
+                .retry(retry)
+                .timeout(timeout)
+                .nothing_to_undo(),
+        )
+        .build()?)
+}
+
+/// A competitor's research, which an assistant's plan may delegate (a child saga): its
+/// own planner's step (at [`RESEARCH_PLANNER`]), then the plan it returned, sending
+/// only to the research agent (nothing to undo, no pivot: the parent undoes it as a
+/// whole).
+fn competitor_research(timeout: Duration) -> anyhow::Result<SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
+    Ok(PlannedSaga::builder(COMPETITOR_RESEARCH, 1)
+        .destinations([RESEARCH])
+        .retry(retry)
+        .planner(
+            Step::<Value>::new(PLAN_STEP, RESEARCH_PLANNER)
                 .command(|data: &Value| data["input"].clone())
                 .retry(retry)
                 .timeout(timeout)
@@ -354,15 +395,23 @@ async fn main() -> anyhow::Result<()> {
         stub.is_some(),
     )?);
 
-    let saga = definition(step_timeout)?;
+    let research = competitor_research(step_timeout)?;
+    let saga = definition(step_timeout, &research)?;
     let mut builder = Runtime::builder()
         .store(store)
         .saga(saga.clone())
-        .calling_agent(Planner {
+        .saga(research.clone());
+    for (planning, saga) in [
+        (Planning::Assistant, saga),
+        (Planning::Competitor, research),
+    ] {
+        builder = builder.calling_agent(Planner {
+            planning,
             llm: Arc::clone(&llm),
             saga: Arc::new(saga),
             step_timeout,
         });
+    }
     for writing in [Writing::Research, Writing::Draft] {
         builder = builder.calling_agent(LlmAgent {
             writing,

@@ -17,14 +17,19 @@
 //!   answered, like a chat model would, with a plan for the example's agents: a few
 //!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. The plan
 //!   depends on the seed and the idempotency key alone (the same for a retried
-//!   request): a third of them reserve no calendar slot, a third research and reserve
-//!   the slot in parallel, the rest do both one after the other.
+//!   request): a quarter of them reserve no calendar slot, a quarter research and
+//!   reserve the slot in parallel, a quarter do both one after the other, and the rest
+//!   delegate: the research runs in a parallel group with three child
+//!   `competitor_research` sagas (`competitor_1..3`, for "<company> rival 1..3", the
+//!   company read from the request), whose notes the draft takes as `competitors`.
+//!   A competitor's research's planner (its system prompt starts with
+//!   [`RESEARCH_PLANNER_ROLE`]) gets a one-step plan: `research`.
 //! - The other modes are for tests (hidden flag `--llm-stub-mode`), applied to every
 //!   request or, given [`Config::only_step`] (`--llm-stub-step`), to those of one saga
 //!   step: [`Mode::Fail`] answers 503 at once, [`Mode::Hang`] never answers,
 //!   [`Mode::BadShape`] answers 200 with JSON that is not a chat completion,
 //!   [`Mode::BadRequest`] answers 400. [`Mode::BadPlan`] and [`Mode::NoPlan`] change
-//!   the planner's answers only (the others are normal, without injected failures for
+//!   the planners' answers only (the others are normal, without injected failures for
 //!   the planner): a plan with a step for an agent the example does not have, or
 //!   prose with no plan in it.
 //!
@@ -55,7 +60,7 @@ use serde_json::{Value, json};
 #[path = "llm_stub_answers.rs"]
 mod answers;
 
-use answers::{NO_PLAN, compose, plan};
+use answers::{NO_PLAN, compose, plan, research_plan};
 
 /// The bearer token the stub accepts.
 pub const API_KEY: &str = "agentsaga-local-stub";
@@ -66,6 +71,9 @@ pub const STEP_HEADER: &str = "x-agentsaga-step";
 /// How the system prompt of a planner's request starts: the stub answers those with a
 /// plan.
 pub const PLANNER_ROLE: &str = "You are the planning agent of an executive assistant.";
+/// How the system prompt of a competitor's research planner's request starts: the stub
+/// answers those with a research plan.
+pub const RESEARCH_PLANNER_ROLE: &str = "You are the planning agent of a research team.";
 /// The table of the requests the stub received (portable DDL).
 pub const CALLS_DDL: &str = "CREATE TABLE IF NOT EXISTS assistant_llm_calls (idempotency_key TEXT NOT NULL, saga_id TEXT NOT NULL, step TEXT NOT NULL, answer TEXT NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)";
 const CALLS_INSERT: &str = "INSERT INTO assistant_llm_calls (idempotency_key, saga_id, step, answer) VALUES ($1, $2, $3, $4)";
@@ -175,6 +183,15 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// Who asks for a plan.
+#[derive(Clone, Copy)]
+enum Planner {
+    /// The assistant's planner ([`PLANNER_ROLE`]).
+    Assistant,
+    /// A competitor's research's planner ([`RESEARCH_PLANNER_ROLE`]).
+    Research,
+}
+
 /// What the stub decided to answer.
 enum Answer {
     Completion { content: Content, delay: Duration },
@@ -275,12 +292,19 @@ async fn chat_completions(
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_owned();
-    let planner = messages.iter().any(|m| {
-        m["role"] == "system"
-            && m["content"]
-                .as_str()
-                .is_some_and(|c| c.starts_with(PLANNER_ROLE))
-    });
+    // Which planner asks, if one does: the assistant's, or a competitor's research's.
+    let system = messages
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let planner = if system.starts_with(PLANNER_ROLE) {
+        Some(Planner::Assistant)
+    } else if system.starts_with(RESEARCH_PLANNER_ROLE) {
+        Some(Planner::Research)
+    } else {
+        None
+    };
     let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
     let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
 
@@ -299,11 +323,11 @@ async fn chat_completions(
         Mode::Hang => Answer::Hang,
         Mode::BadShape => Answer::BadShape,
         Mode::BadRequest => Answer::BadRequest,
-        Mode::BadPlan if planner => Answer::Completion {
+        Mode::BadPlan if planner.is_some() => Answer::Completion {
             content: Content::BadPlan,
             delay,
         },
-        Mode::NoPlan if planner => Answer::Completion {
+        Mode::NoPlan if planner.is_some() => Answer::Completion {
             content: Content::NoPlan,
             delay,
         },
@@ -364,9 +388,12 @@ async fn chat_completions(
             tokio::time::sleep(delay).await;
             let text = match content {
                 Content::Refusal => None,
-                Content::Answer if planner => Some(plan(config.seed, &key, false)),
-                Content::Answer => Some(compose(config.seed, &key, &prompt)),
-                Content::BadPlan => Some(plan(config.seed, &key, true)),
+                Content::Answer => Some(match planner {
+                    Some(Planner::Assistant) => plan(config.seed, &key, &prompt, false),
+                    Some(Planner::Research) => research_plan(),
+                    None => compose(config.seed, &key, &prompt),
+                }),
+                Content::BadPlan => Some(plan(config.seed, &key, &prompt, true)),
                 Content::NoPlan => Some(NO_PLAN.to_owned()),
             };
             let message = match text {

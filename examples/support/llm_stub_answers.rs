@@ -24,9 +24,13 @@ pub(super) const NO_PLAN: &str = "Happy to help! First I would look into the com
                        time in your calendar, write a short email proposing the meeting, \
                        and send it once you have read it. Shall I go ahead?";
 
+/// How many competitors a delegating plan researches, each in a child saga.
+const COMPETITORS: usize = 3;
+
 /// The planner's answer: a plan for the example's agents (see the module doc), in a
 /// fenced block amid prose; with `bad`, with a step for an agent the example lacks.
-pub(super) fn plan(seed: u64, key: &str, bad: bool) -> String {
+/// `prompt` is the request, which names the company (between the first quotes).
+pub(super) fn plan(seed: u64, key: &str, prompt: &str, bad: bool) -> String {
     let company = json!({ "$from": "/input/company" });
     let undo = |destination: &str, step: &str| {
         json!({
@@ -46,20 +50,37 @@ pub(super) fn plan(seed: u64, key: &str, bad: bool) -> String {
         "command": { "op": "do", "company": company },
         "compensate": undo("calendar", "reserve_calendar_slot")
     });
-    // Which plan: no slot, the slot beside the research, or after it.
-    let shape = (unit(seed, key, 0, "plan") * 3.0) as u8;
+    // Which plan: no slot, the slot beside the research, or after it, or no slot and
+    // the research beside three child sagas, each researching a competitor.
+    let shape = (unit(seed, key, 0, "plan") * 4.0) as u8;
     let mut draft = json!({
         "op": "do",
         "company": company,
         "findings": { "$from": "/results/research/text" }
     });
-    if shape != 0 {
+    if shape == 1 || shape == 2 {
         draft["slot"] = json!({ "$from": "/results/reserve_calendar_slot/text" });
     }
     let mut steps = match shape {
         0 => vec![research],
         1 => vec![json!({ "parallel": [research, slot] })],
-        _ => vec![research, slot],
+        2 => vec![research, slot],
+        _ => {
+            let name = prompt.split('"').nth(1).unwrap_or("the company");
+            let mut group = vec![research];
+            let mut notes = Vec::new();
+            for n in 1..=COMPETITORS {
+                let step = format!("competitor_{n}");
+                notes.push(json!({ "$from": format!("/results/{step}/results/research/text") }));
+                group.push(json!({
+                    "name": step,
+                    "saga": "competitor_research",
+                    "input": { "company": format!("{name} rival {n}") }
+                }));
+            }
+            draft["competitors"] = json!(notes);
+            vec![json!({ "parallel": group })]
+        }
     };
     steps.extend([
         json!({
@@ -104,10 +125,27 @@ pub(super) fn plan(seed: u64, key: &str, bad: bool) -> String {
     let opening = match shape {
         0 => "Here is a plan. I left the calendar out: the email can suggest a time instead.",
         1 => "Here is a plan: the research and the calendar slot can happen at the same time.",
-        _ => "Sure! Here is the plan, step by step.",
+        2 => "Sure! Here is the plan, step by step.",
+        _ => {
+            "Here is a plan: I research the company while three of its competitors are \
+              researched on their own, and the email can draw on all of it."
+        }
     };
     format!(
         "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
          goes out; if anything fails before then, what was reserved or drafted is undone."
     )
+}
+
+/// The answer of a competitor's research's planner: one step, `research`, in a fenced
+/// block amid prose.
+pub(super) fn research_plan() -> String {
+    let plan = json!({ "steps": [{
+        "name": "research",
+        "destination": "research",
+        "command": { "op": "do", "company": { "$from": "/input/company" } },
+        "nothing_to_undo": true
+    }]});
+    let plan = serde_json::to_string_pretty(&plan).expect("JSON");
+    format!("One look at the company will do.\n\n```json\n{plan}\n```\n")
 }

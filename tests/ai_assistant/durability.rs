@@ -74,9 +74,11 @@ async fn approvals_and_reruns(backend: Backend) {
     // The same six requests again: nothing new starts; the approved one finishes.
     let out = assistant_unapproved(&url, &["--sagas", "6", "--fail-rate", "0", "--seed", "3"]);
     assert!(out.contains("waiting for a signal   : 5"), "{out}");
-    let all = query::list(&store, &query::ListFilter::default())
-        .await
-        .unwrap();
+    let assistants = query::ListFilter {
+        name: Some(ASSISTANT.into()),
+        ..query::ListFilter::default()
+    };
+    let all = query::list(&store, &assistants).await.unwrap();
     assert_eq!(all.len(), 6, "a rerun starts nothing new");
     assert!(
         all.iter()

@@ -11,6 +11,22 @@ fn with_slot(plans: &HashMap<String, Vec<String>>) -> usize {
         .count()
 }
 
+/// The keys of the requests made for the assistant's sagas (not for their children,
+/// which a parent turning back may stop at any point).
+async fn parents_keys(store: &Store, calls: &[Call]) -> usize {
+    let parents: HashSet<String> = assistant_sagas(store)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let keys: HashSet<&str> = calls
+        .iter()
+        .filter(|c| parents.contains(&c.saga))
+        .map(|c| c.key.as_str())
+        .collect();
+    keys.len()
+}
+
 /// An auto-approving run of `sagas` sagas (no business failures, seed `seed`) whose LLM
 /// stub misbehaves (`mode`) on the step `step`; `extra` arguments after those.
 async fn misbehaving(
@@ -42,13 +58,26 @@ async fn happy_path(backend: Backend) {
     assistant(&url, &["--sagas", "30", "--fail-rate", "0", "--seed", "1"]);
     let store = Store::connect(&url).await.unwrap();
     assert_eq!(check_effects(&store).await, (30, 0));
+    // The planner's plans vary: some reserve a calendar slot, some do not, some
+    // delegate three competitors' research to child sagas (each with its own plan).
+    let plans = plans(&store).await;
+    let Children {
+        parents: delegating,
+        children,
+        ..
+    } = check_children(&store, &plans).await;
+    assert!(0 < delegating && delegating < 30, "{plans:?}");
+    assert_eq!(children, 3 * delegating);
+    assert_eq!(plans.len(), 30 + children);
     assert_eq!(
         support::statuses(&store, "assistant_research").await.len(),
-        30
+        30 + children
     );
-    // The planner's plans vary: some reserve a calendar slot, some do not.
-    let plans = plans(&store).await;
-    assert_eq!(plans.len(), 30);
+    let parents: HashSet<String> = assistant_sagas(&store)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let with_slot = with_slot(&plans);
     assert!(0 < with_slot && with_slot < 30, "{plans:?}");
     assert_eq!(
@@ -57,13 +86,26 @@ async fn happy_path(backend: Backend) {
             .len(),
         with_slot
     );
-    // Three LLM steps per saga (the planner's, the research, the draft), one key each.
+    // Three LLM steps per saga (the planner's, the research, the draft), two per child
+    // (its planner's, its research), one key each.
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 90, "{calls:?}");
+    assert_eq!(requests.len(), 90 + 2 * children, "{calls:?}");
     let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
     assert_eq!(steps, HashSet::from(["plan", "research", "draft_email"]));
+    let of_children: HashSet<&str> = calls
+        .iter()
+        .filter(|c| !parents.contains(&c.saga))
+        .map(|c| c.step.as_str())
+        .collect();
+    assert_eq!(of_children, HashSet::from(["plan", "research"]));
     assert!(calls.iter().all(|c| c.answer == "200"), "{calls:?}");
+    // Every plan that delegates started its children.
+    let delegated = plans
+        .iter()
+        .filter(|(id, p)| parents.contains(*id) && p.iter().any(|s| s == "competitor_1"))
+        .count();
+    assert_eq!(delegated, delegating);
 }
 both_backends!(happy_path_tests, happy_path);
 
@@ -113,6 +155,10 @@ async fn failing_llm_compensates(backend: Backend) {
     .await;
     // Each slot a plan reserved was cancelled, with the id its reservation returned.
     let plans = plans(&store).await;
+    // A delegating saga's children completed before the draft; each was compensated.
+    let children = check_children(&store, &plans).await;
+    assert!(children.parents > 0, "no plan delegated: {plans:?}");
+    assert_eq!(children.undone_completed, children.children, "{children:?}");
     let slots = support::statuses(&store, "assistant_calendar_slots").await;
     assert_eq!(slots.len(), with_slot(&plans));
     assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
@@ -141,7 +187,18 @@ async fn hanging_llm_compensates(backend: Backend) {
     let store = misbehaving(&url, "8", "3", ("hang", "research"), &timeout).await;
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(check_effects(&store).await, (0, 8));
-    all_compensated(&store, 8, &["research", "timed out"]).await;
+    // Each saga turned back on its research timing out, or, one that delegated, on a
+    // child whose research hung too (the child stage's deadline bounds the child).
+    let plans = plans(&store).await;
+    let outcomes = outcomes(&store).await;
+    assert_eq!(outcomes.len(), 8);
+    for (id, state, error) in &outcomes {
+        assert_eq!(*state, SagaState::Compensated, "saga {id}: {error}");
+        let delegates = plans.get(id).is_some_and(|p| planned_children(p) > 0);
+        let research = error.contains("research") && error.contains("timed out");
+        let child = delegates && error.contains("the child saga `competitor_research`");
+        assert!(research || child, "saga {id}: {error}");
+    }
     assert!(
         support::statuses(&store, "assistant_research")
             .await
@@ -170,7 +227,11 @@ async fn wrong_shape_is_fatal(backend: Backend) {
     .await;
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 12, "the planner's and the research's");
+    assert_eq!(
+        parents_keys(&store, &calls).await,
+        12,
+        "the planner's and the research's"
+    );
     assert!(
         requests.values().all(|n| *n == 1),
         "a fatal reply was retried"
@@ -189,7 +250,7 @@ async fn client_error_is_fatal(backend: Backend) {
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
     assert_eq!(
-        requests.len(),
+        parents_keys(&store, &calls).await,
         18,
         "the planner's, the research's and the draft's"
     );

@@ -4,7 +4,8 @@
 //! modes (503, no answer, a reply of the wrong shape, 400, an invalid plan, no plan).
 //! Every request the stub receives is in `assistant_llm_calls`, which tells which
 //! idempotency keys were used for which saga step; the plan each saga ran is in
-//! `assistant_plans`.
+//! `assistant_plans`. Some plans delegate competitors' research to child
+//! `competitor_research` sagas, each with its own plan (in `assistant_plans` too).
 
 mod durability;
 mod llm;
@@ -17,7 +18,13 @@ use std::time::Duration;
 
 use agentsaga::core::testing::{Backend, fresh_url, wait_until};
 use agentsaga::core::{Store, both_backends};
-use agentsaga::saga::{Engine, SagaId, SagaState, Signal, query};
+use agentsaga::saga::{
+    CompensationState, Engine, SagaId, SagaState, Signal, StepState, child_destination, query,
+};
+
+/// The assistant's saga, and the child saga its plans may delegate to.
+pub(crate) const ASSISTANT: &str = "ai_assistant";
+pub(crate) const CHILD: &str = "competitor_research";
 
 /// The undoable effect every plan has; the calendar slot, which only some plans
 /// reserve, is checked against the plan ([`check_effects`]).
@@ -111,18 +118,19 @@ pub(crate) async fn steps_run(store: &Store, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// The effects match each saga's outcome and plan: `support::check_invariants` for
-/// the effects of the steps every plan has (the draft, the email, the CRM record;
-/// every saga terminal, the outbox drained), and, per saga, the calendar slot if its
-/// plan reserved one and none if it did not. A completed saga ran the planner's step
-/// and then exactly the steps of its plan, its research done. Returns (completed,
-/// compensated).
+/// The effects match each saga's outcome and plan: `support::check_invariants_of` the
+/// assistant's sagas for the effects of the steps every plan has (the draft, the
+/// email, the CRM record; every saga terminal, the outbox drained), and, per saga, the
+/// calendar slot if its plan reserved one and none if it did not. A completed saga ran
+/// the planner's step and then exactly the steps of its plan, its research done.
+/// The child sagas ([`check_children`]) too. Returns (completed, compensated) of the
+/// assistant's sagas.
 pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
-    let counts = support::check_invariants(store, UNDOABLE, FORWARD).await;
+    let counts = support::check_invariants_of(store, Some(ASSISTANT), UNDOABLE, FORWARD).await;
     let plans = plans(store).await;
     let slots = support::statuses(store, "assistant_calendar_slots").await;
     let research = support::statuses(store, "assistant_research").await;
-    for (id, state) in support::sagas(store).await {
+    for (id, state) in assistant_sagas(store).await {
         let plan = plans.get(&id);
         let with_slot = plan.is_some_and(|p| p.iter().any(|s| s == "reserve_calendar_slot"));
         let slot = slots.get(&id).map(String::as_str);
@@ -141,9 +149,130 @@ pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
             }
         }
     }
+    check_children(store, &plans).await;
     counts
 }
 
+/// The assistant's sagas (not their children), with their states.
+pub(crate) async fn assistant_sagas(store: &Store) -> Vec<(String, SagaState)> {
+    support::all_sagas(store)
+        .await
+        .into_iter()
+        .filter(|s| s.name == ASSISTANT)
+        .map(|s| (s.id.to_string(), s.state))
+        .collect()
+}
+
+/// The planned steps of a plan that are child sagas (the stub names them
+/// `competitor_<n>`).
+pub(crate) fn planned_children(plan: &[String]) -> usize {
+    plan.iter().filter(|s| s.starts_with("competitor_")).count()
+}
+
+/// The child sagas: each a `competitor_research` of an assistant's saga, started only
+/// by a plan that delegates, and terminal. A completed parent's children all
+/// completed, one per child stage of its plan, each having run its own plan (its
+/// planner's step, then `research`, done); a compensated parent's children are all
+/// compensated, those that had completed included (the parent's step of such a
+/// child succeeded, and its compensation is done). Returns what it counted.
+pub(crate) async fn check_children(
+    store: &Store,
+    plans: &HashMap<String, Vec<String>>,
+) -> Children {
+    let all = support::all_sagas(store).await;
+    let parents: HashMap<String, SagaState> = all
+        .iter()
+        .filter(|s| s.name == ASSISTANT)
+        .map(|s| (s.id.to_string(), s.state))
+        .collect();
+    let research = support::statuses(store, "assistant_research").await;
+    let mut by_parent: HashMap<String, Vec<(String, SagaState)>> = HashMap::new();
+    for s in &all {
+        assert!(
+            s.name == ASSISTANT || s.name == CHILD,
+            "unknown saga {}: {}",
+            s.id,
+            s.name
+        );
+        if s.name == ASSISTANT {
+            assert_eq!(s.parent_id, None, "saga {} is a child", s.id);
+            continue;
+        }
+        let parent = s
+            .parent_id
+            .unwrap_or_else(|| panic!("child saga {} has no parent", s.id))
+            .to_string();
+        assert!(parents.contains_key(&parent), "child {} of {parent}", s.id);
+        let id = s.id.to_string();
+        match s.state {
+            SagaState::Completed => {
+                let plan = plans
+                    .get(&id)
+                    .unwrap_or_else(|| panic!("child {id}: no plan"));
+                assert_eq!(plan, &["research"], "child {id}");
+                assert_eq!(steps_run(store, &id).await, ["plan", "research"]);
+                assert_eq!(research.get(&id).map(String::as_str), Some("done"));
+            }
+            SagaState::Compensated => {}
+            other => panic!("child saga {id} is {other}, not terminal"),
+        }
+        by_parent.entry(parent).or_default().push((id, s.state));
+    }
+    // The same, as the table has it: the children are the rows with a parent.
+    let sql = "SELECT CAST(id AS TEXT), CAST(parent_id AS TEXT) FROM saga_instances \
+               WHERE parent_id IS NOT NULL AND name = 'competitor_research'";
+    let rows: Vec<(String, String)> = text_rows(store, sql).await;
+    assert_eq!(rows.len(), by_parent.values().map(Vec::len).sum::<usize>());
+    let mut undone_completed = 0;
+    for (parent, state) in &parents {
+        let children = by_parent.get(parent).map(Vec::as_slice).unwrap_or_default();
+        let planned = plans.get(parent).map_or(0, |p| planned_children(p));
+        assert!(children.len() <= planned, "saga {parent}: {children:?}");
+        match state {
+            SagaState::Completed => {
+                assert_eq!(children.len(), planned, "saga {parent}: {children:?}");
+                assert!(
+                    children.iter().all(|(_, s)| *s == SagaState::Completed),
+                    "completed saga {parent}: {children:?}"
+                );
+            }
+            _ => {
+                assert!(
+                    children.iter().all(|(_, s)| *s == SagaState::Compensated),
+                    "compensated saga {parent}: {children:?}"
+                );
+                let id = parent.parse().unwrap();
+                for step in query::steps(store, id).await.unwrap() {
+                    let child = step.destination == child_destination(CHILD);
+                    if child && step.state == StepState::Succeeded {
+                        assert_eq!(
+                            step.compensation_state,
+                            Some(CompensationState::Done),
+                            "compensated saga {parent}: {step:?}"
+                        );
+                        undone_completed += 1;
+                    }
+                }
+            }
+        }
+    }
+    Children {
+        parents: by_parent.len(),
+        children: rows.len(),
+        undone_completed,
+    }
+}
+
+/// What [`check_children`] counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Children {
+    /// The assistant's sagas that started children.
+    pub(crate) parents: usize,
+    /// The children.
+    pub(crate) children: usize,
+    /// The children that completed, then were compensated with their parent.
+    pub(crate) undone_completed: usize,
+}
 /// Each idempotency key the stub saw belongs to exactly one (saga, step) pair, and
 /// each pair used one key. Returns the number of requests per key.
 pub(crate) fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
@@ -165,10 +294,11 @@ pub(crate) fn check_keys(calls: &[Call]) -> HashMap<&str, usize> {
     requests
 }
 
-/// Every saga with its state and error.
+/// Every assistant's saga (not the children) with its state and error.
 pub(crate) async fn outcomes(store: &Store) -> Vec<(String, SagaState, String)> {
     let list = support::all_sagas(store).await;
     list.into_iter()
+        .filter(|s| s.name == ASSISTANT)
         .map(|s| (s.id.to_string(), s.state, s.error.unwrap_or_default()))
         .collect()
 }
