@@ -60,7 +60,7 @@ use serde_json::{Value, json};
 #[path = "llm_stub_answers.rs"]
 mod answers;
 
-use answers::{NO_PLAN, compose, plan, research_plan};
+use answers::{NO_PLAN, Planner, compose, plan, research_plan};
 
 /// The bearer token the stub accepts.
 pub const API_KEY: &str = "agentsaga-local-stub";
@@ -183,15 +183,6 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Who asks for a plan.
-#[derive(Clone, Copy)]
-enum Planner {
-    /// The assistant's planner ([`PLANNER_ROLE`]).
-    Assistant,
-    /// A competitor's research's planner ([`RESEARCH_PLANNER_ROLE`]).
-    Research,
-}
-
 /// What the stub decided to answer.
 enum Answer {
     Completion { content: Content, delay: Duration },
@@ -292,19 +283,7 @@ async fn chat_completions(
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_owned();
-    // Which planner asks, if one does: the assistant's, or a competitor's research's.
-    let system = messages
-        .iter()
-        .find(|m| m["role"] == "system")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default();
-    let planner = if system.starts_with(PLANNER_ROLE) {
-        Some(Planner::Assistant)
-    } else if system.starts_with(RESEARCH_PLANNER_ROLE) {
-        Some(Planner::Research)
-    } else {
-        None
-    };
+    let planner = Planner::of(messages);
     let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
     let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
 

@@ -149,3 +149,31 @@ pub(super) fn research_plan() -> String {
     let plan = serde_json::to_string_pretty(&plan).expect("JSON");
     format!("One look at the company will do.\n\n```json\n{plan}\n```\n")
 }
+
+/// Who asks for a plan.
+#[derive(Clone, Copy)]
+pub(super) enum Planner {
+    /// The assistant's planner ([`PLANNER_ROLE`]).
+    Assistant,
+    /// A competitor's research's planner ([`RESEARCH_PLANNER_ROLE`]).
+    Research,
+}
+
+impl Planner {
+    /// Which planner asks in a chat's `messages`, by how its system prompt starts, if
+    /// one does.
+    pub(super) fn of(messages: &[Value]) -> Option<Planner> {
+        let system = messages
+            .iter()
+            .find(|m| m["role"] == "system")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        if system.starts_with(PLANNER_ROLE) {
+            Some(Planner::Assistant)
+        } else if system.starts_with(RESEARCH_PLANNER_ROLE) {
+            Some(Planner::Research)
+        } else {
+            None
+        }
+    }
+}
