@@ -72,15 +72,17 @@ impl SagaDefinition {
     }
 
     /// Checks `plan` as a start of this planned saga (or its planner's reply) would:
-    /// the typed builder's rules and the destinations the saga allows. A planner agent
-    /// may call it to refuse a plan itself, with the reason.
+    /// the typed builder's rules, the destinations the saga allows and its guardrails
+    /// ([`PlannedBuilder::max_steps`](crate::PlannedBuilder::max_steps); a plan that
+    /// would pre-empt [`approve_before`](crate::PlannedBuilder::approve_before)'s
+    /// waits). A planner agent may call it to refuse a plan itself, with the reason.
     ///
     /// # Errors
     /// [`Error::InvalidPlan`] saying what is wrong; [`Error::InvalidDefinition`] if
     /// this saga is not planned.
     pub fn check_plan(&self, plan: &crate::Plan) -> Result<()> {
         match &self.planned {
-            Some(p) => p.catalog.validate(plan),
+            Some(p) => p.catalog.accept(plan.clone()).map(drop),
             None => Err(Error::InvalidDefinition(format!(
                 "saga `{}` is not planned: its steps are fixed",
                 self.name
@@ -128,6 +130,8 @@ impl SagaDefinition {
         self.stages
             .iter()
             .flatten()
+            // An inserted approval wait registers its signal when it is dispatched.
+            .filter(|s| s.approves.is_none())
             .filter_map(|s| {
                 s.wait.as_ref().map(|name| DeclaredWait {
                     name: name.clone(),

@@ -296,8 +296,8 @@ impl Engine {
                  (PlanStart, {{\"plan\": …, \"input\": …}}): {e}"
             ))
         })?;
-        planned.catalog.validate(&start.plan)?;
-        crate::plan::initial_data(start.input, Some(&start.plan))
+        let plan = planned.catalog.accept(start.plan)?;
+        crate::plan::initial_data(start.input, Some(&plan))
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Plan {
 /// One stage of a [`Plan`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
+// A plan holds a few dozen stages at most (`MAX_PLAN_STEPS`), made from JSON: boxing
+// its steps would change the public variant for no measurable gain.
+#[allow(clippy::large_enum_variant)]
 pub enum PlanStage {
     /// A step on its own.
     Step(PlanStep),
@@ -132,6 +135,13 @@ pub struct PlanStep {
     /// saga's, [`PlannedBuilder::retry`](crate::PlannedBuilder::retry)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
+    /// Set by the engine, never by a plan: on the approval wait it inserts before a
+    /// command to a destination that needs a person's approval
+    /// ([`PlannedBuilder::approve_before`](crate::PlannedBuilder::approve_before)),
+    /// the name of the step whose command the wait approves. A plan that sets it is
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approves: Option<String>,
 }
 
 /// A compensation in a [`Plan`]: where it goes and its payload.
@@ -169,6 +179,7 @@ impl PlanStep {
             pivot: false,
             timeout_ms: None,
             max_attempts: None,
+            approves: None,
         }
     }
 

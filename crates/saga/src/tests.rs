@@ -16,6 +16,7 @@ use crate::{
 
 mod children;
 mod compensations;
+mod guardrails;
 mod lifecycle;
 mod property;
 mod timers;

@@ -51,6 +51,8 @@ impl PlannedSaga {
             deadline: None,
             retry: RetryPolicy::default(),
             timeout: None,
+            max_steps: None,
+            approve_before: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -67,6 +69,8 @@ pub struct PlannedBuilder {
     deadline: Option<Duration>,
     retry: RetryPolicy,
     timeout: Option<Duration>,
+    max_steps: Option<usize>,
+    approve_before: std::collections::BTreeSet<String>,
 }
 
 impl PlannedBuilder {
@@ -131,6 +135,53 @@ impl PlannedBuilder {
         self
     }
 
+    /// The most steps a plan of this saga may have: every step of every stage, waits,
+    /// parallel members and child-saga stages included (the approval waits the engine
+    /// inserts for [`approve_before`](Self::approve_before) are not counted: the plan
+    /// as written is). A plan with more, given at start or returned by the planner, is
+    /// refused like any invalid plan, [`Error::InvalidPlan`] (a planner's reply fails
+    /// the planner step, fatally), with the reason `the plan has 12 steps; this saga
+    /// allows at most 10 (PlannedBuilder::max_steps)`. Never above
+    /// [`MAX_PLAN_STEPS`](crate::plan::MAX_PLAN_STEPS), which holds for every plan.
+    pub fn max_steps(mut self, n: usize) -> Self {
+        self.max_steps = Some(n);
+        self
+    }
+
+    /// Destinations (of [`destinations`](Self::destinations)) whose commands need a
+    /// person's approval. Whatever a plan says (given at start or by the planner),
+    /// before each of its command steps to one of them the engine runs an approval
+    /// wait ([`Step::approval`]: its signal is taken only from a person, never from an
+    /// agent's tools) named `approve.<step>` and waiting for the signal
+    /// `approve.<step>`; for a parallel group, one such wait per member to such a
+    /// destination, together in a stage just before the group. The plan as stored (at
+    /// `/plan` in the saga data) has them, each marked `"approves": "<step>"`.
+    ///
+    /// When the saga reaches the wait, the command the step will send (its `$from`
+    /// references resolved) is recorded at `/results/approve.<step>` as
+    /// `{"step", "destination", "command"}`, where `agentsaga sagas show` and the
+    /// console show it; only then can the signal be sent (before, it is refused: the
+    /// saga does not wait for it yet). Approved, the payload joins the record as
+    /// `approved` and the step sends exactly the recorded command; rejected or timed
+    /// out (the wait's timeout is [`step_timeout`](Self::step_timeout)'s), the wait
+    /// fails as any wait does: before the pivot the saga compensates, at or after it
+    /// it is stuck for an operator. Compensations to these destinations are not held
+    /// (undoing is not a new decision), nor are child-saga stages.
+    ///
+    /// A plan cannot get around it: one that names a step or a signal starting
+    /// `approve.` is refused (`step `approve.book`: names starting `approve.` are the
+    /// approval waits this saga inserts …`), and so is one that sets `approves`
+    /// itself. A step whose wait's name would be over
+    /// [`MAX_PLAN_NAME_BYTES`](crate::plan::MAX_PLAN_NAME_BYTES) is refused too.
+    pub fn approve_before<S: Into<String>>(
+        mut self,
+        destinations: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.approve_before
+            .extend(destinations.into_iter().map(Into::into));
+        self
+    }
+
     /// The whole saga's deadline, as [`SagaBuilder::deadline`](super::SagaBuilder::deadline).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
@@ -140,10 +191,30 @@ impl PlannedBuilder {
     /// The definition, ready to register.
     ///
     /// # Errors
-    /// [`Error::InvalidDefinition`] for an empty name or no destinations.
+    /// [`Error::InvalidDefinition`] for an empty name or no destinations, a
+    /// [`max_steps`](Self::max_steps) of 0, or an
+    /// [`approve_before`](Self::approve_before) destination not among its
+    /// [`destinations`](Self::destinations).
     pub fn build(self) -> Result<SagaDefinition> {
         if self.name.trim().is_empty() {
             return Err(Error::InvalidDefinition("the saga name is empty".into()));
+        }
+        if self.max_steps == Some(0) {
+            return Err(Error::InvalidDefinition(format!(
+                "planned saga `{}`: max_steps(0) allows no plan at all",
+                self.name
+            )));
+        }
+        if let Some(d) = self
+            .approve_before
+            .iter()
+            .find(|d| !self.destinations.contains(*d))
+        {
+            return Err(Error::InvalidDefinition(format!(
+                "planned saga `{}`: approve_before names `{d}`, which is not among its \
+                 destinations",
+                self.name
+            )));
         }
         if (self.destinations.is_empty() && self.sagas.is_empty())
             || self.destinations.iter().any(|d| d.trim().is_empty())
@@ -160,6 +231,8 @@ impl PlannedBuilder {
             planner_name: self.planner.as_ref().map(|p| p.name.clone()),
             retry: self.retry,
             timeout: self.timeout,
+            max_steps: self.max_steps,
+            approve_before: self.approve_before,
         });
         let planner = self.planner.map(|mut p| {
             let catalog = Arc::clone(&catalog);

@@ -92,6 +92,12 @@ pub struct StepDef {
     pub(crate) approval: bool,
     /// The saga this step runs as a child (`Step::saga`), by name.
     pub(crate) child: Option<String>,
+    /// An approval wait the engine inserted before the command of this step (of a
+    /// plan: `PlannedBuilder::approve_before`): its command is the record of what the
+    /// person approves, written to `/results/<wait>` when it is dispatched, and its
+    /// signal is registered then (not at start: no approval before the command is
+    /// there to see).
+    pub(crate) approves: Option<String>,
 }
 
 impl StepDef {
@@ -162,6 +168,7 @@ where
                 wait: None,
                 approval: false,
                 child: None,
+                approves: None,
             },
             _marker: PhantomData,
         }
@@ -336,6 +343,7 @@ where
                 wait: Some(name),
                 approval: false,
                 child: None,
+                approves: None,
             },
             _marker: PhantomData,
         }

@@ -19,6 +19,8 @@ fn catalog() -> Catalog {
         planner_name: None,
         retry: RetryPolicy::default(),
         timeout: None,
+        max_steps: None,
+        approve_before: std::collections::BTreeSet::new(),
     }
 }
 
@@ -218,4 +220,178 @@ fn references_resolve_against_the_data() {
     let data = json!({ "input": { "topic": "rust" }, "results": { "look": { "n": 3 } } });
     let t = json!({ "q": { "$from": "/input/topic" }, "all": [{ "$from": "/results/look/n" }, { "$from": "/results/none" }] });
     assert_eq!(resolve(&t, &data), json!({ "q": "rust", "all": [3, null] }));
+}
+
+/// [`catalog`] with commands to `calendar` held for a person's approval.
+fn gated() -> Catalog {
+    Catalog {
+        approve_before: ["calendar".to_owned()].into_iter().collect(),
+        ..catalog()
+    }
+}
+
+fn refused_by(catalog: &Catalog, plan: Plan, needle: &str) {
+    match catalog.accept(plan) {
+        Err(Error::InvalidPlan(why)) => assert!(why.contains(needle), "{why}"),
+        other => panic!("expected InvalidPlan containing {needle:?}, got {other:?}"),
+    }
+}
+
+// `max_steps` counts every step (parallel members and waits too) of the plan as
+// written, with the reason.
+#[test]
+fn max_steps_counts_every_step() {
+    let capped = |n| Catalog {
+        max_steps: Some(n),
+        ..catalog()
+    };
+    refused_by(
+        &capped(4),
+        good(),
+        "the plan has 5 steps; this saga allows at most 4 (PlannedBuilder::max_steps)",
+    );
+    assert_eq!(capped(5).accept(good()).unwrap(), good());
+    // A planner's reply goes the same way.
+    let mut data = initial_data(Value::Null, None).unwrap();
+    let err = capped(4)
+        .fold_plan(&mut data, serde_json::to_value(good()).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidPlan(why) if why.contains("at most 4")),
+        "{err:?}"
+    );
+    assert!(data["plan"].is_null(), "nothing stored: {data}");
+}
+
+// Before each stage with a command to an `approve_before` destination, a stage of
+// approval waits, one per such member, named and signalled `approve.<step>`; the
+// stored plan has them (from a planner's reply too), and they run as approvals whose
+// command is the step's, resolved; the step sends what the wait recorded.
+#[test]
+fn approve_before_inserts_an_approval_wait_per_held_command() {
+    let accepted = gated().accept(good()).unwrap();
+    let names: Vec<Vec<&str>> = accepted
+        .steps
+        .iter()
+        .map(|st| st.members().iter().map(|s| s.name.as_str()).collect())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            vec!["look"],
+            vec!["approve.book"],
+            vec!["book", "ok"],
+            vec!["send"],
+            vec!["log"]
+        ]
+    );
+    let wait = &accepted.steps[1].members()[0];
+    assert_eq!(wait.wait_for.as_deref(), Some("approve.book"));
+    assert_eq!(wait.approves.as_deref(), Some("book"));
+    assert!(wait.approval);
+
+    // Two held members of a parallel group: their waits together, just before it.
+    let two = Plan::new().parallel([
+        PlanStep::command("x", "calendar", json!(1)).nothing_to_undo(),
+        PlanStep::command("y", "search", json!(2)).nothing_to_undo(),
+        PlanStep::command("z", "calendar", json!(3)).nothing_to_undo(),
+    ]);
+    let accepted_two = gated().accept(two).unwrap();
+    assert_eq!(accepted_two.steps.len(), 2);
+    let waits: Vec<&str> = accepted_two.steps[0]
+        .members()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(waits, ["approve.x", "approve.z"]);
+
+    // A planner's reply is stored as accepted.
+    let mut data = initial_data(json!({ "topic": "rust" }), None).unwrap();
+    gated()
+        .fold_plan(&mut data, serde_json::to_value(good()).unwrap())
+        .unwrap();
+    assert_eq!(data["plan"], serde_json::to_value(&accepted).unwrap());
+
+    let planned = Planned {
+        catalog: Arc::new(gated()),
+        planner: None,
+    };
+    let mut data = initial_data(json!({ "topic": "rust" }), Some(&accepted)).unwrap();
+    data["results"]["look"] = json!("found");
+    let stages = planned.stages(&data).unwrap();
+    let (wait, book) = (&stages[1][0], &stages[2][0]);
+    assert!(wait.approval && wait.approves.as_deref() == Some("approve.book"));
+    let record = (wait.command)(&data).unwrap();
+    assert_eq!(
+        record,
+        json!({ "step": "book", "destination": "calendar", "command": { "notes": "found" } })
+    );
+    // The step sends the recorded command, not one built again.
+    assert!(matches!((book.command)(&data), Err(Error::Corrupt(_))));
+    data["results"]["approve.book"] = record;
+    data["results"]["look"] = json!("changed behind its back");
+    assert_eq!((book.command)(&data).unwrap(), json!({ "notes": "found" }));
+    let fold = wait.fold.clone().unwrap();
+    fold(&mut data, json!("ann")).unwrap();
+    assert_eq!(data["results"]["approve.book"]["approved"], "ann");
+    assert_eq!(
+        data["results"]["approve.book"]["command"],
+        json!({ "notes": "found" })
+    );
+    // Its signal is registered when the wait is reached, not at start.
+    let def = crate::SagaDefinition {
+        name: "t".into(),
+        version: 1,
+        stages,
+        deadline: None,
+        planned: None,
+        input: None,
+    };
+    assert!(
+        def.declared_waits()
+            .iter()
+            .all(|w| w.name != "approve.book")
+    );
+}
+
+// A plan cannot get around the approval: it may not declare a step or a signal named
+// like the inserted waits, nor mark a wait as the engine's; a held step whose wait's
+// name would be too long is refused rather than left unheld.
+#[test]
+fn a_plan_cannot_pre_empt_the_approval_wait() {
+    let book =
+        || PlanStep::command("book", "calendar", json!(1)).compensate("calendar", json!("undo"));
+    refused_by(
+        &gated(),
+        Plan::new()
+            .then(PlanStep::approval("approve.book", "approve.book"))
+            .then(book()),
+        "names starting `approve.` are the approval waits",
+    );
+    refused_by(
+        &gated(),
+        Plan::new()
+            .then(PlanStep::wait_for("fine", "approve.book"))
+            .then(book()),
+        "signal `approve.book`",
+    );
+    let mut forged = PlanStep::approval("sure", "sure");
+    forged.approves = Some("book".into());
+    for c in [gated(), catalog()] {
+        refused_by(
+            &c,
+            Plan::new().then(forged.clone()).then(book()),
+            "`approves` marks the approval waits the engine inserts",
+        );
+    }
+    let long = "b".repeat(MAX_PLAN_NAME_BYTES);
+    refused_by(
+        &gated(),
+        Plan::new().then(PlanStep::command(long, "calendar", json!(1)).nothing_to_undo()),
+        "shorten the step's name",
+    );
+    // Without `approve_before`, such names are a plan's own.
+    catalog()
+        .accept(Plan::new().then(PlanStep::approval("approve.book", "approve.book")))
+        .unwrap();
 }

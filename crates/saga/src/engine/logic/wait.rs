@@ -24,6 +24,9 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let wait = MessageId::new();
         let now = self.now_ms;
+        if sd.approves.is_some() {
+            self.record_approval(sd, name)?;
+        }
         let row = self.inst.steps.entry(idx).or_insert_with(|| {
             StepRow::first_dispatch(
                 idx,
@@ -55,6 +58,38 @@ impl Ctx<'_> {
             }
             self.fx.send.push(timer);
         }
+        Ok(())
+    }
+
+    /// The approval wait `sd` (inserted before a command to an `approve_before`
+    /// destination) is reached: the command its step will send, references resolved,
+    /// is recorded at `/results/<wait>` (once: a record stands), where `sagas show`
+    /// and the console show it and the step takes it from; and its signal is
+    /// registered now, as a person's decision, so that no approval can come before
+    /// the command is there to see.
+    fn record_approval(&mut self, sd: &StepDef, name: &str) -> Result<()> {
+        let recorded = self
+            .inst
+            .data
+            .get("results")
+            .and_then(|r| r.get(&sd.name))
+            .is_some();
+        if !recorded {
+            let record = (sd.command)(&self.inst.data)?;
+            let results = self
+                .inst
+                .data
+                .get_mut("results")
+                .and_then(serde_json::Value::as_object_mut)
+                .ok_or_else(|| {
+                    crate::Error::Corrupt("a planned saga's data has no `results`".into())
+                })?;
+            results.insert(sd.name.clone(), record);
+        }
+        self.fx.waits.push(crate::engine::DeclaredWait {
+            name: name.to_owned(),
+            approval: true,
+        });
         Ok(())
     }
 
