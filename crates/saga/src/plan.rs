@@ -28,11 +28,12 @@ use serde_json::{Map, Value, json};
 use crate::{Error, Result};
 
 mod catalog;
+mod guardrails;
 mod refs;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use catalog::{Catalog, Planned};
+pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned};
 
 /// The most steps a plan may have, waits and parallel members included.
 pub const MAX_PLAN_STEPS: usize = 64;

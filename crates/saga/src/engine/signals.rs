@@ -217,7 +217,17 @@ pub(crate) async fn record(
         return Err(Error::SignalRefused {
             saga: id,
             name: name.to_owned(),
-            reason: format!("saga `{saga_name}` v{version} never waits for `{name}`"),
+            reason: if name.starts_with(crate::plan::APPROVE_PREFIX) {
+                // An approval wait the engine inserts (`approve_before`) registers its
+                // signal only once the saga reaches it, with the command to approve.
+                format!(
+                    "saga `{saga_name}` v{version} does not wait for `{name}` now: an \
+                     approval of a held command can be sent only once the saga waits for \
+                     it, with the command there to see (`sagas show`)"
+                )
+            } else {
+                format!("saga `{saga_name}` v{version} never waits for `{name}`")
+            },
         });
     }
     if changed == 0 {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use agentsaga_core::RetryPolicy;
 use serde_json::Value;
 
+use super::guardrails::Gate;
 use super::refs::{check_refs, resolve};
 use super::{
     MAX_PLAN_BYTES, MAX_PLAN_NAME_BYTES, MAX_PLAN_STEPS, Plan, PlanStage, PlanStep, invalid, set,
@@ -103,89 +104,6 @@ impl Planned {
 }
 
 impl Catalog {
-    /// Checks `plan` (given at start, or a planner's reply) against the builder's rules
-    /// and this catalog, and returns it as it is stored and run: with an approval wait
-    /// before each command to a destination of `approve_before`.
-    pub(crate) fn accept(&self, plan: Plan) -> Result<Plan> {
-        let count = plan.all_steps().count();
-        if let Some(max) = self.max_steps
-            && count > max
-        {
-            return Err(invalid(format!(
-                "the plan has {count} steps; this saga allows at most {max} \
-                 (PlannedBuilder::max_steps)"
-            )));
-        }
-        for (_, s) in plan.all_steps() {
-            if s.approves.is_some() {
-                return Err(invalid(format!(
-                    "step `{}`: `approves` marks the approval waits the engine inserts \
-                     (PlannedBuilder::approve_before); a plan cannot set it",
-                    s.name
-                )));
-            }
-            if self.approve_before.is_empty() {
-                continue;
-            }
-            for (what, name) in [("step", Some(&s.name)), ("signal", s.wait_for.as_ref())] {
-                if let Some(name) = name
-                    && name.starts_with(APPROVE_PREFIX)
-                {
-                    return Err(invalid(format!(
-                        "{what} `{name}`: names starting `{APPROVE_PREFIX}` are the \
-                         approval waits this saga inserts before commands to {} \
-                         (PlannedBuilder::approve_before); a plan cannot declare one",
-                        self.approve_before
-                            .iter()
-                            .map(String::as_str)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-            }
-        }
-        self.validate(&plan)?;
-        if self.approve_before.is_empty() {
-            return Ok(plan);
-        }
-        let gated = |s: &PlanStep| {
-            s.saga.is_none()
-                && s.wait_for.is_none()
-                && s.destination
-                    .as_ref()
-                    .is_some_and(|d| self.approve_before.contains(d))
-        };
-        let mut steps = Vec::with_capacity(plan.steps.len());
-        for stage in plan.steps {
-            let mut waits = Vec::new();
-            for s in stage.members().iter().filter(|s| gated(s)) {
-                let name = format!("{APPROVE_PREFIX}{}", s.name);
-                if name.len() > MAX_PLAN_NAME_BYTES {
-                    return Err(invalid(format!(
-                        "step `{}`: its destination needs a person's approval and its \
-                         approval wait `{name}` would be over {MAX_PLAN_NAME_BYTES} bytes: \
-                         shorten the step's name",
-                        s.name
-                    )));
-                }
-                waits.push(PlanStep {
-                    approves: Some(s.name.clone()),
-                    ..PlanStep::approval(name.clone(), name)
-                });
-            }
-            match waits.len() {
-                0 => {}
-                1 => steps.extend(waits.pop().map(PlanStage::Step)),
-                _ => steps.push(PlanStage::Parallel { parallel: waits }),
-            }
-            steps.push(stage);
-        }
-        let plan = Plan { steps };
-        // The rules again, on the plan as it runs (its size, the pivot's place).
-        self.validate(&plan)?;
-        Ok(plan)
-    }
-
     /// Checks `plan` against the builder's rules and this catalog.
     pub(super) fn validate(&self, plan: &Plan) -> Result<()> {
         let size = serde_json::to_string(plan)?.len();
@@ -404,16 +322,8 @@ impl Catalog {
     }
 }
 
-/// A plan step's part in an approval the engine inserted (`approve_before`).
-pub(super) enum Gate {
-    /// The approval wait before this step (of the stored plan).
-    Wait(Box<PlanStep>),
-    /// The step approved by the wait of this name.
-    Step(String),
-}
-
 /// `data["results"]`, an object in a planned saga's data.
-fn results_mut(data: &mut Value) -> Result<&mut Value> {
+pub(super) fn results_mut(data: &mut Value) -> Result<&mut Value> {
     data.get_mut("results")
         .filter(|r| r.is_object())
         .ok_or_else(|| Error::Corrupt("a planned saga's data has no `results`".into()))
@@ -436,37 +346,9 @@ pub(super) fn step_def(
     let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
     if let Some(signal) = s.wait_for {
         let (command, fold, approves): (crate::definition::step::BuildFn, _, _) = match gate {
-            // The approval wait before a command to an `approve_before` destination: its
-            // "command" is what the person approves, the step's command with its
-            // references resolved, which the engine records at
-            // `/results/<wait>` when it dispatches the wait (and the step then sends);
-            // the signal's payload joins it there as `approved`.
             Some(Gate::Wait(target)) => {
-                let record_name = name.clone();
-                (
-                    Arc::new(move |data: &Value| {
-                        Ok(serde_json::json!({
-                            "step": target.name,
-                            "destination": target.destination,
-                            "command": resolve(&target.command, data),
-                        }))
-                    }),
-                    Arc::new(move |data: &mut Value, reply: Value| {
-                        let results = results_mut(data)?;
-                        let mut record = results
-                            .get(&record_name)
-                            .cloned()
-                            .filter(Value::is_object)
-                            .ok_or_else(|| {
-                                Error::Corrupt(format!(
-                                    "the approval wait `{record_name}` has no recorded command"
-                                ))
-                            })?;
-                        set(&mut record, "approved", reply)?;
-                        set(results, &record_name, record)
-                    }) as crate::definition::step::FoldFn,
-                    Some(name.clone()),
-                )
+                let (command, fold) = super::guardrails::approval_wait(&name, *target);
+                (command, fold, Some(name.clone()))
             }
             _ => (Arc::new(|_: &Value| Ok(Value::Null)), fold, None),
         };
@@ -513,19 +395,7 @@ pub(super) fn step_def(
         name,
         destination,
         command: match gate {
-            // A step behind an approval sends the command the person approved, as the
-            // wait recorded it, not one built again.
-            Some(Gate::Step(wait)) => Arc::new(move |data: &Value| {
-                data.get("results")
-                    .and_then(|r| r.get(&wait))
-                    .and_then(|r| r.get("command"))
-                    .cloned()
-                    .ok_or_else(|| {
-                        Error::Corrupt(format!(
-                            "the approval wait `{wait}` recorded no command before its step"
-                        ))
-                    })
-            }),
+            Some(Gate::Step(wait)) => super::guardrails::approved_command(wait),
             _ => Arc::new(move |data: &Value| Ok(resolve(&template, data))),
         },
         fold: Some(fold),
