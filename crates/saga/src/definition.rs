@@ -164,9 +164,12 @@ impl SagaDefinition {
         }
     }
 
+    /// The indices of the steps of stage `stage` (empty past the last stage: a planned
+    /// saga's definition may have lost a planner turn it was at, e.g. registered again
+    /// with fewer `replan` turns).
     pub(crate) fn stage_range(&self, stage: usize) -> std::ops::Range<usize> {
-        let start: usize = self.stages[..stage].iter().map(Vec::len).sum();
-        start..start + self.stages[stage].len()
+        let start: usize = self.stages.iter().take(stage).map(Vec::len).sum();
+        start..start + self.stages.get(stage).map_or(0, Vec::len)
     }
 
     pub(crate) fn step(&self, idx: usize) -> Option<&StepDef> {

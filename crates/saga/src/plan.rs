@@ -32,6 +32,7 @@ mod guardrails;
 mod refs;
 #[cfg(test)]
 mod tests;
+mod turns;
 
 pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned};
 

@@ -19,6 +19,7 @@ mod compensations;
 mod guardrails;
 mod lifecycle;
 mod property;
+mod replanning;
 mod timers;
 
 pub(crate) use compensations::booked;

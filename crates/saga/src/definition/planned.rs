@@ -53,6 +53,7 @@ impl PlannedSaga {
             timeout: None,
             max_steps: None,
             approve_before: std::collections::BTreeSet::new(),
+            max_turns: 1,
         }
     }
 }
@@ -71,6 +72,7 @@ pub struct PlannedBuilder {
     timeout: Option<Duration>,
     max_steps: Option<usize>,
     approve_before: std::collections::BTreeSet<String>,
+    max_turns: u32,
 }
 
 impl PlannedBuilder {
@@ -182,6 +184,29 @@ impl PlannedBuilder {
         self
     }
 
+    /// Lets the [`planner`](Self::planner) extend its plan as it goes, in up to
+    /// `max_turns` turns (the first, which makes the plan, included; 1, the default:
+    /// the plan is made once). Once the stages a turn added have run, the planner is
+    /// asked again (its step of turn `n` is named `<planner>_<n>`, e.g. `plan_2`),
+    /// its command built from the saga data as it stands: `results` so far, the
+    /// `plan` so far, `turns` (the stages each turn added). It answers with the
+    /// next stages, as a plan, or `{"done": true}`; past `max_turns` it is not asked,
+    /// and the saga completes once the last turn's stages have run.
+    ///
+    /// Stages that ran never change. What a turn adds is checked with everything
+    /// before it, as one plan: names unique across turns (a plan step may not take a
+    /// turn's name), `$from` references to any earlier step, one pivot and nothing
+    /// undoable after it, [`max_steps`](Self::max_steps) counting every turn's steps,
+    /// [`approve_before`](Self::approve_before) waits inserted. A turn that breaks a
+    /// rule fails, fatally, with the reason: the saga compensates the steps of every
+    /// turn, latest first. Each turn is a step like any other (its own idempotency
+    /// key, timeout, retries, recorded answer), so a restart never asks twice for the
+    /// same turn.
+    pub fn replan(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
     /// The whole saga's deadline, as [`SagaBuilder::deadline`](super::SagaBuilder::deadline).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
@@ -192,12 +217,19 @@ impl PlannedBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidDefinition`] for an empty name or no destinations, a
-    /// [`max_steps`](Self::max_steps) of 0, or an
+    /// [`max_steps`](Self::max_steps) of 0, a [`replan`](Self::replan) of 0 or
+    /// without a planner, or an
     /// [`approve_before`](Self::approve_before) destination not among its
     /// [`destinations`](Self::destinations).
     pub fn build(self) -> Result<SagaDefinition> {
         if self.name.trim().is_empty() {
             return Err(Error::InvalidDefinition("the saga name is empty".into()));
+        }
+        if self.max_turns == 0 || (self.max_turns > 1 && self.planner.is_none()) {
+            return Err(Error::InvalidDefinition(format!(
+                "planned saga `{}`: replan({}) needs a planner step and at least 1 turn",
+                self.name, self.max_turns
+            )));
         }
         if self.max_steps == Some(0) {
             return Err(Error::InvalidDefinition(format!(
@@ -233,6 +265,7 @@ impl PlannedBuilder {
             timeout: self.timeout,
             max_steps: self.max_steps,
             approve_before: self.approve_before,
+            max_turns: self.max_turns,
         });
         let planner = self.planner.map(|mut p| {
             let catalog = Arc::clone(&catalog);

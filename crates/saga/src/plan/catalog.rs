@@ -34,6 +34,9 @@ pub(crate) struct Catalog {
     pub(crate) retry: RetryPolicy,
     /// The timeout of a plan step that sets none.
     pub(crate) timeout: Option<Duration>,
+    /// The most turns of its planner (`PlannedBuilder::replan`; 1: the plan is made
+    /// once).
+    pub(crate) max_turns: u32,
     /// The most steps a plan may have (`PlannedBuilder::max_steps`).
     pub(crate) max_steps: Option<usize>,
     /// Destinations whose commands wait for a person's approval first
@@ -58,12 +61,9 @@ impl Planned {
     /// any), then the steps of the plan in `data` (once it has one).
     pub(crate) fn stages(&self, data: &Value) -> Result<Vec<Vec<StepDef>>> {
         let mut stages = Vec::new();
-        if let Some(p) = &self.planner {
-            stages.push(vec![p.clone()]);
-        }
-        if let Some(plan) = data.get("plan").filter(|p| !p.is_null()) {
-            let plan: Plan = serde_json::from_value(plan.clone())
-                .map_err(|e| Error::Corrupt(format!("the stored plan does not decode: {e}")))?;
+        let stored = super::turns::stored(data)?;
+        let turns = super::turns::Turns::of(data, stored.as_ref());
+        if let Some(plan) = stored {
             let pivot = plan
                 .all_steps()
                 .find(|(_, s)| s.pivot)
@@ -99,7 +99,7 @@ impl Planned {
                 });
             }
         }
-        Ok(stages)
+        Ok(self.by_turn(&turns, stages))
     }
 }
 
@@ -122,9 +122,14 @@ impl Catalog {
             )));
         }
         let mut names: HashSet<&str> = HashSet::new();
-        if let Some(p) = &self.planner_name {
-            names.insert(p.as_str());
-        }
+        let turns: Vec<String> = self
+            .planner_name
+            .iter()
+            .flat_map(|p| {
+                (0..self.max_turns.max(1) as usize).map(|t| super::turns::turn_name(p, t))
+            })
+            .collect();
+        names.extend(turns.iter().map(String::as_str));
         let mut waits: HashSet<&str> = HashSet::new();
         let pivot = plan
             .all_steps()
@@ -312,13 +317,17 @@ impl Catalog {
     /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
     /// answer) checked and stored at `/plan`.
     pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
+        if let Some(so_far) = super::turns::stored(data)? {
+            return self.fold_turn(data, so_far, reply);
+        }
         let plan = match reply {
             Value::String(text) => Plan::from_text(&text)?,
             other => Plan::from_json(other)?,
         };
         let plan = self.accept(plan)?;
+        let turns = vec![plan.steps.len()];
         set(data, "plan", serde_json::to_value(&plan)?)?;
-        Ok(())
+        set(data, "turns", serde_json::to_value(turns)?)
     }
 }
 

@@ -17,7 +17,38 @@ impl Catalog {
     /// and this catalog, and returns it as it is stored and run: with an approval wait
     /// before each command to a destination of `approve_before`.
     pub(crate) fn accept(&self, plan: Plan) -> Result<Plan> {
-        let count = plan.all_steps().count();
+        self.guard(&plan, 0)?;
+        self.validate(&plan)?;
+        let plan = self.gate(plan)?;
+        // The rules again, on the plan as it runs (its size, the pivot's place).
+        self.validate(&plan)?;
+        Ok(plan)
+    }
+
+    /// The stages a planner's later turn (`PlannedBuilder::replan`) adds to the plan
+    /// `so_far` (as stored): checked as `accept` checks a plan, the guardrails counting
+    /// the steps of every turn, and the rules applied to the whole plan as it will run
+    /// (names unique across turns, references to any earlier step, the pivot's place:
+    /// after a pivot, nothing undoable). The plan to store, and how many stages the turn
+    /// added.
+    pub(crate) fn extend(&self, so_far: Plan, more: Plan) -> Result<(Plan, usize)> {
+        let written = so_far
+            .all_steps()
+            .filter(|(_, s)| s.approves.is_none())
+            .count();
+        self.guard(&more, written)?;
+        let more = self.gate(more)?;
+        let added = more.steps.len();
+        let mut steps = so_far.steps;
+        steps.extend(more.steps);
+        let plan = Plan { steps };
+        self.validate(&plan)?;
+        Ok((plan, added))
+    }
+
+    /// The guardrails' checks of `plan`, written after `before` steps of earlier turns.
+    fn guard(&self, plan: &Plan, before: usize) -> Result<()> {
+        let count = before + plan.all_steps().count();
         if let Some(max) = self.max_steps
             && count > max
         {
@@ -54,7 +85,12 @@ impl Catalog {
                 }
             }
         }
-        self.validate(&plan)?;
+        Ok(())
+    }
+
+    /// `plan` with an approval wait before each command to a destination of
+    /// `approve_before`.
+    fn gate(&self, plan: Plan) -> Result<Plan> {
         if self.approve_before.is_empty() {
             return Ok(plan);
         }
@@ -90,10 +126,7 @@ impl Catalog {
             }
             steps.push(stage);
         }
-        let plan = Plan { steps };
-        // The rules again, on the plan as it runs (its size, the pivot's place).
-        self.validate(&plan)?;
-        Ok(plan)
+        Ok(Plan { steps })
     }
 }
 

@@ -21,6 +21,7 @@ fn catalog() -> Catalog {
         timeout: None,
         max_steps: None,
         approve_before: std::collections::BTreeSet::new(),
+        max_turns: 1,
     }
 }
 

@@ -186,12 +186,17 @@ impl Ctx<'_> {
         }
     }
 
-    /// A planned saga's steps may have grown (its planner replied with the plan): its
-    /// definition is made again from the data, and the new waits are registered.
+    /// A planned saga's steps may have grown (its planner replied with the plan, or
+    /// with a turn's stages): its definition is made again from the data, and the new
+    /// waits are registered.
     fn replan(&mut self, idx: usize) -> Result<()> {
         let def = self.def()?;
-        let planner = def.planned.as_ref().is_some_and(|p| p.planner.is_some());
-        if !(planner && idx == 0) {
+        let turn = def
+            .planned
+            .as_ref()
+            .zip(def.step(idx))
+            .is_some_and(|(p, s)| p.is_turn(&s.name));
+        if !turn {
             return Ok(());
         }
         let before: Vec<String> = def.waits().into_iter().map(str::to_owned).collect();

@@ -1,0 +1,137 @@
+//! Re-planning (`PlannedBuilder::replan`): a planner that extends its plan as it goes.
+//! Its first turn answers with the plan; once the stages a turn added have run, the
+//! planner is asked again, with the results so far, and answers with the next stages
+//! or `{"done": true}`, up to the saga's most turns.
+//!
+//! The saga data keeps the plan of every turn so far, concatenated, at `/plan`, and how
+//! many stages each turn added at `/turns` (`/done` once the planner said so). The
+//! saga's stages are made from them: the planner, the first turn's stages, the planner
+//! again (its step named `<planner>_2`), the second turn's, and so on, then the next
+//! turn's planner while turns remain. Stages that ran never change: a turn only
+//! appends, so every step keeps its index, and compensation undoes the steps of every
+//! turn, latest first, like those of one plan.
+
+use serde_json::Value;
+
+use super::catalog::{Catalog, Planned};
+use super::{Plan, candidates, set};
+use crate::definition::step::StepDef;
+use crate::{Error, Result};
+
+/// How many stages each turn of the planner added, and whether it said it is done.
+pub(super) struct Turns {
+    pub(super) added: Vec<usize>,
+    pub(super) done: bool,
+}
+
+impl Turns {
+    /// The turns recorded in a planned saga's `data`. A plan stored without `/turns`
+    /// (a saga started before re-planning) is one turn.
+    pub(super) fn of(data: &Value, plan: Option<&Plan>) -> Self {
+        let added = match data.get("turns").and_then(Value::as_array) {
+            Some(turns) => turns
+                .iter()
+                .map(|n| n.as_u64().map_or(0, |n| n as usize))
+                .collect(),
+            None => plan.map(|p| vec![p.steps.len()]).unwrap_or_default(),
+        };
+        let done = data.get("done").and_then(Value::as_bool) == Some(true);
+        Self { added, done }
+    }
+}
+
+/// The name of the planner's step of turn `turn` (0: the first).
+pub(crate) fn turn_name(planner: &str, turn: usize) -> String {
+    match turn {
+        0 => planner.to_owned(),
+        t => format!("{planner}_{}", t + 1),
+    }
+}
+
+impl Planned {
+    /// The planner's step of turn `turn`, if the saga has a planner.
+    pub(super) fn turn_step(&self, turn: usize) -> Option<StepDef> {
+        let mut step = self.planner.clone()?;
+        step.name = turn_name(&step.name, turn);
+        Some(step)
+    }
+
+    /// Is `name` the name of one of its planner's turns?
+    pub(crate) fn is_turn(&self, name: &str) -> bool {
+        self.planner.as_ref().is_some_and(|p| {
+            (0..self.catalog.max_turns.max(1) as usize).any(|t| turn_name(&p.name, t) == name)
+        })
+    }
+
+    /// `plan_stages` (the stages of the stored plan, in order) laid out by turn: each
+    /// turn's planner step, then the stages it added; then the next turn's planner, if
+    /// the planner is not done and turns remain.
+    pub(super) fn by_turn(
+        &self,
+        turns: &Turns,
+        plan_stages: Vec<Vec<StepDef>>,
+    ) -> Vec<Vec<StepDef>> {
+        let mut stages = Vec::new();
+        let mut plan_stages = plan_stages.into_iter();
+        for (turn, added) in turns.added.iter().enumerate() {
+            stages.extend(self.turn_step(turn).map(|s| vec![s]));
+            stages.extend(plan_stages.by_ref().take(*added));
+        }
+        stages.extend(plan_stages);
+        let next = turns.added.len();
+        if !turns.done && next < self.catalog.max_turns.max(1) as usize {
+            stages.extend(self.turn_step(next).map(|s| vec![s]));
+        }
+        stages
+    }
+}
+
+impl Catalog {
+    /// The fold of a planner turn after the first (the plan `so_far` is stored): its
+    /// reply's stages appended to the plan, checked as a whole ([`Catalog::extend`]),
+    /// or `{"done": true}`.
+    pub(super) fn fold_turn(&self, data: &mut Value, so_far: Plan, reply: Value) -> Result<()> {
+        let mut turns = Turns::of(data, Some(&so_far)).added;
+        if says_done(&reply) {
+            turns.push(0);
+            set(data, "turns", serde_json::to_value(turns)?)?;
+            return set(data, "done", Value::Bool(true));
+        }
+        let more = match reply {
+            Value::String(text) => Plan::from_text(&text)?,
+            other => Plan::from_json(other)?,
+        };
+        let (plan, added) = self.extend(so_far, more)?;
+        turns.push(added);
+        set(data, "plan", serde_json::to_value(&plan)?)?;
+        set(data, "turns", serde_json::to_value(turns)?)
+    }
+}
+
+/// Does a planner's reply say it is done: `{"done": true}`, as JSON or in its text?
+fn says_done(reply: &Value) -> bool {
+    let done = |v: &Value| {
+        v.get("done").and_then(Value::as_bool) == Some(true)
+            && v.get("steps")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+    };
+    match reply {
+        Value::String(text) => candidates(text)
+            .into_iter()
+            .filter_map(|c| serde_json::from_str::<Value>(c).ok())
+            .any(|v| done(&v)),
+        other => done(other),
+    }
+}
+
+/// The stored plan in `data`, if it has one.
+pub(super) fn stored(data: &Value) -> Result<Option<Plan>> {
+    data.get("plan")
+        .filter(|p| !p.is_null())
+        .map(|p| {
+            serde_json::from_value(p.clone())
+                .map_err(|e| Error::Corrupt(format!("the stored plan does not decode: {e}")))
+        })
+        .transpose()
+}
