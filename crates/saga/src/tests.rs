@@ -167,6 +167,15 @@ impl World {
     }
 }
 
+/// The steps of `saga` in `ledger` (the world's done or undone), in order.
+fn of(ledger: &[(SagaId, usize)], saga: SagaId) -> Vec<usize> {
+    ledger
+        .iter()
+        .filter(|(s, _)| *s == saga)
+        .map(|(_, i)| *i)
+        .collect()
+}
+
 fn ok() -> StepOutcome {
     StepOutcome::Ok(json!("ok"))
 }

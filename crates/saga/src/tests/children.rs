@@ -63,15 +63,6 @@ fn state(s: &Option<query::SagaSummary>) -> SagaState {
     s.as_ref().expect("the saga exists").state
 }
 
-/// The (saga, step) pairs of `ledger` that belong to `saga`.
-fn of(ledger: &[(SagaId, usize)], saga: SagaId) -> Vec<usize> {
-    ledger
-        .iter()
-        .filter(|(s, _)| *s == saga)
-        .map(|(_, i)| *i)
-        .collect()
-}
-
 // The child completes: the parent's step succeeds with the child's data, and the
 // parent goes on. The child records its parent; the parent lists it as its child.
 async fn a_child_completes(backend: Backend) {

@@ -82,14 +82,6 @@ async fn run(
     (w, id, done, undone)
 }
 
-fn of(ledger: &[(SagaId, usize)], saga: SagaId) -> Vec<usize> {
-    ledger
-        .iter()
-        .filter(|(s, _)| *s == saga)
-        .map(|(_, i)| *i)
-        .collect()
-}
-
 /// Turn 1 plans `find`; turn 2, having seen its result, adds `book` (referring to
 /// `find`); turn 3 says it is done.
 fn three_turns() -> std::collections::HashMap<String, Value> {
