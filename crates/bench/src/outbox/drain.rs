@@ -28,10 +28,28 @@ pub(crate) async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
 pub(crate) async fn settle(backend: Backend, url: &str) -> anyhow::Result<()> {
     match backend {
         Backend::Sqlite => {
+            // The template is copied as its main file alone (`Scratch::copy_of`): every
+            // page must be in it. A checkpoint that another connection holds back
+            // (`busy`, or frames left in the log) leaves pages in the WAL, and a copy
+            // of the main file alone is then a corrupt database or one missing rows:
+            // try again until it is complete.
             let pool = db::plain_sqlite(url).await?;
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&pool)
-                .await?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let (busy, log, done): (i64, i64, i64) =
+                    sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                        .fetch_one(&pool)
+                        .await?;
+                if busy == 0 && log <= 0 && done <= 0 {
+                    break;
+                }
+                ensure!(
+                    Instant::now() < deadline,
+                    "the backlog template's checkpoint stays incomplete \
+                     (busy {busy}, {log} frames in the log, {done} checkpointed)"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             pool.close().await;
         }
         Backend::Postgres => {
