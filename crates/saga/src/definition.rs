@@ -90,6 +90,23 @@ impl SagaDefinition {
         }
     }
 
+    /// Checks `more`, the stages a planner's later turn (`PlannedBuilder::replan`)
+    /// would add to the plan `so_far` (as the saga data holds it at `/plan`), as the
+    /// engine will: with every turn before it, as one plan. A planner agent may call it
+    /// to refuse its own answer, with the reason.
+    ///
+    /// # Errors
+    /// As [`check_plan`](Self::check_plan).
+    pub fn check_turn(&self, so_far: &crate::Plan, more: &crate::Plan) -> Result<()> {
+        match &self.planned {
+            Some(p) => p.catalog.extend(so_far.clone(), more.clone()).map(drop),
+            None => Err(Error::InvalidDefinition(format!(
+                "saga `{}` is not planned: its steps are fixed",
+                self.name
+            ))),
+        }
+    }
+
     /// Every agent destination its steps and compensations send to (for a planned
     /// saga: every destination its plans may use, and its planner's).
     pub fn agent_destinations(&self) -> Vec<String> {

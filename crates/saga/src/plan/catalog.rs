@@ -122,14 +122,9 @@ impl Catalog {
             )));
         }
         let mut names: HashSet<&str> = HashSet::new();
-        let turns: Vec<String> = self
-            .planner_name
-            .iter()
-            .flat_map(|p| {
-                (0..self.max_turns.max(1) as usize).map(|t| super::turns::turn_name(p, t))
-            })
-            .collect();
-        names.extend(turns.iter().map(String::as_str));
+        if let Some(p) = &self.planner_name {
+            names.insert(p.as_str());
+        }
         let mut waits: HashSet<&str> = HashSet::new();
         let pivot = plan
             .all_steps()
@@ -159,6 +154,16 @@ impl Catalog {
             };
             let before_pivot = pivot.is_none_or(|p| i < p);
             for s in members {
+                if let Some(p) = &self.planner_name
+                    && super::turns::is_turn_name(p, &s.name)
+                    && s.name != *p
+                {
+                    return Err(invalid(format!(
+                        "step `{}`: `{p}` and `{p}_<n>` name its planner's turns \
+                         (PlannedBuilder::replan)",
+                        s.name
+                    )));
+                }
                 self.check_step(s, before_pivot, &earlier)?;
                 if !names.insert(&s.name) {
                     return Err(invalid(format!("two steps are named `{}`", s.name)));
@@ -317,17 +322,12 @@ impl Catalog {
     /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
     /// answer) checked and stored at `/plan`.
     pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
-        if let Some(so_far) = super::turns::stored(data)? {
-            return self.fold_turn(data, so_far, reply);
+        if data.get("turns").is_some() || super::turns::stored(data)?.is_some() {
+            return self.fold_turn(data, reply);
         }
-        let plan = match reply {
-            Value::String(text) => Plan::from_text(&text)?,
-            other => Plan::from_json(other)?,
-        };
-        let plan = self.accept(plan)?;
-        let turns = vec![plan.steps.len()];
-        set(data, "plan", serde_json::to_value(&plan)?)?;
-        set(data, "turns", serde_json::to_value(turns)?)
+        // The first turn: the saga keeps the most turns it was started under.
+        set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
+        self.fold_turn(data, reply)
     }
 }
 

@@ -68,6 +68,20 @@ impl Catalog {
             if self.approve_before.is_empty() {
                 continue;
             }
+            // A compensation is sent without a wait of its own: to a held destination
+            // only as the undo of a command the person approved there (it is shown
+            // with the command), never as a way around the approval.
+            if let Some(c) = &s.compensate
+                && self.approve_before.contains(&c.destination)
+                && !self.gated(s)
+            {
+                return Err(invalid(format!(
+                    "step `{}`: its compensation goes to `{}`, which needs a person's \
+                     approval (PlannedBuilder::approve_before): only a step whose own \
+                     command goes there, approved with its undo, may undo there",
+                    s.name, c.destination
+                )));
+            }
             for (what, name) in [("step", Some(&s.name)), ("signal", s.wait_for.as_ref())] {
                 if let Some(name) = name
                     && name.starts_with(APPROVE_PREFIX)
@@ -88,23 +102,25 @@ impl Catalog {
         Ok(())
     }
 
+    /// Is `s` a command to a destination that needs a person's approval?
+    fn gated(&self, s: &PlanStep) -> bool {
+        s.saga.is_none()
+            && s.wait_for.is_none()
+            && s.destination
+                .as_ref()
+                .is_some_and(|d| self.approve_before.contains(d))
+    }
+
     /// `plan` with an approval wait before each command to a destination of
     /// `approve_before`.
     fn gate(&self, plan: Plan) -> Result<Plan> {
         if self.approve_before.is_empty() {
             return Ok(plan);
         }
-        let gated = |s: &PlanStep| {
-            s.saga.is_none()
-                && s.wait_for.is_none()
-                && s.destination
-                    .as_ref()
-                    .is_some_and(|d| self.approve_before.contains(d))
-        };
         let mut steps = Vec::with_capacity(plan.steps.len());
         for stage in plan.steps {
             let mut waits = Vec::new();
-            for s in stage.members().iter().filter(|s| gated(s)) {
+            for s in stage.members().iter().filter(|s| self.gated(s)) {
                 let name = format!("{APPROVE_PREFIX}{}", s.name);
                 if name.len() > MAX_PLAN_NAME_BYTES {
                     return Err(invalid(format!(
@@ -145,11 +161,20 @@ pub(super) enum Gate {
 pub(super) fn approval_wait(name: &str, target: PlanStep) -> (BuildFn, FoldFn) {
     let record_name = name.to_owned();
     let command: BuildFn = Arc::new(move |data: &Value| {
-        Ok(serde_json::json!({
+        let mut record = serde_json::json!({
             "step": target.name,
             "destination": target.destination,
             "command": resolve(&target.command, data),
-        }))
+        });
+        // Its undo, approved with it: as the plan wrote it (its references, often to
+        // the step's own result, are resolved when it is sent).
+        if let Some(undo) = &target.compensate {
+            record["compensation"] = serde_json::json!({
+                "destination": undo.destination,
+                "command": undo.command,
+            });
+        }
+        Ok(record)
     });
     let fold: FoldFn = Arc::new(move |data: &mut Value, reply: Value| {
         let results = results_mut(data)?;

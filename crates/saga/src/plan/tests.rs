@@ -325,7 +325,16 @@ fn approve_before_inserts_an_approval_wait_per_held_command() {
     let record = (wait.command)(&data).unwrap();
     assert_eq!(
         record,
-        json!({ "step": "book", "destination": "calendar", "command": { "notes": "found" } })
+        json!({
+            "step": "book",
+            "destination": "calendar",
+            "command": { "notes": "found" },
+            // Its undo, shown with it as the plan wrote it.
+            "compensation": {
+                "destination": "calendar",
+                "command": { "cancel": { "$from": "/results/book/id" } },
+            },
+        })
     );
     // The step sends the recorded command, not one built again.
     assert!(matches!((book.command)(&data), Err(Error::Corrupt(_))));
@@ -391,6 +400,15 @@ fn a_plan_cannot_pre_empt_the_approval_wait() {
         Plan::new().then(PlanStep::command(long, "calendar", json!(1)).nothing_to_undo()),
         "shorten the step's name",
     );
+    // Nor undo its way to a held destination: a compensation goes there only as the
+    // undo of a held command to it.
+    refused_by(
+        &gated(),
+        Plan::new()
+            .then(PlanStep::command("look", "search", json!(1)).compensate("calendar", json!("x"))),
+        "only a step whose own command goes there",
+    );
+    gated().accept(Plan::new().then(book())).unwrap();
     // Without `approve_before`, such names are a plan's own.
     catalog()
         .accept(Plan::new().then(PlanStep::approval("approve.book", "approve.book")))

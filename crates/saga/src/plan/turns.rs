@@ -22,6 +22,8 @@ use crate::{Error, Result};
 pub(super) struct Turns {
     pub(super) added: Vec<usize>,
     pub(super) done: bool,
+    /// The most turns, as the saga was started under (`None`: as registered now).
+    pub(super) max: Option<u32>,
 }
 
 impl Turns {
@@ -36,8 +38,21 @@ impl Turns {
             None => plan.map(|p| vec![p.steps.len()]).unwrap_or_default(),
         };
         let done = data.get("done").and_then(Value::as_bool) == Some(true);
-        Self { added, done }
+        let max = data
+            .get("max_turns")
+            .and_then(Value::as_u64)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        Self { added, done, max }
     }
+}
+
+/// Is `name` that of a turn of the planner named `planner` (`plan`, `plan_2`, …)?
+pub(crate) fn is_turn_name(planner: &str, name: &str) -> bool {
+    name == planner
+        || name
+            .strip_prefix(planner)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The name of the planner's step of turn `turn` (0: the first).
@@ -58,9 +73,9 @@ impl Planned {
 
     /// Is `name` the name of one of its planner's turns?
     pub(crate) fn is_turn(&self, name: &str) -> bool {
-        self.planner.as_ref().is_some_and(|p| {
-            (0..self.catalog.max_turns.max(1) as usize).any(|t| turn_name(&p.name, t) == name)
-        })
+        self.planner
+            .as_ref()
+            .is_some_and(|p| is_turn_name(&p.name, name))
     }
 
     /// `plan_stages` (the stages of the stored plan, in order) laid out by turn: each
@@ -79,7 +94,8 @@ impl Planned {
         }
         stages.extend(plan_stages);
         let next = turns.added.len();
-        if !turns.done && next < self.catalog.max_turns.max(1) as usize {
+        let max = turns.max.unwrap_or(self.catalog.max_turns).max(1) as usize;
+        if !turns.done && next < max {
             stages.extend(self.turn_step(next).map(|s| vec![s]));
         }
         stages
@@ -90,26 +106,44 @@ impl Catalog {
     /// The fold of a planner turn after the first (the plan `so_far` is stored): its
     /// reply's stages appended to the plan, checked as a whole ([`Catalog::extend`]),
     /// or `{"done": true}`.
-    pub(super) fn fold_turn(&self, data: &mut Value, so_far: Plan, reply: Value) -> Result<()> {
-        let mut turns = Turns::of(data, Some(&so_far)).added;
+    pub(super) fn fold_turn(&self, data: &mut Value, reply: Value) -> Result<()> {
+        let so_far = stored(data)?;
+        let mut turns = Turns::of(data, so_far.as_ref()).added;
         if says_done(&reply) {
             turns.push(0);
             set(data, "turns", serde_json::to_value(turns)?)?;
             return set(data, "done", Value::Bool(true));
         }
+        // Its last stages and "done" in one answer: `{"steps": […], "done": true}`.
+        let mut reply = reply;
+        let last = reply
+            .as_object_mut()
+            .and_then(|o| o.remove("done"))
+            .is_some_and(|d| d == Value::Bool(true));
         let more = match reply {
             Value::String(text) => Plan::from_text(&text)?,
             other => Plan::from_json(other)?,
         };
-        let (plan, added) = self.extend(so_far, more)?;
+        let (plan, added) = match so_far {
+            Some(so_far) => self.extend(so_far, more)?,
+            None => {
+                let plan = self.accept(more)?;
+                let added = plan.steps.len();
+                (plan, added)
+            }
+        };
         turns.push(added);
         set(data, "plan", serde_json::to_value(&plan)?)?;
-        set(data, "turns", serde_json::to_value(turns)?)
+        set(data, "turns", serde_json::to_value(turns)?)?;
+        if last {
+            set(data, "done", Value::Bool(true))?;
+        }
+        Ok(())
     }
 }
 
 /// Does a planner's reply say it is done: `{"done": true}`, as JSON or in its text?
-fn says_done(reply: &Value) -> bool {
+pub(super) fn says_done(reply: &Value) -> bool {
     let done = |v: &Value| {
         v.get("done").and_then(Value::as_bool) == Some(true)
             && v.get("steps")

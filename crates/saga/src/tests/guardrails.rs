@@ -209,7 +209,15 @@ async fn approve_before_holds_the_command_until_approved(backend: Backend) {
     let expected = json!({ "amount": 30, "item": "lamp-7" });
     assert_eq!(
         data["results"]["approve.charge"],
-        json!({ "step": "charge", "destination": "pay", "command": expected }),
+        json!({
+            "step": "charge",
+            "destination": "pay",
+            "command": expected,
+            "compensation": {
+                "destination": "pay",
+                "command": { "refund": { "$from": "/results/charge/id" } },
+            },
+        }),
         "{data}"
     );
     let stored: Vec<&str> = data["plan"]["steps"]

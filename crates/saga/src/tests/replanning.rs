@@ -163,7 +163,7 @@ async fn a_turn_is_checked_with_every_turn_before_it(backend: Backend) {
         (
             Plan::new().then(undoable("find", "search", None)),
             Plan::new().then(undoable("plan_3", "book", None)),
-            "two steps are named `plan_3`",
+            "name its planner's turns",
         ),
     ];
     for (first, second, why) in cases {
@@ -187,6 +187,97 @@ async fn a_turn_is_checked_with_every_turn_before_it(backend: Backend) {
     }
 }
 both_backends!(checked_tests, a_turn_is_checked_with_every_turn_before_it);
+
+// A planner with nothing to do says so on its first turn: the saga completes with no
+// step; one that gives its last stages with "done" is not asked again.
+async fn done_on_any_turn(backend: Backend) {
+    let at_once = answers(&[("plan", json!({ "done": true }))]);
+    let (w, id, done, _) = run(backend, 5, at_once, None, 0.0).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    assert_eq!(done, ["plan"]);
+    let mut last =
+        serde_json::to_value(Plan::new().then(undoable("find", "search", None))).unwrap();
+    last["done"] = json!(true);
+    let (w, id, done, _) = run(backend, 5, answers(&[("plan", last)]), None, 0.0).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    assert_eq!(done, ["plan", "find"]);
+}
+both_backends!(done_tests, done_on_any_turn);
+
+// A saga keeps the most turns it was started under: registered again with fewer
+// while it runs, its planner is still asked for the turns it was promised.
+async fn a_saga_keeps_its_turns(backend: Backend) {
+    let mut w = World::new(backend, vec![thinking(5)], 61).await;
+    let id = w.start("thinking", json!({ "topic": "x" })).await;
+    let by_turn = three_turns();
+    let answer = |env: &Envelope| {
+        let step = env.header(protocol::STEP_NAME).unwrap_or_default();
+        Some(match by_turn.get(step) {
+            Some(a) => StepOutcome::Ok(a.clone()),
+            None => ok(),
+        })
+    };
+    // The first turn runs under 5 turns (its answer folded: `find` is sent)...
+    let (store, destinations) = (w.store.clone(), w.destinations.clone());
+    let first = std::cell::Cell::new(true);
+    testing::pump(
+        &store,
+        &destinations,
+        "the first turn's plan is sent",
+        Duration::from_secs(30),
+        async || !first.get(),
+        async |batch| {
+            for env in batch.iter() {
+                if env.header(protocol::STEP_NAME) == Some("find") {
+                    first.set(false);
+                }
+                w.deliver(env, &mut |_, e, _| answer(e), &mut |_, _| ok())
+                    .await;
+            }
+        },
+    )
+    .await;
+    // ...then the process runs a definition that allows 1.
+    w.engine = Engine::new([thinking(1)]).unwrap();
+    w.pump(&[id], |_, e, _| answer(e), |_, _| ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    let steps: Vec<String> = query::steps(&w.store, id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(steps, ["plan", "find", "plan_2", "book", "plan_3"]);
+}
+both_backends!(kept_turns_tests, a_saga_keeps_its_turns);
+
+#[test]
+fn a_turn_is_checked_as_the_engine_will() {
+    let def = thinking(3);
+    let so_far = Plan::new().then(undoable("find", "search", None));
+    def.check_turn(
+        &so_far,
+        &Plan::new().then(undoable("book", "book", Some("find"))),
+    )
+    .unwrap();
+    let err = def
+        .check_turn(&so_far, &Plan::new().then(undoable("find", "book", None)))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("two steps are named `find`"),
+        "{err}"
+    );
+    let err = def
+        .check_plan(&Plan::new().then(undoable("plan_7", "book", None)))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("name its planner's turns"),
+        "{err}"
+    );
+}
 
 #[test]
 fn replan_needs_a_planner_and_a_turn() {
