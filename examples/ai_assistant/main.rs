@@ -11,17 +11,23 @@
 //!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
 //! ```
 //!
-//! The saga (`PlannedSaga`, `ai_assistant` version 2) has one step of its own, `plan`:
-//! the planner agent asks the LLM for a plan for the request, and the saga runs the plan
-//! the model returned. The system prompt describes the plan format (stages of steps,
-//! parallel groups, each step's undo or `nothing_to_undo`, the pivot, waits for a
-//! signal, `$from` references) and the agents a plan may use, with their commands:
-//! `research` (read-only), `calendar` (reserves a meeting slot; undo names the slot),
-//! `drafts` (writes the email; undo names the draft), `email` (sends it: it cannot be
-//! unsent) and `crm` (records the contact). A typical plan: `research` (sometimes in
-//! parallel with `reserve_calendar_slot`, sometimes with no slot at all),
-//! `draft_email`, a wait for a person's `approval`, `send_email` (the pivot),
-//! `create_crm_record` (after the pivot, retried until it succeeds).
+//! The saga (`PlannedSaga`, `ai_assistant` version 3) has one step of its own, the
+//! planner's, which re-plans (`replan(3)`): the planner agent asks the LLM for the
+//! first stages, the saga runs them, and the planner is asked again with the results
+//! so far, in up to three turns. Turn 1 (step `plan`) plans the research (`research`,
+//! sometimes in parallel with `reserve_calendar_slot` or with three child sagas);
+//! turn 2 (`plan_2`), having read the research's results, plans the rest: sometimes
+//! `reserve_calendar_slot`, `draft_email` (its `$from` points at turn 1's results), a
+//! wait for a person's `approval`, `send_email` (the pivot), `create_crm_record`
+//! (after the pivot, retried until it succeeds); turn 3 (`plan_3`) answers `{"done":
+//! true}`. The system prompt describes the plan format (stages of steps, parallel
+//! groups, each step's undo or `nothing_to_undo`, the pivot, waits for a signal,
+//! `$from` references), the turns, and the agents a plan may use, with their
+//! commands: `research` (read-only), `calendar` (reserves a meeting slot; undo names
+//! the slot), `drafts` (writes the email; undo names the draft), `email` (sends it: it
+//! cannot be unsent) and `crm` (records the contact). Each turn is a step of its own
+//! (its own idempotency key, its answer stored): a restart never asks a turn twice,
+//! and a saga that turns back undoes the steps of every turn, latest first.
 //!
 //! The planner may delegate: a plan's stage may be a child saga, `{"name":
 //! "competitor_1", "saga": "competitor_research", "input": {"company": "<a
@@ -40,18 +46,21 @@
 //!
 //! The plan is data, never code. The model's answer (prose around a fenced JSON block,
 //! or bare JSON) is read with `Plan::from_text` and refused, with the reason, unless it
-//! passes the engine's rules (`SagaDefinition::check_plan`: an undo for every step
-//! before the pivot, known destinations, unique names, `$from` pointing into the input
-//! or an earlier step's result) and the assistant's own: exactly one email, sent by the
-//! pivot, after a wait for `approval`. The assistant sets each step's timeout and
-//! attempts itself, whatever the model wrote. A refused plan fails the `plan` step
-//! fatally: the saga compensates (nothing else ran) and its error reads `the planner's
-//! invalid plan: <reason>`. An accepted plan is recorded in `assistant_plans` (with the
-//! model's answer) and stored with the saga, so a process restarted after `kill -9`
-//! resumes it without asking the model again.
+//! passes, with the turns before it as one plan, the engine's rules
+//! (`SagaDefinition::check_plan`: an undo for every step before the pivot, known
+//! destinations, names unique across turns, `$from` pointing into the input or an
+//! earlier step's result) and the assistant's own: exactly one email, sent by the
+//! pivot, after a wait for `approval` (a plan may lack its email until the last turn
+//! or `done`). The assistant sets each step's timeout and attempts itself, whatever the
+//! model wrote. A refused plan fails the planner's step fatally: the saga compensates
+//! and its error reads `the planner's invalid plan: <reason>` (once the plan so far
+//! has sent its email, a refused or invalid turn ends the planning instead: the saga
+//! cannot turn back). An accepted turn is recorded in `assistant_plans` (the plan of
+//! every turn so far, with the model's answers) and stored with the saga, so a
+//! process restarted after `kill -9` resumes it without asking the model again.
 //!
-//! The saga data is `{"input": {"company": …}, "plan": …, "results": {"<step>": <its
-//! reply>, …}}`, and the plan's commands take what they need from it with `$from`
+//! The saga data is `{"input": {"company": …}, "plan": …, "turns": [<stages added by
+//! each turn>, …], "results": {"<step>": <its reply>, …}}`, and the plan's commands take what they need from it with `$from`
 //! references, resolved when a command is sent: the draft gets
 //! `{"$from": "/results/research/text"}`. The calendar slot and the draft reply with
 //! their id, and their undo names it (`{"op": "undo", "id": {"$from":
@@ -86,8 +95,9 @@
 //!
 //! Without an endpoint, the example starts a local stub on 127.0.0.1
 //! (`examples/support/llm_stub.rs`) that answers like the real API after 200–2,000 ms
-//! (the planner with a plan in a fenced block amid prose, varying from request to
-//! request: a quarter of them delegate to three children), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
+//! (the planner with a plan in a fenced block amid prose, turn by turn, varying from
+//! saga to saga: a quarter of them delegate to three children; `{"done": true}` in
+//! its third turn), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
 //! `--seed`, and records every request it receives in `assistant_llm_calls
 //! (idempotency_key, saga_id, step, answer, at)`. The database agents fail with
 //! probability `--fail-rate` too (rate limits, no free slot), whichever endpoint is
@@ -278,46 +288,6 @@ const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
     llm_stub::CALLS_DDL,
 ];
-
-/// The saga: the planner's step, then whatever plan it returned, sending only to the
-/// assistant's agents, and starting only `competitor_research` (see
-/// [`competitor_research`]) as a child saga.
-fn definition(timeout: Duration, research: &SagaDefinition) -> anyhow::Result<SagaDefinition> {
-    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
-    Ok(PlannedSaga::builder("ai_assistant", 2)
-        .destinations(AGENTS)
-        .child_sagas([research])
-        // The plan's steps retry like the planner's; their timeouts the planner sets.
-        .retry(retry)
-        // Its command is the request; its reply, the plan. Asking changes nothing.
-        .planner(
-            Step::<Value>::new(PLAN_STEP, PLANNER)
-                .command(|data: &Value| data["input"].clone())
-                .retry(retry)
-                .timeout(timeout)
-                .nothing_to_undo(),
-        )
-        .build()?)
-}
-
-/// A competitor's research, which an assistant's plan may delegate (a child saga): its
-/// own planner's step (at [`RESEARCH_PLANNER`]), then the plan it returned, sending
-/// only to the research agent (nothing to undo, no pivot: the parent undoes it as a
-/// whole).
-fn competitor_research(timeout: Duration) -> anyhow::Result<SagaDefinition> {
-    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
-    Ok(PlannedSaga::builder(COMPETITOR_RESEARCH, 1)
-        .destinations([RESEARCH])
-        .retry(retry)
-        .planner(
-            Step::<Value>::new(PLAN_STEP, RESEARCH_PLANNER)
-                .command(|data: &Value| data["input"].clone())
-                .retry(retry)
-                .timeout(timeout)
-                .nothing_to_undo(),
-        )
-        .build()?)
-}
 
 /// `--auto-approve`: approves each saga that waits for its approval, as a person would.
 async fn auto_approve(store: Store) {

@@ -25,6 +25,8 @@ pub(super) const AGENTS: [&str; 5] = [RESEARCH, CALENDAR, DRAFTS, EMAIL, CRM];
 pub(super) const APPROVAL: &str = "approval";
 /// Attempts of each step, the planner's and the plan's, for retryable failures.
 pub(super) const ATTEMPTS: u32 = 5;
+/// The assistant's planner's turns (`replan`): the research, the rest, then done.
+pub(super) const TURNS: u32 = 3;
 
 /// What the planner is told, after its role ([`llm_stub::PLANNER_ROLE`]): the plan
 /// format and the agents it may use.
@@ -38,13 +40,65 @@ The agents and their commands:
 - email: {"op": "do", "company": ..., "draft": <the body>}: sends the email. It cannot be unsent: it is the pivot, and the approval comes in a stage before it.
 - crm: {"op": "do", "company": ..., "approved_by": {"$from": "/results/approval/by"}}: records the contact, after the email.
 To learn about the company's competitors, a plan may delegate, at most three times, each competitor's research to a saga of its own: the step {"name": "<unique name>", "saga": "competitor_research", "input": {"company": "<the competitor's name>"}}, best in a parallel group beside the research. It has no "destination" and no undo to give (it is undone as a whole); the competitor's notes are then {"$from": "/results/<its step>/results/research/text"}.
-Use no other agent, no other saga and no other field."#;
+Use no other agent, no other saga and no other field.
+You plan in turns, each answer adding stages after those already planned, which run before you are asked again. In the first turn, plan the research only: the research step (with the competitors' research beside it, and the calendar slot if you want it reserved meanwhile). In a later turn you are told the results so far and the stages planned so far: plan the rest (the calendar slot if you want one and it is not reserved, the draft, which may refer to any earlier step's results, the approval, the email, the CRM record), with names no earlier turn used. Once nothing is left to plan, answer {"done": true} in the fenced block instead of a plan. You have at most three turns: the plan must be complete by the last."#;
 
 /// What the planner of a competitor's research is told, after its role
 /// ([`llm_stub::RESEARCH_PLANNER_ROLE`]).
 pub(super) const RESEARCH_PLANNER_RULES: &str = r#"Answer with the plan that researches the company of the request, as JSON in a ```json fenced block: {"steps": [<stage>, ...]}. Stages run in order; a stage is one step, or {"parallel": [<step>, ...]}.
 A step is {"name": "<unique snake_case name>", "destination": "research", "command": {"op": "do", "company": {"$from": "/input/company"}}, "nothing_to_undo": true}: the research agent's notes on the company (its text). It changes nothing.
 The notes the request is answered with are the step named "research"'s. Use no other agent, no waits and no other field."#;
+
+/// The saga: the planner's step, then whatever plan it returned, sending only to the
+/// assistant's agents, and starting only `competitor_research` (see
+/// [`competitor_research`]) as a child saga; the planner is asked again once the stages
+/// of its turn have run, up to [`TURNS`] turns.
+///
+/// Version 3: version 2 ran one plan, made in one turn. A version 2 saga's stored plan
+/// (no `/turns`) would read as the first turn of a version 3 saga, which would ask the
+/// planner again after its email went out, so the version changes: a version 2 saga in
+/// flight waits for a process that registers version 2.
+pub(super) fn definition(
+    timeout: Duration,
+    research: &SagaDefinition,
+) -> anyhow::Result<SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
+    Ok(PlannedSaga::builder("ai_assistant", 3)
+        .destinations(AGENTS)
+        .child_sagas([research])
+        // The plan's steps retry like the planner's; their timeouts the planner sets.
+        .retry(retry)
+        // Its command is the request, with the results so far; its reply, the stages it
+        // adds, or done. Asking changes nothing.
+        .planner(
+            Step::<Value>::new(PLAN_STEP, PLANNER)
+                .command(Ask::command)
+                .retry(retry)
+                .timeout(timeout)
+                .nothing_to_undo(),
+        )
+        .replan(TURNS)
+        .build()?)
+}
+
+/// A competitor's research, which an assistant's plan may delegate (a child saga): its
+/// own planner's step (at [`RESEARCH_PLANNER`]), then the plan it returned, sending
+/// only to the research agent (nothing to undo, no pivot: the parent undoes it as a
+/// whole).
+pub(super) fn competitor_research(timeout: Duration) -> anyhow::Result<SagaDefinition> {
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
+    Ok(PlannedSaga::builder(COMPETITOR_RESEARCH, 1)
+        .destinations([RESEARCH])
+        .retry(retry)
+        .planner(
+            Step::<Value>::new(PLAN_STEP, RESEARCH_PLANNER)
+                .command(|data: &Value| data["input"].clone())
+                .retry(retry)
+                .timeout(timeout)
+                .nothing_to_undo(),
+        )
+        .build()?)
+}
 
 /// Which saga a [`Planner`] plans for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,30 +128,92 @@ impl Planning {
         }
     }
 
-    /// The request the planner is asked to plan.
-    pub(super) fn request(self, input: &Input) -> String {
+    /// The request the planner is asked to plan: on a turn after the first (the
+    /// assistant's), with the stages planned so far and the results they produced.
+    pub(super) fn request(self, ask: &Ask) -> String {
+        let company = &ask.input.company;
         match self {
-            Planning::Assistant => format!(
-                "Plan this request about the company \"{}\": learn about the company, propose a \
-                 meeting to them by email (reserving a slot in my calendar if that helps), send \
-                 the email once I approve it, and record the contact in the CRM.",
-                input.company
-            ),
+            Planning::Assistant => {
+                let mut request = format!(
+                    "Plan this request about the company \"{company}\": learn about the \
+                     company, propose a meeting to them by email (reserving a slot in my \
+                     calendar if that helps), send the email once I approve it, and record \
+                     the contact in the CRM.\nThis is turn {} of {TURNS}.",
+                    ask.turn()
+                );
+                if let Some(so_far) = &ask.plan {
+                    let names: Vec<&str> = so_far
+                        .steps
+                        .iter()
+                        .flat_map(PlanStage::members)
+                        .map(|s| s.name.as_str())
+                        .collect();
+                    request.push_str(&format!(
+                        " The steps planned so far, which have run: {}. Their results: {}",
+                        names.join(", "),
+                        ask.results
+                    ));
+                }
+                request
+            }
             Planning::Competitor => format!(
-                "Plan the research of the company \"{}\", a competitor of a company we are \
-                 writing to.",
-                input.company
+                "Plan the research of the company \"{company}\", a competitor of a company \
+                 we are writing to."
             ),
         }
     }
 
-    /// The rules of this saga's plans beyond the engine's.
-    pub(super) fn house_rules(self, plan: &Plan) -> Result<(), String> {
+    /// The rules of this saga's plans beyond the engine's, on the plan as it stands
+    /// (`complete`: no turn will add to it).
+    pub(super) fn house_rules(self, plan: &Plan, complete: bool) -> Result<(), String> {
         match self {
-            Planning::Assistant => house_rules(plan),
+            Planning::Assistant => house_rules(plan, complete),
             Planning::Competitor => research_rules(plan),
         }
     }
+}
+
+/// What the planner's step is sent: the request (`/input`), and the saga as it stands
+/// (`/results`, `/plan` and `/turns`: none on the first turn).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Ask {
+    #[serde(flatten)]
+    pub(super) input: Input,
+    #[serde(default)]
+    pub(super) results: Value,
+    #[serde(default)]
+    pub(super) plan: Option<Plan>,
+    #[serde(default)]
+    pub(super) turns: Option<Vec<usize>>,
+}
+
+impl Ask {
+    /// The planner step's command: the saga data's request and what the turns so far
+    /// planned and produced.
+    pub(super) fn command(data: &Value) -> Value {
+        let mut ask = data["input"].clone();
+        for field in ["results", "plan", "turns"] {
+            if let (Some(ask), Some(v)) = (ask.as_object_mut(), data.get(field)) {
+                ask.insert(field.to_owned(), v.clone());
+            }
+        }
+        ask
+    }
+
+    /// Which turn it is (1: the first, which makes the plan).
+    pub(super) fn turn(&self) -> usize {
+        self.turns.as_ref().map_or(0, Vec::len) + 1
+    }
+}
+
+/// Does the model's answer say the plan is complete: `{"done": true}`, alone or in a
+/// fenced block?
+pub(super) fn says_done(answer: &str) -> bool {
+    let done = |t: &str| {
+        let t = t.trim().trim_start_matches("json");
+        serde_json::from_str::<Value>(t).is_ok_and(|v| v.get("done") == Some(&Value::Bool(true)))
+    };
+    done(answer) || answer.split("```").skip(1).step_by(2).any(done)
 }
 
 /// The steps of `plan`, parallel members included, to change.
@@ -110,8 +226,9 @@ pub(super) fn steps_mut(plan: &mut Plan) -> impl Iterator<Item = &mut PlanStep> 
 
 /// The assistant's own rules, beyond the engine's: exactly one email, sent by the
 /// pivot, in a stage after a wait for a person's approval; at most [`MAX_CHILDREN`]
-/// child sagas (each competitor's research costs LLM calls of its own).
-pub(super) fn house_rules(plan: &Plan) -> Result<(), String> {
+/// child sagas (each competitor's research costs LLM calls of its own). `plan` is the
+/// plan of every turn so far: one that is not `complete` may have no email yet.
+pub(super) fn house_rules(plan: &Plan, complete: bool) -> Result<(), String> {
     let mut approved = false;
     let mut emails = 0;
     let mut children = 0;
@@ -148,7 +265,7 @@ pub(super) fn house_rules(plan: &Plan) -> Result<(), String> {
             .iter()
             .any(|s| s.wait_for.as_deref() == Some(APPROVAL));
     }
-    if emails == 0 {
+    if emails == 0 && complete {
         return Err("the plan sends no email".into());
     }
     Ok(())
@@ -184,21 +301,38 @@ pub(super) struct Planner {
     pub(super) step_timeout: Duration,
 }
 
-/// A plan the planner accepted, and the model's answer it was read from.
+/// What the planner accepted from the model's answer (`answer`): the stages its turn
+/// adds (`None`: it is done), and the plan of every turn with them.
 pub(super) struct Accepted {
+    pub(super) added: Option<Plan>,
     pub(super) plan: Plan,
     pub(super) answer: String,
 }
 
 impl Planner {
-    /// The plan in the model's answer, with the assistant's timeouts and attempts, if it
-    /// passes the saga's rules and the assistant's; else why not.
-    pub(super) fn accept(&self, answer: &str) -> Result<Plan, String> {
+    /// The stages in the model's answer to `ask`, with the assistant's timeouts and
+    /// attempts, or its `{"done": true}` (not in the first turn), if the plan of every
+    /// turn with them passes the saga's rules and the assistant's; else why not. The
+    /// rules that need the whole plan (an email) apply once it is complete: the planner
+    /// says it is done, or its last turn answered.
+    pub(super) fn accept(&self, ask: &Ask, answer: &str) -> Result<Accepted, String> {
         let why = |e: agentsaga::saga::Error| match e {
             agentsaga::saga::Error::InvalidPlan(why) => why,
             e => e.to_string(),
         };
-        let mut plan = Plan::from_text(answer).map_err(why)?;
+        let (turn, so_far) = (ask.turn(), ask.plan.clone());
+        let answer = answer.to_owned();
+        if turn > 1 && says_done(&answer) {
+            let plan = so_far.unwrap_or_default();
+            self.planning.house_rules(&plan, true)?;
+            let added = None;
+            return Ok(Accepted {
+                added,
+                plan,
+                answer,
+            });
+        }
+        let mut added = Plan::from_text(&answer).map_err(why)?;
         // Timeouts and retries are the assistant's to set, whatever the model wrote:
         // each command gets the step timeout and the saga's retry policy, a child saga
         // (its planner's step and its plan's) a few step timeouts; a person takes the
@@ -206,7 +340,7 @@ impl Planner {
         let ms = |t: Duration| u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
         let timeout_ms = ms(self.step_timeout);
         let child_timeout_ms = ms(self.step_timeout.saturating_mul(CHILD_TIMEOUTS));
-        for step in steps_mut(&mut plan) {
+        for step in steps_mut(&mut added) {
             step.timeout_ms = match (&step.wait_for, &step.saga) {
                 (Some(_), _) => None,
                 (None, Some(_)) => Some(child_timeout_ms),
@@ -214,43 +348,74 @@ impl Planner {
             };
             step.max_attempts = None;
         }
+        // The engine checks the turns as one plan: so does the planner.
+        let mut plan = so_far.unwrap_or_default();
+        plan.steps.extend(added.steps.iter().cloned());
         self.saga.check_plan(&plan).map_err(why)?;
-        self.planning.house_rules(&plan)?;
-        Ok(plan)
+        let last = self.planning == Planning::Competitor || turn >= TURNS as usize;
+        self.planning.house_rules(&plan, last)?;
+        let added = Some(added);
+        Ok(Accepted {
+            added,
+            plan,
+            answer,
+        })
     }
 }
 
 #[async_trait::async_trait]
 impl CallingAgent for Planner {
-    type Command = Input;
+    type Command = Ask;
     type Output = Accepted;
-    /// The plan, which the engine checks again and stores at `/plan` in the saga data.
-    type Reply = Plan;
+    /// The stages the turn adds, as a plan, or `{"done": true}`, which the engine
+    /// checks again with the turns before it and stores at `/plan`.
+    type Reply = Value;
 
     fn destination(&self) -> &str {
         self.planning.destination()
     }
 
-    async fn call(&self, ctx: &CallContext<'_>, input: &Input) -> Result<Accepted, StepError> {
-        let request = self.planning.request(input);
-        let answer = self
-            .llm
-            .chat(ctx, &self.planning.prompt(), &request)
-            .await?;
+    async fn call(&self, ctx: &CallContext<'_>, ask: &Ask) -> Result<Accepted, StepError> {
+        // Once the plan so far is complete (it sends the email, the pivot), a turn that
+        // fails would leave a saga that cannot turn back stuck: a refusal or an invalid
+        // answer then ends the planning instead (a retryable failure is retried).
+        let so_far = ask.plan.as_ref();
+        let complete = so_far.is_some_and(|p| self.planning.house_rules(p, true).is_ok());
+        let done = |why: String| {
+            tracing::warn!(turn = ask.turn(), %why, "the plan is complete: planning ends");
+            let plan = so_far.cloned().unwrap_or_default();
+            let answer = format!("(done: {why})");
+            Ok(Accepted {
+                added: None,
+                plan,
+                answer,
+            })
+        };
+        let request = self.planning.request(ask);
+        let answer = match self.llm.chat(ctx, &self.planning.prompt(), &request).await {
+            Err(StepError::Fatal(why)) if complete => return done(why),
+            answer => answer?,
+        };
         // A plan that breaks a rule is the model's error: asking again with the same
         // idempotency key would get the same answer. The step fails, with the reason.
-        let plan = self
-            .accept(&answer)
-            .map_err(|why| StepError::fatal(format!("the planner's invalid plan: {why}")))?;
-        Ok(Accepted { plan, answer })
+        match self.accept(ask, &answer) {
+            Err(why) if complete => done(format!("the planner's invalid plan: {why}")),
+            accepted => accepted
+                .map_err(|why| StepError::fatal(format!("the planner's invalid plan: {why}"))),
+        }
     }
 
+    /// Records the plan of every turn so far (once per turn: a turn that adds nothing
+    /// leaves the row as it is), with the answers it was read from.
     async fn record(
         &self,
         ctx: &mut AgentContext<'_>,
-        _input: Input,
+        _ask: Ask,
         accepted: Accepted,
-    ) -> Result<Plan, StepError> {
+    ) -> Result<Value, StepError> {
+        let Some(added) = accepted.added else {
+            return Ok(serde_json::json!({ "done": true }));
+        };
         let saga = saga_of(ctx)?;
         let steps: Vec<&str> = accepted
             .plan
@@ -262,10 +427,13 @@ impl CallingAgent for Planner {
         let plan = serde_json::to_string(&accepted.plan).map_err(StepError::fatal)?;
         support::exec(
             ctx.conn(),
-            "INSERT INTO assistant_plans (saga_id, steps, plan, answer) VALUES ($1, $2, $3, $4) ON CONFLICT (saga_id) DO NOTHING",
+            "INSERT INTO assistant_plans (saga_id, steps, plan, answer) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (saga_id) DO UPDATE SET steps = excluded.steps, plan = excluded.plan, \
+             answer = assistant_plans.answer || '\n\n' || excluded.answer \
+             WHERE length(excluded.steps) > length(assistant_plans.steps)",
             &[&saga, &steps.join(" "), &plan, &accepted.answer],
         )
         .await?;
-        Ok(accepted.plan)
+        serde_json::to_value(&added).map_err(StepError::fatal)
     }
 }

@@ -15,13 +15,16 @@
 //!   `refusal` and no content) with probability `0.4 × fail_rate`.
 //! - The planner's requests (their system prompt starts with [`PLANNER_ROLE`]) are
 //!   answered, like a chat model would, with a plan for the example's agents: a few
-//!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. The plan
-//!   depends on the seed and the idempotency key alone (the same for a retried
-//!   request): a quarter of them reserve no calendar slot, a quarter research and
-//!   reserve the slot in parallel, a quarter do both one after the other, and the rest
-//!   delegate: the research runs in a parallel group with three child
-//!   `competitor_research` sagas (`competitor_1..3`, for "<company> rival 1..3", the
-//!   company read from the request), whose notes the draft takes as `competitors`.
+//!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. It plans
+//!   in turns (the turn read from the step, [`STEP_HEADER`]: `plan`, `plan_2`,
+//!   `plan_3`): the research first, the rest (from the draft on) second, then
+//!   `{"done": true}`. The plan depends on the seed and the saga alone (the same for a
+//!   retried request, and in each turn): a quarter of them reserve no calendar slot, a
+//!   quarter research and reserve the slot in parallel, a quarter reserve it after
+//!   the research (second turn), and the rest delegate: the research runs in a
+//!   parallel group with three child `competitor_research` sagas (`competitor_1..3`,
+//!   for "<company> rival 1..3", the company read from the request), whose notes the
+//!   draft takes as `competitors`.
 //!   A competitor's research's planner (its system prompt starts with
 //!   [`RESEARCH_PLANNER_ROLE`]) gets a one-step plan: `research`.
 //! - The other modes are for tests (hidden flag `--llm-stub-mode`), applied to every
@@ -60,7 +63,7 @@ use serde_json::{Value, json};
 #[path = "llm_stub_answers.rs"]
 mod answers;
 
-use answers::{NO_PLAN, Planner, compose, plan, research_plan};
+use answers::{NO_PLAN, Planner, compose, plan, research_plan, turn_of};
 
 /// The bearer token the stub accepts.
 pub const API_KEY: &str = "agentsaga-local-stub";
@@ -286,6 +289,7 @@ async fn chat_completions(
     let planner = Planner::of(messages);
     let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
     let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
+    let turn = turn_of(step);
 
     let nth = {
         let mut seen = shared.seen.lock().expect("not poisoned");
@@ -368,11 +372,11 @@ async fn chat_completions(
             let text = match content {
                 Content::Refusal => None,
                 Content::Answer => Some(match planner {
-                    Some(Planner::Assistant) => plan(config.seed, &key, &prompt, false),
+                    Some(Planner::Assistant) => plan(config.seed, saga, turn, &prompt, false),
                     Some(Planner::Research) => research_plan(),
                     None => compose(config.seed, &key, &prompt),
                 }),
-                Content::BadPlan => Some(plan(config.seed, &key, &prompt, true)),
+                Content::BadPlan => Some(plan(config.seed, saga, turn, &prompt, true)),
                 Content::NoPlan => Some(NO_PLAN.to_owned()),
             };
             let message = match text {

@@ -27,10 +27,23 @@ pub(super) const NO_PLAN: &str = "Happy to help! First I would look into the com
 /// How many competitors a delegating plan researches, each in a child saga.
 const COMPETITORS: usize = 3;
 
-/// The planner's answer: a plan for the example's agents (see the module doc), in a
-/// fenced block amid prose; with `bad`, with a step for an agent the example lacks.
-/// `prompt` is the request, which names the company (between the first quotes).
-pub(super) fn plan(seed: u64, key: &str, prompt: &str, bad: bool) -> String {
+/// Which turn of the planner a request of step `step` is: `plan` the first, `plan_<n>`
+/// the n-th.
+pub(super) fn turn_of(step: &str) -> usize {
+    step.rsplit_once('_')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The planner's answer in turn `turn`: the first turn's stages (the research), the
+/// second's (the rest), then `{"done": true}` (see the module doc), in a fenced block
+/// amid prose; with `bad`, with a step for an agent the example lacks. The plan's
+/// shape depends on the seed and the saga alone, the same in every turn. `prompt` is
+/// the request, which names the company (between the first quotes).
+pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) -> String {
+    if turn > 2 && !bad {
+        return "Everything is planned.\n\n```json\n{\"done\": true}\n```\n".to_owned();
+    }
     let company = json!({ "$from": "/input/company" });
     let undo = |destination: &str, step: &str| {
         json!({
@@ -50,9 +63,10 @@ pub(super) fn plan(seed: u64, key: &str, prompt: &str, bad: bool) -> String {
         "command": { "op": "do", "company": company },
         "compensate": undo("calendar", "reserve_calendar_slot")
     });
-    // Which plan: no slot, the slot beside the research, or after it, or no slot and
-    // the research beside three child sagas, each researching a competitor.
-    let shape = (unit(seed, key, 0, "plan") * 4.0) as u8;
+    // Which plan: no slot, the slot beside the research, or after it (in the second
+    // turn), or no slot and the research beside three child sagas, each researching a
+    // competitor.
+    let shape = (unit(seed, saga, 0, "plan") * 4.0) as u8;
     let mut draft = json!({
         "op": "do",
         "company": company,
@@ -61,33 +75,77 @@ pub(super) fn plan(seed: u64, key: &str, prompt: &str, bad: bool) -> String {
     if shape == 1 || shape == 2 {
         draft["slot"] = json!({ "$from": "/results/reserve_calendar_slot/text" });
     }
-    let mut steps = match shape {
-        0 => vec![research],
-        1 => vec![json!({ "parallel": [research, slot] })],
-        2 => vec![research, slot],
-        _ => {
-            let name = prompt.split('"').nth(1).unwrap_or("the company");
-            let mut group = vec![research];
-            let mut notes = Vec::new();
-            for n in 1..=COMPETITORS {
-                let step = format!("competitor_{n}");
-                notes.push(json!({ "$from": format!("/results/{step}/results/research/text") }));
-                group.push(json!({
-                    "name": step,
-                    "saga": "competitor_research",
-                    "input": { "company": format!("{name} rival {n}") }
-                }));
-            }
-            draft["competitors"] = json!(notes);
-            vec![json!({ "parallel": group })]
-        }
+    let name = prompt.split('"').nth(1).unwrap_or("the company");
+    let mut group = vec![research];
+    let mut notes = Vec::new();
+    for n in (shape == 3)
+        .then_some(1..=COMPETITORS)
+        .into_iter()
+        .flatten()
+    {
+        let step = format!("competitor_{n}");
+        notes.push(json!({ "$from": format!("/results/{step}/results/research/text") }));
+        group.push(json!({
+            "name": step,
+            "saga": "competitor_research",
+            "input": { "company": format!("{name} rival {n}") }
+        }));
+    }
+    if shape == 1 {
+        group.push(slot.clone());
+    }
+    if shape == 3 {
+        draft["competitors"] = json!(notes);
+    }
+    let mut steps = match (turn, group.len()) {
+        (1, 1) => group,
+        (1, _) => vec![json!({ "parallel": group })],
+        _ if shape == 2 => vec![slot],
+        _ => Vec::new(),
     };
-    steps.extend([
+    if turn == 2 {
+        steps.extend(rest(draft, undo("drafts", "draft_email")));
+    }
+    if bad {
+        let at = steps.len().min(1);
+        steps.insert(
+            at,
+            json!({
+                "name": "notify_team",
+                "destination": "slack",
+                "command": { "channel": "#sales", "text": { "$from": "/results/research/text" } },
+                "nothing_to_undo": true
+            }),
+        );
+    }
+    let plan = serde_json::to_string_pretty(&json!({ "steps": steps })).expect("JSON");
+    let opening = match (turn, shape) {
+        (1, 1) => "First the research; the calendar slot can be reserved at the same time.",
+        (1, 3) => {
+            "First I research the company while three of its competitors are researched \
+             on their own; the email can draw on all of it."
+        }
+        (1, _) => "First, the research; I will plan the rest once I have read it.",
+        (_, 0) => "With the research in hand: the email can suggest a time instead of a slot.",
+        (_, 2) => "With the research in hand, here is the rest of the plan, step by step.",
+        _ => "With the research in hand, here is the rest of the plan.",
+    };
+    format!(
+        "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
+         goes out; if anything fails before then, what was reserved or drafted is undone."
+    )
+}
+
+/// The stages after the research (and the slot): the draft (its command `draft`), the
+/// approval, the email (the pivot), the CRM record.
+fn rest(draft: Value, undo_draft: Value) -> [Value; 4] {
+    let company = json!({ "$from": "/input/company" });
+    [
         json!({
             "name": "draft_email",
             "destination": "drafts",
             "command": draft,
-            "compensate": undo("drafts", "draft_email")
+            "compensate": undo_draft
         }),
         json!({ "name": "approval", "wait_for": "approval" }),
         json!({
@@ -109,32 +167,7 @@ pub(super) fn plan(seed: u64, key: &str, prompt: &str, bad: bool) -> String {
                 "approved_by": { "$from": "/results/approval/by" }
             }
         }),
-    ]);
-    if bad {
-        steps.insert(
-            1,
-            json!({
-                "name": "notify_team",
-                "destination": "slack",
-                "command": { "channel": "#sales", "text": { "$from": "/results/research/text" } },
-                "nothing_to_undo": true
-            }),
-        );
-    }
-    let plan = serde_json::to_string_pretty(&json!({ "steps": steps })).expect("JSON");
-    let opening = match shape {
-        0 => "Here is a plan. I left the calendar out: the email can suggest a time instead.",
-        1 => "Here is a plan: the research and the calendar slot can happen at the same time.",
-        2 => "Sure! Here is the plan, step by step.",
-        _ => {
-            "Here is a plan: I research the company while three of its competitors are \
-              researched on their own, and the email can draw on all of it."
-        }
-    };
-    format!(
-        "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
-         goes out; if anything fails before then, what was reserved or drafted is undone."
-    )
+    ]
 }
 
 /// The answer of a competitor's research's planner: one step, `research`, in a fenced

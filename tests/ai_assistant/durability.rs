@@ -3,10 +3,11 @@
 
 use super::*;
 
-/// Killed (SIGKILL) while its LLM calls are in flight (the planner's among them), then
-/// finished by `--sagas 0`: every saga ends completed or compensated with each effect
-/// once, a resumed saga runs the plan it had, and a call made again after the restart
-/// carries the same key.
+/// Killed (SIGKILL) while its LLM calls are in flight (the planner's turns among them),
+/// then finished by `--sagas 0`: every saga ends completed or compensated with each
+/// effect once, a resumed saga runs the plan it had and re-plans from where it was, no
+/// turn of the planner is asked twice, and a call made again after the restart carries
+/// the same key.
 async fn survives_kill_9(backend: Backend) {
     let url = fresh_url(backend).await;
     let mut interrupted = 0;
@@ -39,7 +40,11 @@ async fn survives_kill_9(backend: Backend) {
     let (completed, compensated) = check_effects(&store).await;
     let total = completed + compensated;
     assert!(total > 0 && total % 50 == 0, "{total} sagas");
-    check_keys(&llm_calls(&store).await);
+    // Re-planning across kill -9: no turn asked twice (one key per saga's turn), every
+    // completed saga asked all three, in order (`check_effects` checked their ledgers,
+    // and that a compensated saga undid its reservations, whichever turn made them).
+    let pairs = check_turns(&store, &llm_calls(&store).await).await;
+    assert!(pairs >= 3 * completed, "{pairs} turns asked");
 }
 both_backends!(kill_9_tests, survives_kill_9);
 
@@ -147,6 +152,62 @@ async fn invalid_plans_are_fatal(backend: Backend) {
 }
 both_backends!(invalid_plan_tests, invalid_plans_are_fatal);
 
+/// A later turn is checked with the turns before it: an invalid second turn (a step for
+/// an agent the assistant lacks) fails `plan_2` fatally, after the research of turn 1
+/// ran; the saga compensates across turns (a slot turn 1 reserved is cancelled, its
+/// children are compensated), and no other turn is asked.
+async fn an_invalid_turn_compensates_the_turns_before_it(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let args = ["--sagas", "8", "--fail-rate", "0", "--seed", "7"];
+    let mut args = args.to_vec();
+    args.extend(["--llm-stub-mode", "bad-plan", "--llm-stub-step", "plan_2"]);
+    assistant(&url, &args);
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 8));
+    let reason = "step `notify_team`: unknown destination `slack`";
+    let needles = [
+        "step `plan_2` failed",
+        "the planner's invalid plan: ",
+        reason,
+    ];
+    all_compensated(&store, 8, &needles).await;
+    let plans = plans(&store).await;
+    let children = check_children(&store, &plans).await;
+    assert_eq!(children.undone_completed, children.children, "{children:?}");
+    for (id, _) in assistant_sagas(&store).await {
+        let run = steps_run(&store, &id).await;
+        assert_eq!(run.first().map(String::as_str), Some("plan"), "{run:?}");
+        assert_eq!(run.last().map(String::as_str), Some("plan_2"), "{run:?}");
+        assert!(run.contains(&"research".to_owned()), "{run:?}");
+        // The turn 1 plan, recorded; nothing of turn 2's.
+        assert!(!plans[&id].contains(&"draft_email".to_owned()), "{plans:?}");
+    }
+    let slots = support::statuses(&store, "assistant_calendar_slots").await;
+    assert!(slots.values().all(|s| s == "cancelled"), "{slots:?}");
+    for table in [
+        "assistant_drafts",
+        "assistant_emails",
+        "assistant_crm_records",
+    ] {
+        assert!(rows(&store, table).await.is_empty(), "{table}");
+    }
+    let calls = llm_calls(&store).await;
+    assert_eq!(check_turns(&store, &calls).await, 16);
+    for c in &calls {
+        let expected = if c.step == "plan_2" {
+            "200 bad-plan"
+        } else {
+            "200"
+        };
+        assert_eq!(c.answer, expected, "{c:?}");
+        assert!(c.step != "draft_email" && c.step != "plan_3", "{c:?}");
+    }
+}
+both_backends!(
+    invalid_turn_tests,
+    an_invalid_turn_compensates_the_turns_before_it
+);
+
 /// A saga parked at its wait for `approval` survives `kill -9`: the run is killed
 /// while some sagas wait and others are still on their way; one waiting saga is
 /// approved and another rejected while no process runs (through `Engine::signal`, as
@@ -208,14 +269,18 @@ async fn a_waiting_saga_survives_kill_9(backend: Backend) {
     assert!(crm[0].1.contains("approved by ann"), "{crm:?}");
     let drafts = support::statuses(&store, "assistant_drafts").await;
     assert_eq!(drafts[&rejected.to_string()], "discarded");
-    // The sagas that had a plan before the kill kept it.
+    // The sagas that had a plan before the kill kept it (a later turn only appends).
     let plans_after = plans(&store).await;
     for (id, plan) in &plans_before {
-        assert_eq!(plans_after.get(id), Some(plan), "saga {id}");
+        let after = plans_after.get(id).map_or(&[][..], Vec::as_slice);
+        assert!(
+            after.starts_with(plan),
+            "saga {id}: {plan:?} then {after:?}"
+        );
     }
 
     assistant(&url, &["--sagas", "0", "--fail-rate", "0", "--seed", "9"]);
     assert_eq!(check_effects(&store).await, (9, 1));
-    check_keys(&llm_calls(&store).await);
+    check_turns(&store, &llm_calls(&store).await).await;
 }
 both_backends!(waiting_kill_9_tests, a_waiting_saga_survives_kill_9);

@@ -86,13 +86,16 @@ async fn happy_path(backend: Backend) {
             .len(),
         with_slot
     );
-    // Three LLM steps per saga (the planner's, the research, the draft), two per child
-    // (its planner's, its research), one key each.
+    // Five LLM steps per saga (the planner's three turns, the research, the draft), two
+    // per child (its planner's, its research), one key each, each asked once.
     let calls = llm_calls(&store).await;
     let requests = check_keys(&calls);
-    assert_eq!(requests.len(), 90 + 2 * children, "{calls:?}");
+    assert_eq!(requests.len(), 150 + 2 * children, "{calls:?}");
+    assert!(requests.values().all(|n| *n == 1), "{calls:?}");
+    assert_eq!(check_turns(&store, &calls).await, 90);
     let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
-    assert_eq!(steps, HashSet::from(["plan", "research", "draft_email"]));
+    let all = ["plan", "plan_2", "plan_3", "research", "draft_email"];
+    assert_eq!(steps, HashSet::from(all));
     let of_children: HashSet<&str> = calls
         .iter()
         .filter(|c| !parents.contains(&c.saga))
@@ -251,8 +254,8 @@ async fn client_error_is_fatal(backend: Backend) {
     let requests = check_keys(&calls);
     assert_eq!(
         parents_keys(&store, &calls).await,
-        18,
-        "the planner's, the research's and the draft's"
+        24,
+        "the planner's first two turns, the research's and the draft's"
     );
     assert!(
         requests.values().all(|n| *n == 1),

@@ -122,7 +122,8 @@ pub(crate) async fn steps_run(store: &Store, id: &str) -> Vec<String> {
 /// assistant's sagas for the effects of the steps every plan has (the draft, the
 /// email, the CRM record; every saga terminal, the outbox drained), and, per saga, the
 /// calendar slot if its plan reserved one and none if it did not. A completed saga ran
-/// the planner's step and then exactly the steps of its plan, its research done.
+/// exactly the steps of its plan, in the planner's turns ([`check_replanned`]), its
+/// research done.
 /// The child sagas ([`check_children`]) too. Returns (completed, compensated) of the
 /// assistant's sagas.
 pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
@@ -138,10 +139,7 @@ pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
             let plan = plan.unwrap_or_else(|| panic!("completed saga {id} has no plan"));
             assert_eq!(slot, with_slot.then_some("reserved"), "saga {id}: {plan:?}");
             assert_eq!(research.get(&id).map(String::as_str), Some("done"));
-            let planned: Vec<&str> = std::iter::once("plan")
-                .chain(plan.iter().map(String::as_str))
-                .collect();
-            assert_eq!(steps_run(store, &id).await, planned, "saga {id}");
+            check_replanned(store, &id, plan).await;
         } else {
             assert_ne!(slot, Some("reserved"), "compensated saga {id}");
             if !with_slot {
@@ -151,6 +149,57 @@ pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
     }
     check_children(store, &plans).await;
     counts
+}
+
+/// The planner's steps of a saga's turns: the research, the rest, done.
+pub(crate) const TURN_STEPS: [&str; 3] = ["plan", "plan_2", "plan_3"];
+
+/// Completed saga `id` re-planned: its ledger has the planner's three turns, `plan`
+/// first, `plan_2` between the research (turn 1) and the draft (turn 2), `plan_3`
+/// last, and between them exactly the steps of its `plan`; its data has three
+/// `turns`, and the planner said it is done.
+pub(crate) async fn check_replanned(store: &Store, id: &str, plan: &[String]) {
+    let run = steps_run(store, id).await;
+    let (turns, planned): (Vec<&str>, Vec<&str>) = run
+        .iter()
+        .map(String::as_str)
+        .partition(|s| TURN_STEPS.contains(s));
+    assert_eq!(turns, TURN_STEPS, "saga {id}: {run:?}");
+    assert_eq!(planned, plan, "saga {id}");
+    let at = |name: &str| run.iter().position(|s| s == name).unwrap();
+    assert_eq!((at("plan"), at("plan_3")), (0, run.len() - 1), "{run:?}");
+    assert!(at("research") < at("plan_2") && at("plan_2") < at("draft_email"));
+    let data = query::data(store, id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(data["turns"].as_array().map(Vec::len), Some(3), "{data}");
+    assert_eq!(data["done"], true, "saga {id}");
+}
+
+/// No turn asked twice: each (saga, planner turn) the stub received was asked with one
+/// idempotency key ([`check_keys`]); each assistant's saga was asked its first turns
+/// in order, a completed one all three. Returns the (saga, turn) pairs asked.
+pub(crate) async fn check_turns(store: &Store, calls: &[Call]) -> usize {
+    check_keys(calls);
+    let mut asked: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for c in calls
+        .iter()
+        .filter(|c| TURN_STEPS.contains(&c.step.as_str()))
+    {
+        asked.entry(&c.saga).or_default().insert(&c.step);
+    }
+    let mut pairs = 0;
+    for (id, state) in assistant_sagas(store).await {
+        let turns = asked.get(id.as_str()).cloned().unwrap_or_default();
+        let first: HashSet<&str> = TURN_STEPS[..turns.len()].iter().copied().collect();
+        assert_eq!(turns, first, "saga {id}");
+        if state == SagaState::Completed {
+            assert_eq!(turns.len(), 3, "saga {id}");
+        }
+        pairs += turns.len();
+    }
+    pairs
 }
 
 /// The assistant's sagas (not their children), with their states.
