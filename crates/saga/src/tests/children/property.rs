@@ -370,8 +370,7 @@ fn grandchild_ids_are_distinct() {
 // The smallest tree the XOR broke: r = [A, B], A = [agent, C], B = [D]; C (r.0.1) and D
 // (r.1.0) got one id, so D's start found C (completed), answered A again (late,
 // ignored), and B waited for ever: the root never finished. It finishes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grandchildren_of_crossed_steps_finish() {
+async fn grandchildren_of_crossed_steps_finish(backend: Backend) {
     let leaf = |name: &str| Node {
         name: name.into(),
         steps: vec![Kind::Agent],
@@ -391,7 +390,7 @@ async fn grandchildren_of_crossed_steps_finish() {
     };
     let mut defs = Vec::new();
     definitions(&node, &mut defs);
-    let mut w = World::new(Backend::Sqlite, defs, 1).await;
+    let mut w = World::new(backend, defs, 1).await;
     let root = w.start("r", json!({})).await;
     let pumped = tokio::time::timeout(
         Duration::from_secs(10),
@@ -405,3 +404,4 @@ async fn grandchildren_of_crossed_steps_finish() {
     model.run(&node, root, None);
     assert_eq!(w.ledger.done, model.done);
 }
+both_backends!(crossed_tests, grandchildren_of_crossed_steps_finish);
