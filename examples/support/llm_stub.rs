@@ -18,7 +18,7 @@
 //!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. It plans
 //!   in turns (the turn read from the step, [`STEP_HEADER`]: `plan`, `plan_2`,
 //!   `plan_3`): the research first, the rest (from the draft on) second, then
-//!   `{"done": true}`. The plan depends on the seed and the saga alone (the same for a
+//!   `{"done": true}`. The plan depends on the seed and the request's company alone (the same for a
 //!   retried request, and in each turn): a quarter of them reserve no calendar slot, a
 //!   quarter research and reserve the slot in parallel, a quarter reserve it after
 //!   the research (second turn), and the rest delegate: the research runs in a

@@ -38,8 +38,8 @@ pub(super) fn turn_of(step: &str) -> usize {
 /// The planner's answer in turn `turn`: the first turn's stages (the research), the
 /// second's (the rest), then `{"done": true}` (see the module doc), in a fenced block
 /// amid prose; with `bad`, with a step for an agent the example lacks. The plan's
-/// shape depends on the seed and the saga alone, the same in every turn. `prompt` is
-/// the request, which names the company (between the first quotes).
+/// shape depends on the seed and the request's company alone, the same in every turn.
+/// `prompt` is the request, which names the company (between the first quotes).
 pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) -> String {
     if turn > 2 && !bad {
         return "Everything is planned.\n\n```json\n{\"done\": true}\n```\n".to_owned();
@@ -66,7 +66,10 @@ pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) 
     // Which plan: no slot, the slot beside the research, or after it (in the second
     // turn), or no slot and the research beside three child sagas, each researching a
     // competitor.
-    let shape = (unit(seed, saga, 0, "plan") * 4.0) as u8;
+    // Chosen by the request (its company, named in every turn's request), so that a
+    // run's shapes are the same for the same seed, and both turns agree.
+    let company_name = prompt.split('"').nth(1).unwrap_or(saga);
+    let shape = (unit(seed, company_name, 0, "plan") * 4.0) as u8;
     let mut draft = json!({
         "op": "do",
         "company": company,
