@@ -34,7 +34,7 @@ mod refs;
 mod tests;
 mod turns;
 
-pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned};
+pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned, record_result};
 
 /// The most steps a plan may have, waits and parallel members included.
 pub const MAX_PLAN_STEPS: usize = 64;

@@ -322,11 +322,11 @@ impl Catalog {
     /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
     /// answer) checked and stored at `/plan`.
     pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
-        if data.get("turns").is_some() || super::turns::stored(data)?.is_some() {
-            return self.fold_turn(data, reply);
+        let first = data.get("turns").is_none() && data.get("plan").is_none_or(Value::is_null);
+        if first {
+            // The saga keeps the most turns it was started under.
+            set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
         }
-        // The first turn: the saga keeps the most turns it was started under.
-        set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
         self.fold_turn(data, reply)
     }
 }
@@ -338,6 +338,11 @@ pub(super) fn results_mut(data: &mut Value) -> Result<&mut Value> {
         .ok_or_else(|| Error::Corrupt("a planned saga's data has no `results`".into()))
 }
 
+/// Records `value` as the result `name` in a planned saga's `data`.
+pub(crate) fn record_result(data: &mut Value, name: &str, value: Value) -> Result<()> {
+    set(results_mut(data)?, name, value)
+}
+
 pub(super) fn step_def(
     s: PlanStep,
     catalog: &Catalog,
@@ -347,7 +352,7 @@ pub(super) fn step_def(
     let name = s.name.clone();
     let fold_name = name.clone();
     let fold: crate::definition::step::FoldFn =
-        Arc::new(move |data: &mut Value, reply: Value| set(results_mut(data)?, &fold_name, reply));
+        Arc::new(move |data: &mut Value, reply: Value| record_result(data, &fold_name, reply));
     let retry = RetryPolicy {
         max_attempts: s.max_attempts.unwrap_or(catalog.retry.max_attempts),
         ..catalog.retry

@@ -76,15 +76,7 @@ impl Ctx<'_> {
             .is_some();
         if !recorded {
             let record = (sd.command)(&self.inst.data)?;
-            let results = self
-                .inst
-                .data
-                .get_mut("results")
-                .and_then(serde_json::Value::as_object_mut)
-                .ok_or_else(|| {
-                    crate::Error::Corrupt("a planned saga's data has no `results`".into())
-                })?;
-            results.insert(sd.name.clone(), record);
+            crate::plan::record_result(&mut self.inst.data, &sd.name, record)?;
         }
         self.fx.waits.push(crate::engine::DeclaredWait {
             name: name.to_owned(),
