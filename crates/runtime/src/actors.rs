@@ -8,17 +8,18 @@ use std::time::Duration;
 
 use agentsaga_core::{Envelope, Hop, Prefetched, Receipt, Store, header};
 use agentsaga_relay::Delivery;
-use agentsaga_saga::{Engine, Handled, SagaId, SagaState, StepOutcome, protocol};
+use agentsaga_saga::{Engine, Handled, SagaId, SagaState, StepOutcome, Usage, protocol};
 
 use serde::Serialize;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, StepError};
+use crate::agent::{CallContext, Meter, StepError};
 
 mod delivery;
 mod orchestrator;
+mod runners;
 #[cfg(test)]
 mod tests;
 
@@ -273,7 +274,7 @@ async fn finish_timed_out(hub: &Hub, env: &Envelope) -> Delivery {
 
 /// Records a failure (the handler's effects, if any, already rolled back): the inbox
 /// entry and the failure reply.
-async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError) -> Delivery {
+async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError, usage: Usage) -> Delivery {
     let out = match error {
         StepError::Infrastructure(e) => return Delivery::retry(e),
         StepError::Retryable(e) => StepOutcome::Retryable(e),
@@ -283,9 +284,25 @@ async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError) -> Delivery 
         tracing::info!(error = %e, "step failed");
     }
     match begin_received(hub, env).await {
-        Ok(hop) => commit_with(hub, env, hop, protocol::reply(env, &out)).await,
+        Ok(hop) => commit_with(hub, env, hop, reply_using(env, &out, &usage)).await,
         Err(d) => d,
     }
+}
+
+/// The reply to `env` with `out`, carrying what its work used.
+fn reply_using(
+    env: &Envelope,
+    out: &StepOutcome,
+    usage: &Usage,
+) -> agentsaga_core::Result<Option<agentsaga_core::Message>> {
+    protocol::reply(env, out).map(|r| r.map(|r| protocol::with_usage(r, usage)))
+}
+
+/// What a meter counted.
+fn used(meter: Meter) -> Usage {
+    meter
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Ends a message whose handler ran in `tx` (received already): commits its effects
@@ -295,6 +312,7 @@ async fn finish<R: Serialize>(
     env: &Envelope,
     (tx, read): (Hop, Read),
     result: Option<Result<R, StepError>>,
+    usage: Usage,
 ) -> Delivery {
     let out = match result {
         None => {
@@ -309,122 +327,17 @@ async fn finish<R: Serialize>(
                     hub,
                     env,
                     StepError::Fatal(format!("the reply does not serialize: {e}")),
+                    usage,
                 )
                 .await;
             }
         },
         Some(Err(e)) => {
             tx.rollback();
-            return finish_failed(hub, env, e).await;
+            return finish_failed(hub, env, e, usage).await;
         }
     };
-    commit_with(hub, env, (tx, read), protocol::reply(env, &out)).await
-}
-
-#[async_trait::async_trait]
-impl<A: Agent> AgentRunner for Local<A> {
-    fn destination(&self) -> &str {
-        self.0.destination()
-    }
-
-    fn calls_out(&self) -> bool {
-        false
-    }
-
-    async fn run(&self, hub: &Hub, env: &Envelope) -> Delivery {
-        let work = async {
-            let command: A::Command = match decode(env) {
-                Ok(c) => c,
-                Err(d) => return d,
-            };
-            let (mut tx, read) = match begin_received(hub, env).await {
-                Ok(hop) => hop,
-                Err(d) => return d,
-            };
-            // The clock starts once the handler has its transaction: waiting for the
-            // database (SQLite's single writer under load) is queueing, not work.
-            let deadline = deadline_of(env);
-            let result = {
-                let mut ctx = AgentContext {
-                    tx: &mut tx,
-                    call: CallContext::new(env),
-                };
-                match holding(hub, deadline, self.0.handle(&mut ctx, command)).await {
-                    Ok(result) => result,
-                    Err(retry) => return retry, // the hop is dropped: undone
-                }
-            };
-            finish(hub, env, (tx, read), result).await
-        };
-        work.instrument(agent_span(env)).await
-    }
-}
-
-#[async_trait::async_trait]
-impl<A: CallingAgent> AgentRunner for Calling<A> {
-    fn destination(&self) -> &str {
-        self.0.destination()
-    }
-
-    fn calls_out(&self) -> bool {
-        true
-    }
-
-    async fn run(&self, hub: &Hub, env: &Envelope) -> Delivery {
-        let work = async {
-            let command: A::Command = match decode(env) {
-                Ok(c) => c,
-                Err(d) => return d,
-            };
-            // A message already processed is not worth another outside call. Only a
-            // redelivery can have been processed: a first delivery (attempt 1) is not
-            // asked about, which saves a round trip (and a pooled connection) before
-            // every call. (A dead letter re-driven after its processing had committed
-            // starts again at attempt 1: its call runs again, as outside calls may;
-            // the inbox still skips its database effects.)
-            if env.attempts > 1 {
-                match hub.store.seen(&env.destination, env.id).await {
-                    Ok(true) => {
-                        tracing::debug!("duplicate delivery skipped before the outside call");
-                        return Delivery::Delivered;
-                    }
-                    Ok(false) => {}
-                    Err(e) => return infra(e),
-                }
-            }
-            let deadline = deadline_of(env);
-            let ctx = CallContext::new(env);
-            let call_span = tracing::info_span!(
-                "agent.call",
-                idempotency_key = %ctx.idempotency_key(),
-                attempt = env.attempts,
-            );
-            let output =
-                match bounded(deadline, self.0.call(&ctx, &command).instrument(call_span)).await {
-                    None => return finish_timed_out(hub, env).await,
-                    Some(Err(e)) => return finish_failed(hub, env, e).await,
-                    Some(Ok(output)) => output,
-                };
-            let (mut tx, read) = match begin_received(hub, env).await {
-                Ok(hop) => hop,
-                Err(d) => return d,
-            };
-            // `record` gets a timeout of its own, from when it has its transaction.
-            let deadline = deadline_of(env);
-            let result = {
-                let mut ctx = AgentContext {
-                    tx: &mut tx,
-                    call: CallContext::new(env),
-                };
-                match holding(hub, deadline, self.0.record(&mut ctx, command, output)).await {
-                    Ok(result) => result,
-                    Err(retry) => return retry, // the hop is dropped: undone
-                }
-            };
-            finish(hub, env, (tx, read), result).await
-        };
-        work.instrument(agent_span(env)).await
-    }
+    commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await
 }
 
 /// An agent and where its outcomes go.

@@ -1,7 +1,7 @@
 //! Agents: the workers that carry out saga steps, effectively once.
 
 use agentsaga_core::{Conn, Envelope, MessageId, Tx, header};
-use agentsaga_saga::{SagaId, protocol};
+use agentsaga_saga::{SagaId, Usage, protocol};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -74,11 +74,40 @@ impl<T, E: std::fmt::Display> ResultExt<T> for Result<T, E> {
 /// (no transaction); [`AgentContext`] offers it too, beside the transaction.
 pub struct CallContext<'a> {
     pub(crate) envelope: &'a Envelope,
+    usage: Option<&'a Meter>,
 }
+
+/// What a delivery's work reported it used, across its `call` and its `record`.
+pub(crate) type Meter = std::sync::Mutex<Usage>;
 
 impl<'a> CallContext<'a> {
     pub(crate) fn new(envelope: &'a Envelope) -> Self {
-        Self { envelope }
+        Self {
+            envelope,
+            usage: None,
+        }
+    }
+
+    /// A context whose [`report_usage`](Self::report_usage) adds to `meter`.
+    pub(crate) fn metered(envelope: &'a Envelope, meter: &'a Meter) -> Self {
+        Self {
+            envelope,
+            usage: Some(meter),
+        }
+    }
+
+    /// Reports what this work used (a model's tokens, a call's cost, more outside
+    /// calls): it travels with the reply, and counts against the saga's budget
+    /// ([`SagaBuilder::budget`](agentsaga_saga::SagaBuilder::budget)). Reports add up;
+    /// report what a failed call used too. A [`CallingAgent`] counts one outside call
+    /// per [`call`](CallingAgent::call) by itself.
+    pub fn report_usage(&self, usage: Usage) {
+        if let Some(meter) = self.usage {
+            let mut total = meter
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *total += usage;
+        }
     }
 
     /// The key to pass to every outside API this work calls (an `Idempotency-Key`

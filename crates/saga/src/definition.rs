@@ -44,6 +44,8 @@ pub struct SagaDefinition {
     pub(crate) version: i32,
     pub(crate) stages: Vec<Vec<StepDef>>,
     pub(crate) deadline: Option<Duration>,
+    /// What each instance may spend, and what it does once that is spent.
+    pub(crate) budget: Option<(crate::Budget, crate::OnBudgetSpent)>,
     /// A saga whose steps come from a plan, per instance (`stages` is empty then).
     pub(crate) planned: Option<Planned>,
     /// The check of a start's data against the typed saga's input (`None`: planned).

@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod budget;
 mod definition;
 mod engine;
 mod error;
@@ -47,6 +48,7 @@ mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use budget::{Budget, OnBudgetSpent, Usage};
 pub use definition::{
     AfterPivot, BeforePivot, Open, PlannedBuilder, PlannedSaga, Saga, SagaBuilder, SagaDefinition,
     Step, StepDef, Undoable, child_destination, orchestrator_destination,

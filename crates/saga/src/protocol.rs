@@ -197,6 +197,13 @@ impl StepAddress<'_> {
     }
 }
 
+/// The wake-up of saga `saga`'s orchestrator once an operator raised its budget.
+pub(crate) fn budget_raised(saga: SagaId, orchestrator: &str) -> Message {
+    Message::to(orchestrator)
+        .header(header::SAGA_ID, saga.to_string())
+        .header(header::KIND, KIND_BUDGET_RAISED)
+}
+
 /// Saga `saga`'s deadline timer, due `after` from now.
 pub(crate) fn deadline_timer(saga: SagaId, orchestrator: &str, after: Duration) -> Message {
     Message::to(orchestrator)
@@ -240,6 +247,16 @@ pub fn reply(command: &Envelope, outcome: &StepOutcome) -> agentsaga_core::Resul
     answer(command, KIND_REPLY)
         .map(|msg| msg.json(outcome))
         .transpose()
+}
+
+/// `answer` (a reply) carrying what its work used, in its [`USAGE`] header (none if
+/// nothing was used).
+pub fn with_usage(answer: Message, usage: &crate::Usage) -> Message {
+    if usage.is_zero() {
+        return answer;
+    }
+    let json = serde_json::to_string(usage).expect("a usage serializes");
+    answer.header(USAGE, json)
 }
 
 /// A child saga's answer (a `reply`) to the parent step that started it: `causation`

@@ -10,11 +10,13 @@ use crate::{CompensationState, Error, Result, SagaId, SagaState, StepState};
 
 mod counts;
 mod prune;
+mod spending;
 
 pub use counts::{
     count_by_state, count_finished, count_in_states, count_stalled, fold_finished_counts,
 };
 pub use prune::{Pruned, prune_finished};
+pub use spending::{Spending, spending};
 
 /// One saga instance, as operators see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -74,6 +76,8 @@ pub struct StepView {
     pub replied_at_ms: Option<i64>,
     /// Unix ms.
     pub compensated_at_ms: Option<i64>,
+    /// What its attempts and its compensation used, as their agents reported it.
+    pub usage: crate::Usage,
 }
 
 fn summary(id: SagaId, r: &impl SummaryRow) -> Result<SagaSummary> {
@@ -361,6 +365,11 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
                 dispatched_at_ms: r.try_get("dispatched_at")?,
                 replied_at_ms: r.try_get("replied_at")?,
                 compensated_at_ms: r.try_get("compensated_at")?,
+                usage: r
+                    .try_get::<Option<String>, _>("usage")?
+                    .map(|u| serde_json::from_str(&u))
+                    .transpose()?
+                    .unwrap_or_default(),
             })
         }};
     }
@@ -369,7 +378,7 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
             "SELECT idx, stage, name, destination, state, attempts, error,
                     compensation_destination, compensation_payload, compensation_state,
                     compensation_attempts, compensation_error, dispatched_at, replied_at,
-                    compensated_at
+                    compensated_at, usage
                  FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
         )
         .bind(id.to_string())
@@ -383,7 +392,8 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
                     compensation_state, compensation_attempts, compensation_error,
                     (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
                     (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
-                    (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
+                    (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at,
+                    usage::text AS usage
                  FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
         )
         .bind(id.as_uuid())

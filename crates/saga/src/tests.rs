@@ -14,6 +14,7 @@ use crate::{
     SagaDefinition, SagaId, SagaState, Step, StepState, query,
 };
 
+mod budgets;
 mod children;
 mod compensations;
 mod guardrails;
@@ -47,6 +48,8 @@ struct World {
     ledger: Ledger,
     rng: fastrand::Rng,
     duplicate_rate: f64,
+    /// What each reply to a command reports it used.
+    usage: crate::Usage,
 }
 
 impl World {
@@ -72,6 +75,7 @@ impl World {
             ledger: Ledger::default(),
             rng: fastrand::Rng::with_seed(seed),
             duplicate_rate: 0.0,
+            usage: crate::Usage::default(),
         }
     }
 
@@ -85,6 +89,29 @@ impl World {
     async fn pump(
         &mut self,
         sagas: &[SagaId],
+        agent: impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome>,
+        comp: impl FnMut(&mut fastrand::Rng, &Envelope) -> StepOutcome,
+    ) {
+        let store = self.store.clone();
+        let finished = async || {
+            let mut terminal = 0;
+            for id in sagas {
+                let s = query::get(&store, *id).await.unwrap().unwrap();
+                if s.state.is_terminal() || s.state == SagaState::Stuck {
+                    terminal += 1;
+                }
+            }
+            terminal == sagas.len()
+        };
+        self.pump_until("the sagas finish", finished, agent, comp)
+            .await;
+    }
+
+    /// Delivers until `until` holds (at most 60 s).
+    async fn pump_until(
+        &mut self,
+        what: &str,
+        until: impl AsyncFnMut() -> bool,
         mut agent: impl FnMut(&mut fastrand::Rng, &Envelope, usize) -> Option<StepOutcome>,
         mut comp: impl FnMut(&mut fastrand::Rng, &Envelope) -> StepOutcome,
     ) {
@@ -92,18 +119,9 @@ impl World {
         testing::pump(
             &store,
             &destinations,
-            "the sagas finish",
+            what,
             Duration::from_secs(60),
-            async || {
-                let mut terminal = 0;
-                for id in sagas {
-                    let s = query::get(&store, *id).await.unwrap().unwrap();
-                    if s.state.is_terminal() || s.state == SagaState::Stuck {
-                        terminal += 1;
-                    }
-                }
-                terminal == sagas.len()
-            },
+            until,
             async |batch| {
                 self.rng.shuffle(batch);
                 for env in batch.iter() {
@@ -151,6 +169,11 @@ impl World {
             }
             out
         };
+        let usage = if env.header(header::KIND) == Some(protocol::KIND_COMPENSATE) {
+            crate::Usage::default()
+        } else {
+            self.usage
+        };
         if out.is_none()
             && env.header(header::TIMEOUT_MS).is_some()
             && let Some(notice) = protocol::timed_out(env)
@@ -161,7 +184,9 @@ impl World {
         }
         if let Some(out) = out {
             let reply = protocol::reply(env, &out).unwrap().unwrap();
-            tx.enqueue(&reply).await.unwrap();
+            tx.enqueue(&protocol::with_usage(reply, &usage))
+                .await
+                .unwrap();
         }
         tx.commit().await.unwrap();
     }

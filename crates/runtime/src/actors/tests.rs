@@ -6,6 +6,7 @@ use agentsaga_core::Message;
 use agentsaga_core::queue::Claim;
 
 use super::*;
+use crate::{AgentContext, CallingAgent};
 
 struct Counting(Arc<AtomicU32>);
 

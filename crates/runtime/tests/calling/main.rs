@@ -6,6 +6,7 @@
 //! call waits, 100 sagas complete" holds however slow the machine is.
 
 mod redelivery;
+mod usage;
 mod waits;
 
 use std::collections::HashMap;

@@ -27,6 +27,7 @@ pub struct SagaBuilder<D, P = BeforePivot> {
     version: i32,
     stages: Vec<Vec<StepDef>>,
     deadline: Option<Duration>,
+    budget: Option<(crate::Budget, crate::OnBudgetSpent)>,
     input: InputCheck,
     _marker: PhantomData<fn(D, P)>,
 }
@@ -72,6 +73,7 @@ where
             version,
             stages: Vec::new(),
             deadline: None,
+            budget: None,
             input: InputCheck::of::<D>(),
             _marker: PhantomData,
         }
@@ -88,6 +90,15 @@ impl<D, P> SagaBuilder<D, P> {
     /// (compensated). Ignored once past the pivot.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// What each instance may spend ([`Usage`](crate::Usage) its agents report), and
+    /// what it does once that is spent: it dispatches no further forward step, then
+    /// compensates or waits for an operator to raise the budget
+    /// ([`Engine::raise_budget`](crate::Engine::raise_budget)).
+    pub fn budget(mut self, budget: crate::Budget, on_spent: crate::OnBudgetSpent) -> Self {
+        self.budget = Some((budget, on_spent));
         self
     }
 
@@ -127,6 +138,7 @@ impl<D, P> SagaBuilder<D, P> {
             version: self.version,
             stages: self.stages,
             deadline: self.deadline,
+            budget: self.budget,
             planned: None,
             input: Some(self.input),
         })
@@ -155,6 +167,7 @@ impl<D> SagaBuilder<D, BeforePivot> {
             version: this.version,
             stages: this.stages,
             deadline: this.deadline,
+            budget: this.budget,
             input: this.input,
             _marker: PhantomData,
         }

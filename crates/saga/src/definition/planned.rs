@@ -49,6 +49,7 @@ impl PlannedSaga {
             sagas: std::collections::BTreeMap::new(),
             planner: None,
             deadline: None,
+            budget: None,
             retry: RetryPolicy::default(),
             timeout: None,
             max_steps: None,
@@ -68,6 +69,7 @@ pub struct PlannedBuilder {
     sagas: std::collections::BTreeMap<String, bool>,
     planner: Option<StepDef>,
     deadline: Option<Duration>,
+    budget: Option<(crate::Budget, crate::OnBudgetSpent)>,
     retry: RetryPolicy,
     timeout: Option<Duration>,
     max_steps: Option<usize>,
@@ -207,6 +209,13 @@ impl PlannedBuilder {
         self
     }
 
+    /// What each instance may spend, as [`SagaBuilder::budget`](super::SagaBuilder::budget):
+    /// the planner's turns count, as every step does.
+    pub fn budget(mut self, budget: crate::Budget, on_spent: crate::OnBudgetSpent) -> Self {
+        self.budget = Some((budget, on_spent));
+        self
+    }
+
     /// The whole saga's deadline, as [`SagaBuilder::deadline`](super::SagaBuilder::deadline).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
@@ -279,6 +288,7 @@ impl PlannedBuilder {
             version: self.version,
             stages: Vec::new(),
             deadline: self.deadline,
+            budget: self.budget,
             planned: Some(Planned { catalog, planner }),
             input: None,
         })

@@ -9,6 +9,7 @@
 //! lifecycle table ([`SagaState::on`]); an event it does not allow is an error, and the
 //! engine then writes nothing.
 
+mod budget;
 mod child;
 mod compensation;
 mod failure;
@@ -69,7 +70,8 @@ impl Ctx<'_> {
                 step,
                 causation,
                 outcome,
-            } => self.on_reply(step, causation, outcome),
+                usage,
+            } => self.on_reply(step, causation, outcome, usage),
             Inbound::Timeout { step, causation } => {
                 self.on_lost(step, causation, "timed out: the outcome is unknown".into())
             }
@@ -89,6 +91,7 @@ impl Ctx<'_> {
                 format!("delivery to `{destination}` failed: {reason}"),
             ),
             Inbound::Deadline => self.on_deadline(),
+            Inbound::BudgetRaised => self.on_budget_raised(),
             Inbound::BuildCompensation { step, request } => {
                 self.on_build_compensation(step, request)
             }

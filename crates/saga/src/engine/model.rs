@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use agentsaga_core::MessageId;
 use serde_json::Value;
 
+use crate::budget::{BudgetRecord, Usage};
 use crate::{CompensationState, SagaId, SagaState, StepState};
 
 /// A saga instance as stored in `saga_instances`, with its `saga_steps`.
@@ -23,6 +24,10 @@ pub(crate) struct Instance {
     /// The saga whose step this one is (a child saga), `None` for a saga started on
     /// its own.
     pub(crate) parent: Option<ParentLink>,
+    /// What its steps used, as their agents reported it (`saga_instances.usage`).
+    pub(crate) usage: Usage,
+    /// Its budget, if it has one (`saga_instances.budget`).
+    pub(crate) budget: Option<BudgetRecord>,
 }
 
 /// A child saga's link to the step of its parent that started it
@@ -45,6 +50,9 @@ pub(crate) struct ParentLink {
     pub(crate) compensation: Option<MessageId>,
     /// 1 for a child of a saga started on its own, 2 for its child, ...
     pub(crate) depth: u32,
+    /// What this child's answers told its parent it used, so far.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub(crate) reported: Usage,
 }
 
 /// One `saga_steps` row: the forward step and its compensation-ledger entry.
@@ -71,6 +79,8 @@ pub(crate) struct StepRow {
     pub(crate) dispatched_at: Option<i64>,
     pub(crate) replied_at: Option<i64>,
     pub(crate) compensated_at: Option<i64>,
+    /// What its attempts and its compensation used (`saga_steps.usage`).
+    pub(crate) usage: Usage,
 }
 
 impl StepRow {
@@ -107,6 +117,7 @@ impl StepRow {
             dispatched_at: None,
             replied_at: None,
             compensated_at: None,
+            usage: Usage::default(),
         }
     }
 }

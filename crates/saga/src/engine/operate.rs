@@ -77,6 +77,38 @@ impl Engine {
         self.operate(tx, id, |c| c.skip()).await
     }
 
+    /// Operator: raise saga `id`'s budget to the limits `raise` names (the others
+    /// kept; a saga without a budget gets one that waits when spent). A saga that held
+    /// back a forward step for its spent budget goes on, now if this engine has its
+    /// definition, else once its orchestrator is woken when `tx` commits. Needs no
+    /// definition (the CLI raises budgets). A person's act: the MCP tools cannot.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`] for a finished saga, with nothing
+    /// changed.
+    pub async fn raise_budget(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        raise: crate::Budget,
+    ) -> Result<SagaState> {
+        let mut wake = false;
+        let state = self
+            .operate(tx, id, |c| c.raise_budget(raise, &mut wake))
+            .await?;
+        if wake {
+            let name = persist::load(tx.conn(), id)
+                .await?
+                .ok_or(Error::NotFound(id))?;
+            tx.enqueue(&protocol::budget_raised(
+                id,
+                &crate::orchestrator_destination(&name.name, name.version),
+            ))
+            .await?;
+        }
+        Ok(state)
+    }
+
     pub(super) async fn operate(
         &self,
         tx: &mut Tx,

@@ -3,210 +3,15 @@
 //! that two processes handling two replies of one saga take turns; SQLite's single
 //! writer already serialises them.
 
-use std::collections::BTreeMap;
-use std::str::FromStr;
+mod tables;
 
 use agentsaga_core::sqlx;
-use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
+use agentsaga_core::write::Writes;
 use agentsaga_core::{Conn, Message, Prefetch, Prefetched, Row, Tx};
-use serde_json::Value;
 
 use super::model::{Instance, StepRow};
-use crate::{Error, Result, SagaId};
-
-fn corrupt(what: impl std::fmt::Display) -> Error {
-    Error::Corrupt(what.to_string())
-}
-
-fn parse<T: FromStr>(s: &str, what: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    s.parse().map_err(|e| corrupt(format!("{what} `{s}`: {e}")))
-}
-
-fn json(s: Option<String>) -> Result<Option<Value>> {
-    s.map(|s| serde_json::from_str(&s))
-        .transpose()
-        .map_err(Into::into)
-}
-
-/// The columns of a step, as both backends' loads select them (ids as each backend
-/// stores them, JSON as text, times as Unix milliseconds).
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-const STEP_SELECT: &str = "idx, stage, name, destination, state, attempts, command_id, timer_id,
-    input, output, error, compensation_destination, compensation_payload,
-    compensation_state, compensation_attempts, compensation_message_id, compensation_error,
-    deadline, dispatched_at, replied_at, compensated_at";
-
-/// `saga_instances` as a save writes it, declared once for both backends (each
-/// renders its statements: see [`agentsaga_core::write`]). A save updates what can
-/// change; `finished_at` keeps its first value.
-static INSTANCES: Table = Table::new(
-    "saga_instances",
-    &[
-        Column::new("id", Kind::Id),
-        Column::new("name", Kind::Text).kept(),
-        Column::new("version", Kind::Int).kept(),
-        Column::new("state", Kind::Text),
-        Column::new("data", Kind::Json),
-        Column::new("error", Kind::Text),
-        Column::new("stage", Kind::Int),
-        Column::new("created_at", Kind::Stamp).kept(),
-        Column::new("updated_at", Kind::Stamp),
-        Column::new("finished_at", Kind::Stamp).first(),
-        Column::new("parent_id", Kind::Id).kept(),
-        Column::new("parent", Kind::Json),
-    ],
-    1,
-);
-
-/// `saga_steps` as a save writes it: a step's identity and definition stay; a
-/// compensation built from the step's reply gets its payload when it is dispatched.
-static STEPS: Table = Table::new(
-    "saga_steps",
-    &[
-        Column::new("saga_id", Kind::Id),
-        Column::new("idx", Kind::Int),
-        Column::new("stage", Kind::Int).kept(),
-        Column::new("name", Kind::Text).kept(),
-        Column::new("destination", Kind::Text).kept(),
-        Column::new("state", Kind::Text),
-        Column::new("attempts", Kind::Int),
-        Column::new("command_id", Kind::Id),
-        Column::new("timer_id", Kind::Id),
-        Column::new("input", Kind::Json),
-        Column::new("output", Kind::Json),
-        Column::new("error", Kind::Text),
-        Column::new("compensation_destination", Kind::Text).kept(),
-        Column::new("compensation_payload", Kind::Json),
-        Column::new("compensation_state", Kind::Text),
-        Column::new("compensation_attempts", Kind::Int),
-        Column::new("compensation_message_id", Kind::Id),
-        Column::new("compensation_error", Kind::Text),
-        Column::new("deadline", Kind::Time),
-        Column::new("dispatched_at", Kind::Time),
-        Column::new("replied_at", Kind::Time),
-        Column::new("compensated_at", Kind::Time),
-    ],
-    2,
-);
-
-/// An instance's row of [`INSTANCES`], written at `now` (Unix milliseconds: SQLite's
-/// times; PostgreSQL takes its own clock's).
-fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
-    vec![
-        Datum::Id(*inst.id.as_uuid()),
-        Datum::from(inst.name.as_str()),
-        Datum::from(inst.version),
-        Datum::from(inst.state.as_str()),
-        Datum::Text(inst.data.to_string()),
-        Datum::from(inst.error.clone()),
-        Datum::Int(inst.stage as i64),
-        Datum::Now(now),
-        Datum::Now(now),
-        if inst.finished {
-            Datum::Now(now)
-        } else {
-            Datum::Null
-        },
-        inst.parent
-            .as_ref()
-            .map_or(Datum::Null, |p| Datum::Id(*p.saga.as_uuid())),
-        inst.parent.as_ref().map_or(Datum::Null, |p| {
-            Datum::Text(serde_json::to_string(p).expect("a parent link serializes"))
-        }),
-    ]
-}
-
-/// A step's row of [`STEPS`].
-fn step_values(saga: SagaId, s: &StepRow) -> Vec<Datum> {
-    let json = |v: &Option<Value>| Datum::from(v.as_ref().map(Value::to_string));
-    vec![
-        Datum::Id(*saga.as_uuid()),
-        Datum::Int(s.idx as i64),
-        Datum::Int(s.stage as i64),
-        Datum::from(s.name.as_str()),
-        Datum::from(s.destination.as_str()),
-        Datum::from(s.state.as_str()),
-        Datum::from(s.attempts),
-        Datum::from(s.command_id),
-        Datum::from(s.timer_id),
-        json(&s.input),
-        json(&s.output),
-        Datum::from(s.error.clone()),
-        Datum::from(s.compensation_destination.clone()),
-        json(&s.compensation_payload),
-        Datum::from(s.compensation_state.map(|c| c.as_str())),
-        Datum::from(s.compensation_attempts),
-        Datum::from(s.compensation_message_id),
-        Datum::from(s.compensation_error.clone()),
-        Datum::from(s.deadline_ms),
-        Datum::from(s.dispatched_at),
-        Datum::from(s.replied_at),
-        Datum::from(s.compensated_at),
-    ]
-}
-
-/// The writes that save `inst` and its `changed` steps.
-fn save_writes(inst: &Instance, changed: &[&StepRow], now: i64) -> Writes {
-    let mut writes = Writes::new();
-    writes.upsert(&INSTANCES, instance_values(inst, now));
-    for s in changed {
-        writes.upsert(&STEPS, step_values(inst.id, s));
-    }
-    writes
-}
-
-/// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
-fn step_row(r: &Row) -> Result<StepRow> {
-    Ok(StepRow {
-        idx: r.int("idx")? as usize,
-        stage: r.int("stage")? as usize,
-        name: r.text("name")?,
-        destination: r.text("destination")?,
-        state: parse(&r.text("state")?, "step state")?,
-        attempts: r.int("attempts")? as u32,
-        command_id: r.opt_id("command_id")?,
-        timer_id: r.opt_id("timer_id")?,
-        input: json(r.opt_text("input")?)?,
-        output: json(r.opt_text("output")?)?,
-        error: r.opt_text("error")?,
-        compensation_destination: r.opt_text("compensation_destination")?,
-        compensation_payload: json(r.opt_text("compensation_payload")?)?,
-        compensation_state: r
-            .opt_text("compensation_state")?
-            .map(|s| parse(&s, "compensation state"))
-            .transpose()?,
-        compensation_attempts: r.int("compensation_attempts")? as u32,
-        compensation_message_id: r.opt_id("compensation_message_id")?,
-        compensation_error: r.opt_text("compensation_error")?,
-        deadline_ms: r.opt_int("deadline")?,
-        dispatched_at: r.opt_int("dispatched_at")?,
-        replied_at: r.opt_int("replied_at")?,
-        compensated_at: r.opt_int("compensated_at")?,
-    })
-}
-
-/// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
-/// saga_error, saga_stage, saga_parent`), its steps not yet attached.
-fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
-    Ok(Instance {
-        id,
-        name: r.text("saga_name")?,
-        version: r.int("version")? as i32,
-        state: parse(&r.text("saga_state")?, "saga state")?,
-        data: serde_json::from_str(&r.text("data")?)?,
-        error: r.opt_text("saga_error")?,
-        stage: r.int("saga_stage")? as usize,
-        steps: BTreeMap::new(),
-        finished: false,
-        parent: r
-            .opt_text("saga_parent")?
-            .map(|p| serde_json::from_str(&p))
-            .transpose()?,
-    })
-}
+use crate::{Result, SagaId};
+use tables::*;
 
 pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>> {
     agentsaga_core::match_conn!(conn, sqlite(c) => load_sqlite(c, id).await, postgres(c) => load_postgres(c, id).await)
@@ -352,7 +157,8 @@ use agentsaga_core::sqlx::SqliteConnection;
 fn load_sqlite_sql(param: &str) -> String {
     format!(
         "SELECT i.name AS saga_name, i.version, i.state AS saga_state, i.data,
-            i.error AS saga_error, i.stage AS saga_stage, i.parent AS saga_parent, s.*
+            i.error AS saga_error, i.stage AS saga_stage, i.parent AS saga_parent,
+            i.usage AS saga_usage, i.budget AS saga_budget, s.*
          FROM saga_instances i
          LEFT JOIN (SELECT saga_id, {STEP_SELECT} FROM saga_steps) s ON s.saga_id = i.id
          WHERE i.id = {param} ORDER BY s.idx"
@@ -379,7 +185,7 @@ agentsaga_core::if_postgres! {
 static LOAD_SET_POSTGRES: [&str; 2] = [
     "SELECT id AS prefetch_key, name AS saga_name, version, state AS saga_state,
         data::text AS data, error AS saga_error, stage AS saga_stage,
-        parent::text AS saga_parent
+        parent::text AS saga_parent, usage::text AS saga_usage, budget::text AS saga_budget
      FROM saga_instances WHERE id = ANY($1) ORDER BY id FOR UPDATE",
     // One index lookup per saga, whatever the statistics say (a fresh table's made
     // the planner scan the whole table for `saga_id = ANY($1)`).
@@ -391,7 +197,8 @@ static LOAD_SET_POSTGRES: [&str; 2] = [
         (extract(epoch FROM s.deadline) * 1000)::bigint AS deadline,
         (extract(epoch FROM s.dispatched_at) * 1000)::bigint AS dispatched_at,
         (extract(epoch FROM s.replied_at) * 1000)::bigint AS replied_at,
-        (extract(epoch FROM s.compensated_at) * 1000)::bigint AS compensated_at
+        (extract(epoch FROM s.compensated_at) * 1000)::bigint AS compensated_at,
+        s.usage::text AS usage
      FROM unnest($1::uuid[]) AS k(id)
      CROSS JOIN LATERAL (SELECT * FROM saga_steps WHERE saga_id = k.id) AS s",
 ];
@@ -405,7 +212,8 @@ use agentsaga_core::sqlx::PgConnection;
 async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instance>> {
     let Some(row) = sqlx::query(
         "SELECT name AS saga_name, version, state AS saga_state, data::text AS data,
-            error AS saga_error, stage AS saga_stage, parent::text AS saga_parent
+            error AS saga_error, stage AS saga_stage, parent::text AS saga_parent,
+            usage::text AS saga_usage, budget::text AS saga_budget
          FROM saga_instances WHERE id = $1 FOR UPDATE",
     )
     .bind(id.as_uuid())
@@ -423,7 +231,8 @@ async fn load_postgres(c: &mut PgConnection, id: SagaId) -> Result<Option<Instan
             (extract(epoch FROM deadline) * 1000)::bigint AS deadline,
             (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
             (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
-            (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at
+            (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at,
+            usage::text AS usage
          FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
     )
     .bind(id.as_uuid())

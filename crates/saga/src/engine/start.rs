@@ -296,6 +296,8 @@ impl Engine {
             steps: BTreeMap::new(),
             finished: false,
             parent: link,
+            usage: Default::default(),
+            budget: None,
         };
         let mut ctx = self.ctx(&mut inst)?;
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;

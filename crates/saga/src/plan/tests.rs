@@ -354,6 +354,7 @@ fn approve_before_inserts_an_approval_wait_per_held_command() {
         version: 1,
         stages,
         deadline: None,
+        budget: None,
         planned: None,
         input: None,
     };

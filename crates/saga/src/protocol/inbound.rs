@@ -3,7 +3,7 @@
 use agentsaga_core::{DeliveryFailed, Envelope, MessageId, header};
 
 use super::words::*;
-use crate::{Error, Result, SagaId};
+use crate::{Error, Result, SagaId, Usage};
 
 /// A message delivered to an orchestrator, parsed once: what happened to which step.
 /// Every one also carries its saga's id ([`saga_id`]).
@@ -18,6 +18,8 @@ pub enum Inbound {
         causation: MessageId,
         /// The answer (a payload that is not a [`StepOutcome`] reads as fatal).
         outcome: StepOutcome,
+        /// What the work used (its [`USAGE`] header; zero without one).
+        usage: Usage,
     },
     /// The agent gave up on `causation` past its timeout: its outcome is unknown.
     Timeout {
@@ -52,6 +54,8 @@ pub enum Inbound {
     },
     /// The saga's deadline timer.
     Deadline,
+    /// An operator raised the saga's budget: forward dispatches it held back may go.
+    BudgetRaised,
     /// A process without the saga's definition asks for step `step`'s compensation to
     /// be built (from the step's reply) and sent.
     BuildCompensation {
@@ -92,6 +96,12 @@ impl Inbound {
                 outcome: StepOutcome::from_payload(&env.payload),
                 step: step()?,
                 causation: causation()?,
+                usage: match env.header(USAGE) {
+                    None => Usage::default(),
+                    Some(u) => serde_json::from_str(u).map_err(|e| {
+                        Error::Malformed(format!("the reply's usage header `{u}`: {e}"))
+                    })?,
+                },
             },
             KIND_TIMEOUT => Inbound::Timeout {
                 step: step()?,
@@ -112,6 +122,7 @@ impl Inbound {
                 }
             }
             KIND_DEADLINE => Inbound::Deadline,
+            KIND_BUDGET_RAISED => Inbound::BudgetRaised,
             KIND_SIGNAL => Inbound::Signal {
                 name: env
                     .header(SIGNAL)

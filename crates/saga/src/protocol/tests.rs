@@ -78,9 +78,18 @@ fn every_inbound_kind_parses() {
         Inbound::Reply {
             step: 2,
             causation: id,
-            outcome: ok
+            outcome: ok.clone(),
+            usage: crate::Usage::default(),
         }
     );
+    // What the work used travels in the `usage` header.
+    let used = crate::Usage::tokens(812, 96).with_calls(1);
+    let r = envelope(&with_usage(reply(&cmd_env, &ok).unwrap().unwrap(), &used));
+    assert_eq!(
+        r.header(USAGE),
+        Some(r#"{"tokens_in":812,"tokens_out":96,"calls":1}"#)
+    );
+    assert!(matches!(Inbound::parse(&r).unwrap(), Inbound::Reply { usage, .. } if usage == used));
 
     let t = envelope(&timed_out(&cmd_env).unwrap());
     assert_eq!(

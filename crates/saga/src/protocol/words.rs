@@ -34,6 +34,13 @@ pub const KIND_BUILD_COMPENSATION: &str = "build_compensation";
 pub const KIND_SIGNAL: &str = "signal";
 /// Header: the name of the signal a `signal` message announces.
 pub const SIGNAL: &str = "signal";
+/// Header of a `reply`: what the work used ([`Usage`](crate::Usage) as JSON, e.g.
+/// `{"tokens_in":812,"tokens_out":96,"calls":1}`); absent when nothing was used. A
+/// value that does not parse makes the reply unprocessable (the step fails with why).
+pub const USAGE: &str = "usage";
+/// `kind` of the wake-up an operator's budget raise sends its saga's orchestrator
+/// (the new budget is in `saga_instances.budget`).
+pub const KIND_BUDGET_RAISED: &str = "budget_raised";
 
 /// An agent's answer to a command or a compensation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

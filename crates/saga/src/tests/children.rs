@@ -11,7 +11,7 @@ mod plans;
 mod property;
 
 /// The child: two undoable reservations, no pivot.
-fn booking() -> SagaDefinition {
+pub(super) fn booking() -> SagaDefinition {
     let reserve = |n: &str, timeout: bool| {
         let step = Step::<D>::new(n, format!("{n}-agent"))
             .command(|d: &D| d.clone())
@@ -36,7 +36,7 @@ fn booking() -> SagaDefinition {
 }
 
 /// The parent: a visa, the booking as a child saga (its data folded in), an expense.
-fn travel() -> SagaDefinition {
+pub(super) fn travel() -> SagaDefinition {
     let undoable = |n: &str| {
         Step::<D>::new(n, format!("{n}-agent"))
             .compensate(format!("{n}-agent"), |_: &D| json!("undo"))

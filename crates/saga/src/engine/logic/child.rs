@@ -43,7 +43,8 @@ impl Ctx<'_> {
     /// (completed: its data; compensated or aborted: the step fails), or, once undone
     /// at the parent's request, to the parent's compensation.
     pub(crate) fn answer_parent(&mut self) -> Result<()> {
-        let Some(link) = &self.inst.parent else {
+        let usage = self.inst.usage;
+        let Some(link) = &mut self.inst.parent else {
             return Ok(());
         };
         let what = format!("the child saga `{}` ({})", self.inst.name, self.inst.id);
@@ -81,7 +82,11 @@ impl Ctx<'_> {
             causation,
             &outcome,
         )?;
-        self.fx.send.push(answer);
+        // What the child used counts against its parent's budget too: each answer
+        // carries what the answers before it did not.
+        let unreported = usage.since(&link.reported);
+        link.reported = usage;
+        self.fx.send.push(protocol::with_usage(answer, &unreported));
         Ok(())
     }
 }

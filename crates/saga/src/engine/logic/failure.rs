@@ -42,6 +42,9 @@ impl Ctx<'_> {
             let delay = policy.backoff_with(attempts, &mut self.rng);
             let row = self.inst.steps.get_mut(&idx).expect("checked");
             row.error = Some(why);
+            if !self.budget_allows(super::budget::Dispatch::Again(idx))? {
+                return Ok(());
+            }
             return self.dispatch_step(idx, delay);
         }
         self.cancel_timer(idx);

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use agentsaga_core::MessageId;
 
+use super::budget::Dispatch;
 use super::{Ctx, millis};
+use crate::budget::{BudgetRecord, Usage};
 use crate::definition::step::Undo;
 use crate::engine::model::StepRow;
 use crate::protocol::{self, StepOutcome};
@@ -16,8 +18,13 @@ impl Ctx<'_> {
     /// it was accepted.
     pub(crate) fn start(&mut self, waited: Duration) -> Result<()> {
         let def = self.def()?;
-        let deadline = def.deadline;
+        let (deadline, budget) = (def.deadline, def.budget);
         self.fx.waits = def.declared_waits();
+        self.inst.budget = budget.map(|(limit, on_spent)| BudgetRecord {
+            limit,
+            on_spent,
+            held: Default::default(),
+        });
         if let Some(deadline) = deadline {
             let timer = protocol::deadline_timer(
                 self.inst.id,
@@ -127,16 +134,20 @@ impl Ctx<'_> {
         idx: usize,
         causation: MessageId,
         out: StepOutcome,
+        usage: Usage,
     ) -> Result<()> {
         let Some(row) = self.inst.steps.get(&idx) else {
             return self.ignore(format!("reply for step {idx}, which was never dispatched"));
         };
         if row.compensation_message_id == Some(causation) {
+            self.record_usage(idx, usage);
             return self.on_compensation_reply(idx, out);
         }
         if row.command_id != Some(causation) || row.state != StepState::Dispatched {
             return self.ignore(format!("late or duplicate reply for step {idx}"));
         }
+        // Spent, whatever the saga's state: the work was done.
+        self.record_usage(idx, usage);
         if self.inst.state != SagaState::Running {
             return self.ignore(format!("reply for step {idx} while {}", self.inst.state));
         }
@@ -172,6 +183,9 @@ impl Ctx<'_> {
                 let attempts = row.attempts;
                 if forward_only || !policy.exhausted(attempts) {
                     let delay = policy.backoff_with(attempts, &mut self.rng);
+                    if !self.budget_allows(Dispatch::Again(idx))? {
+                        return Ok(());
+                    }
                     self.dispatch_step(idx, delay)
                 } else {
                     self.fail_step(idx, format!("{e} (gave up after {attempts} attempts)"))
@@ -212,7 +226,7 @@ impl Ctx<'_> {
     }
 
     /// Once every step of the current stage succeeded: the next stage, or `completed`.
-    fn advance_forward(&mut self) -> Result<()> {
+    pub(super) fn advance_forward(&mut self) -> Result<()> {
         let def = self.def()?;
         let range = def.stage_range(self.inst.stage);
         let stages = def.stages.len();
@@ -223,6 +237,9 @@ impl Ctx<'_> {
             return Ok(());
         }
         if self.inst.stage + 1 < stages {
+            if !self.budget_allows(Dispatch::NextStage)? {
+                return Ok(());
+            }
             self.dispatch_stage(self.inst.stage + 1)
         } else {
             self.inst.error = None;

@@ -133,6 +133,8 @@ impl Sim {
             steps: BTreeMap::new(),
             finished: false,
             parent: None,
+            usage: Default::default(),
+            budget: None,
         };
         Self {
             def: Arc::new(def),

@@ -46,7 +46,7 @@ impl Ctx<'_> {
         let old = row.timer_id.take();
         self.fx.cancel.extend(old);
         if let Some(outcome) = self.signals.get(name).cloned() {
-            return self.on_reply(idx, wait, outcome);
+            return self.on_reply(idx, wait, outcome, Default::default());
         }
         if let Some(timeout) = sd.timeout {
             let orchestrator = self.orchestrator();
@@ -106,6 +106,6 @@ impl Ctx<'_> {
         ) else {
             return self.ignore(format!("signal `{name}` not recorded"));
         };
-        self.on_reply(idx, wait, outcome)
+        self.on_reply(idx, wait, outcome, Default::default())
     }
 }

@@ -1,0 +1,119 @@
+//! Budgets: what a step's reply used is added to the step and the saga; once the
+//! saga's budget is spent no further forward step goes out. By the budget's option
+//! the saga compensates, or holds what it would have dispatched (the next stage, a
+//! step's retry) until an operator raises the budget.
+
+use std::time::Duration;
+
+use super::Ctx;
+use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
+use crate::{Error, Result, SagaEvent, SagaState, StepState};
+
+/// A forward dispatch a spent budget may hold back.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Dispatch {
+    /// The stage after the current one.
+    NextStage,
+    /// Step `idx`'s command, sent again (a retry, or a lost command after the pivot).
+    Again(usize),
+}
+
+impl Ctx<'_> {
+    /// Adds what step `idx`'s answer used to the step and the saga.
+    pub(super) fn record_usage(&mut self, idx: usize, usage: Usage) {
+        if usage.is_zero() {
+            return;
+        }
+        self.inst.usage += usage;
+        if let Some(row) = self.inst.steps.get_mut(&idx) {
+            row.usage += usage;
+        }
+    }
+
+    /// May `what` go out? `false` once the saga's budget is spent: the saga then
+    /// compensates (if its budget says so and it is still before its pivot) or holds
+    /// `what` until the budget is raised.
+    pub(super) fn budget_allows(&mut self, what: Dispatch) -> Result<bool> {
+        let Some(record) = &self.inst.budget else {
+            return Ok(true);
+        };
+        let Some(spent) = record.limit.spent_by(&self.inst.usage) else {
+            return Ok(true);
+        };
+        let why = format!("budget spent: {spent}");
+        if record.on_spent == OnBudgetSpent::Compensate
+            && !self.past_pivot()
+            && self.inst.state == SagaState::Running
+        {
+            self.begin_compensation(SagaEvent::Abort, why)?;
+            return Ok(false);
+        }
+        let held = &mut self.inst.budget.as_mut().expect("checked").held;
+        match what {
+            Dispatch::NextStage => held.next_stage = true,
+            Dispatch::Again(idx) if !held.steps.contains(&idx) => held.steps.push(idx),
+            Dispatch::Again(_) => {}
+        }
+        self.inst.error = Some(format!("{why}: waiting for an operator to raise it"));
+        Ok(false)
+    }
+
+    /// An operator raises the budget (sets the limits `raise` names; a saga without a
+    /// budget gets one that waits when spent). If that leaves something to spend, what
+    /// was held goes out now, or, without the definition here, once the saga's
+    /// orchestrator is woken (`wake`).
+    pub(crate) fn raise_budget(&mut self, raise: Budget, wake: &mut bool) -> Result<()> {
+        if self.inst.state.is_terminal() {
+            return Err(Error::WrongState {
+                id: self.inst.id,
+                action: "raise-budget",
+                state: self.inst.state,
+                why: ": it is finished".into(),
+            });
+        }
+        let record = self.inst.budget.get_or_insert_with(|| BudgetRecord {
+            on_spent: OnBudgetSpent::Wait,
+            ..BudgetRecord::default()
+        });
+        record.limit = record.limit.raised_by(raise);
+        if self.def.is_some() {
+            self.on_budget_raised()
+        } else {
+            *wake = !record.held.is_empty();
+            Ok(())
+        }
+    }
+
+    /// The budget was raised: if something is left to spend, the dispatches held back
+    /// go out.
+    pub(super) fn on_budget_raised(&mut self) -> Result<()> {
+        let Some(record) = &mut self.inst.budget else {
+            return self.ignore("budget raised, but the saga has none");
+        };
+        if record.held.is_empty() {
+            return self.ignore("budget raised, nothing was held back");
+        }
+        if let Some(spent) = record.limit.spent_by(&self.inst.usage) {
+            let why = format!("budget raised, still spent: {spent}");
+            self.inst.error = Some(format!(
+                "budget spent: {spent}: waiting for an operator to raise it"
+            ));
+            return self.ignore(why);
+        }
+        if self.inst.state != SagaState::Running {
+            record.held = Default::default();
+            return self.ignore(format!("budget raised while {}", self.inst.state));
+        }
+        let held = std::mem::take(&mut record.held);
+        self.inst.error = None;
+        for idx in held.steps {
+            if self.inst.steps.get(&idx).map(|r| r.state) == Some(StepState::Dispatched) {
+                self.dispatch_step(idx, Duration::ZERO)?;
+            }
+        }
+        if held.next_stage {
+            self.advance_forward()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! Budgets (`SagaBuilder::budget`): what agents report they used is added to the step
+//! and the saga with the reply; once the budget is spent no further forward step goes
+//! out, and the saga compensates or waits for an operator to raise it.
+
+use super::*;
+use crate::{Budget, OnBudgetSpent, Usage};
+
+/// Three undoable steps one after the other (`a`, `b`, `c`), at most 150 tokens out.
+fn thrifty(on_spent: OnBudgetSpent) -> SagaDefinition {
+    let undoable = |n: &str| {
+        Step::<D>::new(n, format!("{n}-agent"))
+            .command(|d: &D| d.clone())
+            .compensate(format!("{n}-agent"), |_: &D| json!("undo"))
+            .retry(fast())
+    };
+    Saga::<D>::builder("thrifty", 1)
+        .step(undoable("a"))
+        .step(undoable("b"))
+        .step(undoable("c"))
+        .budget(Budget::new().tokens_out(150), on_spent)
+        .build()
+        .unwrap()
+}
+
+async fn spending(w: &World, id: SagaId) -> query::Spending {
+    query::spending(&w.store, id).await.unwrap().unwrap()
+}
+
+async fn waiting_for_raise(w: &mut World, id: SagaId, agent: impl Fn(usize, u32) -> StepOutcome) {
+    let store = w.store.clone();
+    let attempts = std::cell::Cell::new(0u32);
+    w.pump_until(
+        "the saga waits for a raise",
+        async || {
+            query::spending(&store, id)
+                .await
+                .unwrap()
+                .unwrap()
+                .waiting_for_raise
+        },
+        |_, _, step| {
+            if step == 1 {
+                attempts.set(attempts.get() + 1);
+            }
+            Some(agent(step, attempts.get()))
+        },
+        |_, _| ok(),
+    )
+    .await;
+}
+
+// Each command's reply uses 100 tokens out: after `a` 100 are spent, after `b` 200 of
+// 150. `c` is never dispatched; `b` and `a` are undone, latest first; the usage shows
+// per step and for the saga.
+async fn a_spent_budget_compensates(backend: Backend) {
+    let mut w = World::new(backend, vec![thrifty(OnBudgetSpent::Compensate)], 7).await;
+    w.usage = Usage::tokens(40, 100);
+    let id = w.start("thrifty", json!({ "trip": 1 })).await;
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    let error = s.error.unwrap_or_default();
+    assert!(
+        error.contains("budget spent: tokens_out 200 of 150"),
+        "{error}"
+    );
+    assert_eq!(of(&w.ledger.done, id), [0, 1]);
+    assert_eq!(of(&w.ledger.undone, id), [1, 0]);
+    let spent = spending(&w, id).await;
+    assert_eq!(spent.usage, Usage::tokens(80, 200));
+    assert_eq!(spent.budget, Some(Budget::new().tokens_out(150)));
+    assert!(!spent.waiting_for_raise);
+    let steps = query::steps(&w.store, id).await.unwrap();
+    let used: Vec<Usage> = steps.iter().map(|s| s.usage).collect();
+    assert_eq!(used, [Usage::tokens(40, 100), Usage::tokens(40, 100)]);
+}
+both_backends!(compensate_tests, a_spent_budget_compensates);
+
+// With `Wait`, the saga holds what it would dispatch next (the next stage after `b`
+// succeeded; `b`'s retry after it failed retryably), says why, and waits. A raise that
+// leaves the budget spent changes nothing; one that leaves room lets the held dispatch
+// go, from an engine with the definition or (as the CLI) without it.
+async fn a_spent_budget_waits_for_a_raise(backend: Backend) {
+    for (retry, raiser_has_definition) in [(false, true), (true, true), (false, false)] {
+        let mut w = World::new(backend, vec![thrifty(OnBudgetSpent::Wait)], 7).await;
+        w.usage = Usage::tokens(0, 100);
+        let id = w.start("thrifty", json!({ "trip": 1 })).await;
+        waiting_for_raise(&mut w, id, |step, attempt| {
+            if retry && step == 1 && attempt == 1 {
+                StepOutcome::Retryable("rate limited".into())
+            } else {
+                ok()
+            }
+        })
+        .await;
+        let s = query::get(&w.store, id).await.unwrap().unwrap();
+        assert_eq!(s.state, SagaState::Running);
+        let error = s.error.unwrap_or_default();
+        assert!(
+            error.contains("budget spent: tokens_out 200 of 150: waiting for an operator"),
+            "{error}"
+        );
+        let steps = query::steps(&w.store, id).await.unwrap();
+        assert_eq!(steps.len(), 2, "`c` is not dispatched");
+        assert_eq!(steps[1].attempts, 1, "no retry of `b` went out");
+        let stats = w.store.admin().stats().await.unwrap();
+        assert_eq!(
+            (stats.pending, stats.in_flight),
+            (0, 0),
+            "nothing on its way"
+        );
+
+        let raiser = if raiser_has_definition {
+            Engine::new([thrifty(OnBudgetSpent::Wait)]).unwrap()
+        } else {
+            Engine::new(Vec::<SagaDefinition>::new()).unwrap()
+        };
+        let raise = async |to: u64| {
+            let mut tx = w.store.begin().await.unwrap();
+            let state = raiser
+                .raise_budget(&mut tx, id, Budget::new().tokens_out(to))
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            state
+        };
+        assert_eq!(raise(200).await, SagaState::Running);
+        assert!(spending(&w, id).await.waiting_for_raise, "still spent");
+        raise(1_000).await;
+        w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+        let s = query::get(&w.store, id).await.unwrap().unwrap();
+        assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+        assert_eq!(of(&w.ledger.done, id), [0, 1, 2]);
+        let spent = spending(&w, id).await;
+        assert_eq!(spent.usage.tokens_out, if retry { 400 } else { 300 });
+        assert_eq!(spent.budget, Some(Budget::new().tokens_out(1_000)));
+        assert!(!spent.waiting_for_raise);
+    }
+}
+both_backends!(wait_tests, a_spent_budget_waits_for_a_raise);
+
+// A finished saga's budget is not raised: refused, saying why.
+async fn a_finished_saga_is_not_raised(backend: Backend) {
+    let mut w = World::new(backend, vec![thrifty(OnBudgetSpent::Compensate)], 7).await;
+    let id = w.start("thrifty", json!({ "trip": 1 })).await;
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let mut tx = w.store.begin().await.unwrap();
+    let err = w
+        .engine
+        .raise_budget(&mut tx, id, Budget::new().calls(9))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongState { .. }), "{err}");
+    assert_eq!(spending(&w, id).await.usage, Usage::default());
+}
+both_backends!(finished_tests, a_finished_saga_is_not_raised);
+
+// A reply whose usage does not parse is not processed: the engine says why, and once
+// the runtime fails it, the step fails and the saga compensates.
+async fn a_malformed_usage_fails_its_step(backend: Backend) {
+    let w = World::new(backend, vec![thrifty(OnBudgetSpent::Compensate)], 7).await;
+    let id = w.start("thrifty", json!({ "trip": 1 })).await;
+    let command = claim_of(&w.store, "a-agent").await.remove(0);
+    let reply = protocol::reply(&command, &ok())
+        .unwrap()
+        .unwrap()
+        .header(protocol::USAGE, "{\"tokens\":3}");
+    let mut tx = w.store.begin().await.unwrap();
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    let env = claim_of(&w.store, "saga.thrifty.v1").await.remove(0);
+    let mut tx = w.store.begin().await.unwrap();
+    let err = w.engine.handle(&mut tx, &env).await.unwrap_err();
+    drop(tx);
+    assert!(err.to_string().contains("usage header"), "{err}");
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine
+        .fail(&mut tx, &env, &err.to_string())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensating);
+    assert!(s.error.unwrap_or_default().contains("usage header"));
+}
+both_backends!(malformed_tests, a_malformed_usage_fails_its_step);
+
+// What a child saga used counts for its parent's step and its parent: the child's
+// answer carries it.
+async fn a_childs_usage_counts_for_its_parent(backend: Backend) {
+    use super::children::{booking, travel};
+    let mut w = World::new(backend, vec![booking(), travel()], 3).await;
+    w.usage = Usage::tokens(0, 10).with_calls(1);
+    let parent = w.start("travel", json!({"trip": 7})).await;
+    let child = crate::engine::child_id(parent, 1);
+    w.pump(&[parent], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let each = Usage::tokens(0, 10).with_calls(1);
+    assert_eq!(
+        spending(&w, child).await.usage,
+        each + each,
+        "flight, hotel"
+    );
+    let steps = query::steps(&w.store, parent).await.unwrap();
+    assert_eq!(
+        steps.iter().map(|s| s.usage).collect::<Vec<_>>(),
+        [each, each + each, each],
+        "visa, the child, expense"
+    );
+    assert_eq!(spending(&w, parent).await.usage, each + each + each + each);
+}
+both_backends!(child_tests, a_childs_usage_counts_for_its_parent);
