@@ -40,6 +40,8 @@ pub(crate) trait AgentRunner: Send + Sync + 'static {
 /// applies an agent's answer in the agent's own transaction.
 pub(crate) struct Hub {
     pub(crate) store: Store,
+    /// The agent's destination's rate limit, if it has one.
+    pub(crate) limit: Option<crate::RateLimit>,
     /// `None`: every answer goes through the outbox (no sagas here, or turned off).
     pub(crate) sagas: Option<Arc<Orchestrator>>,
 }
@@ -277,6 +279,10 @@ async fn finish_timed_out(hub: &Hub, env: &Envelope) -> Delivery {
 async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError, usage: Usage) -> Delivery {
     let out = match error {
         StepError::Infrastructure(e) => return Delivery::retry(e),
+        e @ StepError::RateLimited { retry_after } => {
+            let after = retry_after.unwrap_or(crate::rate_limit::DEFAULT_RETRY_AFTER);
+            return Delivery::retry_after(e.to_string(), after);
+        }
         StepError::Retryable(e) => StepOutcome::Retryable(e),
         StepError::Fatal(e) => StepOutcome::Fatal(e),
     };
@@ -298,10 +304,10 @@ fn reply_using(
     protocol::reply(env, out).map(|r| r.map(|r| protocol::with_usage(r, usage)))
 }
 
-/// What a meter counted.
-fn used(meter: Meter) -> Usage {
-    meter
-        .into_inner()
+/// What a meter counted so far.
+fn used(meter: &Meter) -> Usage {
+    *meter
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

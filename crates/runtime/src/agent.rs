@@ -19,6 +19,16 @@ pub enum StepError {
     /// consumed and will be delivered again, with backoff.
     #[error("infrastructure: {0}")]
     Infrastructure(String),
+    /// The outside world said "too many requests" (an HTTP 429), with its
+    /// `Retry-After` if it gave one. No step retry is spent: for a rate-limited
+    /// destination ([`RuntimeBuilder::rate_limit`](crate::RuntimeBuilder::rate_limit))
+    /// the whole destination pauses that long, in every process, and the call runs
+    /// again at its next slot; elsewhere the message is delivered again after it.
+    #[error("rate limited{}", .retry_after.map(|d| format!(", retry after {d:?}")).unwrap_or_default())]
+    RateLimited {
+        /// How long the outside world asked to wait.
+        retry_after: Option<std::time::Duration>,
+    },
 }
 
 impl StepError {
@@ -30,6 +40,12 @@ impl StepError {
     /// A fatal error.
     pub fn fatal(e: impl std::fmt::Display) -> Self {
         StepError::Fatal(e.to_string())
+    }
+
+    /// "Too many requests", to try again after `retry_after` (the provider's
+    /// `Retry-After`; `None`: a second).
+    pub fn rate_limited(retry_after: Option<std::time::Duration>) -> Self {
+        StepError::RateLimited { retry_after }
     }
 }
 
@@ -286,6 +302,14 @@ pub trait CallingAgent: Send + Sync + 'static {
 
     /// The destination this agent consumes.
     fn destination(&self) -> &str;
+
+    /// The tokens `command`'s call will use, as best known beforehand: what a
+    /// destination's tokens-per-minute limit reserves for it
+    /// ([`RuntimeBuilder::rate_limit`](crate::RuntimeBuilder::rate_limit)); what the
+    /// call reports it used settles the difference. Default 0.
+    fn estimate_tokens(&self, _command: &Self::Command) -> u64 {
+        0
+    }
 
     /// The outside part of the work, with no transaction held. Runs at least once per
     /// command (again after a crash or a redelivery), always with the same

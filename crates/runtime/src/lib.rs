@@ -48,6 +48,7 @@ mod agent;
 mod counts;
 mod error;
 pub mod metrics;
+mod rate_limit;
 mod retention;
 mod runtime;
 mod single;
@@ -57,6 +58,7 @@ pub mod telemetry;
 
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 pub use error::{Error, Result};
+pub use rate_limit::RateLimit;
 pub use retention::Retention;
 pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,

@@ -23,6 +23,8 @@ pub(crate) enum ChildSpec {
         agent: Arc<dyn AgentRunner>,
         store: Store,
         concurrency: usize,
+        /// Its destination's rate limit, if any.
+        limit: Option<crate::RateLimit>,
         /// This process's sagas, to apply the agent's answers to (`None`: through
         /// the outbox).
         sagas: Option<Arc<Orchestrator>>,
@@ -54,12 +56,17 @@ impl ChildSpec {
                 agent,
                 store,
                 concurrency,
+                limit,
                 sagas,
             } => {
                 let actor = DeliveryActor {
                     handler: Arc::new(AgentHandler {
                         agent,
-                        hub: Hub { store, sagas },
+                        hub: Hub {
+                            store,
+                            limit,
+                            sagas,
+                        },
                     }),
                     concurrency,
                 };

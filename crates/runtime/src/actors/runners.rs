@@ -8,7 +8,8 @@ use agentsaga_saga::Usage;
 use tracing::Instrument;
 
 use super::*;
-use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, Meter};
+use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, Meter, StepError};
+use crate::rate_limit::{self, MAX_RATE_LIMITED};
 
 #[async_trait::async_trait]
 impl<A: Agent> AgentRunner for Local<A> {
@@ -44,7 +45,7 @@ impl<A: Agent> AgentRunner for Local<A> {
                     Err(retry) => return retry, // the hop is dropped: undone
                 }
             };
-            finish(hub, env, (tx, read), result, used(meter)).await
+            finish(hub, env, (tx, read), result, used(&meter)).await
         };
         work.instrument(agent_span(env)).await
     }
@@ -82,21 +83,12 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                     Err(e) => return infra(e),
                 }
             }
-            let deadline = deadline_of(env);
-            // One outside call per `call`, and what the agent reports besides.
-            let meter = Meter::new(Usage::default().with_calls(1));
+            let meter = Meter::default();
             let ctx = CallContext::metered(env, &meter);
-            let call_span = tracing::info_span!(
-                "agent.call",
-                idempotency_key = %ctx.idempotency_key(),
-                attempt = env.attempts,
-            );
-            let output =
-                match bounded(deadline, self.0.call(&ctx, &command).instrument(call_span)).await {
-                    None => return finish_timed_out(hub, env).await,
-                    Some(Err(e)) => return finish_failed(hub, env, e, used(meter)).await,
-                    Some(Ok(output)) => output,
-                };
+            let output = match self.paced_call(hub, env, &ctx, &command, &meter).await {
+                Ok(output) => output,
+                Err(delivery) => return delivery,
+            };
             let (mut tx, read) = match begin_received(hub, env).await {
                 Ok(hop) => hop,
                 Err(d) => return d,
@@ -113,8 +105,80 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                     Err(retry) => return retry, // the hop is dropped: undone
                 }
             };
-            finish(hub, env, (tx, read), result, used(meter)).await
+            finish(hub, env, (tx, read), result, used(&meter)).await
         };
         work.instrument(agent_span(env)).await
+    }
+}
+
+impl<A: CallingAgent> Calling<A> {
+    /// Runs the agent's call, at its slot if its destination is rate-limited: the slot
+    /// is reserved in the database and waited for with nothing held; the step's timeout
+    /// counts from the call's start. A call the outside world answers "too many
+    /// requests" pauses the destination (every process) and runs again at its next
+    /// slot, without spending a step retry, up to [`MAX_RATE_LIMITED`] times. `Err`:
+    /// the delivery's outcome, already recorded.
+    async fn paced_call(
+        &self,
+        hub: &Hub,
+        env: &Envelope,
+        ctx: &CallContext<'_>,
+        command: &A::Command,
+        meter: &Meter,
+    ) -> Result<A::Output, Delivery> {
+        let destination = self.0.destination();
+        let estimate = self.0.estimate_tokens(command);
+        let mut limited = 0;
+        loop {
+            if let Some(limit) = &hub.limit {
+                let wait = rate_limit::reserve(&hub.store, destination, limit, estimate)
+                    .await
+                    .map_err(infra)?;
+                if !wait.is_zero() {
+                    tracing::debug!(
+                        wait_ms = wait.as_millis() as u64,
+                        "waiting for a rate-limit slot"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let before = used(meter);
+            // One outside call per `call`, and what the agent reports besides.
+            ctx.report_usage(Usage::default().with_calls(1));
+            let deadline = deadline_of(env);
+            let call_span = tracing::info_span!(
+                "agent.call",
+                idempotency_key = %ctx.idempotency_key(),
+                attempt = env.attempts,
+            );
+            let result = bounded(deadline, self.0.call(ctx, command).instrument(call_span)).await;
+            if let Some(limit) = &hub.limit {
+                let tokens = |u: Usage| u.tokens_in.saturating_add(u.tokens_out);
+                let spent = tokens(used(meter)).saturating_sub(tokens(before));
+                if let Err(e) =
+                    rate_limit::settle(&hub.store, destination, limit, estimate, spent).await
+                {
+                    tracing::warn!(error = %e, "a call's tokens were not settled with its rate limit");
+                }
+            }
+            match result {
+                None => return Err(finish_timed_out(hub, env).await),
+                Some(Err(StepError::RateLimited { retry_after }))
+                    if hub.limit.is_some() && limited < MAX_RATE_LIMITED =>
+                {
+                    limited += 1;
+                    let after = retry_after.unwrap_or(rate_limit::DEFAULT_RETRY_AFTER);
+                    tracing::info!(
+                        retry_after_ms = after.as_millis() as u64,
+                        "rate limited: the destination pauses"
+                    );
+                    rate_limit::pause(&hub.store, destination, after)
+                        .await
+                        .map_err(infra)?;
+                }
+                Some(Err(e)) => return Err(finish_failed(hub, env, e, used(meter)).await),
+                Some(Ok(output)) => return Ok(output),
+            }
+        }
     }
 }

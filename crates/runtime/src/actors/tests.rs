@@ -63,6 +63,7 @@ async fn a_processed_message_is_not_called_again() {
     .await;
     let hub = Hub {
         store: store.clone(),
+        limit: None,
         sagas: None,
     };
     assert_eq!(agent.run(&hub, &env).await, Delivery::Delivered);

@@ -56,6 +56,8 @@ pub struct RuntimeBuilder {
     retention: crate::Retention,
     stall_watch: crate::stalled::StallWatch,
     answers_in_agent_tx: bool,
+    /// Rate limits by destination (`RuntimeBuilder::rate_limit`).
+    pub(crate) rate_limits: std::collections::HashMap<String, crate::RateLimit>,
 }
 
 impl RuntimeBuilder {
@@ -78,6 +80,7 @@ impl RuntimeBuilder {
             max_in_flight: Some(agentsaga_saga::DEFAULT_MAX_IN_FLIGHT),
             max_in_flight_for: Vec::new(),
             retention: crate::Retention::default(),
+            rate_limits: std::collections::HashMap::new(),
             stall_watch: crate::stalled::StallWatch::default(),
             answers_in_agent_tx: true,
         }
@@ -259,6 +262,7 @@ impl RuntimeBuilder {
                 )));
             }
         }
+        crate::rate_limit::check(&self.rate_limits, &self.agents)?;
         let store = match (self.store, &self.url) {
             (Some(s), _) => s,
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
@@ -339,6 +343,7 @@ impl RuntimeBuilder {
                 agent: Arc::clone(agent),
                 store: store.clone(),
                 concurrency,
+                limit: self.rate_limits.get(destination).copied(),
                 sagas: sagas.clone(),
             });
         }

@@ -5,6 +5,7 @@
 //! Waits are gates the test opens, not sleeps it hopes are long enough: "while one
 //! call waits, 100 sagas complete" holds however slow the machine is.
 
+mod rate_limits;
 mod redelivery;
 mod usage;
 mod waits;
