@@ -51,6 +51,7 @@ use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
 
 mod cpu;
+mod limited;
 mod phases;
 
 use cpu::Cpu;
@@ -82,6 +83,13 @@ pub(crate) struct Args {
     /// How long each agent's outside call waits, in ms.
     #[arg(long, default_value_t = 500)]
     call_ms: u64,
+    /// Instead: sagas calling a provider limited to this many requests a minute
+    /// (`agents/limited.rs`; 1,000 sagas, --quick: 100).
+    #[arg(long)]
+    rate_limit: Option<u32>,
+    /// With --rate-limit: how long each call takes once the provider took it, in ms.
+    #[arg(long, default_value_t = 100)]
+    limited_call_ms: u64,
 }
 
 /// How much work each backend does.
@@ -174,6 +182,9 @@ struct Run {
 
 /// Runs the `agents` bench on the chosen backends.
 pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Report> {
+    if let Some(per_minute) = args.rate_limit {
+        return limited::run(args, scratch, per_minute).await;
+    }
     let sizes = Sizes::new(args);
     ensure!(sizes.sagas > 0, "--sagas must be at least 1");
     ensure!(args.call_ms > 0, "--call-ms must be at least 1");
