@@ -23,9 +23,10 @@ pub mod prelude {
     pub use agentsaga_core::{Conn, Message, MessageId, RetryPolicy, Store, StoreConfig, Tx};
     pub use agentsaga_relay::RelayConfig;
     pub use agentsaga_runtime::{
-        Agent, AgentContext, CallContext, CallingAgent, ResultExt, Runtime, StepError,
+        Agent, AgentContext, CallContext, CallingAgent, RateLimit, ResultExt, Runtime, StepError,
     };
     pub use agentsaga_saga::{
-        Plan, PlanStart, PlanStep, PlannedSaga, Saga, SagaId, SagaState, Signal, Step, StepOutcome,
+        Budget, OnBudgetSpent, Plan, PlanStart, PlanStep, PlannedSaga, Saga, SagaId, SagaState,
+        Signal, Step, StepOutcome, Usage,
     };
 }

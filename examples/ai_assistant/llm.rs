@@ -14,14 +14,25 @@ pub(super) struct Llm {
 #[derive(Deserialize)]
 pub(super) struct Completion {
     pub(super) choices: Vec<Choice>,
+    /// What the request used, as the API counts it.
+    #[serde(default)]
+    pub(super) usage: Option<TokenUsage>,
 }
 
 #[derive(Deserialize)]
+pub(super) struct TokenUsage {
+    #[serde(default)]
+    pub(super) prompt_tokens: u64,
+    #[serde(default)]
+    pub(super) completion_tokens: u64,
+}
+
+#[derive(Deserialize, Clone)]
 pub(super) struct Choice {
     pub(super) message: AssistantMessage,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 pub(super) struct AssistantMessage {
     #[serde(default)]
     pub(super) content: Option<String>,
@@ -109,6 +120,22 @@ impl Llm {
             })
         })?;
         let status = response.status();
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            // The provider's own pace: `retry-after-ms` (OpenAI's), else `Retry-After`
+            // in seconds. The runtime pauses the destination that long, for every
+            // process, and calls again without spending a step retry.
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            let after = header("retry-after-ms")
+                .map(Duration::from_millis)
+                .or_else(|| header("retry-after").map(Duration::from_secs));
+            return Err(StepError::rate_limited(after));
+        }
         let text = response.text().await.map_err(|e| {
             StepError::retryable(format!(
                 "LLM reply from {} cut short ({status}): {}",
@@ -116,12 +143,22 @@ impl Llm {
                 chain(&e)
             ))
         })?;
-        read_reply(&self.endpoint, status.as_u16(), &text)
+        let (answer, usage) = read_reply(&self.endpoint, status.as_u16(), &text)?;
+        if let Some(u) = usage {
+            // Counts against the saga's budget (and settles a tokens-per-minute limit).
+            ctx.report_usage(Usage::tokens(u.prompt_tokens, u.completion_tokens));
+        }
+        Ok(answer)
     }
 }
 
-/// What an endpoint's answer means: the model's text, or the step's error.
-pub(super) fn read_reply(endpoint: &str, status: u16, body: &str) -> Result<String, StepError> {
+/// What an endpoint's answer means: the model's text and what it used, or the step's
+/// error.
+pub(super) fn read_reply(
+    endpoint: &str,
+    status: u16,
+    body: &str,
+) -> Result<(String, Option<TokenUsage>), StepError> {
     if !(200..300).contains(&status) {
         // The API's error object, or whatever the body says.
         let detail = serde_json::from_str::<serde_json::Value>(body)
@@ -142,7 +179,7 @@ pub(super) fn read_reply(endpoint: &str, status: u16, body: &str) -> Result<Stri
             clip(body.trim(), 200)
         ))
     })?;
-    let Some(choice) = completion.choices.into_iter().next() else {
+    let Some(choice) = completion.choices.first().cloned() else {
         return Err(StepError::fatal(format!(
             "LLM reply from {endpoint} has no choices"
         )));
@@ -151,7 +188,7 @@ pub(super) fn read_reply(endpoint: &str, status: u16, body: &str) -> Result<Stri
         return Err(StepError::fatal(format!("the model refused: {refusal}")));
     }
     match choice.message.content {
-        Some(text) if !text.trim().is_empty() => Ok(text),
+        Some(text) if !text.trim().is_empty() => Ok((text, completion.usage)),
         _ => Err(StepError::fatal(format!(
             "LLM reply from {endpoint} has no content in choices[0].message"
         ))),

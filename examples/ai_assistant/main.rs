@@ -87,9 +87,12 @@
 //! and in the saga data in one short transaction. The endpoint is `--llm-url` or
 //! `OPENAI_BASE_URL` (e.g. `https://api.openai.com/v1`), the key `OPENAI_API_KEY`, the
 //! model `--llm-model` or `OPENAI_MODEL`. A connection error, a timeout (each request is
-//! given 3/4 of the step's 20 s timeout), HTTP 5xx, 429, 408 or 409 is retryable: the
+//! given 3/4 of the step's 20 s timeout), HTTP 5xx, 408 or 409 is retryable: the
 //! step is tried again with the same idempotency key, and the saga compensates once its
-//! retries run out. Any other 4xx, a refusal, or a reply that is not a chat completion
+//! retries run out. A 429 spends no retry: the four LLM destinations share the
+//! account's `--llm-rpm` (a quarter each, `RateLimit`, in every process), and a 429's
+//! `Retry-After` pauses its destination. Each reply's `usage` counts against the
+//! request's budget, `--budget-tokens-out` tokens out: once spent, it compensates. Any other 4xx, a refusal, or a reply that is not a chat completion
 //! is fatal, with the reason in the saga's error. The calendar, email and CRM agents
 //! only write to the database (their undo included).
 //!
@@ -98,7 +101,7 @@
 //! (the planner with a plan in a fenced block amid prose, turn by turn, varying from
 //! saga to saga: a quarter of them delegate to three children; `{"done": true}` in
 //! its third turn), rate-limits (429) or refuses with probability `--fail-rate`, seeded by
-//! `--seed`, and records every request it receives in `assistant_llm_calls
+//! `--seed`, enforces `--llm-rpm` (429 past it), and records every request it receives in `assistant_llm_calls
 //! (idempotency_key, saga_id, step, answer, at)`. The database agents fail with
 //! probability `--fail-rate` too (rate limits, no free slot), whichever endpoint is
 //! used.
@@ -156,6 +159,16 @@ struct Args {
     /// approve one (`agentsaga sagas signal`).
     #[arg(long)]
     auto_approve: bool,
+    /// The LLM account's rate limit, requests a minute, shared by its four
+    /// destinations (a quarter each, in every process); the local stub enforces it.
+    #[arg(long, default_value_t = 12_000)]
+    llm_rpm: u32,
+    /// Tests: the stub's own limit, if not --llm-rpm.
+    #[arg(long, hide = true)]
+    llm_stub_rpm: Option<u32>,
+    /// Each request's budget of tokens out; once spent it compensates (0: no budget).
+    #[arg(long, default_value_t = 20_000)]
+    budget_tokens_out: u64,
 }
 
 /// What a saga is started with: the request (`/input` in the saga data).
@@ -347,6 +360,7 @@ async fn main() -> anyhow::Result<()> {
                 mode: args.llm_stub_mode,
                 only_step: args.llm_stub_step.clone(),
                 store: Some(store.clone()),
+                requests_per_minute: Some(args.llm_stub_rpm.unwrap_or(args.llm_rpm)),
             })
             .await?;
             let base = stub.base_url.clone();
@@ -366,11 +380,17 @@ async fn main() -> anyhow::Result<()> {
     )?);
 
     let research = competitor_research(step_timeout)?;
-    let saga = definition(step_timeout, &research)?;
+    let budget =
+        (args.budget_tokens_out > 0).then(|| Budget::new().tokens_out(args.budget_tokens_out));
+    let saga = definition(step_timeout, &research, budget)?;
     let mut builder = Runtime::builder()
         .store(store)
         .saga(saga.clone())
         .saga(research.clone());
+    for llm_destination in [PLANNER, RESEARCH_PLANNER, RESEARCH, DRAFTS] {
+        let share = RateLimit::requests_per_minute((args.llm_rpm / 4).max(1));
+        builder = builder.rate_limit(llm_destination, share);
+    }
     for (planning, saga) in [
         (Planning::Assistant, saga),
         (Planning::Competitor, research),

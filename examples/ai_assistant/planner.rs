@@ -61,9 +61,15 @@ The notes the request is answered with are the step named "research"'s. Use no o
 pub(super) fn definition(
     timeout: Duration,
     research: &SagaDefinition,
+    budget: Option<Budget>,
 ) -> anyhow::Result<SagaDefinition> {
     let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
-    Ok(PlannedSaga::builder("ai_assistant", 3)
+    let builder = PlannedSaga::builder("ai_assistant", 3);
+    let builder = match budget {
+        Some(b) => builder.budget(b, OnBudgetSpent::Compensate),
+        None => builder,
+    };
+    Ok(builder
         .destinations(AGENTS)
         .child_sagas([research])
         // The plan's steps retry like the planner's; their timeouts the planner sets.

@@ -36,12 +36,16 @@
 //!   the planner): a plan with a step for an agent the example does not have, or
 //!   prose with no plan in it.
 //!
+//! - Given [`Config::requests_per_minute`], it enforces an account's rate limit of its
+//!   own, before anything else: past it, 429 with the `Retry-After` it would accept.
+//!
 //! Each request is recorded, before it is answered, as a row of
 //! `assistant_llm_calls (idempotency_key, saga_id, step, answer, at)` ([`CALLS_DDL`]):
 //! the saga and step come from the [`SAGA_HEADER`] and [`STEP_HEADER`] request
 //! headers, which the example's client sends beside the key so that tests can check
 //! that a key belongs to one saga step; `answer` is the status it answered (`200`,
-//! `200 refusal`, `200 bad-shape`, `200 bad-plan`, `200 no-plan`, `429`, `503`, `400`,
+//! `200 refusal`, `200 bad-shape`, `200 bad-plan`, `200 no-plan`, `429`, `429 limit`,
+//! `503`, `400`,
 //! `hang`).
 
 #![allow(unreachable_pub)]
@@ -115,6 +119,36 @@ pub struct Config {
     pub only_step: Option<String>,
     /// Where to record each request (`assistant_llm_calls`, created if missing).
     pub store: Option<Store>,
+    /// The account's rate limit, requests a minute (with a burst of a second's worth):
+    /// a request past it is answered 429 with the `Retry-After` (and `retry-after-ms`)
+    /// it would be taken after, recorded as `429 limit`. `None`: no limit.
+    pub requests_per_minute: Option<u32>,
+}
+
+/// The account's rate limit (GCRA): when the next request is due at the limit's
+/// pace; a request earlier than that, less the burst, is refused.
+#[derive(Default)]
+struct Pace {
+    due: Option<std::time::Instant>,
+}
+
+impl Pace {
+    /// Takes a request now, or says how long until it would be taken.
+    fn take(&mut self, per_minute: u32) -> Result<(), Duration> {
+        let interval = Duration::from_secs(60) / per_minute.max(1);
+        let burst = interval * (per_minute / 60).max(1);
+        let now = std::time::Instant::now();
+        let due = self.due.unwrap_or(now);
+        if let Some(early) = due
+            .checked_sub(burst)
+            .and_then(|t| t.checked_duration_since(now))
+            .filter(|d| !d.is_zero())
+        {
+            return Err(early);
+        }
+        self.due = Some(due.max(now) + interval);
+        Ok(())
+    }
 }
 
 /// A running stub; stops when dropped.
@@ -134,6 +168,8 @@ struct Shared {
     config: Config,
     /// Requests seen per idempotency key.
     seen: Mutex<HashMap<String, u64>>,
+    /// The account's pace, if it has a rate limit.
+    pace: Mutex<Pace>,
 }
 
 /// Starts the stub on 127.0.0.1, on a free port.
@@ -147,6 +183,7 @@ pub async fn start(config: Config) -> anyhow::Result<Stub> {
     let shared = Arc::new(Shared {
         config,
         seen: Mutex::new(HashMap::new()),
+        pace: Mutex::new(Pace::default()),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -188,8 +225,13 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// What the stub decided to answer.
 enum Answer {
-    Completion { content: Content, delay: Duration },
+    Completion {
+        content: Content,
+        delay: Duration,
+    },
     RateLimited,
+    /// Past the account's limit: to try again after this long.
+    OverLimit(Duration),
     Unavailable,
     Hang,
     BadShape,
@@ -220,6 +262,7 @@ impl Answer {
             },
             Answer::BadShape => "200 bad-shape",
             Answer::RateLimited => "429",
+            Answer::OverLimit(_) => "429 limit",
             Answer::Unavailable => "503",
             Answer::Hang => "hang",
             Answer::BadRequest => "400",
@@ -301,7 +344,12 @@ async fn chat_completions(
     let mode = if targeted { config.mode } else { Mode::Normal };
     let delay =
         Duration::from_millis(200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64);
+    let over = config.requests_per_minute.and_then(|rpm| {
+        let mut pace = shared.pace.lock().expect("not poisoned");
+        pace.take(rpm).err()
+    });
     let answer = match mode {
+        _ if over.is_some() => Answer::OverLimit(over.unwrap_or_default()),
         Mode::Fail => Answer::Unavailable,
         Mode::Hang => Answer::Hang,
         Mode::BadShape => Answer::BadShape,
@@ -354,6 +402,24 @@ async fn chat_completions(
             );
             r.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            r
+        }
+        Answer::OverLimit(wait) => {
+            let mut r = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "requests",
+                "rate_limit_exceeded",
+                &format!("Rate limit reached for requests. Please try again in {wait:?}."),
+            );
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            for (name, value) in [
+                ("retry-after", secs.to_string()),
+                ("retry-after-ms", wait.as_millis().max(1).to_string()),
+            ] {
+                if let Ok(v) = header::HeaderValue::from_str(&value) {
+                    r.headers_mut().insert(name, v);
+                }
+            }
             r
         }
         Answer::BadRequest => error(

@@ -93,6 +93,21 @@ async fn happy_path(backend: Backend) {
     assert_eq!(requests.len(), 150 + 2 * children, "{calls:?}");
     assert!(requests.values().all(|n| *n == 1), "{calls:?}");
     assert_eq!(check_turns(&store, &calls).await, 90);
+    // What the calls used is recorded with each request (its children's included):
+    // its five calls, two per child, with the tokens the stub counted.
+    let mut used = 0;
+    for id in &parents {
+        let spent = query::spending(&store, id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            spent.usage.tokens_in > 0 && spent.usage.tokens_out > 0,
+            "{spent:?}"
+        );
+        used += spent.usage.calls as usize;
+    }
+    assert_eq!(used, 150 + 2 * children);
     let steps: HashSet<&str> = calls.iter().map(|c| c.step.as_str()).collect();
     let all = ["plan", "plan_2", "plan_3", "research", "draft_email"];
     assert_eq!(steps, HashSet::from(all));
@@ -263,3 +278,53 @@ async fn client_error_is_fatal(backend: Backend) {
     );
 }
 both_backends!(client_error_tests, client_error_is_fatal);
+
+/// Each request's budget is one token out: the planner's first answer spends it, so
+/// every saga compensates before its research, saying why; what the planner used is
+/// recorded with the saga.
+async fn a_spent_budget_compensates(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let args = ["--sagas", "4", "--fail-rate", "0", "--seed", "2"];
+    assistant(&url, &[&args[..], &["--budget-tokens-out", "1"]].concat());
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await, (0, 4));
+    all_compensated(&store, 4, &["budget spent: tokens_out"]).await;
+    for (id, _) in assistant_sagas(&store).await {
+        let spent = query::spending(&store, id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(spent.usage.calls, 1, "the planner's first turn alone");
+        assert!(spent.usage.tokens_out >= 1, "{spent:?}");
+    }
+    assert!(
+        support::statuses(&store, "assistant_research")
+            .await
+            .is_empty()
+    );
+}
+both_backends!(budget_tests, a_spent_budget_compensates);
+
+/// The stub's account allows 1,200 requests a minute (a burst of 20). Declared as the rate limit (300
+/// a minute for each of the four LLM destinations), no request is refused; with a
+/// limit far above the account's (the stub's 60: one a second, no burst), the stub refuses some ("429
+/// limit"), and the sagas still complete: a 429 pauses its destination and spends no
+/// retry.
+#[tokio::test]
+async fn the_account_limit_holds() {
+    let args = ["--sagas", "2", "--fail-rate", "0", "--seed", "4"];
+    let url = fresh_url(Backend::Sqlite).await;
+    assistant(&url, &[&args[..], &["--llm-rpm", "1200"]].concat());
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await.0, 2);
+    let calls = llm_calls(&store).await;
+    assert!(calls.iter().all(|c| c.answer == "200"), "{calls:?}");
+
+    let url = fresh_url(Backend::Sqlite).await;
+    let over = ["--llm-rpm", "60000", "--llm-stub-rpm", "60"];
+    assistant(&url, &[&args[..], &over].concat());
+    let store = Store::connect(&url).await.unwrap();
+    assert_eq!(check_effects(&store).await.0, 2);
+    let calls = llm_calls(&store).await;
+    assert!(calls.iter().any(|c| c.answer == "429 limit"), "{calls:?}");
+}
