@@ -67,7 +67,7 @@ use serde_json::{Value, json};
 #[path = "llm_stub_answers.rs"]
 mod answers;
 
-use answers::{NO_PLAN, Planner, compose, plan, research_plan, turn_of};
+use answers::{Answer, Content, NO_PLAN, Pace, Planner, compose, plan, research_plan, turn_of};
 
 /// The bearer token the stub accepts.
 pub const API_KEY: &str = "agentsaga-local-stub";
@@ -123,32 +123,6 @@ pub struct Config {
     /// a request past it is answered 429 with the `Retry-After` (and `retry-after-ms`)
     /// it would be taken after, recorded as `429 limit`. `None`: no limit.
     pub requests_per_minute: Option<u32>,
-}
-
-/// The account's rate limit (GCRA): when the next request is due at the limit's
-/// pace; a request earlier than that, less the burst, is refused.
-#[derive(Default)]
-struct Pace {
-    due: Option<std::time::Instant>,
-}
-
-impl Pace {
-    /// Takes a request now, or says how long until it would be taken.
-    fn take(&mut self, per_minute: u32) -> Result<(), Duration> {
-        let interval = Duration::from_secs(60) / per_minute.max(1);
-        let burst = interval * (per_minute / 60).max(1);
-        let now = std::time::Instant::now();
-        let due = self.due.unwrap_or(now);
-        if let Some(early) = due
-            .checked_sub(burst)
-            .and_then(|t| t.checked_duration_since(now))
-            .filter(|d| !d.is_zero())
-        {
-            return Err(early);
-        }
-        self.due = Some(due.max(now) + interval);
-        Ok(())
-    }
 }
 
 /// A running stub; stops when dropped.
@@ -221,53 +195,6 @@ fn error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response 
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// What the stub decided to answer.
-enum Answer {
-    Completion {
-        content: Content,
-        delay: Duration,
-    },
-    RateLimited,
-    /// Past the account's limit: to try again after this long.
-    OverLimit(Duration),
-    Unavailable,
-    Hang,
-    BadShape,
-    BadRequest,
-}
-
-/// What a completion's message says.
-#[derive(Clone, Copy)]
-enum Content {
-    /// A refusal, and no content.
-    Refusal,
-    /// An answer to the prompt (for a planner, a plan).
-    Answer,
-    /// A plan that names an agent the example does not have.
-    BadPlan,
-    /// Prose with no plan in it.
-    NoPlan,
-}
-
-impl Answer {
-    fn label(&self) -> &'static str {
-        match self {
-            Answer::Completion { content, .. } => match content {
-                Content::Answer => "200",
-                Content::Refusal => "200 refusal",
-                Content::BadPlan => "200 bad-plan",
-                Content::NoPlan => "200 no-plan",
-            },
-            Answer::BadShape => "200 bad-shape",
-            Answer::RateLimited => "429",
-            Answer::OverLimit(_) => "429 limit",
-            Answer::Unavailable => "503",
-            Answer::Hang => "hang",
-            Answer::BadRequest => "400",
-        }
-    }
 }
 
 async fn chat_completions(

@@ -213,3 +213,76 @@ impl Planner {
         }
     }
 }
+
+/// What the stub decided to answer.
+pub(super) enum Answer {
+    Completion {
+        content: Content,
+        delay: Duration,
+    },
+    RateLimited,
+    /// Past the account's limit: to try again after this long.
+    OverLimit(Duration),
+    Unavailable,
+    Hang,
+    BadShape,
+    BadRequest,
+}
+
+/// What a completion's message says.
+#[derive(Clone, Copy)]
+pub(super) enum Content {
+    /// A refusal, and no content.
+    Refusal,
+    /// An answer to the prompt (for a planner, a plan).
+    Answer,
+    /// A plan that names an agent the example does not have.
+    BadPlan,
+    /// Prose with no plan in it.
+    NoPlan,
+}
+
+impl Answer {
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Answer::Completion { content, .. } => match content {
+                Content::Answer => "200",
+                Content::Refusal => "200 refusal",
+                Content::BadPlan => "200 bad-plan",
+                Content::NoPlan => "200 no-plan",
+            },
+            Answer::BadShape => "200 bad-shape",
+            Answer::RateLimited => "429",
+            Answer::OverLimit(_) => "429 limit",
+            Answer::Unavailable => "503",
+            Answer::Hang => "hang",
+            Answer::BadRequest => "400",
+        }
+    }
+}
+
+/// The account's rate limit (GCRA): when the next request is due at the limit's
+/// pace; a request earlier than that, less the burst, is refused.
+#[derive(Default)]
+pub(super) struct Pace {
+    due: Option<std::time::Instant>,
+}
+
+impl Pace {
+    /// Takes a request now, or says how long until it would be taken.
+    pub(super) fn take(&mut self, per_minute: u32) -> Result<(), Duration> {
+        let interval = Duration::from_secs(60) / per_minute.max(1);
+        let burst = interval * (per_minute / 60).max(1);
+        let now = std::time::Instant::now();
+        let due = self.due.unwrap_or(now);
+        if let Some(early) = due
+            .checked_sub(burst)
+            .and_then(|t| t.checked_duration_since(now))
+            .filter(|d| !d.is_zero())
+        {
+            return Err(early);
+        }
+        self.due = Some(due.max(now) + interval);
+        Ok(())
+    }
+}
