@@ -35,6 +35,7 @@ mod tests;
 mod turns;
 
 pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned, record_result};
+pub(crate) use turns::recovering;
 
 /// The most steps a plan may have, waits and parallel members included.
 pub const MAX_PLAN_STEPS: usize = 64;

@@ -20,6 +20,7 @@ mod compensations;
 mod guardrails;
 mod lifecycle;
 mod property;
+mod recovery;
 mod replanning;
 mod timers;
 

@@ -55,6 +55,7 @@ impl PlannedSaga {
             max_steps: None,
             approve_before: std::collections::BTreeSet::new(),
             max_turns: 1,
+            replan_on_failure: false,
         }
     }
 }
@@ -75,6 +76,7 @@ pub struct PlannedBuilder {
     max_steps: Option<usize>,
     approve_before: std::collections::BTreeSet<String>,
     max_turns: u32,
+    replan_on_failure: bool,
 }
 
 impl PlannedBuilder {
@@ -206,6 +208,24 @@ impl PlannedBuilder {
     /// same turn.
     pub fn replan(mut self, max_turns: u32) -> Self {
         self.max_turns = max_turns;
+        self.replan_on_failure = false;
+        self
+    }
+
+    /// As [`replan`](Self::replan), but the planner is asked again only when a step
+    /// fails: once its first turn's stages all succeed, the saga completes. When a
+    /// step before the pivot fails (its agent answered a failure, or its retries ran
+    /// out), the rest of that turn's stages are dropped (they never ran), the failure
+    /// is recorded at `/failed` (`[{"step", "error"}]`, every failed member of the
+    /// stage once its siblings have answered) and the planner is asked for the next
+    /// stages, with the results so far. It answers with other stages (the failure
+    /// moves to `/failures`), or `{"done": true}` (the saga completes, the failed step
+    /// staying failed); to give up, its call fails and the saga compensates every
+    /// turn's steps. A lost step (timed out, dead-lettered) compensates as before, and
+    /// so does a failure once no turn is left.
+    pub fn replan_on_failure(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self.replan_on_failure = true;
         self
     }
 
@@ -275,6 +295,7 @@ impl PlannedBuilder {
             max_steps: self.max_steps,
             approve_before: self.approve_before,
             max_turns: self.max_turns,
+            replan_on_failure: self.replan_on_failure,
         });
         let planner = self.planner.map(|mut p| {
             let catalog = Arc::clone(&catalog);

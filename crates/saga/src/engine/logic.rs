@@ -15,6 +15,7 @@ mod compensation;
 mod failure;
 mod forward;
 mod operator;
+mod recovery;
 #[cfg(test)]
 mod tests;
 mod wait;

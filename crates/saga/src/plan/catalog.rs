@@ -37,6 +37,9 @@ pub(crate) struct Catalog {
     /// The most turns of its planner (`PlannedBuilder::replan`; 1: the plan is made
     /// once).
     pub(crate) max_turns: u32,
+    /// Is the planner asked again only when a step fails
+    /// (`PlannedBuilder::replan_on_failure`)?
+    pub(crate) replan_on_failure: bool,
     /// The most steps a plan may have (`PlannedBuilder::max_steps`).
     pub(crate) max_steps: Option<usize>,
     /// Destinations whose commands wait for a person's approval first
@@ -326,6 +329,9 @@ impl Catalog {
         if first {
             // The saga keeps the most turns it was started under.
             set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
+            if self.replan_on_failure {
+                set(data, "replan_on_failure", Value::Bool(true))?;
+            }
         }
         self.fold_turn(data, reply)
     }

@@ -22,6 +22,7 @@ fn catalog() -> Catalog {
         max_steps: None,
         approve_before: std::collections::BTreeSet::new(),
         max_turns: 1,
+        replan_on_failure: false,
     }
 }
 

@@ -24,6 +24,11 @@ pub(super) struct Turns {
     pub(super) done: bool,
     /// The most turns, as the saga was started under (`None`: as registered now).
     pub(super) max: Option<u32>,
+    /// Asked again only after a failure (`PlannedBuilder::replan_on_failure`), as the
+    /// saga was started under (`None`: as registered now).
+    pub(super) on_failure: Option<bool>,
+    /// A failure waits for the planner's next turn (`/failed`).
+    pub(super) recovering: bool,
 }
 
 impl Turns {
@@ -42,8 +47,22 @@ impl Turns {
             .get("max_turns")
             .and_then(Value::as_u64)
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-        Self { added, done, max }
+        let on_failure = data.get("replan_on_failure").and_then(Value::as_bool);
+        Self {
+            added,
+            done,
+            max,
+            on_failure,
+            recovering: recovering(data),
+        }
     }
+}
+
+/// Does a failure wait for the planner's next turn (`/failed` holds it)?
+pub(crate) fn recovering(data: &Value) -> bool {
+    data.get("failed")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
 }
 
 /// Is `name` that of a turn of the planner named `planner` (`plan`, `plan_2`, …)?
@@ -93,12 +112,71 @@ impl Planned {
             stages.extend(plan_stages.by_ref().take(*added));
         }
         stages.extend(plan_stages);
-        let next = turns.added.len();
-        let max = turns.max.unwrap_or(self.catalog.max_turns).max(1) as usize;
-        if !turns.done && next < max {
-            stages.extend(self.turn_step(next).map(|s| vec![s]));
+        let on_failure = turns.on_failure.unwrap_or(self.catalog.replan_on_failure);
+        // The first turn makes the plan; after it, with `replan_on_failure`, only a
+        // failure asks again.
+        let ask = turns.added.is_empty() || !on_failure || turns.recovering;
+        if self.turns_left(turns) && ask {
+            stages.extend(self.turn_step(turns.added.len()).map(|s| vec![s]));
         }
         stages
+    }
+
+    /// May the planner be asked again: not done, and turns left?
+    fn turns_left(&self, turns: &Turns) -> bool {
+        let max = turns.max.unwrap_or(self.catalog.max_turns).max(1) as usize;
+        !turns.done && turns.added.len() < max
+    }
+
+    /// May a failed step of a saga with `data` be answered by asking the planner
+    /// again (`PlannedBuilder::replan_on_failure`, turns left)?
+    pub(crate) fn recovers(&self, data: &Value) -> Result<bool> {
+        let stored = stored(data)?;
+        let turns = Turns::of(data, stored.as_ref());
+        let on_failure = turns.on_failure.unwrap_or(self.catalog.replan_on_failure);
+        Ok(on_failure && stored.is_some() && self.turns_left(&turns))
+    }
+
+    /// Step `step`, of the saga's stage `stage`, failed with `error`, and the planner
+    /// will be asked what to do instead: the plan keeps its stages up to that one (the
+    /// rest of the turn never ran, and is dropped), and the failure joins `/failed`.
+    pub(crate) fn recover(
+        &self,
+        data: &mut Value,
+        stage: usize,
+        step: &str,
+        error: &str,
+    ) -> Result<()> {
+        let Some(mut plan) = stored(data)? else {
+            return Err(Error::Corrupt("a failure to re-plan without a plan".into()));
+        };
+        let mut turns = Turns::of(data, Some(&plan));
+        // The saga's stages: each turn's planner (if any), then the stages it added.
+        let mut at = 0;
+        let mut kept = 0;
+        'turns: for added in &mut turns.added {
+            at += usize::from(self.planner.is_some());
+            for k in 0..*added {
+                if at == stage {
+                    kept += k + 1;
+                    *added = k + 1;
+                    break 'turns;
+                }
+                at += 1;
+            }
+            kept += *added;
+        }
+        if kept < plan.steps.len() {
+            plan.steps.truncate(kept);
+            set(data, "plan", serde_json::to_value(&plan)?)?;
+            set(data, "turns", serde_json::to_value(&turns.added)?)?;
+        }
+        let mut failed = match data.get("failed") {
+            Some(Value::Array(f)) => f.clone(),
+            _ => Vec::new(),
+        };
+        failed.push(serde_json::json!({ "step": step, "error": error }));
+        set(data, "failed", Value::Array(failed))
     }
 }
 
@@ -107,6 +185,15 @@ impl Catalog {
     /// reply's stages appended to the plan, checked as a whole ([`Catalog::extend`]),
     /// or `{"done": true}`.
     pub(super) fn fold_turn(&self, data: &mut Value, reply: Value) -> Result<()> {
+        // The failures this turn answers are history now.
+        if let Some(Value::Array(failed)) = data.as_object_mut().and_then(|o| o.remove("failed")) {
+            let mut failures = match data.get("failures") {
+                Some(Value::Array(f)) => f.clone(),
+                _ => Vec::new(),
+            };
+            failures.extend(failed);
+            set(data, "failures", Value::Array(failures))?;
+        }
         let so_far = stored(data)?;
         let mut turns = Turns::of(data, so_far.as_ref()).added;
         if says_done(&reply) {

@@ -20,7 +20,7 @@ fn thinking(turns: u32) -> SagaDefinition {
 }
 
 /// An undoable step `name` to `destination`, its command naming the earlier `from`.
-fn undoable(name: &str, destination: &str, from: Option<&str>) -> PlanStep {
+pub(super) fn undoable(name: &str, destination: &str, from: Option<&str>) -> PlanStep {
     let command = match from {
         Some(f) => json!({ "after": { "$from": format!("/results/{f}") } }),
         None => json!({ "first": true }),
@@ -29,14 +29,14 @@ fn undoable(name: &str, destination: &str, from: Option<&str>) -> PlanStep {
 }
 
 /// What the planner answers on each turn (by its step's name), as JSON.
-fn answers(turns: &[(&str, Value)]) -> std::collections::HashMap<String, Value> {
+pub(super) fn answers(turns: &[(&str, Value)]) -> std::collections::HashMap<String, Value> {
     turns
         .iter()
         .map(|(n, v)| ((*n).to_owned(), v.clone()))
         .collect()
 }
 
-fn plan_json(plan: Plan) -> Value {
+pub(super) fn plan_json(plan: Plan) -> Value {
     serde_json::to_value(plan).unwrap()
 }
 

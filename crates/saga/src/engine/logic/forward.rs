@@ -188,14 +188,14 @@ impl Ctx<'_> {
                     }
                     self.dispatch_step(idx, delay)
                 } else {
-                    self.fail_step(idx, format!("{e} (gave up after {attempts} attempts)"))
+                    self.recover_or_fail(idx, format!("{e} (gave up after {attempts} attempts)"))
                 }
             }
             StepOutcome::Fatal(e) => {
                 if let Some(row) = self.inst.steps.get_mut(&idx) {
                     row.replied_at = Some(now);
                 }
-                self.fail_step(idx, e)
+                self.recover_or_fail(idx, e)
             }
         }
     }
@@ -230,9 +230,16 @@ impl Ctx<'_> {
         let def = self.def()?;
         let range = def.stage_range(self.inst.stage);
         let stages = def.stages.len();
+        // A failed member is done too while the planner is to be asked about it
+        // (`replan_on_failure`): the stage has answered once its siblings have.
+        let recovering = crate::plan::recovering(&self.inst.data);
         let done = range
             .clone()
-            .all(|i| self.inst.steps.get(&i).map(|r| r.state) == Some(StepState::Succeeded));
+            .all(|i| match self.inst.steps.get(&i).map(|r| r.state) {
+                Some(StepState::Succeeded) => true,
+                Some(StepState::Failed) => recovering,
+                _ => false,
+            });
         if !done {
             return Ok(());
         }
