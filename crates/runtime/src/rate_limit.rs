@@ -88,6 +88,18 @@ impl RateLimit {
     fn token_interval(&self) -> Option<f64> {
         self.tokens_per_minute.map(|n| 60_000.0 / n as f64)
     }
+
+    /// `tokens` as one call may count them: at most ten minutes' worth, so that no
+    /// estimate or report (a typo, an overflow) stalls the destination for longer.
+    fn clamp_tokens(&self, tokens: u64) -> u64 {
+        self.tokens_per_minute
+            .map_or(tokens, |n| tokens.min(n.saturating_mul(10)))
+    }
+
+    /// How far ahead of the pace calls may run, ms.
+    fn ahead_ms(&self) -> f64 {
+        self.burst.as_secs_f64() * 1000.0
+    }
 }
 
 impl crate::RuntimeBuilder {
@@ -133,7 +145,8 @@ impl Pace {
     /// Reserves a slot for a call of `tokens` at or after `now`: the slot's time, and
     /// the pace after it.
     fn reserve(self, limit: &RateLimit, tokens: u64, now: f64) -> (f64, Pace) {
-        let ahead = limit.burst.as_secs_f64() * 1000.0;
+        let ahead = limit.ahead_ms();
+        let tokens = limit.clamp_tokens(tokens);
         let mut at = now.max(self.paused_until);
         if limit.request_interval().is_some() {
             at = at.max(self.requests_at - ahead);
@@ -188,6 +201,7 @@ pub(crate) async fn settle(
     estimated: u64,
     used: u64,
 ) -> agentsaga_core::Result<()> {
+    let (estimated, used) = (limit.clamp_tokens(estimated), limit.clamp_tokens(used));
     let Some(interval) = limit.token_interval().filter(|_| estimated != used) else {
         return Ok(());
     };
@@ -210,15 +224,18 @@ pub(crate) async fn settle(
 pub(crate) async fn pause(
     store: &Store,
     destination: &str,
+    limit: &RateLimit,
     retry_after: Duration,
 ) -> agentsaga_core::Result<()> {
     let ms = retry_after.as_secs_f64() * 1000.0;
+    // After the pause the pace starts again from its end, with no burst saved up.
+    let ahead = limit.ahead_ms();
     change(store, destination, |pace, now| {
         let until = pace.paused_until.max(now + ms);
         let next = Pace {
             paused_until: until,
-            requests_at: pace.requests_at.max(until),
-            tokens_at: pace.tokens_at.max(until),
+            requests_at: pace.requests_at.max(until + ahead),
+            tokens_at: pace.tokens_at.max(until + ahead),
         };
         (next, ())
     })
@@ -342,6 +359,13 @@ mod tests {
         let limit = RateLimit::requests_per_minute(600).burst(Duration::from_millis(200));
         let at = run(&limit, &[(1000.0, 0); 5]);
         assert_eq!(at, [1000.0, 1000.0, 1000.0, 1100.0, 1200.0]);
+    }
+
+    #[test]
+    fn no_call_counts_more_than_ten_minutes_of_tokens() {
+        let limit = RateLimit::tokens_per_minute(60_000); // one token per ms
+        let at = run(&limit, &[(0.0, u64::MAX), (0.0, 0)]);
+        assert_eq!(at, [0.0, 600_000.0]);
     }
 
     #[test]

@@ -163,18 +163,22 @@ impl<A: CallingAgent> Calling<A> {
             }
             match result {
                 None => return Err(finish_timed_out(hub, env).await),
-                Some(Err(StepError::RateLimited { retry_after }))
-                    if hub.limit.is_some() && limited < MAX_RATE_LIMITED =>
-                {
-                    limited += 1;
+                Some(Err(e @ StepError::RateLimited { retry_after })) => {
+                    let Some(limit) = &hub.limit else {
+                        return Err(finish_failed(hub, env, e, used(meter)).await);
+                    };
                     let after = retry_after.unwrap_or(rate_limit::DEFAULT_RETRY_AFTER);
                     tracing::info!(
                         retry_after_ms = after.as_millis() as u64,
                         "rate limited: the destination pauses"
                     );
-                    rate_limit::pause(&hub.store, destination, after)
+                    rate_limit::pause(&hub.store, destination, limit, after)
                         .await
                         .map_err(infra)?;
+                    limited += 1;
+                    if limited > MAX_RATE_LIMITED {
+                        return Err(finish_failed(hub, env, e, used(meter)).await);
+                    }
                 }
                 Some(Err(e)) => return Err(finish_failed(hub, env, e, used(meter)).await),
                 Some(Ok(output)) => return Ok(output),

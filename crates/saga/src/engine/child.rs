@@ -40,7 +40,6 @@ impl Engine {
         match Outbound::parse(env) {
             Some(Outbound::Command { .. }) => {
                 let link = ParentLink {
-                    reported: Default::default(),
                     saga: parent,
                     step,
                     step_name: env.header(protocol::STEP_NAME).unwrap_or("").to_owned(),

@@ -72,7 +72,8 @@ impl Ctx<'_> {
                 causation,
                 outcome,
                 usage,
-            } => self.on_reply(step, causation, outcome, usage),
+                bad_usage,
+            } => self.on_reply(step, causation, outcome, (usage, bad_usage)),
             Inbound::Timeout { step, causation } => {
                 self.on_lost(step, causation, "timed out: the outcome is unknown".into())
             }

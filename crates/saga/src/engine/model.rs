@@ -50,9 +50,6 @@ pub(crate) struct ParentLink {
     pub(crate) compensation: Option<MessageId>,
     /// 1 for a child of a saga started on its own, 2 for its child, ...
     pub(crate) depth: u32,
-    /// What this child's answers told its parent it used, so far.
-    #[serde(default, skip_serializing_if = "Usage::is_zero")]
-    pub(crate) reported: Usage,
 }
 
 /// One `saga_steps` row: the forward step and its compensation-ledger entry.

@@ -329,9 +329,11 @@ impl Catalog {
         if first {
             // The saga keeps the most turns it was started under.
             set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
-            if self.replan_on_failure {
-                set(data, "replan_on_failure", Value::Bool(true))?;
-            }
+            set(
+                data,
+                "replan_on_failure",
+                Value::Bool(self.replan_on_failure),
+            )?;
         }
         self.fold_turn(data, reply)
     }

@@ -18,8 +18,12 @@ pub enum Inbound {
         causation: MessageId,
         /// The answer (a payload that is not a [`StepOutcome`] reads as fatal).
         outcome: StepOutcome,
-        /// What the work used (its [`USAGE`] header; zero without one).
+        /// What the work used (its [`USAGE`] header; zero without one, or with one
+        /// that does not parse).
         usage: Usage,
+        /// Why its [`USAGE`] header does not parse, if it does not: the step it
+        /// answers fails, saying so (a late reply is ignored as any late reply is).
+        bad_usage: Option<String>,
     },
     /// The agent gave up on `causation` past its timeout: its outcome is unknown.
     Timeout {
@@ -91,17 +95,18 @@ impl Inbound {
                 .parse()
                 .map_err(|e| Error::Malformed(format!("causation_id: {e}")))
         };
+        let usage = match env.header(USAGE) {
+            None => Ok(Usage::default()),
+            Some(u) => serde_json::from_str::<Usage>(u)
+                .map_err(|e| format!("the reply's usage header `{u}` does not parse: {e}")),
+        };
         Ok(match kind {
             KIND_REPLY => Inbound::Reply {
                 outcome: StepOutcome::from_payload(&env.payload),
                 step: step()?,
                 causation: causation()?,
-                usage: match env.header(USAGE) {
-                    None => Usage::default(),
-                    Some(u) => serde_json::from_str(u).map_err(|e| {
-                        Error::Malformed(format!("the reply's usage header `{u}`: {e}"))
-                    })?,
-                },
+                usage: usage.as_ref().ok().copied().unwrap_or_default(),
+                bad_usage: usage.err(),
             },
             KIND_TIMEOUT => Inbound::Timeout {
                 step: step()?,

@@ -80,6 +80,7 @@ fn every_inbound_kind_parses() {
             causation: id,
             outcome: ok.clone(),
             usage: crate::Usage::default(),
+            bad_usage: None,
         }
     );
     // What the work used travels in the `usage` header.
@@ -90,6 +91,22 @@ fn every_inbound_kind_parses() {
         Some(r#"{"tokens_in":812,"tokens_out":96,"calls":1}"#)
     );
     assert!(matches!(Inbound::parse(&r).unwrap(), Inbound::Reply { usage, .. } if usage == used));
+    // One that does not parse is said so, for the engine to decide (a late reply is
+    // ignored, a current one fails its step).
+    let bad = envelope(
+        &reply(&cmd_env, &ok)
+            .unwrap()
+            .unwrap()
+            .header(USAGE, "{\"calls\":-1}"),
+    );
+    let Inbound::Reply {
+        usage, bad_usage, ..
+    } = Inbound::parse(&bad).unwrap()
+    else {
+        panic!("a reply");
+    };
+    assert_eq!(usage, crate::Usage::default());
+    assert!(bad_usage.unwrap().contains("usage header"));
 
     let t = envelope(&timed_out(&cmd_env).unwrap());
     assert_eq!(

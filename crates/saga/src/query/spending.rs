@@ -28,18 +28,18 @@ pub struct Spending {
 /// Store errors; [`crate::Error::Json`] for a column that is not what this engine
 /// writes.
 pub async fn spending(store: &Store, id: SagaId) -> Result<Option<Spending>> {
-    let row: Option<(Option<String>, Option<String>)> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        sqlx::query_as("SELECT usage, budget FROM saga_instances WHERE id = ?1")
+    let row: Option<(Option<String>, Option<String>, String)> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
+        sqlx::query_as("SELECT usage, budget, state FROM saga_instances WHERE id = ?1")
             .bind(id.to_string())
             .fetch_optional(reader)
             .await?
     }, postgres(pool) => {
-        sqlx::query_as("SELECT usage::text, budget::text FROM saga_instances WHERE id = $1")
+        sqlx::query_as("SELECT usage::text, budget::text, state FROM saga_instances WHERE id = $1")
             .bind(id.as_uuid())
             .fetch_optional(pool)
             .await?
     });
-    let Some((usage, budget)) = row else {
+    let Some((usage, budget, state)) = row else {
         return Ok(None);
     };
     let usage: Usage = usage
@@ -50,7 +50,9 @@ pub async fn spending(store: &Store, id: SagaId) -> Result<Option<Spending>> {
     Ok(Some(Spending {
         usage,
         spent: record.as_ref().and_then(|r| r.limit.spent_by(&usage)),
-        waiting_for_raise: record.as_ref().is_some_and(|r| !r.held.is_empty()),
+        // Held dispatches matter while it runs (or is stuck, until a retry).
+        waiting_for_raise: matches!(state.as_str(), "running" | "stuck")
+            && record.as_ref().is_some_and(|r| !r.held.is_empty()),
         budget: record.as_ref().map(|r| r.limit),
         on_spent: record.map(|r| r.on_spent),
     }))

@@ -155,8 +155,7 @@ async fn a_finished_saga_is_not_raised(backend: Backend) {
 }
 both_backends!(finished_tests, a_finished_saga_is_not_raised);
 
-// A reply whose usage does not parse is not processed: the engine says why, and once
-// the runtime fails it, the step fails and the saga compensates.
+// A reply whose usage does not parse fails its step, saying why: the saga compensates.
 async fn a_malformed_usage_fails_its_step(backend: Backend) {
     let w = World::new(backend, vec![thrifty(OnBudgetSpent::Compensate)], 7).await;
     let id = w.start("thrifty", json!({ "trip": 1 })).await;
@@ -170,18 +169,12 @@ async fn a_malformed_usage_fails_its_step(backend: Backend) {
     tx.commit().await.unwrap();
     let env = claim_of(&w.store, "saga.thrifty.v1").await.remove(0);
     let mut tx = w.store.begin().await.unwrap();
-    let err = w.engine.handle(&mut tx, &env).await.unwrap_err();
-    drop(tx);
-    assert!(err.to_string().contains("usage header"), "{err}");
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine
-        .fail(&mut tx, &env, &err.to_string())
-        .await
-        .unwrap();
+    w.engine.handle(&mut tx, &env).await.unwrap();
     tx.commit().await.unwrap();
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Compensating);
-    assert!(s.error.unwrap_or_default().contains("usage header"));
+    let error = s.error.unwrap_or_default();
+    assert!(error.contains("usage header"), "{error}");
 }
 both_backends!(malformed_tests, a_malformed_usage_fails_its_step);
 
@@ -209,3 +202,147 @@ async fn a_childs_usage_counts_for_its_parent(backend: Backend) {
     assert_eq!(spending(&w, parent).await.usage, each + each + each + each);
 }
 both_backends!(child_tests, a_childs_usage_counts_for_its_parent);
+
+/// A pivot, then two steps in parallel (`x`, `y`), at most 2 outside calls, held when
+/// spent.
+fn after_the_pivot() -> SagaDefinition {
+    let open = |n: &str| Step::<D>::new(n, format!("{n}-agent")).retry(fast());
+    Saga::<D>::builder("after", 1)
+        .pivot(open("p"))
+        .parallel([open("x"), open("y")])
+        .budget(Budget::new().calls(2), OnBudgetSpent::Wait)
+        .build()
+        .unwrap()
+}
+
+/// `command`'s agent answers `outcome`, reporting one outside call; the orchestrator
+/// then handles every reply waiting for it.
+async fn answer_and_handle(w: &World, command: &Envelope, outcome: StepOutcome) {
+    let reply = protocol::reply(command, &outcome).unwrap().unwrap();
+    let reply = protocol::with_usage(reply, &Usage::default().with_calls(1));
+    let mut tx = w.store.begin().await.unwrap();
+    tx.receive(&command.destination, command.id).await.unwrap();
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    let done = |seq: i64| {
+        let store = w.store.clone();
+        async move { store.queue().mark_delivered("t", &[seq]).await.unwrap() }
+    };
+    done(command.seq).await;
+    for env in claim_of(&w.store, "saga.after.v1").await {
+        let mut tx = w.store.begin().await.unwrap();
+        w.engine.handle(&mut tx, &env).await.unwrap();
+        tx.commit().await.unwrap();
+        done(env.seq).await;
+    }
+}
+
+// Past the pivot, `x`'s retry is held for the spent budget, then `y` fails: the saga
+// is stuck. A raise keeps what was held (the saga is stuck, not turned back); the
+// operator's retry sends `y` again and `x`'s held retry, and the saga completes.
+// (Before, the raise dropped `x`'s retry and the saga waited on it for ever.)
+async fn a_raise_while_stuck_keeps_what_was_held(backend: Backend) {
+    let w = World::new(backend, vec![after_the_pivot()], 7).await;
+    let id = w.start("after", json!({ "trip": 1 })).await;
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle(&w, &p, ok()).await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle(&w, &x, StepOutcome::Retryable("busy".into())).await;
+    assert!(
+        spending(&w, id).await.waiting_for_raise,
+        "x's retry is held"
+    );
+    answer_and_handle(&w, &y, StepOutcome::Fatal("no".into())).await;
+    let state = |w: &World| {
+        let store = w.store.clone();
+        async move { query::get(&store, id).await.unwrap().unwrap().state }
+    };
+    assert_eq!(state(&w).await, SagaState::Stuck);
+
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine
+        .raise_budget(&mut tx, id, Budget::new().calls(10))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        claim_of(&w.store, "x-agent").await.is_empty(),
+        "nothing sent while stuck"
+    );
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine.retry(&mut tx, id).await.unwrap();
+    tx.commit().await.unwrap();
+    let x = claim_of(&w.store, "x-agent").await;
+    let y = claim_of(&w.store, "y-agent").await;
+    assert_eq!((x.len(), y.len()), (1, 1), "y again, and x's held retry");
+    answer_and_handle(&w, &x[0], ok()).await;
+    answer_and_handle(&w, &y[0], ok()).await;
+    assert_eq!(state(&w).await, SagaState::Completed);
+    assert_eq!(spending(&w, id).await.usage.calls, 5);
+}
+both_backends!(stuck_raise_tests, a_raise_while_stuck_keeps_what_was_held);
+
+// A late reply (its step was sent again since) with a usage header that does not
+// parse is ignored as any late reply is: it does not fail the running saga. What a
+// late reply used counts.
+async fn a_late_reply_with_a_bad_usage_is_ignored(backend: Backend) {
+    let w = World::new(backend, vec![after_the_pivot()], 7).await;
+    let id = w.start("after", json!({ "trip": 1 })).await;
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle(&w, &p, ok()).await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    answer_and_handle(&w, &x, StepOutcome::Retryable("busy".into())).await;
+    // x was spent out (2 calls of 2): raise, so that its retry goes.
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine
+        .raise_budget(&mut tx, id, Budget::new().calls(10))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // The first attempt's reply, again, late and with a bad header.
+    let late = protocol::reply(&x, &ok())
+        .unwrap()
+        .unwrap()
+        .header(protocol::USAGE, "{\"tokens\":3}");
+    let mut tx = w.store.begin().await.unwrap();
+    tx.enqueue(&late).await.unwrap();
+    tx.commit().await.unwrap();
+    let env = claim_of(&w.store, "saga.after.v1").await.remove(0);
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine.handle(&mut tx, &env).await.unwrap();
+    tx.commit().await.unwrap();
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Running, "{:?}", s.error);
+}
+both_backends!(
+    late_bad_usage_tests,
+    a_late_reply_with_a_bad_usage_is_ignored
+);
+
+// Past the pivot, `y` fails (the saga is stuck) while `x` is still on its way: `x`'s
+// success is kept, and once the operator's retry of `y` succeeds the saga completes.
+async fn a_sibling_answering_while_stuck_is_kept(backend: Backend) {
+    let w = World::new(backend, vec![after_the_pivot()], 7).await;
+    let id = w.start("after", json!({ "trip": 1 })).await;
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine
+        .raise_budget(&mut tx, id, Budget::new().calls(100))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle(&w, &p, ok()).await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle(&w, &y, StepOutcome::Fatal("no".into())).await;
+    answer_and_handle(&w, &x, ok()).await;
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine.retry(&mut tx, id).await.unwrap();
+    tx.commit().await.unwrap();
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle(&w, &y, ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+}
+both_backends!(sibling_tests, a_sibling_answering_while_stuck_is_kept);

@@ -19,15 +19,23 @@ pub(super) enum Dispatch {
 }
 
 impl Ctx<'_> {
-    /// Adds what step `idx`'s answer used to the step and the saga.
+    /// Adds what step `idx`'s answer used to the step and the saga. A child saga's
+    /// answer carries the child's whole usage so far: the step takes what it had not
+    /// seen.
     pub(super) fn record_usage(&mut self, idx: usize, usage: Usage) {
-        if usage.is_zero() {
+        let Some(row) = self.inst.steps.get_mut(&idx) else {
+            return;
+        };
+        let new = if crate::definition::child_of(&row.destination).is_some() {
+            usage.since(&row.usage)
+        } else {
+            usage
+        };
+        if new.is_zero() {
             return;
         }
-        self.inst.usage += usage;
-        if let Some(row) = self.inst.steps.get_mut(&idx) {
-            row.usage += usage;
-        }
+        row.usage += new;
+        self.inst.usage += new;
     }
 
     /// May `what` go out? `false` once the saga's budget is spent: the saga then
@@ -87,22 +95,36 @@ impl Ctx<'_> {
     /// The budget was raised: if something is left to spend, the dispatches held back
     /// go out.
     pub(super) fn on_budget_raised(&mut self) -> Result<()> {
+        self.release_held()
+    }
+
+    /// Sends what a spent budget held back, once the saga runs with something left to
+    /// spend. A stuck saga keeps it until an operator's retry; one that turned back
+    /// (or finished) needs it no more.
+    pub(super) fn release_held(&mut self) -> Result<()> {
+        let state = self.inst.state;
+        let usage = self.inst.usage;
         let Some(record) = &mut self.inst.budget else {
             return self.ignore("budget raised, but the saga has none");
         };
         if record.held.is_empty() {
             return self.ignore("budget raised, nothing was held back");
         }
-        if let Some(spent) = record.limit.spent_by(&self.inst.usage) {
-            let why = format!("budget raised, still spent: {spent}");
+        match state {
+            SagaState::Running => {}
+            SagaState::Stuck => {
+                return self.ignore("held dispatches wait for a retry of the stuck saga");
+            }
+            _ => {
+                record.held = Default::default();
+                return self.ignore(format!("held dispatches dropped: the saga is {state}"));
+            }
+        }
+        if let Some(spent) = record.limit.spent_by(&usage) {
             self.inst.error = Some(format!(
                 "budget spent: {spent}: waiting for an operator to raise it"
             ));
-            return self.ignore(why);
-        }
-        if self.inst.state != SagaState::Running {
-            record.held = Default::default();
-            return self.ignore(format!("budget raised while {}", self.inst.state));
+            return self.ignore(format!("budget raised, still spent: {spent}"));
         }
         let held = std::mem::take(&mut record.held);
         self.inst.error = None;

@@ -44,7 +44,7 @@ impl Ctx<'_> {
     /// at the parent's request, to the parent's compensation.
     pub(crate) fn answer_parent(&mut self) -> Result<()> {
         let usage = self.inst.usage;
-        let Some(link) = &mut self.inst.parent else {
+        let Some(link) = &self.inst.parent else {
             return Ok(());
         };
         let what = format!("the child saga `{}` ({})", self.inst.name, self.inst.id);
@@ -83,10 +83,9 @@ impl Ctx<'_> {
             &outcome,
         )?;
         // What the child used counts against its parent's budget too: each answer
-        // carries what the answers before it did not.
-        let unreported = usage.since(&link.reported);
-        link.reported = usage;
-        self.fx.send.push(protocol::with_usage(answer, &unreported));
+        // carries the child's whole usage so far, and the parent's step takes what it
+        // had not seen (an answer lost or ignored loses nothing).
+        self.fx.send.push(protocol::with_usage(answer, &usage));
         Ok(())
     }
 }

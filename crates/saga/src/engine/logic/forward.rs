@@ -134,20 +134,35 @@ impl Ctx<'_> {
         idx: usize,
         causation: MessageId,
         out: StepOutcome,
-        usage: Usage,
+        (usage, bad_usage): (Usage, Option<String>),
     ) -> Result<()> {
-        let Some(row) = self.inst.steps.get(&idx) else {
+        if !self.inst.steps.contains_key(&idx) {
             return self.ignore(format!("reply for step {idx}, which was never dispatched"));
-        };
+        }
+        // What the work used counts whatever becomes of the reply (late, or while the
+        // saga turned back): it was spent. The inbox counts each reply once.
+        self.record_usage(idx, usage);
+        let row = self.inst.steps.get(&idx).expect("checked");
         if row.compensation_message_id == Some(causation) {
-            self.record_usage(idx, usage);
+            if let Some(why) = bad_usage {
+                // An undo is not held up by its accounting.
+                tracing::warn!(saga.id = %self.inst.id, step = idx, %why, "a compensation's usage is not counted");
+            }
             return self.on_compensation_reply(idx, out);
         }
         if row.command_id != Some(causation) || row.state != StepState::Dispatched {
             return self.ignore(format!("late or duplicate reply for step {idx}"));
         }
-        // Spent, whatever the saga's state: the work was done.
-        self.record_usage(idx, usage);
+        if let Some(why) = bad_usage {
+            if self.inst.state != SagaState::Running {
+                return self.ignore(format!("reply for step {idx} while {}", self.inst.state));
+            }
+            self.cancel_timer(idx);
+            return self.fail_step(idx, why);
+        }
+        if self.inst.state == SagaState::Stuck && self.inst.failed_compensation().is_none() {
+            return self.on_reply_while_stuck(idx, out);
+        }
         if self.inst.state != SagaState::Running {
             return self.ignore(format!("reply for step {idx} while {}", self.inst.state));
         }
@@ -198,6 +213,38 @@ impl Ctx<'_> {
                 self.recover_or_fail(idx, e)
             }
         }
+    }
+
+    /// Step `idx`, in flight beside a step past the pivot that failed (the saga is
+    /// stuck going forward), answered: its outcome is kept, so that once an operator's
+    /// retry of the failed steps succeeds the stage is done (a failure of its own is
+    /// retried with them). The saga stays stuck.
+    fn on_reply_while_stuck(&mut self, idx: usize, out: StepOutcome) -> Result<()> {
+        self.cancel_timer(idx);
+        let now = self.now_ms;
+        let error = match out {
+            StepOutcome::Ok(value) => {
+                let fold = self.def()?.step(idx).and_then(|s| s.fold.clone());
+                match fold.map(|f| f(&mut self.inst.data, value.clone())) {
+                    Some(Err(e)) => Some(format!("the reply did not decode: {e}")),
+                    _ => {
+                        let row = self.inst.steps.get_mut(&idx).expect("checked");
+                        row.output = Some(value);
+                        None
+                    }
+                }
+            }
+            StepOutcome::Retryable(e) | StepOutcome::Fatal(e) => Some(e),
+        };
+        let row = self.inst.steps.get_mut(&idx).expect("checked");
+        row.replied_at = Some(now);
+        row.state = if error.is_some() {
+            StepState::Failed
+        } else {
+            StepState::Succeeded
+        };
+        row.error = error;
+        Ok(())
     }
 
     /// A planned saga's steps may have grown (its planner replied with the plan, or

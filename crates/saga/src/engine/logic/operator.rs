@@ -52,17 +52,29 @@ impl Ctx<'_> {
                 ", and its definition is not registered here".into(),
             ));
         }
+        // The failed steps of the stage it is stuck at (a failed step of an earlier
+        // stage was answered by its planner: `replan_on_failure`).
+        let stage = self.inst.stage;
         let failed: Vec<usize> = self
             .inst
             .steps
             .values()
-            .filter(|r| r.state == StepState::Failed)
+            .filter(|r| r.state == StepState::Failed && r.stage == stage)
             .map(|r| r.idx)
             .collect();
         self.transition(SagaEvent::RetryForward)?;
         self.inst.error = None;
         for idx in failed {
             self.dispatch_step(idx, Duration::ZERO)?;
+        }
+        // What a spent budget held back goes too, if the budget now allows it.
+        if self
+            .inst
+            .budget
+            .as_ref()
+            .is_some_and(|b| !b.held.is_empty())
+        {
+            self.release_held()?;
         }
         Ok(())
     }

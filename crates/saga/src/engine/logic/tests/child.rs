@@ -17,7 +17,6 @@ pub(super) fn a_completed_child_is_undone() -> Sim {
     let mut s = Sim::new(def);
     let (parent, command) = (SagaId::new(), MessageId::new());
     s.inst.parent = Some(ParentLink {
-        reported: Default::default(),
         saga: parent,
         step: 3,
         step_name: "book".into(),
@@ -92,7 +91,6 @@ fn a_child_past_its_pivot_refuses_to_be_undone() {
         .unwrap();
     let mut s = Sim::new(def);
     s.inst.parent = Some(ParentLink {
-        reported: Default::default(),
         saga: SagaId::new(),
         step: 0,
         step_name: "book".into(),
