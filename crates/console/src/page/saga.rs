@@ -217,10 +217,14 @@ fn spending(doc: &ShowDoc) -> String {
         );
     }
     if let Some(why) = waiting_text(&doc.saga.id, sp) {
+        let lead = if sp.spent.is_some() {
+            "Waiting for a person to raise its budget: "
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "<dt>Held</dt><dd class=\"err\" id=\"waiting-for-raise\">Waiting for a person to raise \
-             its budget: {}</dd>",
+            "<dt>Held</dt><dd class=\"err\" id=\"waiting-for-raise\">{lead}{}</dd>",
             esc(&why)
         );
     }
