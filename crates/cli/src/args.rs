@@ -169,6 +169,32 @@ pub(crate) enum SagasCommand {
     Retry(SagaIdArg),
     /// Mark a stuck compensation as done by hand (recorded as `skipped`) and go on.
     Skip(SagaIdArg),
+    /// Raise a saga's budget: set the limits given (the others are kept). A saga that
+    /// waits for a raise goes on once its runtime picks it up, if something is left.
+    RaiseBudget(RaiseBudget),
+}
+
+/// `agentsaga sagas raise-budget ID --tokens-out N …`: at least one limit.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("limit").required(true).multiple(true)))]
+pub(crate) struct RaiseBudget {
+    /// The saga id (a UUID).
+    #[arg(value_parser = parse_saga_id)]
+    pub(crate) id: SagaId,
+    /// At most this many tokens sent to a model.
+    #[arg(long, value_name = "N", group = "limit")]
+    pub(crate) tokens_in: Option<u64>,
+    /// At most this many tokens a model produced.
+    #[arg(long, value_name = "N", group = "limit")]
+    pub(crate) tokens_out: Option<u64>,
+    /// At most this cost, in micro-units of the application's currency.
+    #[arg(long, value_name = "N", group = "limit")]
+    pub(crate) cost_micros: Option<u64>,
+    /// At most this many outside calls.
+    #[arg(long, value_name = "N", group = "limit")]
+    pub(crate) calls: Option<u64>,
+    #[command(flatten)]
+    pub(crate) json: JsonFlag,
 }
 
 /// `agentsaga sagas list`: the filters of the page it asks for.

@@ -50,6 +50,9 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sagas(SagasCommand::Skip(a)) => {
             saga_actions::run(&console, Action::Skip, a.id).await
         }
+        Command::Sagas(SagasCommand::RaiseBudget(r)) => {
+            saga_actions::raise_budget(&console, r).await
+        }
         Command::Dead(DeadCommand::List {
             destination,
             limit,

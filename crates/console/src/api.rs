@@ -10,7 +10,7 @@
 
 mod request;
 
-use agentsaga_saga::Signal;
+use agentsaga_saga::{Budget, Signal};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
@@ -37,6 +37,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/sagas/{id}/retry", post(retry))
         .route("/sagas/{id}/skip", post(skip))
         .route("/sagas/{id}/signal", post(signal))
+        .route("/sagas/{id}/budget", post(raise_budget))
         .route("/dead", get(dead_letters))
         .route("/dead/redrive", post(redrive_all))
         .route("/dead/purge", post(purge_older))
@@ -119,6 +120,21 @@ async fn skip(
     RawQuery(q): RawQuery,
 ) -> ApiResult<ops::ShowDoc> {
     act(s, path, q, Action::Skip).await
+}
+
+/// `POST /sagas/{id}/budget`: `{"tokens_in": …, "tokens_out": …, "cost_micros": …,
+/// "calls": …}`, each optional but at least one (the limits to set; the others are
+/// kept). An empty body, `{}`, or any other field is a 400.
+async fn raise_budget(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    let id = saga_id(path)?;
+    let raise: Budget = body(bytes, None)?;
+    Ok(Json(s.console.raise_budget(id, raise).await?))
 }
 
 /// `POST /sagas/{id}/signal`: `{"name": …, "data": …}` approves (with `data`, `null`

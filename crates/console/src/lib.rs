@@ -1,8 +1,9 @@
 //! `agentsaga-console`: the operator's calls, written once.
 //!
 //! [`ops::Console`] reads and acts on one store: status, sagas (filtered, paged, stalled
-//! ones found), one saga with its data and ledger, abort / retry / skip, signals, starts
-//! (with a runtime's definitions), dead letters and their re-drive or purge. The
+//! ones found), one saga with its data, ledger, usage and budget, abort / retry / skip,
+//! a person raising a budget, signals, starts (with a runtime's definitions), dead
+//! letters and their re-drive or purge. The
 //! `agentsaga` CLI prints its documents as tables or `--json`; the admin HTTP API and
 //! the web page serve the same documents; the MCP tools call the same functions. No
 //! action exists twice.

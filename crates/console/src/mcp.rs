@@ -23,7 +23,9 @@
 //! tool error of kind `forbidden`, with nothing done. Even allowed, `signal_saga`
 //! never releases a wait that is a person's decision (`Step::approval`, a plan's
 //! `"approval": true`): that is `refused`, with nothing written; only a person's path
-//! (the CLI, the console with an action token) sends it. See `docs/console.md`.
+//! (the CLI, the console with an action token) sends it. No tool raises a saga's budget
+//! at all (`show_saga` shows it): an LLM must not lift its own limit; a person does,
+//! with `agentsaga sagas raise-budget` or the API. See `docs/console.md`.
 //!
 //! `agentsaga mcp` serves it over a console without saga definitions, where
 //! `start_saga` answers `not_found`; a runtime's process can serve it over a console

@@ -4,7 +4,8 @@
 //! saga (or message) as it now stands.
 //!
 //! One file a concept: [`status`](Console::status) (`status.rs`), the sagas
-//! (`sagas.rs`), the actions on them and signals (`actions.rs`), starts (`starts.rs`),
+//! (`sagas.rs`) and what they spent, in words (`spending.rs`), the actions on them,
+//! budget raises and signals (`actions.rs`), starts (`starts.rs`),
 //! dead letters (`dead.rs`); the error is the crate's (`error.rs`).
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use serde_json::Value;
 mod actions;
 mod dead;
 mod sagas;
+mod spending;
 mod starts;
 mod status;
 
@@ -23,6 +25,7 @@ pub use crate::error::{Error, Result};
 pub use actions::{Action, SignalDoc};
 pub use dead::{DeadDoc, DeadList, PurgeDoc, RedriveAllDoc, RedriveDoc, Refusal};
 pub use sagas::{SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
+pub use spending::{budget_text, raise_command, usage_text, waiting_text};
 pub use starts::SetAsideDoc;
 pub use status::{OutboxDoc, StatusDoc};
 

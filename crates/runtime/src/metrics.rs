@@ -8,8 +8,11 @@
 //! `sagas_stalled` and `stalled_warnings_total` (from the stall watch, every 30 s by
 //! default: `RuntimeBuilder::stalled_after`) and, from this
 //! process's relay, `deliveries_total`, `retries_total`, `dead_letters_total`,
-//! `delivery_latency_seconds{quantile="0.5"|"0.99"}` (enqueue commit → delivered), and
-//! `saga_duration_seconds` (a summary of finished sagas' start → end).
+//! `delivery_latency_seconds{quantile="0.5"|"0.99"}` (enqueue commit → delivered);
+//! from this process's orchestrators, `saga_duration_seconds` (a summary of settled
+//! sagas' start → end) and `saga_usage_total{saga,kind}` (what the sagas whose end
+//! this process saw used, by saga name and kind: `tokens_in`, `tokens_out`,
+//! `cost_micros`, `calls`; a kind none used is absent).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -170,13 +173,37 @@ pub(crate) async fn sample(
     }
 }
 
-/// Records a finished saga's duration.
+/// Records a settled saga's duration and, once it has ended (completed, compensated or
+/// aborted), adds what it used to its name's usage.
 pub(crate) async fn saga_finished(store: &Store, saga: agentsaga_saga::SagaId) {
     if HANDLE.get().is_none() {
         return;
     }
-    if let Ok(Some(s)) = query::get(store, saga).await {
-        let secs = (s.updated_at_ms - s.created_at_ms).max(0) as f64 / 1000.0;
-        metrics::histogram!("agentsaga_saga_duration_seconds").record(secs);
+    let Ok(Some(s)) = query::get(store, saga).await else {
+        return;
+    };
+    let secs = (s.updated_at_ms - s.created_at_ms).max(0) as f64 / 1000.0;
+    metrics::histogram!("agentsaga_saga_duration_seconds").record(secs);
+    if !s.state.is_terminal() {
+        // A stuck saga may yet go on and use more: its usage counts once it ends.
+        return;
+    }
+    match query::spending(store, saga).await {
+        Ok(Some(spent)) => {
+            let u = spent.usage;
+            for (kind, n) in [
+                ("tokens_in", u.tokens_in),
+                ("tokens_out", u.tokens_out),
+                ("cost_micros", u.cost_micros),
+                ("calls", u.calls),
+            ] {
+                if n > 0 {
+                    metrics::counter!("agentsaga_saga_usage_total", "saga" => s.name.clone(), "kind" => kind)
+                        .increment(n);
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "metrics: a finished saga's usage unavailable"),
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
-use agentsaga_saga::{Saga, SagaState, Step, query};
+use agentsaga_saga::{Saga, SagaState, Step, Usage, query};
 use scrape::scrape;
 use serde_json::{Value, json};
 
@@ -23,6 +23,10 @@ impl Agent for Flaky {
         "flaky"
     }
     async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
+        if !ctx.is_compensation() {
+            // What a model call would use: 10 tokens in, 20 out; an undo uses nothing.
+            ctx.report_usage(Usage::tokens(10, 20));
+        }
         if !ctx.is_compensation() && cmd["n"].as_u64().unwrap_or(0).is_multiple_of(3) {
             return Err(StepError::fatal("every third one fails"));
         }
@@ -108,5 +112,18 @@ async fn metrics_match_the_database() {
         "{m:?}"
     );
     assert_eq!(m["agentsaga_saga_duration_seconds_count"], 9.0, "{m:?}");
+    // Every finished saga's usage, by name and kind; a kind none used is absent.
+    assert_eq!(
+        m["agentsaga_saga_usage_total{saga=\"m\",kind=\"tokens_in\"}"], 90.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        m["agentsaga_saga_usage_total{saga=\"m\",kind=\"tokens_out\"}"], 180.0,
+        "{m:?}"
+    );
+    assert!(
+        !m.contains_key("agentsaga_saga_usage_total{saga=\"m\",kind=\"calls\"}"),
+        "{m:?}"
+    );
     runtime.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! Test support for the crates whose tests read and act on sagas in a database (the
 //! CLI's, the console's): the `trip` saga and its agents, an engine running it, a pump
-//! that delivers until the sagas settle, two dead letters.
+//! that delivers until the sagas settle (its agents reporting the usage the data
+//! names), a saga with a budget, two dead letters.
 //!
 //! Enabled by the `testing` feature.
 
@@ -12,7 +13,9 @@ use agentsaga_core::{Envelope, Message, MessageId, Receipt, RetryPolicy, Store, 
 use serde_json::{Value, json};
 
 use crate::protocol::{self, StepOutcome};
-use crate::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step, query};
+use crate::{
+    Budget, Engine, OnBudgetSpent, Saga, SagaDefinition, SagaId, SagaState, Step, Usage, query,
+};
 
 /// reserve (undoable) → charge (the pivot) → confirm. What the agents answer depends on
 /// the saga data's `case` (see [`trip_agent`]).
@@ -50,6 +53,54 @@ pub fn trip_agent(env: &Envelope) -> StepOutcome {
     }
 }
 
+/// What a forward command's agent reports it used: the saga data's `usage` (a
+/// [`Usage`] as JSON, e.g. `{"tokens_out": 100}`), nothing without one.
+pub fn trip_usage(env: &Envelope) -> Usage {
+    let payload: Value = serde_json::from_str(&env.payload).expect("payload");
+    if protocol::is_compensation(env) {
+        return Usage::default();
+    }
+    payload
+        .get("usage")
+        .map(|u| serde_json::from_value(u.clone()).expect("a usage"))
+        .unwrap_or_default()
+}
+
+/// `trip` as `capped` (the same steps and agents) with a budget of at most 100 tokens
+/// out that waits for a raise once spent: started with `{"case": "ok", "usage":
+/// {"tokens_out": 100}}`, it holds `charge` back after `reserve` (see
+/// [`waiting_for_raise`]).
+pub fn capped() -> SagaDefinition {
+    Saga::<Value>::builder("capped", 1)
+        .step(
+            Step::new("reserve", "reserve-agent")
+                .command(|d: &Value| d.clone())
+                .compensate("reserve-agent", |d: &Value| json!({"cancel": d["case"]})),
+        )
+        .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
+        .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
+        .budget(Budget::new().tokens_out(100), OnBudgetSpent::Wait)
+        .build()
+        .expect("definition")
+}
+
+/// Starts a [`capped`] saga (with `engine`, which must have its definition) whose
+/// first step spends its budget, and delivers until it waits for a raise.
+pub async fn waiting_for_raise(store: &Store, engine: &Engine) -> SagaId {
+    let mut tx = store.begin().await.expect("begin");
+    let data = json!({"case": "ok", "usage": {"tokens_in": 30, "tokens_out": 100}});
+    let id = engine.start(&mut tx, "capped", &data).await.expect("start");
+    tx.commit().await.expect("commit");
+    pump_until(store, engine, "the saga waits for a raise", async || {
+        query::spending(store, id)
+            .await
+            .expect("spending")
+            .is_some_and(|s| s.waiting_for_raise)
+    })
+    .await;
+    id
+}
+
 /// An engine of `definitions` whose compensations are retried twice, quickly (1 ms, then
 /// up to 4 ms), before a saga is stuck.
 pub fn quick_engine(definitions: impl IntoIterator<Item = SagaDefinition>) -> Engine {
@@ -79,7 +130,7 @@ pub async fn pump(store: &Store, engine: &Engine, ids: &[SagaId]) {
 }
 
 /// Delivers every ready message (the engine's to it, the agents' answered per
-/// [`trip_agent`]) until `done`, within 30 s.
+/// [`trip_agent`], reporting [`trip_usage`]) until `done`, within 30 s.
 pub async fn pump_until(
     store: &Store,
     engine: &Engine,
@@ -107,6 +158,7 @@ pub async fn pump_until(
                     let reply = protocol::reply(env, &trip_agent(env))
                         .expect("reply")
                         .expect("reply_to");
+                    let reply = protocol::with_usage(reply, &trip_usage(env));
                     tx.enqueue(&reply).await.expect("enqueue reply");
                 }
                 tx.commit().await.expect("commit");

@@ -1,8 +1,13 @@
-//! `agentsaga sagas abort | retry | skip`: one transaction each, committed only if
-//! the engine accepts the action (the console's [`Console::act`]).
+//! `agentsaga sagas abort | retry | skip | raise-budget`: one transaction each,
+//! committed only if the engine accepts the action (the console's [`Console::act`],
+//! [`Console::raise_budget`]).
 
 use agentsaga_console::{Action, Console};
-use agentsaga_saga::SagaId;
+use agentsaga_saga::{Budget, SagaId};
+
+use super::print_json;
+use super::sagas::print_saga;
+use crate::args::RaiseBudget;
 
 fn done(action: Action) -> &'static str {
     match action {
@@ -22,5 +27,21 @@ pub(super) async fn run(console: &Console, action: Action, id: SagaId) -> anyhow
     if state == "compensating" {
         outln!("its compensations run as soon as the runtime's relay delivers them");
     }
+    Ok(())
+}
+
+/// `sagas raise-budget ID --tokens-out N …`: the saga as `sagas show` prints it after.
+pub(super) async fn raise_budget(console: &Console, r: RaiseBudget) -> anyhow::Result<()> {
+    let raise = Budget {
+        tokens_in: r.tokens_in,
+        tokens_out: r.tokens_out,
+        cost_micros: r.cost_micros,
+        calls: r.calls,
+    };
+    let doc = console.raise_budget(r.id, raise).await?;
+    if r.json.json {
+        return print_json(&doc);
+    }
+    print_saga(&doc);
     Ok(())
 }

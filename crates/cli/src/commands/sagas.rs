@@ -1,7 +1,7 @@
 //! `agentsaga sagas list | show | signal`: tables, or the console's documents as JSON.
 
 use agentsaga_console::Console;
-use agentsaga_console::ops::{SagaQuery, ShowDoc};
+use agentsaga_console::ops::{SagaQuery, ShowDoc, budget_text, usage_text, waiting_text};
 use agentsaga_saga::{SagaId, SagaState, Signal};
 
 use super::print_json;
@@ -61,7 +61,7 @@ pub(super) async fn show(console: &Console, id: SagaId, json: bool) -> anyhow::R
     Ok(())
 }
 
-/// A saga as `sagas show` prints it (and the actions, after they act).
+/// A saga as `sagas show` prints it (and `sagas raise-budget`, after it acts).
 pub(super) fn print_saga(doc: &ShowDoc) {
     let (saga, steps) = (&doc.saga, &doc.steps);
     let id = &saga.id;
@@ -76,6 +76,14 @@ pub(super) fn print_saga(doc: &ShowDoc) {
         outln!("parent   {parent} (this is a child saga: `sagas show {parent}`)");
     }
     outln!("error    {}", or_dash(saga.error.as_deref()));
+    let spending = &doc.spending;
+    outln!("usage    {}", usage_text(&spending.usage));
+    if let Some(budget) = &spending.budget {
+        outln!("budget   {}", budget_text(budget, spending.on_spent));
+    }
+    if let Some(why) = waiting_text(id, spending) {
+        outln!("held     {why}");
+    }
     outln!("created  {}", saga.created_at);
     outln!("updated  {}", saga.updated_at);
     outln!("data     {}", doc.data);
@@ -90,6 +98,7 @@ pub(super) fn print_saga(doc: &ShowDoc) {
         "ATTEMPTS",
         "DISPATCHED",
         "REPLIED",
+        "USAGE",
         "ERROR",
     ])
     .right(&[0, 1, 5]);
@@ -103,6 +112,11 @@ pub(super) fn print_saga(doc: &ShowDoc) {
             s.attempts.to_string(),
             ts_or_dash(s.dispatched_at_ms),
             ts_or_dash(s.replied_at_ms),
+            if s.usage.is_zero() {
+                "-".to_owned()
+            } else {
+                usage_text(&s.usage)
+            },
             or_dash(s.error.as_deref()),
         ]);
     }

@@ -57,6 +57,7 @@ pub(crate) const STEP_KEYS: &[&str] = &[
     "compensation_error",
     "compensated_at",
     "compensated_at_ms",
+    "usage",
 ];
 
 pub(crate) const DEAD_KEYS: &[&str] = &[

@@ -1,7 +1,7 @@
 //! The `agentsaga` binary against databases prepared by the saga engine, on SQLite and
 //! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
 //!
-//! One file a concern (`reads.rs`, `actions.rs`, `input.rs`, `dead.rs`,
+//! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `input.rs`, `dead.rs`,
 //! `maintenance.rs`, `starts.rs`, on `documents.rs` and the shared `common/`); the
 //! tests on both backends are declared here, with the two that need no database.
 
@@ -9,6 +9,7 @@
 mod common;
 
 mod actions;
+mod budgets;
 mod dead;
 mod documents;
 mod input;
@@ -23,6 +24,7 @@ use agentsaga_core::testing::{Backend, fresh_url};
 
 use actions::actions;
 use actions::signals;
+use budgets::budgets;
 use common::{expect_failure, fails, run_cmd, sqlite_path};
 use dead::moot_dead_letters_are_not_redriven;
 use documents::{OPENING, status};
@@ -38,6 +40,7 @@ both_backends!(action_tests, actions);
 both_backends!(bad_input_tests, bad_ids_and_values);
 both_backends!(moot_tests, moot_dead_letters_are_not_redriven);
 both_backends!(signal_tests, signals);
+both_backends!(budget_tests, budgets);
 both_backends!(stalled_tests, stalled_sagas_are_reported);
 both_backends!(
     prune_inbox_tests,

@@ -49,21 +49,16 @@ impl Client {
     }
 }
 
-// Served with a runtime's engine, `start_saga` starts its sagas (under their key,
-// once), and a name it does not host is not_found.
-#[tokio::test]
-async fn start_saga_with_an_engine() {
-    let url = fresh_url(Backend::Sqlite).await;
-    let store = Store::connect(&url).await.unwrap();
-    let greet = Saga::<Value>::builder("greet", 1)
-        .step(Step::new("hello", "greeter").nothing_to_undo())
-        .build()
-        .unwrap();
-    let console = Console::new(store.clone()).with_engine(Engine::new([greet]).unwrap());
+/// A session with the tools over `console`, `allow`ed those actions, past the
+/// handshake: the client, the server's task, and the `initialize` answer.
+async fn open(
+    console: Console,
+    allow: impl IntoIterator<Item = McpAction> + Send + 'static,
+) -> (Client, tokio::task::JoinHandle<()>, Value) {
     let (client, server) = tokio::io::duplex(1 << 16);
     let session = tokio::spawn(async move {
         let running = McpServer::new(console)
-            .allow([McpAction::Start])
+            .allow(allow)
             .serve(server)
             .await
             .unwrap();
@@ -85,14 +80,29 @@ async fn start_saga_with_an_engine() {
             }),
         )
         .await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    (client, session, init)
+}
+
+// Served with a runtime's engine, `start_saga` starts its sagas (under their key,
+// once), and a name it does not host is not_found.
+#[tokio::test]
+async fn start_saga_with_an_engine() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let greet = Saga::<Value>::builder("greet", 1)
+        .step(Step::new("hello", "greeter").nothing_to_undo())
+        .build()
+        .unwrap();
+    let console = Console::new(store.clone()).with_engine(Engine::new([greet]).unwrap());
+    let (mut client, session, init) = open(console, [McpAction::Start]).await;
     let instructions = init["instructions"].as_str().unwrap();
     assert!(
         instructions.contains("start_saga can start: greet"),
         "{init}"
     );
-    client
-        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
 
     let args = json!({"name": "greet", "data": {"to": "ann"}, "key": "k-1"});
     let started = client.call("start_saga", args.clone()).await;
@@ -127,5 +137,87 @@ async fn start_saga_with_an_engine() {
         .await
         .expect("the session ends with its client")
         .unwrap();
+    store.close().await;
+}
+
+// `show_saga` shows what a saga and its steps used and its budget; yet with every
+// action allowed, no tool raises a budget: that is a person's act (an LLM must not
+// lift its own limit), so the tools are exactly the known ones and none takes a limit.
+#[tokio::test]
+async fn usage_shows_and_no_tool_raises_a_budget() {
+    use agentsaga_saga::testing::{capped, quick_engine, waiting_for_raise};
+
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let engine = quick_engine([capped()]);
+    let id = waiting_for_raise(&store, &engine).await;
+    let console = Console::new(store.clone()).with_engine(engine);
+    let (mut client, session, _) = open(console, McpAction::ALL).await;
+
+    let list = client.request("tools/list", json!({})).await;
+    let mut names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "abort_saga",
+            "list_dead_letters",
+            "list_sagas",
+            "redrive_dead_letter",
+            "show_saga",
+            "signal_saga",
+            "start_saga",
+            "status",
+        ],
+        "{list}"
+    );
+    for tool in list["tools"].as_array().unwrap() {
+        let arguments = tool["inputSchema"].to_string();
+        for word in ["budget", "tokens_out", "cost_micros"] {
+            assert!(!arguments.contains(word), "{word} in {tool}");
+        }
+    }
+    let call = client
+        .call(
+            "raise_budget",
+            json!({"id": id.to_string(), "tokens_out": 1000}),
+        )
+        .await;
+    assert_ne!(call["isError"], false, "no such tool: {call}");
+
+    let shown = client
+        .call("show_saga", json!({"id": id.to_string()}))
+        .await;
+    let spending = &shown["structuredContent"]["spending"];
+    assert_eq!(
+        spending["usage"],
+        json!({"tokens_in": 30, "tokens_out": 100})
+    );
+    assert_eq!(spending["budget"], json!({"tokens_out": 100}), "{shown}");
+    assert_eq!(spending["waiting_for_raise"], true, "{shown}");
+    assert_eq!(
+        shown["structuredContent"]["steps"][0]["usage"],
+        json!({"tokens_in": 30, "tokens_out": 100}),
+        "{shown}"
+    );
+
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(30), session)
+        .await
+        .expect("the session ends with its client")
+        .unwrap();
+    let after = agentsaga_saga::query::spending(&store, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after.budget,
+        Some(agentsaga_saga::Budget::new().tokens_out(100))
+    );
     store.close().await;
 }

@@ -183,8 +183,10 @@ impl McpServer {
 
     #[tool(
         description = "One saga: its state, key, the signal it waits for, its data as it now \
-                       stands, and its steps in order with the compensation ledger (each \
-                       step's dispatch, reply, attempts, errors and compensation).",
+                       stands, what it used and its budget (`spending`; no tool raises a \
+                       budget: a person does), and its steps in order with the compensation \
+                       ledger (each step's dispatch, reply, attempts, errors, usage and \
+                       compensation).",
         input_schema = schema::<SagaIdArgs>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]

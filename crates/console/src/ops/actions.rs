@@ -1,7 +1,7 @@
 //! What an operator does to a saga: abort, retry, skip (the actions its state allows),
-//! and signals.
+//! raise its budget, and signals.
 
-use agentsaga_saga::{Engine, SagaId, Signal, SignalReceipt, SignalSender};
+use agentsaga_saga::{Budget, Engine, SagaId, Signal, SignalReceipt, SignalSender};
 use serde::Serialize;
 
 use super::{Console, Result, ShowDoc};
@@ -85,6 +85,36 @@ impl Console {
         self.saga(id).await
     }
 
+    /// Raises saga `id`'s budget to the limits `raise` names (the others kept; a saga
+    /// without a budget gets one that waits once spent), in one transaction committed
+    /// only if the engine accepts it; a saga waiting for a raise goes on if something
+    /// is left to spend. Answers with the saga as it now stands. A person's act: the
+    /// MCP tools offer no way to it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for a raise that names no limit;
+    /// [`Error::NotFound`](crate::Error::NotFound);
+    /// [`Error::Refused`](crate::Error::Refused) for a finished saga (nothing changed);
+    /// [`Error::Store`](crate::Error::Store).
+    pub async fn raise_budget(&self, id: SagaId, raise: Budget) -> Result<ShowDoc> {
+        if raise.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the raise names no limit: give at least one of tokens_in, tokens_out, \
+                 cost_micros, calls"
+                    .into(),
+            ));
+        }
+        let mut tx = self.store.begin().await?;
+        match self.engine.raise_budget(&mut tx, id, raise).await {
+            Ok(_) => tx.commit().await?,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        }
+        self.saga(id).await
+    }
+
     /// Sends saga `id` the signal `name`; answers with the receipt and the saga.
     ///
     /// # Errors
@@ -155,6 +185,7 @@ mod tests {
             compensation_error: None,
             compensated_at: None,
             compensated_at_ms: None,
+            usage: Default::default(),
         };
         ShowDoc {
             saga: SagaDoc {
@@ -172,6 +203,7 @@ mod tests {
                 updated_at_ms: 0,
             },
             data: Value::Null,
+            spending: Default::default(),
             steps: ledger
                 .iter()
                 .enumerate()

@@ -1,7 +1,8 @@
-//! The sagas: a page of them (filtered, with a cursor), one with its data and steps.
+//! The sagas: a page of them (filtered, with a cursor), one with its data, its steps
+//! and what it spent.
 
-use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, StepView};
-use agentsaga_saga::{SagaId, SagaState};
+use agentsaga_saga::query::{self, Cursor, ListFilter, SagaSummary, Spending, StepView};
+use agentsaga_saga::{SagaId, SagaState, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -95,6 +96,8 @@ pub struct StepDoc {
     pub compensated_at: Option<String>,
     /// The same, Unix ms.
     pub compensated_at_ms: Option<i64>,
+    /// What its agent reported it used (`{}` for nothing).
+    pub usage: Usage,
 }
 
 impl From<&StepView> for StepDoc {
@@ -118,6 +121,7 @@ impl From<&StepView> for StepDoc {
             compensation_error: s.compensation_error.clone(),
             compensated_at: s.compensated_at_ms.map(rfc3339),
             compensated_at_ms: s.compensated_at_ms,
+            usage: s.usage,
         }
     }
 }
@@ -139,6 +143,9 @@ pub struct ShowDoc {
     pub saga: SagaDoc,
     /// Its data as it now stands (a planned saga's: input, plan, results).
     pub data: Value,
+    /// What it used (its steps' usage and its child sagas'), its budget, and whether
+    /// a spent budget holds it until a person raises it.
+    pub spending: Spending,
     /// Its steps in index order, with the compensation ledger.
     pub steps: Vec<StepDoc>,
     /// The child sagas its steps started (`Step::saga`), newest first (at most 100:
@@ -224,6 +231,7 @@ impl Console {
         };
         let steps = query::steps(&self.store, id).await?;
         let data = query::data(&self.store, id).await?.unwrap_or_default();
+        let spending = query::spending(&self.store, id).await?.unwrap_or_default();
         let children = query::list(
             &self.store,
             &ListFilter {
@@ -235,6 +243,7 @@ impl Console {
         Ok(ShowDoc {
             saga: SagaDoc::from(&saga),
             data,
+            spending,
             steps: steps.iter().map(StepDoc::from).collect(),
             children: children.iter().map(SagaDoc::from).collect(),
         })

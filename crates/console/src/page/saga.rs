@@ -1,5 +1,6 @@
-//! One saga's page: what it is, the actions its state allows, its steps as a timeline,
-//! its compensation ledger and its data.
+//! One saga's page: what it is, what it used and its budget (and why a spent one holds
+//! it), the actions its state allows, its steps as a timeline, its compensation ledger
+//! and its data.
 
 use std::fmt::Write as _;
 
@@ -10,7 +11,7 @@ use axum::response::Response;
 use super::html::{Nav, badge, clock, dur, error_page, esc, pct, when};
 use super::timeline::timeline;
 use super::{fail, views::short};
-use crate::ops::{ShowDoc, StepDoc};
+use crate::ops::{ShowDoc, StepDoc, budget_text, usage_text, waiting_text};
 use crate::{Action, Console, Error};
 
 /// What the page says above the saga.
@@ -116,6 +117,7 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
             esc(e)
         );
     }
+    out += &spending(doc);
     if let Some(base) = jaeger {
         let href = jaeger_link(base, doc, now);
         let _ = writeln!(
@@ -199,6 +201,36 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
     out
 }
 
+/// The facts of what the saga used and may use; a saga held by its spent budget says
+/// so, and how a person raises it.
+fn spending(doc: &ShowDoc) -> String {
+    let sp = &doc.spending;
+    let mut out = format!(
+        "<dt>Usage</dt><dd id=\"usage\">{}</dd>\n",
+        esc(&usage_text(&sp.usage))
+    );
+    if let Some(b) = &sp.budget {
+        let _ = writeln!(
+            out,
+            "<dt>Budget</dt><dd id=\"budget\">{}</dd>",
+            esc(&budget_text(b, sp.on_spent))
+        );
+    }
+    if let Some(why) = waiting_text(&doc.saga.id, sp) {
+        let lead = if sp.spent.is_some() {
+            "Waiting for a person to raise its budget: "
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "<dt>Held</dt><dd class=\"err\" id=\"waiting-for-raise\">{lead}{}</dd>",
+            esc(&why)
+        );
+    }
+    out
+}
+
 fn capitalised(s: &str) -> String {
     let mut c = s.chars();
     c.next()
@@ -226,7 +258,7 @@ fn ledger(steps: &[StepDoc]) -> String {
     let mut out = String::from(
         "<table id=\"ledger\">\n<thead><tr><th>#</th><th>Step</th><th>To</th><th>State</th><th>Attempts</th>\
          <th>Dispatched</th><th>Replied</th><th>Compensation</th><th>Undo state</th><th>Undo attempts</th>\
-         <th>Compensated</th></tr></thead>\n<tbody>\n",
+         <th>Compensated</th><th>Usage</th></tr></thead>\n<tbody>\n",
     );
     for st in steps {
         let payload = st
@@ -251,7 +283,7 @@ fn ledger(steps: &[StepDoc]) -> String {
             out,
             "<tr><td>{idx}<span class=\"muted\">/{stage}</span></td><td>{name}</td><td><code>{dest}</code></td>\
              <td>{state}{err}</td><td>{attempts}</td><td>{disp}</td><td>{repl}</td><td>{comp}</td>\
-             <td>{cstate}{cerr}</td><td>{cattempts}</td><td>{comped}</td></tr>",
+             <td>{cstate}{cerr}</td><td>{cattempts}</td><td>{comped}</td><td>{usage}</td></tr>",
             idx = st.idx,
             stage = st.stage,
             name = esc(&st.name),
@@ -265,6 +297,11 @@ fn ledger(steps: &[StepDoc]) -> String {
             cerr = err(&st.compensation_error),
             cattempts = st.compensation_attempts,
             comped = clock(st.compensated_at.as_deref()),
+            usage = if st.usage.is_zero() {
+                "<span class=\"muted\">–</span>".to_owned()
+            } else {
+                esc(&usage_text(&st.usage))
+            },
         );
     }
     out += "</tbody>\n</table>\n";

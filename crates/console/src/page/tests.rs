@@ -192,3 +192,52 @@ async fn actions_refuse_other_sites_and_redirect_to_the_saga() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
 }
+
+// A saga's page shows what it and each step used and its budget; one held by its spent
+// budget says why and how a person raises it (and, raised, that it waits for its
+// runtime); one that never used anything says so.
+#[tokio::test]
+async fn a_saga_shows_its_usage_and_why_it_waits_for_a_raise() {
+    use agentsaga_saga::testing::{capped, quick_engine, waiting_for_raise};
+
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let id = waiting_for_raise(&store, &quick_engine([capped()])).await;
+    let idle = running_saga(&store).await;
+    let base = serve(store.clone(), None).await;
+
+    let (status, page) = get(&format!("{base}/sagas/{id}")).await;
+    assert_eq!(status, 200, "{page}");
+    for want in [
+        "<dd id=\"usage\">tokens_in 30, tokens_out 100</dd>",
+        "<dd id=\"budget\">at most tokens_out 100; once spent, wait for a raise</dd>",
+        "id=\"waiting-for-raise\">Waiting for a person to raise its budget: spent: \
+         tokens_out 100 of 100",
+        &format!("`agentsaga sagas raise-budget {id} --tokens-out N`"),
+        "<th>Usage</th>",
+        "<td>tokens_in 30, tokens_out 100</td></tr>",
+    ] {
+        assert!(page.contains(want), "{want}: {page}");
+    }
+    // Raised where no runtime hosts it (as `agentsaga serve`): held until one does.
+    Console::new(store.clone())
+        .raise_budget(id, agentsaga_saga::Budget::new().tokens_out(1_000))
+        .await
+        .unwrap();
+    let (_, page) = get(&format!("{base}/sagas/{id}")).await;
+    assert!(
+        page.contains(
+            "<dd id=\"budget\">at most tokens_out 1000; once spent, wait for a raise</dd>"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("id=\"waiting-for-raise\">raised: the steps held back go out"),
+        "{page}"
+    );
+    let (_, page) = get(&format!("{base}/sagas/{idle}")).await;
+    assert!(page.contains("<dd id=\"usage\">none</dd>"), "{page}");
+    assert!(!page.contains("id=\"budget\""), "no budget: {page}");
+    assert!(!page.contains("waiting-for-raise"), "{page}");
+    store.close().await;
+}

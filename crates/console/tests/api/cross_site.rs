@@ -17,6 +17,10 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
         (format!("/api/v1/sagas/{}/retry", f.stuck[0]), ""),
         (format!("/api/v1/sagas/{}/skip", f.stuck[1]), ""),
         (
+            format!("/api/v1/sagas/{}/budget", f.running),
+            r#"{"tokens_out": 1000}"#,
+        ),
+        (
             format!("/api/v1/sagas/{}/signal", f.waiting),
             r#"{"name": "approval", "data": {"ok": true}}"#,
         ),

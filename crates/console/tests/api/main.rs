@@ -1,6 +1,7 @@
 //! The admin HTTP API served on 127.0.0.1 and called with reqwest, on SQLite and
 //! PostgreSQL: every document equals the `Console` call's (the CLI's `--json`),
-//! filters and cursor pages, each action answering the saga as it now stands, tokens
+//! filters and cursor pages, each action answering the saga as it now stands, usage and budgets (a person's
+//! raise), tokens
 //! (401 / 403, nothing done), bad requests (400 / 404 / 413, JSON errors, nothing
 //! written), a stalled saga reported, and `Runtime::admin_router` starting a runtime's
 //! saga.
@@ -11,6 +12,7 @@
 use agentsaga_core::both_backends;
 
 mod actions;
+mod budgets;
 mod children;
 mod cross_site;
 mod dead;
@@ -22,6 +24,7 @@ mod starts;
 mod tokens;
 
 use actions::actions_answer_the_saga_as_it_now_stands;
+use budgets::budgets_show_and_a_person_raises_them;
 use children::a_parent_shows_its_children;
 use cross_site::cross_site_requests_change_nothing;
 use cross_site::rebound_hosts_are_refused;
@@ -35,6 +38,7 @@ use tokens::tokens_guard_everything;
 both_backends!(finished_count_tests, finished_counts_follow_every_write);
 both_backends!(read_tests, reads_equal_the_console_documents);
 both_backends!(action_tests, actions_answer_the_saga_as_it_now_stands);
+both_backends!(budget_tests, budgets_show_and_a_person_raises_them);
 both_backends!(start_tests, starts_with_an_engine);
 both_backends!(token_tests, tokens_guard_everything);
 both_backends!(dead_page_tests, dead_letters_are_paged_by_bytes);

@@ -61,7 +61,8 @@ pub(crate) async fn tokens_guard_everything(backend: Backend) {
     // Actions: 401 without, 403 with the read token; nothing done.
     let abort = format!("/api/v1/sagas/{}/abort", f.running);
     let purge = format!("/api/v1/dead/{}/purge", f.dead_sms);
-    for path in [&abort, &purge, &"/api/v1/dead/redrive".to_owned()] {
+    let budget = format!("/api/v1/sagas/{}/budget", f.running);
+    for path in [&abort, &purge, &budget, &"/api/v1/dead/redrive".to_owned()] {
         assert_error(
             &anon.post(path, Value::Null).await,
             StatusCode::UNAUTHORIZED,
