@@ -219,7 +219,8 @@ impl PlannedBuilder {
     /// is recorded at `/failed` (`[{"step", "error"}]`, every failed member of the
     /// stage once its siblings have answered) and the planner is asked for the next
     /// stages, with the results so far. It answers with other stages (the failure
-    /// moves to `/failures`), or `{"done": true}` (the saga completes, the failed step
+    /// moves to `/failures`; the failed step keeps its name, so a step added instead
+    /// needs a new one), or `{"done": true}` (the saga completes, the failed step
     /// staying failed); to give up, its call fails and the saga compensates every
     /// turn's steps. A lost step (timed out, dead-lettered) compensates as before, and
     /// so does a failure once no turn is left.
