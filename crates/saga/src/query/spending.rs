@@ -25,7 +25,7 @@ pub struct Spending {
 /// Saga `id`'s [`Spending`]; `None` for an unknown saga.
 ///
 /// # Errors
-/// Store errors; [`crate::Error::Json`] for a column that is not what this engine
+/// Store errors; [`crate::Error::Data`] for a column that is not what this engine
 /// writes.
 pub async fn spending(store: &Store, id: SagaId) -> Result<Option<Spending>> {
     let row: Option<(Option<String>, Option<String>, String)> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
