@@ -339,7 +339,9 @@ impl Runtime {
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;
         }
-        let _ = self.supervisor.cast(SupervisorMsg::Quiesce);
+        // Acknowledged before any child is stopped: a child's end seen before the
+        // supervisor knew it was on purpose was logged as a death and restarted.
+        let _ = ractor::call!(self.supervisor, SupervisorMsg::Quiesce);
         let cell = self.supervisor.get_cell();
         cell.stop_children_and_wait(None, Some(Duration::from_secs(10)))
             .await;

@@ -95,8 +95,9 @@ impl ChildSpec {
 
 /// The supervisor's messages.
 pub(crate) enum SupervisorMsg {
-    /// Stop supervising (children are being stopped on purpose).
-    Quiesce,
+    /// Stop supervising (children are about to be stopped on purpose); answered once
+    /// the supervisor will restart none, so that the caller stops them only then.
+    Quiesce(ractor::RpcReplyPort<()>),
 }
 
 pub(crate) struct Supervisor {
@@ -137,7 +138,10 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Quiesce => state.quiescing = true,
+            SupervisorMsg::Quiesce(done) => {
+                state.quiescing = true;
+                let _ = done.send(());
+            }
         }
         Ok(())
     }
