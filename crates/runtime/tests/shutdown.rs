@@ -8,9 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
+use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step};
 use serde_json::{Value, json};
+
+#[path = "support/echo.rs"]
+mod echo;
+use echo::Echo;
 
 /// What the process's tracing wrote.
 #[derive(Clone, Default)]
@@ -30,20 +34,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     type Writer = Captured;
     fn make_writer(&'a self) -> Captured {
         self.clone()
-    }
-}
-
-struct Echo(&'static str);
-
-#[async_trait::async_trait]
-impl Agent for Echo {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.0
-    }
-    async fn handle(&self, _: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        Ok(cmd)
     }
 }
 

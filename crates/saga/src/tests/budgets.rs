@@ -26,6 +26,30 @@ async fn spending(w: &World, id: SagaId) -> query::Spending {
     query::spending(&w.store, id).await.unwrap().unwrap()
 }
 
+/// A person raises saga `id`'s budget to `to`, with `engine`.
+async fn raise(w: &World, engine: &Engine, id: SagaId, to: Budget) -> SagaState {
+    let mut tx = w.store.begin().await.unwrap();
+    let state = engine.raise_budget(&mut tx, id, to).await.unwrap();
+    tx.commit().await.unwrap();
+    state
+}
+
+/// `command` answered `ok` with a usage header that does not parse, and the reply
+/// handled by the saga's orchestrator (`orchestrator`).
+async fn answer_with_a_bad_usage(w: &World, command: &Envelope, orchestrator: &str) {
+    let reply = protocol::reply(command, &ok())
+        .unwrap()
+        .unwrap()
+        .header(protocol::USAGE, "{\"tokens\":3}");
+    let mut tx = w.store.begin().await.unwrap();
+    tx.enqueue(&reply).await.unwrap();
+    tx.commit().await.unwrap();
+    let env = claim_of(&w.store, orchestrator).await.remove(0);
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine.handle(&mut tx, &env).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
 async fn waiting_for_raise(w: &mut World, id: SagaId, agent: impl Fn(usize, u32) -> StepOutcome) {
     let store = w.store.clone();
     let attempts = std::cell::Cell::new(0u32);
@@ -115,18 +139,10 @@ async fn a_spent_budget_waits_for_a_raise(backend: Backend) {
         } else {
             Engine::new(Vec::<SagaDefinition>::new()).unwrap()
         };
-        let raise = async |to: u64| {
-            let mut tx = w.store.begin().await.unwrap();
-            let state = raiser
-                .raise_budget(&mut tx, id, Budget::new().tokens_out(to))
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-            state
-        };
-        assert_eq!(raise(200).await, SagaState::Running);
+        let to = |n: u64| Budget::new().tokens_out(n);
+        assert_eq!(raise(&w, &raiser, id, to(200)).await, SagaState::Running);
         assert!(spending(&w, id).await.waiting_for_raise, "still spent");
-        raise(1_000).await;
+        raise(&w, &raiser, id, to(1_000)).await;
         w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
         let s = query::get(&w.store, id).await.unwrap().unwrap();
         assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
@@ -160,17 +176,7 @@ async fn a_malformed_usage_fails_its_step(backend: Backend) {
     let w = World::new(backend, vec![thrifty(OnBudgetSpent::Compensate)], 7).await;
     let id = w.start("thrifty", json!({ "trip": 1 })).await;
     let command = claim_of(&w.store, "a-agent").await.remove(0);
-    let reply = protocol::reply(&command, &ok())
-        .unwrap()
-        .unwrap()
-        .header(protocol::USAGE, "{\"tokens\":3}");
-    let mut tx = w.store.begin().await.unwrap();
-    tx.enqueue(&reply).await.unwrap();
-    tx.commit().await.unwrap();
-    let env = claim_of(&w.store, "saga.thrifty.v1").await.remove(0);
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine.handle(&mut tx, &env).await.unwrap();
-    tx.commit().await.unwrap();
+    answer_with_a_bad_usage(&w, &command, "saga.thrifty.v1").await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Compensating);
     let error = s.error.unwrap_or_default();
@@ -260,12 +266,7 @@ async fn a_raise_while_stuck_keeps_what_was_held(backend: Backend) {
     };
     assert_eq!(state(&w).await, SagaState::Stuck);
 
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine
-        .raise_budget(&mut tx, id, Budget::new().calls(10))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
     assert!(
         claim_of(&w.store, "x-agent").await.is_empty(),
         "nothing sent while stuck"
@@ -294,24 +295,9 @@ async fn a_late_reply_with_a_bad_usage_is_ignored(backend: Backend) {
     let x = claim_of(&w.store, "x-agent").await.remove(0);
     answer_and_handle(&w, &x, StepOutcome::Retryable("busy".into())).await;
     // x was spent out (2 calls of 2): raise, so that its retry goes.
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine
-        .raise_budget(&mut tx, id, Budget::new().calls(10))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
     // The first attempt's reply, again, late and with a bad header.
-    let late = protocol::reply(&x, &ok())
-        .unwrap()
-        .unwrap()
-        .header(protocol::USAGE, "{\"tokens\":3}");
-    let mut tx = w.store.begin().await.unwrap();
-    tx.enqueue(&late).await.unwrap();
-    tx.commit().await.unwrap();
-    let env = claim_of(&w.store, "saga.after.v1").await.remove(0);
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine.handle(&mut tx, &env).await.unwrap();
-    tx.commit().await.unwrap();
+    answer_with_a_bad_usage(&w, &x, "saga.after.v1").await;
     let s = query::get(&w.store, id).await.unwrap().unwrap();
     assert_eq!(s.state, SagaState::Running, "{:?}", s.error);
 }
@@ -325,12 +311,7 @@ both_backends!(
 async fn a_sibling_answering_while_stuck_is_kept(backend: Backend) {
     let w = World::new(backend, vec![after_the_pivot()], 7).await;
     let id = w.start("after", json!({ "trip": 1 })).await;
-    let mut tx = w.store.begin().await.unwrap();
-    w.engine
-        .raise_budget(&mut tx, id, Budget::new().calls(100))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    raise(&w, &w.engine, id, Budget::new().calls(100)).await;
     let p = claim_of(&w.store, "p-agent").await.remove(0);
     answer_and_handle(&w, &p, ok()).await;
     let x = claim_of(&w.store, "x-agent").await.remove(0);

@@ -2,7 +2,7 @@
 //! asked again only when a step fails; the rest of that turn is dropped, the failure
 //! is recorded for the planner, and what it answers runs instead.
 
-use super::replanning::{answers, plan_json, undoable};
+use super::replanning::{answers, plan_json, run_planned, undoable};
 use super::*;
 
 /// A planned saga whose planner is asked again only after a failure, up to `turns`.
@@ -20,9 +20,7 @@ fn careful(turns: u32) -> SagaDefinition {
         .unwrap()
 }
 
-/// Runs one `careful(turns)` saga to its end: the planner answers from `by_turn`, the
-/// steps named in `failing` answer fatally, the others `ok`. The saga, and the names
-/// of the steps the agents did and undid, in order.
+/// Runs one `careful(turns)` saga to its end (see `run_planned`).
 async fn run(
     backend: Backend,
     turns: u32,
@@ -30,33 +28,7 @@ async fn run(
     failing: &'static [&'static str],
     duplicate_rate: f64,
 ) -> (World, SagaId, Vec<String>, Vec<String>) {
-    let mut w = World::new(backend, vec![careful(turns)], 61).await;
-    w.duplicate_rate = duplicate_rate;
-    let id = w.start("careful", json!({ "topic": "x" })).await;
-    w.pump(
-        &[id],
-        |_, env, _| {
-            let step = env.header(protocol::STEP_NAME).unwrap_or_default();
-            Some(match by_turn.get(step) {
-                Some(answer) => StepOutcome::Ok(answer.clone()),
-                None if failing.contains(&step) => StepOutcome::Fatal("no seats".into()),
-                None => StepOutcome::Ok(json!(format!("{step} done"))),
-            })
-        },
-        |_, _| ok(),
-    )
-    .await;
-    let steps = query::steps(&w.store, id).await.unwrap();
-    let name_of = |i: usize| {
-        steps
-            .iter()
-            .find(|s| s.idx == i as i64)
-            .map(|s| s.name.clone())
-            .unwrap_or_default()
-    };
-    let done = of(&w.ledger.done, id).into_iter().map(name_of).collect();
-    let undone = of(&w.ledger.undone, id).into_iter().map(name_of).collect();
-    (w, id, done, undone)
+    run_planned(backend, careful(turns), by_turn, failing, duplicate_rate).await
 }
 
 /// Turn 1: `find`, then `book` (after `find`), then `mail`; after a failure, turn 2

@@ -50,19 +50,32 @@ async fn run(
     fail: Option<&'static str>,
     duplicate_rate: f64,
 ) -> (World, SagaId, Vec<String>, Vec<String>) {
-    let mut w = World::new(backend, vec![thinking(turns)], 60).await;
+    let failing: Vec<&str> = fail.into_iter().collect();
+    run_planned(backend, thinking(turns), by_turn, &failing, duplicate_rate).await
+}
+
+/// Runs one saga of the planned `def` to its end: its planner answers from `by_turn`
+/// (by its step's name), the steps named in `failing` answer fatally, the others
+/// `ok`. The saga, and the names of the steps the agents did (in order, planner turns
+/// included) and undid.
+pub(super) async fn run_planned(
+    backend: Backend,
+    def: SagaDefinition,
+    by_turn: std::collections::HashMap<String, Value>,
+    failing: &[&str],
+    duplicate_rate: f64,
+) -> (World, SagaId, Vec<String>, Vec<String>) {
+    let name = def.name().to_owned();
+    let mut w = World::new(backend, vec![def], 60).await;
     w.duplicate_rate = duplicate_rate;
-    let id = w.start("thinking", json!({ "topic": "x" })).await;
+    let id = w.start(&name, json!({ "topic": "x" })).await;
     w.pump(
         &[id],
         |_, env, _| {
-            let step = env
-                .header(protocol::STEP_NAME)
-                .unwrap_or_default()
-                .to_owned();
-            Some(match by_turn.get(&step) {
+            let step = env.header(protocol::STEP_NAME).unwrap_or_default();
+            Some(match by_turn.get(step) {
                 Some(answer) => StepOutcome::Ok(answer.clone()),
-                None if Some(step.as_str()) == fail => StepOutcome::Fatal("no".into()),
+                None if failing.contains(&step) => StepOutcome::Fatal("no".into()),
                 None => StepOutcome::Ok(json!(format!("{step} done"))),
             })
         },
