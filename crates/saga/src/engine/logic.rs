@@ -93,7 +93,7 @@ impl Ctx<'_> {
                 format!("delivery to `{destination}` failed: {reason}"),
             ),
             Inbound::Deadline => self.on_deadline(),
-            Inbound::BudgetRaised => self.on_budget_raised(),
+            Inbound::BudgetRaised => self.release_held(),
             Inbound::BuildCompensation { step, request } => {
                 self.on_build_compensation(step, request)
             }

@@ -92,21 +92,7 @@ impl Engine {
         id: SagaId,
         raise: crate::Budget,
     ) -> Result<SagaState> {
-        let mut wake = false;
-        let state = self
-            .operate(tx, id, |c| c.raise_budget(raise, &mut wake))
-            .await?;
-        if wake {
-            let name = persist::load(tx.conn(), id)
-                .await?
-                .ok_or(Error::NotFound(id))?;
-            tx.enqueue(&protocol::budget_raised(
-                id,
-                &crate::orchestrator_destination(&name.name, name.version),
-            ))
-            .await?;
-        }
-        Ok(state)
+        self.operate(tx, id, |c| c.raise_budget(raise)).await
     }
 
     pub(super) async fn operate(

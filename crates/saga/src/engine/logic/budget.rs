@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Ctx;
 use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
+use crate::protocol;
 use crate::{Error, Result, SagaEvent, SagaState, StepState};
 
 /// A forward dispatch a spent budget may hold back.
@@ -62,15 +63,15 @@ impl Ctx<'_> {
             Dispatch::Again(idx) if !held.steps.contains(&idx) => held.steps.push(idx),
             Dispatch::Again(_) => {}
         }
-        self.inst.error = Some(format!("{why}: waiting for an operator to raise it"));
+        self.inst.error = Some(held_because(&spent));
         Ok(false)
     }
 
     /// An operator raises the budget (sets the limits `raise` names; a saga without a
     /// budget gets one that waits when spent). If that leaves something to spend, what
     /// was held goes out now, or, without the definition here, once the saga's
-    /// orchestrator is woken (`wake`).
-    pub(crate) fn raise_budget(&mut self, raise: Budget, wake: &mut bool) -> Result<()> {
+    /// orchestrator is woken by the message this sends it.
+    pub(crate) fn raise_budget(&mut self, raise: Budget) -> Result<()> {
         if self.inst.state.is_terminal() {
             return Err(Error::WrongState {
                 id: self.inst.id,
@@ -85,17 +86,13 @@ impl Ctx<'_> {
         });
         record.limit = record.limit.raised_by(raise);
         if self.def.is_some() {
-            self.on_budget_raised()
-        } else {
-            *wake = !record.held.is_empty();
-            Ok(())
+            return self.release_held();
         }
-    }
-
-    /// The budget was raised: if something is left to spend, the dispatches held back
-    /// go out.
-    pub(super) fn on_budget_raised(&mut self) -> Result<()> {
-        self.release_held()
+        if !record.held.is_empty() {
+            let wake = protocol::budget_raised(self.inst.id, &self.orchestrator());
+            self.fx.send.push(wake);
+        }
+        Ok(())
     }
 
     /// Sends what a spent budget held back, once the saga runs with something left to
@@ -121,9 +118,7 @@ impl Ctx<'_> {
             }
         }
         if let Some(spent) = record.limit.spent_by(&usage) {
-            self.inst.error = Some(format!(
-                "budget spent: {spent}: waiting for an operator to raise it"
-            ));
+            self.inst.error = Some(held_because(&spent));
             return self.ignore(format!("budget raised, still spent: {spent}"));
         }
         let held = std::mem::take(&mut record.held);
@@ -138,4 +133,9 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// The saga's error while a spent budget holds what it would send.
+fn held_because(spent: &str) -> String {
+    format!("budget spent: {spent}: waiting for an operator to raise it")
 }
