@@ -20,7 +20,12 @@ use crate::{
 /// reserve (undoable) → charge (the pivot) → confirm. What the agents answer depends on
 /// the saga data's `case` (see [`trip_agent`]).
 pub fn trip() -> SagaDefinition {
-    Saga::<Value>::builder("trip", 1)
+    trip_named("trip").build().expect("definition")
+}
+
+/// The steps of [`trip`], in a saga named `name`.
+fn trip_named(name: &str) -> crate::SagaBuilder<Value, crate::AfterPivot> {
+    Saga::<Value>::builder(name, 1)
         .step(
             Step::new("reserve", "reserve-agent")
                 .command(|d: &Value| d.clone())
@@ -28,8 +33,6 @@ pub fn trip() -> SagaDefinition {
         )
         .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
         .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
-        .build()
-        .expect("definition")
 }
 
 /// The `trip` saga's agents, per the data's `case`: `ok`; `declined` (the charge fails:
@@ -71,14 +74,7 @@ pub fn trip_usage(env: &Envelope) -> Usage {
 /// {"tokens_out": 100}}`, it holds `charge` back after `reserve` (see
 /// [`waiting_for_raise`]).
 pub fn capped() -> SagaDefinition {
-    Saga::<Value>::builder("capped", 1)
-        .step(
-            Step::new("reserve", "reserve-agent")
-                .command(|d: &Value| d.clone())
-                .compensate("reserve-agent", |d: &Value| json!({"cancel": d["case"]})),
-        )
-        .pivot(Step::new("charge", "charge-agent").command(|d: &Value| d.clone()))
-        .step(Step::new("confirm", "confirm-agent").command(|d: &Value| d.clone()))
+    trip_named("capped")
         .budget(Budget::new().tokens_out(100), OnBudgetSpent::Wait)
         .build()
         .expect("definition")
