@@ -113,16 +113,13 @@ impl crate::RuntimeBuilder {
 }
 
 /// Every rate-limited destination is one that a calling agent of this runtime
-/// consumes (a limit elsewhere would limit nothing).
-pub(crate) fn check(
+/// consumes (`calling`: their destinations; a limit elsewhere would limit nothing).
+pub(crate) fn check<'a>(
     limits: &std::collections::HashMap<String, RateLimit>,
-    agents: &[std::sync::Arc<dyn crate::actors::AgentRunner>],
+    calling: impl Iterator<Item = &'a str> + Clone,
 ) -> crate::Result<()> {
     for destination in limits.keys() {
-        if !agents
-            .iter()
-            .any(|a| a.calls_out() && a.destination() == destination)
-        {
+        if !calling.clone().any(|d| d == destination) {
             return Err(crate::Error::Config(format!(
                 "rate limit for `{destination}`, which no calling agent of this runtime \
                  consumes: declare it where the agent runs"

@@ -30,6 +30,7 @@ use crate::{Error, Result};
 mod catalog;
 mod guardrails;
 mod refs;
+mod stages;
 #[cfg(test)]
 mod tests;
 mod turns;

@@ -262,7 +262,8 @@ impl RuntimeBuilder {
                 )));
             }
         }
-        crate::rate_limit::check(&self.rate_limits, &self.agents)?;
+        let calling = self.agents.iter().filter(|a| a.calls_out());
+        crate::rate_limit::check(&self.rate_limits, calling.map(|a| a.destination()))?;
         let store = match (self.store, &self.url) {
             (Some(s), _) => s,
             (None, Some(url)) => Store::connect_with(url, self.store_config).await?,

@@ -1,6 +1,5 @@
 //! What a planned saga allows (its catalog: destinations, approvals, its planner's
-//! name, retries and timeouts), the check of a plan against it, and a plan step made
-//! into the step the engine runs.
+//! name, retries and timeouts), and the check of a plan against it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -9,12 +8,11 @@ use std::time::Duration;
 use agentsaga_core::RetryPolicy;
 use serde_json::Value;
 
-use super::guardrails::Gate;
-use super::refs::{check_refs, resolve};
+use super::refs::check_refs;
 use super::{
     MAX_PLAN_BYTES, MAX_PLAN_NAME_BYTES, MAX_PLAN_STEPS, Plan, PlanStage, PlanStep, invalid, set,
 };
-use crate::definition::step::{StepDef, Undo};
+use crate::definition::step::StepDef;
 use crate::{Error, Result};
 
 /// What a planned saga allows its plans: the destinations they may send to, and the
@@ -57,53 +55,6 @@ pub(crate) const APPROVE_PREFIX: &str = "approve.";
 pub(crate) struct Planned {
     pub(crate) catalog: Arc<Catalog>,
     pub(crate) planner: Option<StepDef>,
-}
-
-impl Planned {
-    /// The stages of a saga of this kind whose data is `data`: its planner step (if
-    /// any), then the steps of the plan in `data` (once it has one).
-    pub(crate) fn stages(&self, data: &Value) -> Result<Vec<Vec<StepDef>>> {
-        let mut stages = Vec::new();
-        let stored = super::turns::stored(data)?;
-        let turns = super::turns::Turns::of(data, stored.as_ref());
-        if let Some(plan) = stored {
-            let pivot = plan
-                .all_steps()
-                .find(|(_, s)| s.pivot)
-                .map(|(stage, _)| stage);
-            // The approval waits the engine inserted (marked in the stored plan, so a
-            // saga resumes as it was accepted whatever the builder says now), by the
-            // step each approves.
-            let gates: BTreeMap<String, (String, PlanStep)> = plan
-                .all_steps()
-                .filter_map(|(_, w)| {
-                    let target = w.approves.as_ref()?;
-                    let step = plan
-                        .all_steps()
-                        .map(|(_, s)| s)
-                        .find(|s| &s.name == target)?;
-                    Some((target.clone(), (w.name.clone(), step.clone())))
-                })
-                .collect();
-            for (i, stage) in plan.steps.into_iter().enumerate() {
-                let before_pivot = pivot.is_none_or(|p| i < p);
-                let def = |s: PlanStep| {
-                    let gate = s
-                        .approves
-                        .as_ref()
-                        .and_then(|t| gates.get(t))
-                        .map(|(_, target)| Gate::Wait(Box::new(target.clone())))
-                        .or_else(|| gates.get(&s.name).map(|(w, _)| Gate::Step(w.clone())));
-                    step_def(s, &self.catalog, before_pivot, gate)
-                };
-                stages.push(match stage {
-                    PlanStage::Step(s) => vec![def(s)],
-                    PlanStage::Parallel { parallel } => parallel.into_iter().map(def).collect(),
-                });
-            }
-        }
-        Ok(self.by_turn(&turns, stages))
-    }
 }
 
 impl Catalog {
@@ -158,7 +109,7 @@ impl Catalog {
             let before_pivot = pivot.is_none_or(|p| i < p);
             for s in members {
                 if let Some(p) = &self.planner_name
-                    && super::turns::is_turn_name(p, &s.name)
+                    && is_turn_name(p, &s.name)
                     && s.name != *p
                 {
                     return Err(invalid(format!(
@@ -321,22 +272,6 @@ impl Catalog {
             ))
         }
     }
-
-    /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
-    /// answer) checked and stored at `/plan`.
-    pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
-        let first = data.get("turns").is_none() && data.get("plan").is_none_or(Value::is_null);
-        if first {
-            // The saga keeps the most turns it was started under.
-            set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
-            set(
-                data,
-                "replan_on_failure",
-                Value::Bool(self.replan_on_failure),
-            )?;
-        }
-        self.fold_turn(data, reply)
-    }
 }
 
 /// `data["results"]`, an object in a planned saga's data.
@@ -351,84 +286,19 @@ pub(crate) fn record_result(data: &mut Value, name: &str, value: Value) -> Resul
     set(results_mut(data)?, name, value)
 }
 
-pub(super) fn step_def(
-    s: PlanStep,
-    catalog: &Catalog,
-    before_pivot: bool,
-    gate: Option<Gate>,
-) -> StepDef {
-    let name = s.name.clone();
-    let fold_name = name.clone();
-    let fold: crate::definition::step::FoldFn =
-        Arc::new(move |data: &mut Value, reply: Value| record_result(data, &fold_name, reply));
-    let retry = RetryPolicy {
-        max_attempts: s.max_attempts.unwrap_or(catalog.retry.max_attempts),
-        ..catalog.retry
-    };
-    let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
-    if let Some(signal) = s.wait_for {
-        let (command, fold, approves): (crate::definition::step::BuildFn, _, _) = match gate {
-            Some(Gate::Wait(target)) => {
-                let (command, fold) = super::guardrails::approval_wait(&name, *target);
-                (command, fold, Some(name.clone()))
-            }
-            _ => (Arc::new(|_: &Value| Ok(Value::Null)), fold, None),
-        };
-        return StepDef {
-            destination: format!("signal:{signal}"),
-            name,
-            command,
-            fold: Some(fold),
-            undo: Undo::Nothing,
-            retry,
-            timeout,
-            start_timeout: None,
-            pivot: s.pivot,
-            approval: s.approval || approves.is_some() || catalog.approvals.contains(&signal),
-            wait: Some(signal),
-            child: None,
-            approves,
-        };
-    }
-    let template = s.command;
-    // A child saga is undone by compensating it, before the pivot (the check allows
-    // only a child without a pivot there).
-    let undo = match (&s.saga, s.compensate, s.nothing_to_undo) {
-        (Some(child), ..) if before_pivot && !s.pivot => Undo::child(child),
-        (Some(_), ..) => Undo::Never,
-        _ if s.pivot => Undo::Never,
-        (None, Some(c), _) => {
-            let template = c.command;
-            Undo::FromReply {
-                destination: c.destination,
-                build: Arc::new(move |data: &Value, _reply: Option<&Value>| {
-                    Ok(resolve(&template, data))
-                }),
-            }
-        }
-        (None, None, true) => Undo::Nothing,
-        (None, None, false) => Undo::Never,
-    };
-    let destination = match &s.saga {
-        Some(child) => crate::child_destination(child),
-        None => s.destination.unwrap_or_default(),
-    };
-    StepDef {
-        name,
-        destination,
-        command: match gate {
-            Some(Gate::Step(wait)) => super::guardrails::approved_command(wait),
-            _ => Arc::new(move |data: &Value| Ok(resolve(&template, data))),
-        },
-        fold: Some(fold),
-        undo,
-        retry,
-        timeout,
-        start_timeout: None,
-        pivot: s.pivot,
-        wait: None,
-        approval: false,
-        child: s.saga,
-        approves: None,
+/// Is `name` that of a turn of the planner named `planner` (`plan`, `plan_2`, …)?
+pub(crate) fn is_turn_name(planner: &str, name: &str) -> bool {
+    name == planner
+        || name
+            .strip_prefix(planner)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The name of the planner's step of turn `turn` (0: the first).
+pub(crate) fn turn_name(planner: &str, turn: usize) -> String {
+    match turn {
+        0 => planner.to_owned(),
+        t => format!("{planner}_{}", t + 1),
     }
 }

@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::catalog::{Catalog, Planned};
+use super::catalog::{Catalog, Planned, is_turn_name, turn_name};
 use super::{Plan, candidates, set};
 use crate::definition::step::StepDef;
 use crate::{Error, Result};
@@ -63,23 +63,6 @@ pub(crate) fn recovering(data: &Value) -> bool {
     data.get("failed")
         .and_then(Value::as_array)
         .is_some_and(|f| !f.is_empty())
-}
-
-/// Is `name` that of a turn of the planner named `planner` (`plan`, `plan_2`, …)?
-pub(crate) fn is_turn_name(planner: &str, name: &str) -> bool {
-    name == planner
-        || name
-            .strip_prefix(planner)
-            .and_then(|rest| rest.strip_prefix('_'))
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The name of the planner's step of turn `turn` (0: the first).
-pub(crate) fn turn_name(planner: &str, turn: usize) -> String {
-    match turn {
-        0 => planner.to_owned(),
-        t => format!("{planner}_{}", t + 1),
-    }
 }
 
 impl Planned {
@@ -181,6 +164,22 @@ impl Planned {
 }
 
 impl Catalog {
+    /// The fold of the planner step: its reply (a plan as JSON, or a planner's text
+    /// answer) checked and stored at `/plan`.
+    pub(crate) fn fold_plan(&self, data: &mut Value, reply: Value) -> Result<()> {
+        let first = data.get("turns").is_none() && data.get("plan").is_none_or(Value::is_null);
+        if first {
+            // The saga keeps the most turns it was started under.
+            set(data, "max_turns", Value::from(self.max_turns.max(1)))?;
+            set(
+                data,
+                "replan_on_failure",
+                Value::Bool(self.replan_on_failure),
+            )?;
+        }
+        self.fold_turn(data, reply)
+    }
+
     /// The fold of a planner turn after the first (the plan `so_far` is stored): its
     /// reply's stages appended to the plan, checked as a whole ([`Catalog::extend`]),
     /// or `{"done": true}`.
