@@ -176,13 +176,6 @@ impl Message {
                 .sum::<usize>()
     }
 
-    pub(crate) fn headers_json(&self) -> Result<String> {
-        match crate::propagation::outgoing(&self.headers) {
-            Some(with_context) => Ok(serde_json::to_string(&with_context)?),
-            None => Ok(serde_json::to_string(&self.headers)?),
-        }
-    }
-
     pub(crate) fn delay_ms(&self) -> i64 {
         crate::clock::millis(self.delay)
     }

@@ -22,8 +22,8 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use crate::store::StoreConfig;
-use crate::store::backend::check_schema;
+use crate::store::config::StoreConfig;
+use crate::store::schema::check_schema;
 use crate::{Error, Result};
 
 /// Migrations for PostgreSQL, embedded in the binary.

@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use crate::Headers;
 use crate::message::header;
+use crate::{Headers, Message, Result};
 
 /// Moves trace context between the current span and message headers.
 pub trait Propagator: Send + Sync + 'static {
@@ -55,16 +55,56 @@ pub(crate) fn outgoing(headers: &Headers) -> Option<Headers> {
 /// first commands), so that each keeps its own trace, shaped as if enqueued alone. The
 /// batch's enqueue then leaves their context as it is. Without a propagator installed,
 /// a no-op.
-pub fn stamp_enqueue(messages: &mut [crate::Message]) {
+pub fn stamp_enqueue(messages: &mut [Message]) {
     let Some(p) = PROPAGATOR.get() else {
         return;
     };
     if messages.is_empty() {
         return;
     }
-    let span = crate::store::enqueue_span(messages, false);
+    let span = enqueue_span(messages, false);
     let _entered = span.enter();
     for m in messages {
         p.inject(&mut m.headers);
+    }
+}
+
+/// The producer span of an enqueue of `messages` (`handed_over`: written leased for
+/// direct handover). It names their saga only if they all have the same one and none
+/// carries a trace context already: such a message's producer span is elsewhere
+/// ([`propagation::stamp_enqueue`](crate::propagation::stamp_enqueue)), and this span,
+/// in no saga's trace, must not claim one.
+pub(crate) fn enqueue_span(messages: &[Message], handed_over: bool) -> tracing::Span {
+    let Some(first) = messages.first() else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!(
+        "outbox.enqueue",
+        otel.kind = "producer",
+        message.destination = %first.destination,
+        message.id = %first.id,
+        messages = messages.len(),
+        handed_over,
+        saga.id = tracing::field::Empty,
+    );
+    let saga = first.headers.get(crate::header::SAGA_ID);
+    if let Some(saga) = saga
+        && messages.iter().all(|m| {
+            m.headers.get(crate::header::SAGA_ID) == Some(saga)
+                && !m.headers.contains_key(crate::header::TRACEPARENT)
+        })
+    {
+        span.record("saga.id", saga.as_str());
+    }
+    span
+}
+
+impl Message {
+    /// The headers to store, as JSON: [`outgoing`] ones if a propagator adds a context.
+    pub(crate) fn headers_json(&self) -> Result<String> {
+        match outgoing(&self.headers) {
+            Some(with_context) => Ok(serde_json::to_string(&with_context)?),
+            None => Ok(serde_json::to_string(&self.headers)?),
+        }
     }
 }

@@ -33,8 +33,8 @@ use sqlx::sqlite::{
 };
 
 use self::checkpoint::Checkpointer;
-use crate::store::backend::check_schema;
-use crate::store::{StoreConfig, Synchronous};
+use crate::store::config::{StoreConfig, Synchronous};
+use crate::store::schema::check_schema;
 use crate::{Error, Result};
 
 /// Migrations for SQLite, embedded in the binary.

@@ -14,7 +14,7 @@
 
 pub mod admin;
 pub(crate) mod backend;
-mod config;
+pub(crate) mod config;
 mod conn;
 pub(crate) mod crash_hook;
 pub(crate) mod handover;
@@ -22,6 +22,7 @@ pub(crate) mod hop;
 mod macros;
 pub mod queue;
 pub(crate) mod row;
+pub(crate) mod schema;
 pub(crate) mod tx;
 pub(crate) mod wake;
 pub mod write;
@@ -42,6 +43,7 @@ pub use tx::Tx;
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;
+use crate::propagation::enqueue_span;
 use crate::{Error, Message, MessageId, Result};
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.
@@ -88,36 +90,6 @@ pub enum Receipt {
     First,
     /// Seen before: skip it, and do not answer it again.
     Duplicate,
-}
-
-/// The producer span of an enqueue of `messages` (`handed_over`: written leased for
-/// direct handover). It names their saga only if they all have the same one and none
-/// carries a trace context already: such a message's producer span is elsewhere
-/// ([`propagation::stamp_enqueue`](crate::propagation::stamp_enqueue)), and this span,
-/// in no saga's trace, must not claim one.
-pub(crate) fn enqueue_span(messages: &[Message], handed_over: bool) -> tracing::Span {
-    let Some(first) = messages.first() else {
-        return tracing::Span::none();
-    };
-    let span = tracing::info_span!(
-        "outbox.enqueue",
-        otel.kind = "producer",
-        message.destination = %first.destination,
-        message.id = %first.id,
-        messages = messages.len(),
-        handed_over,
-        saga.id = tracing::field::Empty,
-    );
-    let saga = first.headers.get(crate::header::SAGA_ID);
-    if let Some(saga) = saga
-        && messages.iter().all(|m| {
-            m.headers.get(crate::header::SAGA_ID) == Some(saga)
-                && !m.headers.contains_key(crate::header::TRACEPARENT)
-        })
-    {
-        span.record("saga.id", saga.as_str());
-    }
-    span
 }
 
 impl Store {

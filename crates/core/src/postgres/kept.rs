@@ -170,7 +170,7 @@ impl Column {
 /// `messages` as the set lane keeps them: their trace context is the caller's, taken
 /// now (the batch writes them later, in the lane's task).
 pub(crate) fn stamped(messages: &[Message]) -> Vec<Message> {
-    let span = crate::store::enqueue_span(messages, false);
+    let span = crate::propagation::enqueue_span(messages, false);
     span.in_scope(|| {
         messages
             .iter()

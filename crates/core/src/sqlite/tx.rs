@@ -94,7 +94,7 @@ impl Tx {
             })
             .collect();
         // The messages' headers carry the enqueue span's context: built in it.
-        let span = crate::store::enqueue_span(messages, leased.contains(&true));
+        let span = crate::propagation::enqueue_span(messages, leased.contains(&true));
         let mut tail =
             span.in_scope(|| crate::sqlite::tail::Tail::new(before, messages, &leased, to))?;
         if defer {
@@ -272,8 +272,8 @@ impl Tx {
     /// for instead of a tokio worker.
     async fn lane_statement(&mut self, sql: &'static str) -> Result<()> {
         let begin = sql.starts_with("BEGIN");
-        let syncs =
-            sql == "COMMIT" && self.store.config().synchronous == crate::store::Synchronous::Full;
+        let syncs = sql == "COMMIT"
+            && self.store.config().synchronous == crate::store::config::Synchronous::Full;
         if !syncs {
             let busy_timeout = self.store.config().busy_timeout;
             let session = self.session().await?;

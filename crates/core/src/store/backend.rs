@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::StoreConfig;
 use super::admin::{DeadQuery, DeadRow, Stats, Table};
+use super::config::StoreConfig;
 use super::queue::{Claim, DeadLetter, Retry};
 use super::wake::Wakeups;
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
@@ -161,18 +161,6 @@ pub(crate) trait Dialect {
     async fn dead_letter_by_id(&self, id: MessageId) -> Result<Option<DeadRow>>;
     /// Closes the pools.
     async fn close(&self);
-}
-
-/// Refuses a database that a newer agentsaga migrated.
-pub(crate) fn check_schema(applied: &[i64], migrator: &sqlx::migrate::Migrator) -> Result<()> {
-    let Some(&found) = applied.last() else {
-        return Ok(());
-    };
-    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    if found > known {
-        return Err(Error::SchemaTooNew { found, known });
-    }
-    Ok(())
 }
 
 /// Decodes an outbox row (`seq, id, destination, key, payload, headers, attempts,

@@ -213,7 +213,7 @@ impl Tx {
                 for m in messages {
                     store.validate(m)?;
                 }
-                let span = crate::store::enqueue_span(messages, true);
+                let span = crate::propagation::enqueue_span(messages, true);
                 let write = self.write_messages(&store, messages.to_vec());
                 return tracing::Instrument::instrument(write, span).await;
             }
