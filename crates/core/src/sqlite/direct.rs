@@ -16,8 +16,13 @@
 //! them (text, 64-bit integers, reals, blobs, `NULL`; a [`MessageId`] as hyphenated
 //! text), so rows written either way read the same.
 //!
-//! This module and the call that locks a session (`Tx::open_sqlite`) are the crate's
-//! only `unsafe` code.
+//! The lane's connection ([`LaneConn`]) is owned here, on the heap, so that the lock
+//! can borrow it for as long as the session lives: the borrow checker sees a
+//! `'static` borrow, and the lane connection keeps the promise that makes it one (the
+//! session is dropped before the connection is freed, and nothing else uses the
+//! connection while the session lives). This module is the crate's only `unsafe`
+//! code; the lane's stress tests (`store::tests::hop`, `store::tests::tail`) and the
+//! saga suites on SQLite run every block of it.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -26,61 +31,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use libsqlite3_sys as ffi;
-use sqlx::sqlite::{LockedSqliteHandle, SqliteConnection};
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::{LockedSqliteHandle, Sqlite, SqliteConnection};
 
-use super::statements::{Row, Statement, Value};
+use super::statements::{DirectError, Row, Statement, Value};
 use crate::{Error, Result};
-
-/// A database error of a statement run here, as sqlx reports SQLite's: the extended
-/// result code as the code.
-#[derive(Debug)]
-struct DirectError {
-    code: c_int,
-    message: String,
-}
-
-impl std::fmt::Display for DirectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for DirectError {}
-
-impl sqlx::error::DatabaseError for DirectError {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-        Some(self.code.to_string().into())
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn kind(&self) -> sqlx::error::ErrorKind {
-        use sqlx::error::ErrorKind;
-        match self.code {
-            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-                ErrorKind::UniqueViolation
-            }
-            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
-            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
-            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
-            _ => ErrorKind::Other,
-        }
-    }
-}
 
 /// Turns SQLite's memory statistics off, once per process, before the first
 /// connection opens (afterwards SQLite refuses the change, and nothing changes): with
@@ -94,6 +49,93 @@ pub(crate) fn memory_statistics_off() {
         let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int) };
         tracing::debug!(rc, "sqlite memory statistics off");
     });
+}
+
+/// The writer connection of SQLite's lane: used through sqlx ([`sqlx`](Self::sqlx)) or
+/// locked away from sqlx's thread for statements run here ([`session`](Self::session)),
+/// one at a time.
+pub(crate) struct LaneConn {
+    /// The lock, while statements run here. Declared first: dropped before the
+    /// connection is freed (and in `Drop`, explicitly, before that).
+    session: Option<Session>,
+    /// The connection, leaked from a `Box` in [`new`](Self::new) and freed in `Drop`:
+    /// it does not move, so the session's lock can borrow it.
+    conn: NonNull<PoolConnection<Sqlite>>,
+    /// A transaction is open on it, or may be (one that failed to end). sqlx knows
+    /// nothing of it: dropped so, the connection is closed instead of going back to
+    /// the pool, and closing rolls the transaction back.
+    pub(crate) open: bool,
+}
+
+// SAFETY: the lane connection owns the connection behind `conn` (a `PoolConnection`,
+// which is `Send`) and the session (`Send`, above); both are used only through
+// `&mut self`.
+unsafe impl Send for LaneConn {}
+
+impl std::fmt::Debug for LaneConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneConn")
+            .field("session", &self.session)
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LaneConn {
+    pub(crate) fn new(conn: PoolConnection<Sqlite>) -> Self {
+        Self {
+            session: None,
+            conn: NonNull::from(Box::leak(Box::new(conn))),
+            open: false,
+        }
+    }
+
+    /// The connection for sqlx: the session, if any, is ended first (its statements
+    /// finalized, the lock given back to sqlx's thread, which waits for it).
+    pub(crate) fn sqlx(&mut self) -> &mut SqliteConnection {
+        self.session = None;
+        // SAFETY: `conn` is live until `Drop`, and with the session dropped nothing
+        // else borrows it: this borrow is the only one, for as long as `&mut self`.
+        unsafe { self.conn.as_mut() }
+    }
+
+    /// The session in which statements run here, the connection locked now if need
+    /// be.
+    ///
+    /// # Errors
+    /// [`Error::Database`] if sqlx's thread could not give the connection up.
+    pub(crate) async fn session(&mut self) -> Result<&mut Session> {
+        let session = match self.session.take() {
+            Some(session) => session,
+            None => {
+                // SAFETY: `conn` is live until `Drop`, which drops the session (whose
+                // lock holds this borrow) before freeing it; while the session lives
+                // nothing else borrows the connection (`sqlx` drops the session
+                // first). If the lock fails or this call is cancelled, the borrow
+                // ends with it.
+                let conn: &'static mut PoolConnection<Sqlite> = unsafe { &mut *self.conn.as_ptr() };
+                Session::lock(conn).await?
+            }
+        };
+        Ok(self.session.insert(session))
+    }
+
+    /// The session, if the connection is locked now.
+    pub(crate) fn locked(&mut self) -> Option<&mut Session> {
+        self.session.as_mut()
+    }
+}
+
+impl Drop for LaneConn {
+    fn drop(&mut self) {
+        self.session = None;
+        // SAFETY: `conn` was leaked from a `Box` in `new` and is freed only here; the
+        // session, whose lock was its one lasting borrow, is dropped.
+        let mut conn = unsafe { Box::from_raw(self.conn.as_ptr()) };
+        if self.open {
+            conn.close_on_drop();
+        }
+    }
 }
 
 /// A prepared statement and its columns' names.
@@ -128,19 +170,11 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Locks `c` away from sqlx's thread.
-    ///
-    /// # Safety
-    /// The session must be dropped before `c` (the connection it borrows, whose lock it
-    /// holds, is not tracked by the borrow checker past this call), and `c` must not be
-    /// used through sqlx while the session lives (sqlx's thread would wait for it).
-    pub(crate) async unsafe fn lock(c: &mut SqliteConnection) -> Result<Self> {
+    /// Locks `c` away from sqlx's thread, for as long as the session lives (`c` is
+    /// borrowed for good: see [`LaneConn::session`], which owns the connection).
+    async fn lock(c: &'static mut SqliteConnection) -> Result<Self> {
         let mut lock = c.lock_handle().await?;
         let db = lock.as_raw_handle();
-        // SAFETY: the guard borrows the mutex inside the connection's shared state (an
-        // `Arc`, so it does not move with the connection); the caller keeps the
-        // connection alive for as long as the session.
-        let lock: LockedSqliteHandle<'static> = unsafe { std::mem::transmute(lock) };
         // The query planner's stability guarantee: a statement is not prepared again
         // when a bound value changes (SQLite does so for a bound value it could plan
         // with, such as the relay's `LIMIT ?`: ~2 % of the saga bench's CPU). Plans

@@ -271,3 +271,53 @@ impl<'q> sqlx::Encode<'q, sqlx::Sqlite> for Value {
         }
     }
 }
+
+/// A database error of a statement run here, as sqlx reports SQLite's: the extended
+/// result code as the code.
+#[derive(Debug)]
+pub(crate) struct DirectError {
+    pub(crate) code: std::ffi::c_int,
+    pub(crate) message: String,
+}
+
+impl std::fmt::Display for DirectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DirectError {}
+
+impl sqlx::error::DatabaseError for DirectError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(self.code.to_string().into())
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use sqlx::error::ErrorKind;
+        match self.code {
+            libsqlite3_sys::SQLITE_CONSTRAINT_UNIQUE
+            | libsqlite3_sys::SQLITE_CONSTRAINT_PRIMARYKEY => ErrorKind::UniqueViolation,
+            libsqlite3_sys::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+            libsqlite3_sys::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+            libsqlite3_sys::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+            _ => ErrorKind::Other,
+        }
+    }
+}

@@ -4,6 +4,8 @@
 
 use sqlx::SqliteConnection;
 
+pub(crate) use super::direct::LaneConn;
+
 use tokio::sync::oneshot;
 
 use crate::Error;
@@ -11,24 +13,6 @@ use crate::store::backend::Backend;
 use crate::store::tx::Inner;
 use crate::store::{Conn, Receipt, Store, Tx};
 use crate::{Message, MessageId, Result};
-
-/// The writer connection of SQLite's lane.
-#[derive(Debug)]
-pub(crate) struct LaneConn {
-    pub(crate) conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
-    /// A transaction is open on it, or may be (one that failed to end). sqlx knows
-    /// nothing of it: dropped so, the connection is closed instead of going back to
-    /// the pool, and closing rolls the transaction back.
-    pub(crate) open: bool,
-}
-
-impl Drop for LaneConn {
-    fn drop(&mut self) {
-        if self.open {
-            self.conn.close_on_drop();
-        }
-    }
-}
 
 impl Tx {
     /// Runs `before` (`before_statements` statements of the caller's, built on SQLite),
@@ -216,32 +200,22 @@ impl Tx {
     fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
             Inner::Sqlite(tx) => Some(tx),
-            Inner::Lane(lane) => Some(&mut lane.conn),
+            Inner::Lane(lane) => Some(lane.sqlx()),
             #[cfg(feature = "postgres")]
             Inner::Postgres(_) => None,
         }
     }
 
-    /// The connection locked for statements run directly, locked now if need be.
-    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
+    /// The connection locked for statements run directly (SQLite's lane), locked now
+    /// if need be.
     async fn session(&mut self) -> Result<&mut crate::sqlite::direct::Session> {
-        let session = match self.direct.take() {
-            Some(session) => session,
-            None => {
-                let Some(c) = self.sqlite_conn() else {
-                    return Err(crate::Error::BackendMismatch {
-                        store: "sqlite",
-                        connection: "postgres",
-                    });
-                };
-                // SAFETY: the session is kept in `self.direct`, declared before
-                // `self.inner` (dropped first), taken before the transaction commits or
-                // rolls back through sqlx, and dropped by `conn()` before sqlx uses the
-                // connection.
-                unsafe { crate::sqlite::direct::Session::lock(c).await }?
-            }
-        };
-        Ok(self.direct.insert(session))
+        match &mut self.inner {
+            Inner::Lane(lane) => lane.session().await,
+            _ => Err(crate::Error::BackendMismatch {
+                store: "sqlite (lane)",
+                connection: "a transaction of its own",
+            }),
+        }
     }
 
     /// Begins the lane's shared transaction (SQLite): on `spare`, the connection the
@@ -256,7 +230,7 @@ impl Tx {
                     return Self::begin(store).await;
                 };
                 let conn = db.writer.acquire().await?;
-                Self::new(store, Inner::Lane(LaneConn { conn, open: false }))
+                Self::new(store, Inner::Lane(LaneConn::new(conn)))
             }
         };
         if let Inner::Lane(lane) = &mut t.inner {
@@ -289,7 +263,6 @@ impl Tx {
                 ran => return ran,
             }
         }
-        self.direct = None;
         let Some(c) = self.sqlite_conn() else {
             return Ok(());
         };
@@ -320,7 +293,6 @@ impl Tx {
 
     /// Runs a hop's opening round trip on SQLite (see [`crate::sqlite::Sqlite::open_hop`]):
     /// in the lane on the connection directly, elsewhere through sqlx.
-    #[allow(unsafe_code)] // the one call that locks a session (see `direct`)
     async fn open_sqlite(
         &mut self,
         tail: Option<&mut crate::sqlite::tail::Tail>,

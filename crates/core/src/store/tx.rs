@@ -19,7 +19,7 @@ pub(crate) enum Inner {
     /// SQLite's lane: the writer connection, its transactions begun and ended by hand
     /// (statements run on it directly), kept by the lane from one batch to the next.
     #[cfg(feature = "sqlite")]
-    Lane(crate::sqlite::tx::LaneConn),
+    Lane(crate::sqlite::direct::LaneConn),
     #[cfg(feature = "postgres")]
     Postgres(Transaction<'static, Postgres>),
 }
@@ -28,11 +28,6 @@ pub(crate) enum Inner {
 #[derive(Debug)]
 #[must_use = "a transaction that is not committed is rolled back"]
 pub struct Tx {
-    /// SQLite's lane: the connection locked away from sqlx's thread while the lane's
-    /// statements run on it directly (see [`direct`](crate::sqlite::direct)). Declared before
-    /// `inner`, whose connection it borrows: dropped first.
-    #[cfg(feature = "sqlite")]
-    pub(crate) direct: Option<crate::sqlite::direct::Session>,
     pub(crate) inner: Inner,
     pub(crate) store: Store,
     pub(crate) enqueued: bool,
@@ -71,8 +66,6 @@ impl Tx {
     /// A transaction of `store` on `inner`, nothing written in it yet.
     pub(crate) fn new(store: &Store, inner: Inner) -> Self {
         Self {
-            #[cfg(feature = "sqlite")]
-            direct: None,
             inner,
             store: store.clone(),
             enqueued: false,
@@ -148,14 +141,13 @@ impl Tx {
                 self.tail.is_none(),
                 "a statement after a hop's deferred last write"
             );
-            // sqlx's thread runs what comes next: give the connection back to it.
-            self.direct = None;
         }
         match &mut self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
             #[cfg(feature = "sqlite")]
-            Inner::Lane(lane) => Conn::Sqlite(&mut lane.conn),
+            // sqlx's thread runs what comes next: the lane's lock given back to it.
+            Inner::Lane(lane) => Conn::Sqlite(lane.sqlx()),
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
         }
@@ -319,7 +311,9 @@ impl Tx {
     pub(crate) async fn execute(&mut self, sql: &'static str) -> Result<()> {
         use sqlx::Executor;
         #[cfg(feature = "sqlite")]
-        if let Some(session) = &mut self.direct {
+        if let Inner::Lane(lane) = &mut self.inner
+            && let Some(session) = lane.locked()
+        {
             // The lane's savepoints, while it holds the connection.
             return session.run(&crate::sqlite::statements::Statement::plain(sql), |_| {});
         }
@@ -350,8 +344,6 @@ impl Tx {
         if let Inner::Lane(_) = self.inner {
             return self.end_lane(true).await;
         }
-        #[cfg(feature = "sqlite")]
-        drop(self.direct.take());
         match self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.commit().await?,
@@ -405,8 +397,6 @@ impl Tx {
         if let Inner::Lane(_) = self.inner {
             return self.end_lane(false).await;
         }
-        #[cfg(feature = "sqlite")]
-        drop(self.direct.take());
         match self.inner {
             #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.rollback().await?,

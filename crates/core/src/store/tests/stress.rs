@@ -43,10 +43,10 @@ async fn sqlx_marker(hop: &mut crate::store::Hop, id: MessageId) -> Result<u64, 
         .map(|r| r.rows_affected())
 }
 
-/// One hop of task `t`, the `i`th, of the kind `(t + i) % 7`.
+/// One hop of task `t`, the `i`th, of the kind `(t + i) % 8`.
 async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
     let id = MessageId::new();
-    match (t + i) % 7 {
+    match (t + i) % 8 {
         // A deferred last write: the marker and a message, run with the hop's end.
         0 => {
             let mut hop = store.hop().await.unwrap();
@@ -128,6 +128,18 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
             assert!(hop.commit().await.is_err(), "a failed deferred write");
             (id, false, 0)
         }
+        // A statement through sqlx (the session given back), then statements on the
+        // session cancelled at their first wait (the lock being taken, say), then the
+        // hop dropped: undone, and the lane goes on.
+        6 => {
+            let mut hop = store.hop().await.unwrap();
+            assert_eq!(sqlx_marker(&mut hop, id).await.unwrap(), 1);
+            let messages = [pulse(id)];
+            let write = hop.enqueue_batch_after(marker(id, "once"), &messages);
+            let _ = tokio::time::timeout(Duration::ZERO, write).await;
+            drop(hop);
+            (id, false, 0)
+        }
         // A hop dropped with its statements run: undone like a rollback.
         _ => {
             let mut hop = store.hop().await.unwrap();
@@ -141,8 +153,9 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
 }
 
 // Many hops at once on one SQLite store, each of one of several kinds interleaved
-// (commits, rollbacks, a hop dropped, constraint violations on the session and through
-// sqlx, failing deferred writes, inbox records and duplicates), while a relay acks and
+// (commits, rollbacks, a hop dropped, a hop cancelled while it waits, constraint
+// violations on the session and through sqlx, failing deferred writes, inbox records and
+// duplicates), while a relay acks and
 // claims through the lane: every committed hop's rows are there, no undone one's, and
 // every committed message is claimed and acked once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
