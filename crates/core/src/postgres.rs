@@ -16,6 +16,7 @@ pub(crate) mod dialect;
 pub(crate) mod kept;
 pub(crate) mod notify;
 pub(crate) mod sets;
+pub(crate) mod tx;
 pub(crate) mod write;
 
 use std::str::FromStr;

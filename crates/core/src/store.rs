@@ -13,6 +13,7 @@
 //! here is written once for both.
 
 pub mod admin;
+pub(crate) mod admin_types;
 pub(crate) mod backend;
 pub(crate) mod config;
 mod conn;
@@ -20,10 +21,13 @@ pub(crate) mod crash_hook;
 pub(crate) mod handover;
 pub(crate) mod hop;
 mod macros;
+pub(crate) mod prefetch;
 pub mod queue;
+pub(crate) mod queue_types;
 pub(crate) mod row;
 pub(crate) mod schema;
 pub(crate) mod tx;
+pub(crate) mod types;
 pub(crate) mod wake;
 pub mod write;
 
@@ -34,41 +38,17 @@ use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
-pub use conn::Conn;
 pub(crate) use conn::Integer;
-pub use handover::{Handover, Installed};
-pub use hop::{Hop, HopStats, Prefetch, Prefetched};
+pub use conn::{Conn, Receipt};
+pub use handover::Handover;
+pub use prefetch::{Prefetch, Prefetched};
 pub use row::Row;
-pub use tx::Tx;
+pub use types::{Hop, HopStats, Installed, Store, Tx};
 
 use self::backend::{Backend, Dialect, on_backend, on_conn};
 use self::wake::Wakeups;
 use crate::propagation::enqueue_span;
 use crate::{Error, Message, MessageId, Result};
-
-/// A handle to the database holding the outbox and the inbox. Cheap to clone.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), agentsaga_core::Error> {
-/// use agentsaga_core::{Message, Store};
-///
-/// let store = Store::connect("sqlite::memory:").await?;
-/// let mut tx = store.begin().await?;
-/// // ... the business change, through tx.conn() ...
-/// tx.enqueue(&Message::to("billing").json(&serde_json::json!({"charge": 42}))?).await?;
-/// tx.commit().await?; // the message exists now, and not a moment before
-/// assert_eq!(store.admin().stats().await?.pending, 1);
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Store {
-    backend: Backend,
-    config: std::sync::Arc<StoreConfig>,
-    wake: Wakeups,
-    lanes: hop::Lanes,
-    handover: handover::Slot,
-}
 
 /// A pool to read with, for code that runs its own queries (the saga engine's reports,
 /// the CLI). On a SQLite file its connections are read-only; writes go through
@@ -81,15 +61,6 @@ pub enum ReadPool<'a> {
     /// PostgreSQL's pool.
     #[cfg(feature = "postgres")]
     Postgres(&'a PgPool),
-}
-
-/// What [`Store::receive`] found in the inbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Receipt {
-    /// First time this consumer sees this message: process it.
-    First,
-    /// Seen before: skip it, and do not answer it again.
-    Duplicate,
 }
 
 impl Store {
@@ -117,7 +88,7 @@ impl Store {
             backend,
             config: std::sync::Arc::new(config),
             wake,
-            lanes: hop::Lanes::default(),
+            lanes: types::Lanes::default(),
             handover: handover::Slot::default(),
         })
     }

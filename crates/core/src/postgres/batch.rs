@@ -10,9 +10,9 @@ use std::collections::{HashMap, HashSet};
 use sqlx::Row as _;
 use uuid::Uuid;
 
-use super::sets::Request;
 use crate::store::backend::Backend;
-use crate::store::hop::Prefetched;
+use crate::store::prefetch::Prefetched;
+use crate::store::types::SetRequest as Request;
 use crate::store::{Conn, Receipt, Row, Store, Tx};
 use crate::{Error, MessageId, Result};
 

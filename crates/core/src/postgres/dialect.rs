@@ -6,9 +6,9 @@ use sqlx::{PgConnection, Row};
 
 use super::Postgres;
 use crate::clock::millis;
-use crate::store::admin::{DeadQuery, DeadRow, Stats, Table};
+use crate::store::admin_types::{DeadQuery, DeadRow, Stats, Table};
 use crate::store::backend::{Dialect, dead_row, envelope, within_bytes};
-use crate::store::queue::{Claim, DeadLetter, Retry};
+use crate::store::queue_types::{Claim, DeadLetter, Retry};
 use crate::{Envelope, Message, MessageId, Result};
 
 // The acknowledgements below match `lease_owner` and not `state = 'in_flight'`: a row

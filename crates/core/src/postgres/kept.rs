@@ -1,19 +1,18 @@
-//! What hops of PostgreSQL's set lane keep as data, and how the batch writes it: one
-//! statement per table and kind of write (its [`set_sql`]) for all the batch's hops, and the
-//! messages in at most two (those handed over directly, written leased; the rest).
+//! What hops of PostgreSQL's set lane keep as data ([`Kept`]), and the statements that
+//! write it for all the batch's hops: one per table and kind of write ([`set_sql`]),
+//! each column bound as one array. The batch writes it in `postgres::tx`, the
+//! messages in at most two statements (those handed over directly, written leased;
+//! the rest).
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
 #![allow(irrefutable_let_patterns)]
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::dialect::MessageRows;
 use crate::store::write::{Datum, Kind, Table};
-use crate::store::{Conn, Store, Tx};
-use crate::{Error, Message, MessageId, Result};
+use crate::{Error, Message, Result};
 
 /// One value of a row as PostgreSQL binds it (alone, or in the array of its column).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -135,7 +134,7 @@ pub(crate) fn set_sql(table: &'static Table, upsert: bool) -> &'static str {
 }
 
 /// One column of a set statement, as the array bound for it.
-enum Column {
+pub(crate) enum Column {
     Uuid(Vec<Option<Uuid>>),
     Text(Vec<Option<String>>),
     Int(Vec<Option<i32>>),
@@ -144,7 +143,7 @@ enum Column {
 }
 
 impl Column {
-    fn of(value: &SetValue) -> Self {
+    pub(crate) fn of(value: &SetValue) -> Self {
         match value {
             SetValue::Uuid(_) => Self::Uuid(Vec::new()),
             SetValue::Text(_) => Self::Text(Vec::new()),
@@ -154,7 +153,7 @@ impl Column {
         }
     }
 
-    fn push(&mut self, value: SetValue) -> bool {
+    pub(crate) fn push(&mut self, value: SetValue) -> bool {
         match (self, value) {
             (Self::Uuid(v), SetValue::Uuid(x)) => v.push(x),
             (Self::Text(v), SetValue::Text(x)) => v.push(x),
@@ -188,8 +187,8 @@ pub(crate) fn stamped(messages: &[Message]) -> Vec<Message> {
 /// What a hop of the set lane keeps as data, written at the end of its batch.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
-    rows: Vec<(&'static Table, bool, Vec<SetValue>)>,
-    messages: Vec<Message>,
+    pub(crate) rows: Vec<(&'static Table, bool, Vec<SetValue>)>,
+    pub(crate) messages: Vec<Message>,
     /// The hop ran a statement of its own.
     pub(crate) dirty: bool,
     /// The caller allowed its next write to be kept ([`Hop::defer_next_write`](crate::Hop::defer_next_write)).
@@ -212,214 +211,5 @@ impl Kept {
 
     pub(crate) fn push_messages(&mut self, messages: Vec<Message>) {
         self.messages.extend(messages);
-    }
-}
-
-impl Tx {
-    /// Writes what the batch's hops kept: each set statement's rows (in the order the
-    /// statements first came, a key's last row), then the messages.
-    pub(crate) async fn flush_sets(&mut self) -> Result<()> {
-        let Some(kept) = self.take_kept() else {
-            return Ok(());
-        };
-        let store = self.store().clone();
-        let mut statements: Vec<(&'static Table, bool, Vec<Vec<SetValue>>)> = Vec::new();
-        for (table, upsert, row) in kept.rows {
-            match statements
-                .iter_mut()
-                .find(|(t, u, _)| std::ptr::eq(*t, table) && *u == upsert)
-            {
-                Some((_, _, rows)) => rows.push(row),
-                None => statements.push((table, upsert, vec![row])),
-            }
-        }
-        for (table, upsert, rows) in statements {
-            self.write_set(table, upsert, rows).await?;
-        }
-        if !kept.messages.is_empty() {
-            self.write_messages(&store, kept.messages).await?;
-        }
-        Ok(())
-    }
-
-    async fn write_set(
-        &mut self,
-        table: &'static Table,
-        upsert: bool,
-        rows: Vec<Vec<SetValue>>,
-    ) -> Result<()> {
-        let unique = unique_by_key(table.key, rows);
-        let Some(first) = unique.first() else {
-            return Ok(());
-        };
-        let mut columns: Vec<Column> = first.iter().map(Column::of).collect();
-        for row in unique {
-            if row.len() != columns.len() {
-                return Err(Error::Corrupt {
-                    table: "(a set statement's rows)",
-                    reason: format!("a row has {} values, not {}", row.len(), columns.len()),
-                });
-            }
-            for (column, value) in columns.iter_mut().zip(row) {
-                if !column.push(value) {
-                    return Err(Error::Corrupt {
-                        table: "(a set statement's rows)",
-                        reason: "a column changes type between rows".into(),
-                    });
-                }
-            }
-        }
-        let mut q = sqlx::query(set_sql(table, upsert));
-        for column in columns {
-            q = match column {
-                Column::Uuid(v) => q.bind(v),
-                Column::Text(v) => q.bind(v),
-                Column::Int(v) => q.bind(v),
-                Column::BigInt(v) => q.bind(v),
-                Column::Bool(v) => q.bind(v),
-            };
-        }
-        let Conn::Postgres(c) = self.conn_clean() else {
-            return Ok(());
-        };
-        q.execute(c).await?;
-        Ok(())
-    }
-
-    /// The batch's messages (or those of one [`Tx::enqueue_batch`] on PostgreSQL):
-    /// those handed over directly written leased in one statement (the first of its
-    /// key in the batch, none of its key live), the rest pending in another, in order.
-    pub(crate) async fn write_messages(
-        &mut self,
-        store: &Store,
-        messages: Vec<Message>,
-    ) -> Result<()> {
-        // Every message's headers first: nothing can fail between a handover slot's
-        // reservation and its row's fate (handed over, or the slot given back).
-        let headers = messages
-            .iter()
-            .map(Message::headers_json)
-            .collect::<Result<Vec<_>>>()?;
-        let to = store.handover();
-        let mut keys: HashSet<&str> = HashSet::new();
-        let mut leased: Vec<usize> = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            let first_of_key = m.key.as_deref().is_none_or(|k| keys.insert(k));
-            if first_of_key
-                && m.delay.is_zero()
-                && to.as_ref().is_some_and(|to| to.reserve(&m.destination))
-            {
-                leased.push(i);
-            }
-        }
-        let mut written: HashSet<MessageId> = HashSet::new();
-        if let Some(to) = &to
-            && !leased.is_empty()
-        {
-            let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
-            let Conn::Postgres(c) = self.conn_clean() else {
-                return Ok(());
-            };
-            let rows = sqlx::query(
-                "INSERT INTO outbox (id, destination, key, payload, headers,
-                                     state, attempts, lease_owner, lease_until)
-                 SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, 'in_flight', 1, $6,
-                        clock_timestamp() + $7 * interval '1 millisecond'
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-                      WITH ORDINALITY AS u(id, d, k, p, h, ord)
-                 WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
-                     WHERE key = u.k AND state IN ('pending', 'in_flight'))
-                 ORDER BY u.ord
-                 -- its id stored, or a concurrent producer's row of its key in
-                 -- flight (unique outbox_key_in_flight): written pending below
-                 ON CONFLICT DO NOTHING
-                 RETURNING seq, id, destination, key, payload::text AS payload,
-                     headers::text AS headers, attempts,
-                     (extract(epoch FROM created_at) * 1000)::bigint AS created_at",
-            )
-            .bind(rows.ids)
-            .bind(rows.destinations)
-            .bind(rows.keys)
-            .bind(rows.payloads)
-            .bind(rows.headers)
-            .bind(to.owner())
-            .bind(crate::clock::millis(to.lease()))
-            .fetch_all(c)
-            .await;
-            let envelopes = rows.map_err(Error::from).and_then(|rows| {
-                rows.iter()
-                    .map(crate::store::backend::envelope)
-                    .collect::<Result<Vec<_>>>()
-            });
-            let envelopes = match envelopes {
-                Ok(envelopes) => envelopes,
-                Err(e) => {
-                    for &i in &leased {
-                        to.cancel(&messages[i].destination);
-                    }
-                    return Err(e);
-                }
-            };
-            for envelope in envelopes {
-                written.insert(envelope.id);
-                self.push_handed(Arc::clone(to), envelope);
-            }
-            for &i in &leased {
-                if !written.contains(&messages[i].id) {
-                    // Its key has a live row (it waits its turn) or its id is stored.
-                    to.cancel(&messages[i].destination);
-                }
-            }
-        }
-        let pending = (0..messages.len()).filter(|&i| !written.contains(&messages[i].id));
-        let rows = MessageRows::of(&messages, &headers, pending);
-        if rows.ids.is_empty() {
-            return Ok(());
-        }
-        let Conn::Postgres(c) = self.conn_clean() else {
-            return Ok(());
-        };
-        rows.insert_pending(c).await?;
-        self.mark_enqueued();
-        Ok(())
-    }
-}
-
-impl Tx {
-    /// In a hop of the set lane after [`defer_next_write`](Self::defer_next_write):
-    /// `true`, and the caller then keeps its last write as data ([`Kept`]), written
-    /// with the batch's. Elsewhere `false`: write it as usual. Either way the
-    /// permission is used up.
-    pub(crate) fn take_set_deferral(&mut self) -> bool {
-        self.sets
-            .as_mut()
-            .is_some_and(|kept| std::mem::take(&mut kept.deferrable))
-    }
-
-    /// This transaction becomes the set lane's: its hops may keep their writes.
-    pub(crate) fn start_sets(&mut self) {
-        self.sets = Some(crate::postgres::kept::Kept::default());
-    }
-
-    pub(crate) fn kept_mut(&mut self) -> Option<&mut crate::postgres::kept::Kept> {
-        self.sets.as_mut()
-    }
-
-    pub(crate) fn take_kept(&mut self) -> Option<crate::postgres::kept::Kept> {
-        self.sets.take()
-    }
-
-    /// A row written leased, handed over when this transaction commits.
-    pub(crate) fn push_handed(
-        &mut self,
-        to: std::sync::Arc<dyn crate::store::Handover>,
-        row: crate::Envelope,
-    ) {
-        self.handed.push(to, row);
-    }
-
-    /// The set lane checked the transaction itself (see `sets.rs`): no probe needed.
-    pub(crate) fn checked(&mut self) {
-        self.unchecked = false;
     }
 }

@@ -52,7 +52,8 @@ use uuid::Uuid;
 
 use super::batch::{forget, open, probe, terminate, undo};
 use crate::store::crash_hook;
-use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn};
+use crate::store::prefetch::{Prefetch, Prefetched};
+use crate::store::types::{Back, Counts, End, Hop, SetRequest as Request, Turn};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -114,23 +115,6 @@ fn sender(store: &Store, key: Uuid) -> &mpsc::UnboundedSender<Request> {
             .collect()
     });
     &senders[(key.as_u128() % senders.len() as u128) as usize]
-}
-
-/// A hop waiting for the set lane.
-pub(crate) struct Request {
-    pub(crate) store: Store,
-    pub(crate) consumer: String,
-    pub(crate) id: MessageId,
-    /// The prefetch's key and set statements.
-    pub(crate) key: Uuid,
-    pub(crate) statements: &'static [&'static str],
-    pub(crate) turn: oneshot::Sender<Result<Turn>>,
-}
-
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Request")
-    }
 }
 
 /// The set lane: takes the waiting hops, a batch at a time, until the store is

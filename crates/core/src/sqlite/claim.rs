@@ -10,7 +10,7 @@ use super::statements::{Statement, Value};
 use super::tail::direct_envelope;
 use crate::clock::{millis, now_ms};
 use crate::store::backend::envelope;
-use crate::store::queue::Claim;
+use crate::store::queue_types::Claim;
 use crate::{Envelope, Result};
 
 impl Sqlite {

@@ -6,9 +6,9 @@ use sqlx::{Row, SqliteConnection};
 
 use super::Sqlite;
 use crate::clock::{millis, now_ms};
-use crate::store::admin::{DeadQuery, DeadRow, Stats, Table};
+use crate::store::admin_types::{DeadQuery, DeadRow, Stats, Table};
 use crate::store::backend::{Dialect, dead_row, envelope, within_bytes};
-use crate::store::queue::{Claim, DeadLetter, Retry};
+use crate::store::queue_types::{Claim, DeadLetter, Retry};
 use crate::{Envelope, Message, MessageId, Result};
 
 pub(crate) fn seq_list(seqs: &[i64]) -> String {

@@ -30,7 +30,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::tx::{abort, begin_shared, end_shared, fail_all, undo};
 use crate::store::crash_hook;
-use crate::store::hop::{Back, Counts, End, Hop, Prefetch, Prefetched, Turn};
+use crate::store::prefetch::{Prefetch, Prefetched};
+use crate::store::types::{Back, Counts, End, Hop, LaneRequest as Request, Turn};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -50,22 +51,6 @@ const OPEN_RELEASE_AND_SET: (&str, usize) = (
 );
 /// Ends a hop when no caller is waiting: the release of its savepoint alone.
 const CLOSE: (&str, usize) = ("RELEASE SAVEPOINT agentsaga_hop;\n", 1);
-
-/// A caller waiting for its turn in a shared transaction.
-pub(crate) struct Request {
-    store: Store,
-    /// The message the hop records in the inbox first, if any.
-    inbox: Option<(String, MessageId)>,
-    /// The read the hop starts with, if any (SQLite).
-    prefetch: Option<Prefetch>,
-    turn: oneshot::Sender<Result<Turn>>,
-}
-
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Request")
-    }
-}
 
 /// What the commit of a hop that came back to SQLite's lane past its bound says.
 const LATE: &str = "this hop held its turn in the shared transaction past \

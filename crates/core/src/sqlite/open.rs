@@ -11,7 +11,7 @@ use super::direct::Session;
 use super::statements::{self, Statement, Statements, Value};
 use super::tail::Tail;
 use crate::clock::now_ms;
-use crate::store::{Prefetch, Prefetched};
+use crate::store::prefetch::{Prefetch, Prefetched};
 use crate::{Error, MessageId};
 
 /// How long a hop's opening round trip is waited for without sleeping ([`Answer`]).

@@ -16,7 +16,7 @@ pub(crate) struct Tail {
     ours: Vec<Option<usize>>,
     /// Each message's destination, and whether a handover slot was reserved for it.
     messages: Vec<(String, bool)>,
-    to: Option<std::sync::Arc<dyn crate::store::Handover>>,
+    to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     /// Its slots were settled (kept for the rows written leased, given back for the
     /// others); otherwise dropping it gives them all back.
     settled: bool,
@@ -26,7 +26,7 @@ pub(crate) struct Tail {
 /// any message was written pending.
 pub(crate) struct Settled {
     pub(crate) handed: Vec<Envelope>,
-    pub(crate) to: Option<std::sync::Arc<dyn crate::store::Handover>>,
+    pub(crate) to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     pub(crate) pending: bool,
 }
 
@@ -47,7 +47,7 @@ impl Tail {
         mut query: Statements,
         messages: &[Message],
         leased: &[bool],
-        to: Option<std::sync::Arc<dyn crate::store::Handover>>,
+        to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     ) -> Result<Self> {
         let now = now_ms();
         let (owner, until) = match &to {

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::Error;
 use crate::store::backend::Backend;
-use crate::store::tx::Inner;
+use crate::store::types::Inner;
 use crate::store::{Conn, Receipt, Store, Tx};
 use crate::{Message, MessageId, Result};
 
@@ -179,7 +179,7 @@ impl Tx {
     pub(crate) async fn lane_ack_and_claim(
         &mut self,
         delivered: &[i64],
-        claim: &crate::store::queue::Claim<'_>,
+        claim: &crate::store::queue_types::Claim<'_>,
     ) -> Option<Result<(u64, Vec<crate::Envelope>)>> {
         if !self.is_lane() {
             return None;

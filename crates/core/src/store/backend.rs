@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::admin::{DeadQuery, DeadRow, Stats, Table};
+use super::admin_types::{DeadQuery, DeadRow, Stats, Table};
 use super::config::StoreConfig;
-use super::queue::{Claim, DeadLetter, Retry};
+use super::queue_types::{Claim, DeadLetter, Retry};
 use super::wake::Wakeups;
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 

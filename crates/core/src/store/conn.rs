@@ -81,3 +81,12 @@ impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Integer {
         <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value).map(|n| Integer(i64::from(n)))
     }
 }
+
+/// What [`Store::receive`](crate::Store::receive) found in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receipt {
+    /// First time this consumer sees this message: process it.
+    First,
+    /// Seen before: skip it, and do not answer it again.
+    Duplicate,
+}

@@ -33,34 +33,6 @@ pub trait Handover: Send + Sync + 'static {
     fn take(&self, rows: Vec<Envelope>);
 }
 
-/// A handover installed on a store ([`Store::install_handover`](crate::Store::install_handover)):
-/// dropped, it removes the handover from the store if it is still the one installed.
-#[must_use = "the handover is removed when this is dropped"]
-pub struct Installed {
-    store: crate::Store,
-    handover: Arc<dyn Handover>,
-}
-
-impl Installed {
-    pub(crate) fn new(store: crate::Store, handover: Arc<dyn Handover>) -> Self {
-        Self { store, handover }
-    }
-}
-
-impl std::fmt::Debug for Installed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Installed")
-            .field("owner", &self.handover.owner())
-            .finish()
-    }
-}
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        self.store.remove_handover(&self.handover);
-    }
-}
-
 /// The handover installed on a store, shared by its clones.
 #[derive(Clone, Default)]
 pub(crate) struct Slot(Arc<RwLock<Option<Arc<dyn Handover>>>>);

@@ -7,43 +7,9 @@ use std::time::Duration;
 
 use super::Store;
 use super::backend::{Dialect, on_backend, on_conn};
+pub use super::queue_types::{Claim, DeadLetter, Retry};
 pub use super::wake::Wakeups;
 use crate::{Envelope, Message, Result};
-
-/// A batch claim: up to `limit` ready rows for `destinations`, leased to `owner`.
-#[derive(Debug, Clone)]
-pub struct Claim<'a> {
-    /// Who holds the lease (a relay instance id).
-    pub owner: &'a str,
-    /// Only rows for these destinations.
-    pub destinations: &'a [String],
-    /// At most this many rows.
-    pub limit: u32,
-    /// The lease length; an expired lease returns the row to the pool.
-    pub lease: Duration,
-}
-
-/// A failed delivery to try again later.
-#[derive(Debug, Clone)]
-pub struct Retry {
-    /// The row.
-    pub seq: i64,
-    /// Not before this delay.
-    pub delay: Duration,
-    /// The error, kept as `last_error`.
-    pub error: String,
-}
-
-/// A message given up on.
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    /// The row.
-    pub seq: i64,
-    /// Why, kept as `last_error`.
-    pub reason: String,
-    /// A notice to enqueue in the same transaction (the `DeliveryFailed` to `reply_to`).
-    pub notice: Option<Message>,
-}
 
 /// The relay's side of a [`Store`]: one statement per batch. Cheap to make.
 #[derive(Debug, Clone, Copy)]

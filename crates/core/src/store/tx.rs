@@ -2,51 +2,11 @@
 //! enqueue and the inbox, handover, the commit and its wake-ups). Each driver adds its
 //! lane's side (`sqlite::tx`, `postgres::kept`).
 
-#[cfg(feature = "postgres")]
-use sqlx::Postgres;
-#[cfg(feature = "sqlite")]
-use sqlx::Sqlite;
-use sqlx::Transaction;
-
 use super::backend::Backend;
-use super::{Conn, Receipt, Store};
+use super::types::{Inner, Store, Tx};
+use super::write::Writes;
+use super::{Conn, Receipt};
 use crate::{Message, MessageId, Result};
-
-#[derive(Debug)]
-pub(crate) enum Inner {
-    #[cfg(feature = "sqlite")]
-    Sqlite(Transaction<'static, Sqlite>),
-    /// SQLite's lane: the writer connection, its transactions begun and ended by hand
-    /// (statements run on it directly), kept by the lane from one batch to the next.
-    #[cfg(feature = "sqlite")]
-    Lane(crate::sqlite::direct::LaneConn),
-    #[cfg(feature = "postgres")]
-    Postgres(Transaction<'static, Postgres>),
-}
-
-/// A write transaction of the store. Dropping it without committing rolls it back.
-#[derive(Debug)]
-#[must_use = "a transaction that is not committed is rolled back"]
-pub struct Tx {
-    pub(crate) inner: Inner,
-    pub(crate) store: Store,
-    pub(crate) enqueued: bool,
-    pub(crate) handed: super::handover::Handed,
-    /// The next [`enqueue_batch_after`](Self::enqueue_batch_after) may be deferred.
-    pub(crate) defer: bool,
-    /// A deferred last write, run by the lane in the round trip that ends the hop.
-    #[cfg(feature = "sqlite")]
-    pub(crate) tail: Option<crate::sqlite::tail::Tail>,
-    /// PostgreSQL's set lane: what its hops keep as data, written at the batch's end.
-    #[cfg(feature = "postgres")]
-    pub(crate) sets: Option<crate::postgres::kept::Kept>,
-    /// A statement may have failed in this transaction unseen by the store: the
-    /// connection was lent out ([`conn`](Self::conn)) or a statement of the store's
-    /// failed (its error may have been swallowed). On PostgreSQL such a transaction is
-    /// aborted, and its `COMMIT` is answered `ROLLBACK`, which sqlx reports as success:
-    /// the commit probes first.
-    pub(crate) unchecked: bool,
-}
 
 impl Tx {
     pub(crate) async fn begin(store: &Store) -> Result<Self> {
@@ -419,5 +379,45 @@ fn rolled_back(e: sqlx::Error) -> crate::Error {
             crate::Error::RolledBack
         }
         _ => crate::Error::Database(e),
+    }
+}
+
+impl Tx {
+    /// Writes `writes` now: its rows (one statement per table on SQLite, one for all
+    /// the tables on PostgreSQL), then its messages, as [`enqueue_batch`](Self::enqueue_batch)
+    /// does (direct handover included); on SQLite in one round trip.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`](crate::Error::Corrupt) for a row that does not fit its table (nothing written); as
+    /// [`enqueue_batch`](Self::enqueue_batch); the database's error of a row (roll the
+    /// transaction back: some rows may have been written).
+    pub async fn write(&mut self, writes: Writes) -> Result<()> {
+        self.write_as(writes, false).await
+    }
+
+    /// [`write`](Self::write) for the hop's last write: in a hop that allowed it
+    /// ([`Hop::defer_next_write`](crate::Hop::defer_next_write)) the driver may run it later, in
+    /// the round trip that ends the hop (SQLite's lane), or keep it as data for the
+    /// batch's statements (PostgreSQL's set lane). Its errors then come from
+    /// [`Hop::commit`](crate::Hop::commit), and the hop is undone. Run no statement
+    /// after it in the same hop.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub async fn write_last(&mut self, writes: Writes) -> Result<()> {
+        self.write_as(writes, true).await
+    }
+
+    /// The one match on the backend of a write: each driver runs it its way.
+    async fn write_as(&mut self, writes: Writes, last: bool) -> Result<()> {
+        writes.check()?;
+        match self.inner {
+            #[cfg(feature = "sqlite")]
+            Inner::Sqlite(_) | Inner::Lane(_) => {
+                crate::sqlite::write::write(self, writes, last).await
+            }
+            #[cfg(feature = "postgres")]
+            Inner::Postgres(_) => crate::postgres::write::write(self, writes, last).await,
+        }
     }
 }

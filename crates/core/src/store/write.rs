@@ -35,7 +35,6 @@
 
 use uuid::Uuid;
 
-use super::Tx;
 use crate::{Error, Message, MessageId, Result};
 
 /// A table that hops write, its columns declared once for every driver.
@@ -259,7 +258,7 @@ pub(crate) struct RowWrite {
 }
 
 /// What a hop writes: rows of [`Table`]s, in order, then messages. Hand it to
-/// [`Tx::write`] (or [`Tx::write_last`]).
+/// [`Tx::write`](crate::Tx::write) (or [`Tx::write_last`](crate::Tx::write_last)).
 #[derive(Debug, Default, Clone)]
 pub struct Writes {
     pub(crate) rows: Vec<RowWrite>,
@@ -295,7 +294,7 @@ impl Writes {
         self
     }
 
-    /// Enqueues `messages` after the rows (as [`Tx::enqueue_batch`] does).
+    /// Enqueues `messages` after the rows (as [`Tx::enqueue_batch`](crate::Tx::enqueue_batch) does).
     pub fn enqueue(&mut self, messages: &[Message]) -> &mut Self {
         self.messages.extend_from_slice(messages);
         self
@@ -343,47 +342,5 @@ impl Writes {
             }
         }
         Ok(())
-    }
-}
-
-impl Tx {
-    /// Writes `writes` now: its rows (one statement per table on SQLite, one for all
-    /// the tables on PostgreSQL), then its messages, as [`enqueue_batch`](Self::enqueue_batch)
-    /// does (direct handover included); on SQLite in one round trip.
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`] for a row that does not fit its table (nothing written); as
-    /// [`enqueue_batch`](Self::enqueue_batch); the database's error of a row (roll the
-    /// transaction back: some rows may have been written).
-    pub async fn write(&mut self, writes: Writes) -> Result<()> {
-        self.write_as(writes, false).await
-    }
-
-    /// [`write`](Self::write) for the hop's last write: in a hop that allowed it
-    /// ([`Hop::defer_next_write`](crate::Hop::defer_next_write)) the driver may run it later, in
-    /// the round trip that ends the hop (SQLite's lane), or keep it as data for the
-    /// batch's statements (PostgreSQL's set lane). Its errors then come from
-    /// [`Hop::commit`](crate::Hop::commit), and the hop is undone. Run no statement
-    /// after it in the same hop.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub async fn write_last(&mut self, writes: Writes) -> Result<()> {
-        self.write_as(writes, true).await
-    }
-
-    /// The one match on the backend of a write: each driver runs it its way.
-    async fn write_as(&mut self, writes: Writes, last: bool) -> Result<()> {
-        writes.check()?;
-        match self.inner {
-            #[cfg(feature = "sqlite")]
-            super::tx::Inner::Sqlite(_) | super::tx::Inner::Lane(_) => {
-                crate::sqlite::write::write(self, writes, last).await
-            }
-            #[cfg(feature = "postgres")]
-            super::tx::Inner::Postgres(_) => {
-                crate::postgres::write::write(self, writes, last).await
-            }
-        }
     }
 }
