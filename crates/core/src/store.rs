@@ -16,7 +16,7 @@ pub mod admin;
 pub(crate) mod admin_types;
 pub(crate) mod backend;
 pub(crate) mod config;
-mod conn;
+pub(crate) mod conn;
 pub(crate) mod crash_hook;
 pub(crate) mod handover;
 pub(crate) mod hop;

@@ -86,12 +86,12 @@ macro_rules! on_conn {
     ($conn:expr, $d:ident, $c:ident => $body:expr) => {
         match $conn {
             #[cfg(feature = "sqlite")]
-            $crate::store::Conn::Sqlite($c) => {
+            $crate::store::conn::Conn::Sqlite($c) => {
                 type $d = $crate::sqlite::Sqlite;
                 $body
             }
             #[cfg(feature = "postgres")]
-            $crate::store::Conn::Postgres($c) => {
+            $crate::store::conn::Conn::Postgres($c) => {
                 type $d = $crate::postgres::Postgres;
                 $body
             }

@@ -44,7 +44,7 @@ pub(crate) struct Effects {
     pub(crate) transitions: Vec<(SagaState, SagaEvent)>,
     /// Waits whose `saga_signals` rows to write (at the start, or once a planned saga
     /// has its plan).
-    pub(crate) waits: Vec<crate::engine::DeclaredWait>,
+    pub(crate) waits: Vec<crate::definition::DeclaredWait>,
 }
 
 /// Ties the instance, its definition and the clock together while deciding.
