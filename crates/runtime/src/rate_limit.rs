@@ -299,18 +299,7 @@ async fn read(tx: &mut Tx, destination: &str) -> agentsaga_core::Result<(Pace, f
 }
 
 async fn write(tx: &mut Tx, destination: &str, pace: Pace) -> agentsaga_core::Result<()> {
-    agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
-        sqlx::query(
-            "UPDATE rate_limits SET requests_at = ?2, tokens_at = ?3, paused_until = ?4
-             WHERE destination = ?1",
-        )
-        .bind(destination)
-        .bind(pace.requests_at)
-        .bind(pace.tokens_at)
-        .bind(pace.paused_until)
-        .execute(&mut *c)
-        .await?;
-    }, postgres(c) => {
+    agentsaga_core::with_conn!(tx.conn(), c => {
         sqlx::query(
             "UPDATE rate_limits SET requests_at = $2, tokens_at = $3, paused_until = $4
              WHERE destination = $1",

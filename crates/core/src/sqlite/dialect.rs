@@ -59,23 +59,6 @@ impl Dialect for Sqlite {
 
     async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> Result<()> {
         let now = now_ms();
-        if let [m] = messages {
-            sqlx::query(
-                "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(m.id)
-            .bind(&m.destination)
-            .bind(m.key.as_deref())
-            .bind(&m.payload)
-            .bind(m.headers_json()?)
-            .bind(now.saturating_add(m.delay_ms()))
-            .bind(now)
-            .execute(c)
-            .await?;
-            return Ok(());
-        }
         // Multi-row VALUES, at most 100 rows per statement (700 parameters, far below
         // SQLite's limit): the text depends only on the chunk's size, so the statement
         // cache holds at most 100 of them. Faster than unpacking a JSON array in SQL.

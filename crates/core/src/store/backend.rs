@@ -194,7 +194,6 @@ where
     })
 }
 
-/// A dead letter: the outbox row and its `last_error`.
 /// Which of `sizes` (each row's seq and size in bytes, newest first, one more than
 /// the page's row limit if there are more) a page of `limit` rows and `max_bytes` holds:
 /// the rows up to the one that reaches the bound, and always the first (one row is
@@ -220,6 +219,7 @@ pub(crate) fn within_bytes(
     Some(((last.min(first), last.max(first)), sizes.len() > taken))
 }
 
+/// A dead letter: the outbox row and its `last_error`.
 pub(crate) fn dead_row<'r, R>(row: &'r R) -> Result<DeadRow>
 where
     R: Row,

@@ -106,24 +106,15 @@ impl Row {
     /// A column sqlx cannot read as its own type says.
     #[cfg(feature = "sqlite")]
     pub fn from_sqlite(row: &sqlx::sqlite::SqliteRow) -> Result<Self> {
-        use sqlx::{Column, Row as _, TypeInfo, ValueRef};
-        let columns: Arc<[String]> = row.columns().iter().map(|c| c.name().to_owned()).collect();
-        let mut values = Vec::with_capacity(columns.len());
-        for i in 0..columns.len() {
-            let raw = row.try_get_raw(i)?;
-            let value = if raw.is_null() {
-                Value::Null
-            } else {
-                match raw.type_info().name() {
-                    "INTEGER" | "BOOLEAN" => Value::Int(row.try_get(i)?),
-                    "REAL" => Value::Real(row.try_get(i)?),
-                    "BLOB" => Value::Blob(row.try_get(i)?),
-                    _ => Value::Text(row.try_get(i)?),
-                }
-            };
-            values.push(value);
-        }
-        Ok(Self { columns, values })
+        use sqlx::Row as _;
+        Self::decode(row, |i, ty| {
+            Ok(match ty {
+                "INTEGER" | "BOOLEAN" => Value::Int(row.try_get(i)?),
+                "REAL" => Value::Real(row.try_get(i)?),
+                "BLOB" => Value::Blob(row.try_get(i)?),
+                _ => Value::Text(row.try_get(i)?),
+            })
+        })
     }
 
     /// A row of sqlx's PostgreSQL driver, column by column: integers and booleans as
@@ -134,30 +125,40 @@ impl Row {
     /// A column sqlx cannot read as its type says.
     #[cfg(feature = "postgres")]
     pub fn from_postgres(row: &sqlx::postgres::PgRow) -> Result<Self> {
-        use sqlx::{Column, Row as _, TypeInfo, ValueRef};
+        use sqlx::Row as _;
+        Self::decode(row, |i, ty| {
+            Ok(match ty {
+                "INT2" => Value::Int(i64::from(row.try_get::<i16, _>(i)?)),
+                "INT4" => Value::Int(i64::from(row.try_get::<i32, _>(i)?)),
+                "INT8" => Value::Int(row.try_get(i)?),
+                "BOOL" => Value::Int(i64::from(row.try_get::<bool, _>(i)?)),
+                "FLOAT4" => Value::Real(f64::from(row.try_get::<f32, _>(i)?)),
+                "FLOAT8" => Value::Real(row.try_get(i)?),
+                "BYTEA" => Value::Blob(row.try_get(i)?),
+                "UUID" => Value::Text(row.try_get::<uuid::Uuid, _>(i)?.hyphenated().to_string()),
+                _ => Value::Text(row.try_get(i)?),
+            })
+        })
+    }
+
+    /// `row`, each column not NULL read by `value` (given its index and its type's
+    /// name).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn decode<R: sqlx::Row>(row: &R, value: impl Fn(usize, &str) -> Result<Value>) -> Result<Self>
+    where
+        usize: sqlx::ColumnIndex<R>,
+    {
+        use sqlx::{Column, TypeInfo, ValueRef};
         let columns: Arc<[String]> = row.columns().iter().map(|c| c.name().to_owned()).collect();
         let mut values = Vec::with_capacity(columns.len());
         for i in 0..columns.len() {
             let raw = row.try_get_raw(i)?;
-            let value = if raw.is_null() {
-                Value::Null
-            } else {
-                let ty = raw.type_info().name().to_owned();
-                match ty.as_str() {
-                    "INT2" => Value::Int(i64::from(row.try_get::<i16, _>(i)?)),
-                    "INT4" => Value::Int(i64::from(row.try_get::<i32, _>(i)?)),
-                    "INT8" => Value::Int(row.try_get(i)?),
-                    "BOOL" => Value::Int(i64::from(row.try_get::<bool, _>(i)?)),
-                    "FLOAT4" => Value::Real(f64::from(row.try_get::<f32, _>(i)?)),
-                    "FLOAT8" => Value::Real(row.try_get(i)?),
-                    "BYTEA" => Value::Blob(row.try_get(i)?),
-                    "UUID" => {
-                        Value::Text(row.try_get::<uuid::Uuid, _>(i)?.hyphenated().to_string())
-                    }
-                    _ => Value::Text(row.try_get(i)?),
-                }
-            };
-            values.push(value);
+            let ty = (!raw.is_null()).then(|| raw.type_info().name().to_owned());
+            drop(raw);
+            values.push(match ty {
+                None => Value::Null,
+                Some(ty) => value(i, &ty)?,
+            });
         }
         Ok(Self { columns, values })
     }
