@@ -44,7 +44,7 @@ use anyhow::{Context, bail, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Common;
+use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, Plain};
 use crate::report::percentile;

@@ -57,6 +57,7 @@
 //! Progress and per-round figures go to stderr.
 
 mod agents;
+mod common;
 mod db;
 mod outbox;
 mod quick;
@@ -66,7 +67,7 @@ mod saga;
 mod scale;
 mod status;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// mimalloc, not glibc's malloc: on the saga bench glibc's allocator (its arena locks,
 /// `malloc_consolidate`) took about a quarter of the process's CPU, and a multi-threaded
@@ -109,44 +110,6 @@ enum Bench {
     /// Internal: one burst of the scale bench, in its own process.
     #[command(hide = true)]
     ScaleChild(scale::ChildArgs),
-}
-
-/// Options every bench takes.
-#[derive(Debug, Clone, clap::Args)]
-struct Common {
-    /// Which database(s) to measure.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Both)]
-    backend: BackendChoice,
-    /// Smaller sizes and a single round: a smoke run, not a measurement.
-    #[arg(long)]
-    quick: bool,
-    /// The runtime (`saga`, `agents`) sends every agent's answer through the outbox
-    /// (`answers_in_agent_transaction(false)`) instead of applying it to its saga in the
-    /// agent's transaction: the runtime's shape before 2026-11-23, for comparison.
-    #[arg(long)]
-    answers_via_outbox: bool,
-}
-
-/// The `--backend` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum BackendChoice {
-    /// SQLite only.
-    Sqlite,
-    /// PostgreSQL only.
-    Postgres,
-    /// SQLite, then PostgreSQL.
-    Both,
-}
-
-impl BackendChoice {
-    /// The backends to run, in order.
-    fn backends(self) -> Vec<db::Backend> {
-        match self {
-            Self::Sqlite => vec![db::Backend::Sqlite],
-            Self::Postgres => vec![db::Backend::Postgres],
-            Self::Both => vec![db::Backend::Sqlite, db::Backend::Postgres],
-        }
-    }
 }
 
 #[tokio::main]

@@ -24,7 +24,7 @@ use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::Common;
+use crate::common::Common;
 use crate::db::{self, Backend, Scratch};
 use crate::report::{Figure, Report};
 

@@ -29,7 +29,7 @@ use anyhow::{Context, bail, ensure};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::Common;
+use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, BATCH, DEST};
 use crate::report::{Figure, Report, Target};

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use crate::Common;
+use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, Plain};
 use crate::report::percentile;

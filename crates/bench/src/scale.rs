@@ -47,7 +47,7 @@ use anyhow::{Context, ensure};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::Common;
+use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::report::{Figure, Report, Target};
 

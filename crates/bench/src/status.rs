@@ -17,7 +17,7 @@ use crate::report::{Figure, Report, Target};
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    common: crate::Common,
+    common: crate::common::Common,
     /// Finished sagas in the database.
     #[arg(long, default_value_t = 1_000_000)]
     sagas: u64,

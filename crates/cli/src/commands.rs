@@ -11,7 +11,6 @@ mod starts;
 mod status;
 
 use agentsaga_console::{Action, Console};
-use serde::Serialize;
 
 use crate::args::{Cli, Command, DeadCommand, SagasCommand, StartsCommand};
 use crate::db::{self, Missing};
@@ -76,10 +75,4 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     store.close().await;
     result
-}
-
-/// Prints `value` as one pretty JSON document.
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
 }

@@ -151,6 +151,12 @@ pub(crate) fn human_duration(ms: u64) -> String {
     out
 }
 
+/// Prints `value` as one pretty JSON document.
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

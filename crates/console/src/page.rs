@@ -22,6 +22,7 @@
 
 mod assets;
 mod html;
+mod params;
 mod saga;
 mod timeline;
 mod views;
@@ -31,12 +32,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 
-use crate::http::error::status_of;
 use crate::http::state::AppState;
 use crate::{Action, Console, Error};
 use html::error_page;
+use params::{DeadParams, Done, ListParams, fail};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -52,10 +52,6 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/assets/icon.svg", get(assets::icon))
 }
 
-fn fail(e: &Error) -> Response {
-    error_page(status_of(e), &e.to_string())
-}
-
 async fn overview(State(s): State<AppState>) -> Response {
     views::overview(&s.console).await
 }
@@ -64,28 +60,8 @@ async fn overview_fragment(State(s): State<AppState>) -> Response {
     views::overview_fragment(&s.console).await
 }
 
-/// `GET /sagas` parameters, as text: a form sends empty fields, and a wrong value is
-/// answered with a page saying which.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct ListParams {
-    state: Option<String>,
-    name: Option<String>,
-    key: Option<String>,
-    waiting: Option<String>,
-    stalled: Option<String>,
-    cursor: Option<String>,
-    limit: Option<String>,
-}
-
 async fn sagas(State(s): State<AppState>, Query(p): Query<ListParams>) -> Response {
     views::sagas(&s.console, p).await
-}
-
-/// `?done=<action>` after an action: what the saga page says was done.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct Done {
-    done: Option<String>,
-    id: Option<String>,
 }
 
 async fn saga(
@@ -139,12 +115,6 @@ async fn saga_action(
         }
         Err(e) => fail(&e),
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct DeadParams {
-    destination: Option<String>,
-    limit: Option<String>,
 }
 
 async fn dead(

@@ -102,16 +102,6 @@ impl RateLimit {
     }
 }
 
-impl crate::RuntimeBuilder {
-    /// Calls of `destination` (consumed by a [`CallingAgent`](crate::CallingAgent)
-    /// of this runtime) keep to `limit`, together with every other process of the
-    /// database that declares it: give each the same limit.
-    pub fn rate_limit(mut self, destination: impl Into<String>, limit: RateLimit) -> Self {
-        self.rate_limits.insert(destination.into(), limit);
-        self
-    }
-}
-
 /// Every rate-limited destination is one that a calling agent of this runtime
 /// consumes (`calling`: their destinations; a limit elsewhere would limit nothing).
 pub(crate) fn check<'a>(

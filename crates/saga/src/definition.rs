@@ -21,6 +21,7 @@
 //! ```
 
 mod builder;
+mod destinations;
 mod planned;
 pub(crate) mod step;
 
@@ -33,6 +34,8 @@ use crate::plan::Planned;
 use crate::{Error, Result};
 pub(crate) use builder::InputCheck;
 pub use builder::{AfterPivot, BeforePivot, Saga, SagaBuilder};
+pub(crate) use destinations::child_of;
+pub use destinations::{child_destination, orchestrator_destination};
 pub use planned::{PlannedBuilder, PlannedSaga};
 pub(crate) use step::DeclaredWait;
 pub use step::{Open, Step, StepDef, Undoable};
@@ -207,24 +210,4 @@ impl SagaDefinition {
             None => false,
         }
     }
-}
-
-/// The orchestrator destination of saga `name` at `version`: `saga.<name>.v<version>`.
-/// One per version, so that only processes that have the version consume its replies.
-pub fn orchestrator_destination(name: &str, version: i32) -> String {
-    format!("saga.{name}.v{version}")
-}
-
-/// Where a parent's step sends the start (its command) and the undo (its compensation)
-/// of child saga `name` ([`Step::saga`](crate::Step::saga)): `saga.<name>.child`,
-/// consumed by every process that hosts a version of `name` (the newest one it hosts
-/// starts the child).
-pub fn child_destination(name: &str) -> String {
-    format!("saga.{name}.child")
-}
-
-/// The saga name whose children `destination` starts, if it is a
-/// [`child_destination`].
-pub(crate) fn child_of(destination: &str) -> Option<&str> {
-    destination.strip_prefix("saga.")?.strip_suffix(".child")
 }

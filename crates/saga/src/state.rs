@@ -1,6 +1,7 @@
 //! The saga lifecycle: states, the events that move them, and the one transition
 //! table. An event the table does not list for a state is an error
-//! ([`Error::IllegalTransition`]): the transaction that met it rolls back.
+//! ([`Error::IllegalTransition`](crate::Error::IllegalTransition)): the transaction that
+//! met it rolls back. The table itself is in `state/table.rs`.
 //!
 //! ```text
 //! Running      --AllStepsSucceeded-------> Completed
@@ -21,7 +22,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+mod table;
 
 /// Where a saga instance is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -69,27 +70,6 @@ pub enum SagaEvent {
 }
 
 impl SagaState {
-    /// The one transition table: the state `event` leads to from this one.
-    ///
-    /// # Errors
-    /// [`Error::IllegalTransition`] if the table has no such row.
-    pub fn on(self, event: SagaEvent) -> Result<SagaState> {
-        use SagaEvent as E;
-        use SagaState as S;
-        Ok(match (self, event) {
-            (S::Running, E::AllStepsSucceeded) => S::Completed,
-            (S::Running, E::StepFailed | E::Abort) => S::Compensating,
-            (S::Running, E::StepFailedAfterPivot) => S::Stuck,
-            (S::Compensating, E::AllCompensated) => S::Compensated,
-            (S::Compensating, E::CompensationExhausted) => S::Stuck,
-            (S::Stuck, E::Retry | E::Skip) => S::Compensating,
-            (S::Stuck, E::RetryForward) => S::Running,
-            (S::Stuck, E::Abort) => S::Aborted,
-            (S::Completed, E::Undo) => S::Compensating,
-            (from, event) => return Err(Error::IllegalTransition { from, event }),
-        })
-    }
-
     /// Completed, compensated or aborted: nothing more will happen (but for a completed
     /// child saga, which its parent may still undo: [`SagaEvent::Undo`]).
     pub fn is_terminal(self) -> bool {

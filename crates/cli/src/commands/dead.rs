@@ -5,7 +5,7 @@ use std::time::Duration;
 use agentsaga_console::Console;
 use agentsaga_core::MessageId;
 
-use super::print_json;
+use crate::format::print_json;
 use crate::format::{Table, compact_duration, or_dash, truncate};
 
 pub(super) async fn list(

@@ -5,9 +5,9 @@
 use agentsaga_console::{Action, Console};
 use agentsaga_saga::{Budget, SagaId};
 
-use super::print_json;
 use super::sagas::print_saga;
 use crate::args::RaiseBudget;
+use crate::format::print_json;
 
 fn done(action: Action) -> &'static str {
     match action {

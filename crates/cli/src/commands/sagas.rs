@@ -4,8 +4,8 @@ use agentsaga_console::Console;
 use agentsaga_console::ops::{SagaQuery, ShowDoc, budget_text, usage_text, waiting_text};
 use agentsaga_saga::{SagaId, SagaState, Signal};
 
-use super::print_json;
 use crate::args::SagasList;
+use crate::format::print_json;
 use crate::format::{Table, or_dash, truncate, ts_or_dash};
 
 pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 use agentsaga_console::Console;
 use agentsaga_saga::SagaId;
 
-use super::print_json;
+use crate::format::print_json;
 use crate::format::{Table, truncate};
 
 pub(super) async fn list(console: &Console, json: bool) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 use agentsaga_console::Console;
 use agentsaga_console::ops::SAGA_STATES;
 
-use super::print_json;
+use crate::format::print_json;
 use crate::format::{Table, compact_duration, human_duration};
 
 pub(super) async fn run(console: &Console, json: bool) -> anyhow::Result<()> {

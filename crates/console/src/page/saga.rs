@@ -9,8 +9,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::html::{Nav, badge, clock, dur, error_page, esc, pct, when};
+use super::params::fail;
 use super::timeline::timeline;
-use super::{fail, views::short};
+use super::views::short;
 use crate::ops::{ShowDoc, StepDoc, budget_text, usage_text, waiting_text};
 use crate::{Action, Console, Error};
 

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::html::{Nav, badge, dur, error_page, esc, html_response, page, pct, query, when};
-use super::{DeadParams, Done, ListParams, fail};
+use super::params::{DeadParams, Done, ListParams, fail};
 use crate::ops::{DeadDoc, SAGA_STATES, SagaDoc};
 use crate::{Console, Result, SagaQuery};
 
@@ -33,7 +33,7 @@ pub(crate) async fn overview_fragment(c: &Console) -> Response {
     match overview_html(c).await {
         Ok(live) => html_response(StatusCode::OK, live),
         Err(e) => html_response(
-            crate::page::status_of(&e),
+            crate::http::error::status_of(&e),
             format!(
                 "<p class=\"notice bad\" role=\"alert\">{}</p>",
                 esc(&e.to_string())

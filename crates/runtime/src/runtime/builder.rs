@@ -127,6 +127,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Calls of `destination` (consumed by a [`CallingAgent`](crate::CallingAgent)
+    /// of this runtime) keep to `limit`, together with every other process of the
+    /// database that declares it: give each the same limit.
+    pub fn rate_limit(mut self, destination: impl Into<String>, limit: crate::RateLimit) -> Self {
+        self.rate_limits.insert(destination.into(), limit);
+        self
+    }
+
     /// Registers a saga definition: this process starts its instances and consumes its
     /// orchestrator destination. Register several versions of one saga side by side.
     pub fn saga(mut self, definition: SagaDefinition) -> Self {
