@@ -82,7 +82,7 @@ impl Engine {
             tracing::debug!(saga.id = %id, saga.name = %name, "saga start waits for room");
             return Ok(Accepted::Waiting(id));
         }
-        self.start_now(tx, id, name, version, data, 0, None).await?;
+        self.start_now(tx, id, name, version, data).await?;
         if let Some(seen) = self
             .in_flight_seen
             .lock()
@@ -216,7 +216,7 @@ impl Engine {
             }
         }
         let id = SagaId::new();
-        self.start_now(tx, id, name, version, data, 0, None).await?;
+        self.start_now(tx, id, name, version, data).await?;
         Ok(id)
     }
 
@@ -227,7 +227,8 @@ impl Engine {
             .ok_or_else(|| Error::UnknownSaga(name.to_owned()))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts instance `id` of saga `name` at once, in `tx`: no wait for room, no
+    /// parent.
     pub(super) async fn start_now(
         &self,
         tx: &mut Tx,
@@ -235,11 +236,8 @@ impl Engine {
         name: &str,
         version: i32,
         data: Value,
-        waited_ms: i64,
-        parent: Option<&Headers>,
     ) -> Result<()> {
-        let (inst, fx, span) =
-            self.begin_instance(id, name, version, data, waited_ms, parent, None)?;
+        let (inst, fx, span) = self.begin_instance(id, name, version, data, 0, None, None)?;
         self.write(tx, &inst, None, fx).instrument(span).await
     }
 
