@@ -144,6 +144,8 @@ async fn a_process_frozen_past_its_leases_loses_them_cleanly() {
     until_started(&store, 50).await;
     until_called(&rental, 30).await;
     signal(a.id(), "-STOP");
+    // The freeze must outlast the leases, which the database's clock measures: real
+    // time, which no paused clock can move.
     tokio::time::sleep(Duration::from_secs(4)).await;
     // `--sagas 0`: finish what is there.
     let b = support::spawn(
@@ -151,6 +153,8 @@ async fn a_process_frozen_past_its_leases_loses_them_cleanly() {
         &url,
         &args(&["--sagas", "0", "--seed", "22"], &rental),
     );
+    // The rest of the freeze (see above): the second process works beside the frozen
+    // one for a while of real time.
     tokio::time::sleep(Duration::from_secs(4)).await;
     signal(a.id(), "-CONT");
     let (b_out, a_out) = tokio::join!(wait(b, 120), wait(a, 120));
@@ -298,6 +302,8 @@ async fn the_database_connection_cut_under_load_loses_nothing() {
         proxy.cut_all();
     }
     proxy.black_hole.store(true, Ordering::Relaxed);
+    // The black hole lasts a while of real time: connections hang past the database
+    // clients' timeouts.
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.cut_all();
     proxy.black_hole.store(false, Ordering::Relaxed);

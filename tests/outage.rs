@@ -41,6 +41,7 @@ async fn survives_postgres_going_away() {
     };
     tokio::task::spawn_blocking(|| {
         pg_server().stop();
+        // The outage lasts a while of real time (the process's reconnects meet it).
         std::thread::sleep(Duration::from_secs(4));
         pg_server().start();
     })

@@ -315,6 +315,8 @@ pub(crate) async fn abort_with_the_button(page: &mut Cdp, store: &Store, base: &
     // Dismissed: nothing is sent.
     let message = page.click_and_answer("#action-abort", false).await;
     assert!(message.starts_with("Abort this saga?"), "{message}");
+    // Time for a post the page should not send to land: that nothing happens has no
+    // condition to poll for.
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(page.eval("location.href").await, saga_url);
     let state = query::get(store, id).await.unwrap().unwrap().state;

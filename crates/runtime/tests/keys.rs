@@ -159,6 +159,9 @@ async fn keys_in_the_callers_transaction(backend: Backend) {
             id
         }
     });
+    // Time for the second to reach the key held by this uncommitted start and wait
+    // there: from outside, waiting and not having begun look alike (no condition to
+    // poll for). Either way, it must get the first's id.
     tokio::time::sleep(Duration::from_millis(100)).await;
     tx.commit().await.unwrap();
     let second = tokio::time::timeout(Duration::from_secs(30), second)

@@ -87,7 +87,9 @@ async fn prune_finished_spares_the_unfinished(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     let running = engine.start(&mut tx, "echo", &json!({})).await.unwrap();
     tx.commit().await.unwrap();
-    // Nothing delivers its command: it stays running, however old.
+    // Nothing delivers its command: it stays running, however old. It ages by the
+    // database's clock (wall-clock time, which tokio's paused clock cannot move) past
+    // the prune's age of zero.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let pruned = query::prune_finished(&store, Duration::ZERO).await.unwrap();
     assert_eq!(pruned, query::Pruned::default());

@@ -75,7 +75,9 @@ async fn a_stalled_saga_is_reported_once() {
         m.get("agentsaga_sagas_stalled") == Some(&1.0)
     })
     .await;
-    // Many looks later, still one warning.
+    // Many looks later, still one warning. The watch looks every 50 ms of wall-clock
+    // time (the runtime's own tasks, a database beside): 400 ms is some eight looks, and
+    // that no second warning comes has no condition to poll for.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let m = tokio::task::spawn_blocking(move || scrape(addr))
         .await

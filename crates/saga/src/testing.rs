@@ -80,6 +80,21 @@ pub fn capped() -> SagaDefinition {
         .expect("definition")
 }
 
+/// A planned saga named `name` over `search`, `calendar` and `mail` whose plan is made
+/// at run time by its planner step `plan` (destination `planner`), sent the data's
+/// `input`, with nothing to undo.
+pub fn planned_by_planner(name: &str) -> SagaDefinition {
+    crate::PlannedSaga::builder(name, 1)
+        .destinations(["search", "calendar", "mail"])
+        .planner(
+            Step::new("plan", "planner")
+                .command(|d: &Value| d["input"].clone())
+                .nothing_to_undo(),
+        )
+        .build()
+        .expect("definition")
+}
+
 /// Starts a [`capped`] saga (with `engine`, which must have its definition) whose
 /// first step spends its budget, and delivers until it waits for a raise.
 pub async fn waiting_for_raise(store: &Store, engine: &Engine) -> SagaId {

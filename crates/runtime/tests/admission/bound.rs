@@ -1,6 +1,7 @@
 //! Starts beyond the bound wait their turn: single starts, batches, batches in a hop.
 
 use super::*;
+use tokio::sync::oneshot;
 
 async fn a_burst_beyond_the_bound_waits_its_turn(backend: Backend) {
     let GatedRuntime {
@@ -134,6 +135,8 @@ async fn a_batch_of_starts_is_admitted_like_single_starts(backend: Backend) {
         assert!(found.is_none(), "a saga of a rolled-back batch exists");
     }
     assert_eq!(waiting(&rt).await, 0);
+    // Time for a rolled-back start to (wrongly) reach the agent: that nothing more
+    // runs has no condition to poll for.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(order.lock().unwrap().len(), 30, "a rolled-back start ran");
     rt.shutdown().await;
@@ -154,11 +157,24 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
     open.send_replace(true);
     let rt = Arc::new(rt);
     let first = rt.store().hop().await.unwrap();
+    // Each batch's hop says when it has asked for its turn (polled once: on SQLite,
+    // queued behind the first hop; on PostgreSQL, maybe open already, its sender
+    // dropped).
     let batch = |from: u32, keep: bool| {
         let rt = Arc::clone(&rt);
-        tokio::spawn(async move {
+        let (queued, is_queued) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
             let jobs: Vec<Job> = (from..from + 5).map(|n| Job { n }).collect();
-            let mut hop = rt.store().hop().await.unwrap();
+            let mut opening = std::pin::pin!(rt.store().hop());
+            let hop = tokio::select! {
+                biased;
+                hop = &mut opening => hop,
+                () = std::future::ready(()) => {
+                    let _ = queued.send(());
+                    opening.await
+                }
+            };
+            let mut hop = hop.unwrap();
             let ids = rt.start_sagas_in(&mut hop, "job", &jobs).await.unwrap();
             if keep {
                 hop.commit().await.unwrap();
@@ -166,12 +182,16 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
                 hop.rollback();
             }
             ids
-        })
+        });
+        (task, is_queued)
     };
-    let (kept, dropped, kept_too) = (batch(0, true), batch(100, false), batch(200, true));
-    // Give the three time to queue behind the first hop (on SQLite): the assertions
-    // hold whether they did or not.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ((kept, a), (dropped, b), (kept_too, c)) =
+        (batch(0, true), batch(100, false), batch(200, true));
+    // The first hop commits once the three have asked for their turn (the assertions
+    // hold whether they queued behind it or not).
+    for is_queued in [a, b, c] {
+        let _ = tokio::time::timeout(Duration::from_secs(30), is_queued).await;
+    }
     first.commit().await.unwrap();
     let (kept, dropped, kept_too) = (
         kept.await.unwrap(),
@@ -185,6 +205,8 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
         assert!(found.is_none(), "a saga of a rolled-back hop exists");
     }
     assert_eq!(waiting(&rt).await, 0);
+    // Time for a dropped saga's step, or a second run of a kept one, to (wrongly) reach
+    // the agent: that nothing more runs has no condition to poll for.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut ran = order.lock().unwrap().clone();
     ran.sort_unstable();

@@ -21,7 +21,6 @@ use agentsaga_runtime::{Runtime, StepError};
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{
     Error as SagaError, Plan, PlanStart, PlanStep, PlannedSaga, SagaDefinition, SagaState, Signal,
-    Step,
 };
 use gated::{Answer, Gates, assert_signal_refused};
 use serde_json::{Value, json};
@@ -54,15 +53,7 @@ fn errand() -> SagaDefinition {
 }
 
 fn assistant() -> SagaDefinition {
-    PlannedSaga::builder("assistant", 1)
-        .destinations(["search", "calendar", "mail"])
-        .planner(
-            Step::new("plan", "planner")
-                .command(|d: &Value| d["input"].clone())
-                .nothing_to_undo(),
-        )
-        .build()
-        .unwrap()
+    agentsaga_saga::testing::planned_by_planner("assistant")
 }
 
 struct World {

@@ -5,6 +5,8 @@ use super::child::child_id;
 use super::*;
 
 impl Engine {
+    /// Writes `inst` (over `before`, its saved form, if any) and the effects `fx` of
+    /// deciding it, in `tx`; inside a `saga.compensate` span when `fx` compensates.
     pub(super) async fn write(
         &self,
         tx: &mut Tx,
@@ -22,29 +24,21 @@ impl Engine {
             ),
             None => tracing::Span::none(),
         };
-        self.write_effects(tx, inst, before, fx)
-            .instrument(span)
-            .await
-    }
-
-    pub(super) async fn write_effects(
-        &self,
-        tx: &mut Tx,
-        inst: &Instance,
-        before: Option<&Instance>,
-        fx: Effects,
-    ) -> Result<()> {
-        let mut saved = before;
-        if !fx.waits.is_empty() {
-            // The waits' rows refer to the instance: saved first (the save below then
-            // has nothing left to write).
-            persist::save(tx, inst, before, now_ms()).await?;
-            signals::register(tx.conn(), inst.id, &fx.waits).await?;
-            saved = Some(inst);
+        async move {
+            let mut saved = before;
+            if !fx.waits.is_empty() {
+                // The waits' rows refer to the instance: saved first (the save below
+                // then has nothing left to write).
+                persist::save(tx, inst, before, now_ms()).await?;
+                signals::register(tx.conn(), inst.id, &fx.waits).await?;
+                saved = Some(inst);
+            }
+            tx.cancel_pending(&fx.cancel).await?;
+            // On SQLite, the save and the messages in one round trip.
+            persist::save_and_enqueue(tx, inst, saved, now_ms(), &fx.send).await
         }
-        tx.cancel_pending(&fx.cancel).await?;
-        // On SQLite, the save and the messages in one round trip.
-        persist::save_and_enqueue(tx, inst, saved, now_ms(), &fx.send).await
+        .instrument(span)
+        .await
     }
 
     /// Handles one message delivered to an orchestrator destination — a reply, a

@@ -120,6 +120,31 @@ impl StepRow {
 }
 
 impl Instance {
+    /// A new instance `id` of saga `name`, running, with `data` and nothing done yet;
+    /// `parent`: the parent step of a child saga.
+    pub(crate) fn new(
+        id: SagaId,
+        name: &str,
+        version: i32,
+        data: Value,
+        parent: Option<ParentLink>,
+    ) -> Self {
+        Self {
+            id,
+            name: name.to_owned(),
+            version,
+            state: SagaState::Running,
+            data,
+            error: None,
+            stage: 0,
+            steps: BTreeMap::new(),
+            finished: false,
+            parent,
+            usage: Usage::default(),
+            budget: None,
+        }
+    }
+
     /// Has a compensation exhausted its retries (the saga is stuck going backward)?
     pub(crate) fn failed_compensation(&self) -> Option<usize> {
         self.steps

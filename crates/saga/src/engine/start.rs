@@ -82,7 +82,7 @@ impl Engine {
             tracing::debug!(saga.id = %id, saga.name = %name, "saga start waits for room");
             return Ok(Accepted::Waiting(id));
         }
-        self.start_now(tx, id, name, version, data, 0, None).await?;
+        self.start_now(tx, id, name, version, data).await?;
         if let Some(seen) = self
             .in_flight_seen
             .lock()
@@ -216,7 +216,7 @@ impl Engine {
             }
         }
         let id = SagaId::new();
-        self.start_now(tx, id, name, version, data, 0, None).await?;
+        self.start_now(tx, id, name, version, data).await?;
         Ok(id)
     }
 
@@ -227,7 +227,8 @@ impl Engine {
             .ok_or_else(|| Error::UnknownSaga(name.to_owned()))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts instance `id` of saga `name` at once, in `tx`: no wait for room, no
+    /// parent.
     pub(super) async fn start_now(
         &self,
         tx: &mut Tx,
@@ -235,11 +236,8 @@ impl Engine {
         name: &str,
         version: i32,
         data: Value,
-        waited_ms: i64,
-        parent: Option<&Headers>,
     ) -> Result<()> {
-        let (inst, fx, span) =
-            self.begin_instance(id, name, version, data, waited_ms, parent, None)?;
+        let (inst, fx, span) = self.begin_instance(id, name, version, data, 0, None, None)?;
         self.write(tx, &inst, None, fx).instrument(span).await
     }
 
@@ -269,36 +267,18 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let (inst, fx) =
-            span.in_scope(|| self.decide_start(id, name, version, data, waited_ms, link))?;
+        let inst = Instance::new(id, name, version, data, link);
+        let (inst, fx) = span.in_scope(|| self.decide_start(inst, waited_ms))?;
         Ok((inst, fx, span))
     }
 
-    /// A new instance `id` of saga `name` and the effects of its start: decided, no
-    /// I/O.
+    /// New instance `inst` started (after `waited_ms` waiting for room) and the
+    /// effects of its start: decided, no I/O.
     pub(super) fn decide_start(
         &self,
-        id: SagaId,
-        name: &str,
-        version: i32,
-        data: Value,
+        mut inst: Instance,
         waited_ms: i64,
-        link: Option<model::ParentLink>,
     ) -> Result<(Instance, Effects)> {
-        let mut inst = Instance {
-            id,
-            name: name.to_owned(),
-            version,
-            state: SagaState::Running,
-            data,
-            error: None,
-            stage: 0,
-            steps: BTreeMap::new(),
-            finished: false,
-            parent: link,
-            usage: Default::default(),
-            budget: None,
-        };
         let mut ctx = self.ctx(&mut inst)?;
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
         let fx = std::mem::take(&mut ctx.fx);
@@ -317,7 +297,7 @@ impl Engine {
         version: i32,
         data: &Value,
     ) -> Result<()> {
-        let (_, fx) = self.decide_start(id, name, version, data.clone(), 0, None)?;
+        let (_, fx) = self.decide_start(Instance::new(id, name, version, data.clone(), None), 0)?;
         for m in &fx.send {
             store.check_message(m)?;
         }

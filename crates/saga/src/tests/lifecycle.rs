@@ -71,6 +71,8 @@ async fn concurrent_replies_of_a_parallel_stage(backend: Backend) {
         tx.commit().await.unwrap();
         handled
     });
+    // Time for the second reply to reach the saga's lock (and, wrongly, to finish): that
+    // it waits has no condition to poll for.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!second.is_finished(), "the second reply did not wait");
     first.commit().await.unwrap();

@@ -41,6 +41,8 @@ async fn start_timeout_withdraws_only_untaken_commands(backend: Backend) {
     tx.commit().await.unwrap();
     let command = claim_of(&store, "a-agent").await.remove(0);
     assert_eq!(command.header(header::TIMEOUT_MS), Some("10"));
+    // The start timeout (50 ms) must pass by the database's clock, which holds the
+    // timer's due time: wall-clock time, not tokio's. The reply comes after it.
     tokio::time::sleep(Duration::from_millis(80)).await;
     let mut tx = store.begin().await.unwrap();
     let reply = protocol::reply(&command, &ok()).unwrap().unwrap();
@@ -62,8 +64,17 @@ async fn start_timeout_withdraws_only_untaken_commands(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     let untaken = engine.start(&mut tx, "bounded", &json!({})).await.unwrap();
     tx.commit().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(80)).await;
-    let handled = handle_orchestrator(&engine, &store).await;
+    // Nothing is handled before the start timeout's timer is due.
+    let mut handled = Vec::new();
+    testing::wait_until(
+        "the start timeout's timer is handled",
+        Duration::from_secs(30),
+        async || {
+            handled = handle_orchestrator(&engine, &store).await;
+            !handled.is_empty()
+        },
+    )
+    .await;
     assert_eq!(
         handled,
         vec![Handled::Advanced {

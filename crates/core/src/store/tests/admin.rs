@@ -7,6 +7,8 @@ use super::*;
 /// takes the `n` of them older than 1 ms.
 pub(super) async fn prunes_by_age(prune: impl AsyncFn(Duration) -> u64, n: u64) {
     assert_eq!(prune(Duration::from_secs(3600)).await, 0);
+    // Wall-clock time (the records' age is measured by the database's clock); a poll
+    // would not do: a prune that takes fewer than `n` is the failure to catch.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(prune(Duration::from_millis(1)).await, n);
 }
@@ -19,6 +21,8 @@ async fn prune_and_stats(backend: Backend) {
         enqueue_one(&store, &Message::to("a").json(&i).unwrap()).await;
     }
     enqueue_one(&store, &Message::to("a").delay(Duration::from_secs(3600))).await;
+    // The pending rows must age by the database's clock (their age is a column's
+    // distance from now): wall-clock time, which tokio's paused clock cannot move.
     tokio::time::sleep(Duration::from_millis(30)).await;
     let stats = store.admin().stats().await.unwrap();
     assert_eq!(stats.pending, 4);

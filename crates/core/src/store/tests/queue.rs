@@ -400,6 +400,8 @@ async fn late_commit_is_not_skipped(backend: Backend) {
         let fast = tokio::spawn(async move {
             enqueue_one(&s2, &Message::to("a").json(&"fast").unwrap()).await;
         });
+        // Time for the second writer to reach the lock (and, wrongly, to finish): that
+        // something does not happen has no condition to poll for.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!fast.is_finished(), "the second writer should queue");
         slow.commit().await.unwrap();

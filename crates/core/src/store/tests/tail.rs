@@ -32,20 +32,12 @@ async fn statements_then_messages(backend: Backend) {
         assert_eq!(used(), 0);
         return;
     }
-    let Mix {
-        first,
-        second,
-        delayed,
-        other,
-        more,
-    } = Mix::new();
-    let mut all = vec![
-        first.clone(),
-        second.clone(),
-        delayed.clone(),
-        other.clone(),
-    ];
-    all.extend(more.iter().cloned());
+    let mix = Mix::new();
+    let all: Vec<Message> = [&mix.first, &mix.second, &mix.delayed, &mix.other]
+        .into_iter()
+        .chain(&mix.more)
+        .cloned()
+        .collect();
     tx.enqueue_batch_after(before(), &all).await.unwrap();
     assert!(
         fake.taken.lock().unwrap().is_empty(),
@@ -59,7 +51,7 @@ async fn statements_then_messages(backend: Backend) {
     let taken: Vec<MessageId> = fake.taken.lock().unwrap().iter().map(|e| e.id).collect();
     // The slots are reserved before the round trip: the second of key k took one
     // (given back once its key was found live), so more[1] found none.
-    assert_eq!(taken, vec![first.id, more[0].id]);
+    assert_eq!(taken, vec![mix.first.id, mix.more[0].id]);
     assert_eq!(used(), 2);
     let claimed: Vec<MessageId> =
         claim_n(&store, "other-relay", &dests(&["direct", "elsewhere"]), 10)
@@ -69,7 +61,7 @@ async fn statements_then_messages(backend: Backend) {
             .collect();
     assert_eq!(
         claimed,
-        vec![other.id, more[1].id, more[2].id],
+        vec![mix.other.id, mix.more[1].id, mix.more[2].id],
         "the second of key k waits"
     );
     let stats = store.admin().stats().await.unwrap();

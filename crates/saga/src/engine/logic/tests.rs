@@ -122,20 +122,13 @@ struct Sim {
 
 impl Sim {
     fn new(def: SagaDefinition) -> Self {
-        let inst = Instance {
-            id: SagaId::new(),
-            name: def.name().to_owned(),
-            version: def.version(),
-            state: SagaState::Running,
-            data: json!({ "trip": 7 }),
-            error: None,
-            stage: 0,
-            steps: BTreeMap::new(),
-            finished: false,
-            parent: None,
-            usage: Default::default(),
-            budget: None,
-        };
+        let inst = Instance::new(
+            SagaId::new(),
+            def.name(),
+            def.version(),
+            json!({ "trip": 7 }),
+            None,
+        );
         Self {
             def: Arc::new(def),
             registered: true,

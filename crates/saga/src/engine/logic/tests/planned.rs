@@ -4,15 +4,7 @@ use super::*;
 
 /// A planned saga with a planner step: its plan comes back as the planner's text.
 fn planned() -> SagaDefinition {
-    crate::PlannedSaga::builder("errand", 1)
-        .destinations(["search", "calendar", "mail"])
-        .planner(
-            Step::new("plan", "planner")
-                .command(|d: &Value| d["input"].clone())
-                .nothing_to_undo(),
-        )
-        .build()
-        .unwrap()
+    crate::testing::planned_by_planner("errand")
 }
 
 /// The plan the planner answers with, amid prose: search, book (undone from its
