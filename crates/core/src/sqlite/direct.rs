@@ -68,9 +68,16 @@ pub(crate) struct LaneConn {
 }
 
 // SAFETY: the lane connection owns the connection behind `conn` (a `PoolConnection`,
-// which is `Send`) and the session (`Send`, above); both are used only through
-// `&mut self`.
+// which is `Send`: checked below) and the session (`Send`, above); both are used only
+// through `&mut self`.
 unsafe impl Send for LaneConn {}
+
+/// The claim above, checked: a `PoolConnection<Sqlite>` that stopped being `Send` would
+/// not compile here.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<PoolConnection<Sqlite>>();
+};
 
 impl std::fmt::Debug for LaneConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

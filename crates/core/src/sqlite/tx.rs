@@ -196,7 +196,8 @@ impl Tx {
         matches!(self.inner, Inner::Lane(_))
     }
 
-    /// The SQLite connection, without giving it back to sqlx's thread.
+    /// The SQLite connection, for sqlx (on the lane, its session ended first: see
+    /// [`LaneConn::sqlx`]).
     fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
             Inner::Sqlite(tx) => Some(tx),
