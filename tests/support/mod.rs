@@ -1,6 +1,9 @@
 //! Shared by the whole-system tests: running the examples as child processes, and
 //! checking the invariants in the agents' tables.
 
+// Support of several targets: cargo would take a file beside the targets for a target
+// of its own.
+#![allow(clippy::mod_module_files)]
 #![allow(dead_code, unreachable_pub)]
 
 /// The trip_booking example's car rental company (its API and its log), run by the

@@ -1,6 +1,9 @@
 //! Shared helpers of the CLI tests: databases prepared by the saga engine, and the
 //! `agentsaga` binary run against them.
 
+// Support of several targets: cargo would take a file beside the targets for a target
+// of its own.
+#![allow(clippy::mod_module_files)]
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::Path;
