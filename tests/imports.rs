@@ -52,10 +52,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/bench/src/outbox/enqueue.rs",
     ],
     &[
-        "crates/bench/src/relay.rs",
-        "crates/bench/src/relay/latency.rs",
-    ],
-    &[
         "crates/bench/src/saga.rs",
         "crates/bench/src/saga/figure.rs",
         "crates/bench/src/saga/nested.rs",
