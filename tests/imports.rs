@@ -47,11 +47,6 @@ const KNOWN: &[&[&str]] = &[
         "crates/bench/src/agents/phases.rs",
     ],
     &[
-        "crates/bench/src/outbox.rs",
-        "crates/bench/src/outbox/drain.rs",
-        "crates/bench/src/outbox/enqueue.rs",
-    ],
-    &[
         "crates/bench/src/saga.rs",
         "crates/bench/src/saga/figure.rs",
         "crates/bench/src/saga/nested.rs",
