@@ -42,11 +42,6 @@ fn crate_sources() -> Vec<PathBuf> {
 /// exact: a circle that grows, shrinks or goes fails the test until the list says so.
 const KNOWN: &[&[&str]] = &[
     &[
-        "crates/bench/src/agents.rs",
-        "crates/bench/src/agents/limited.rs",
-        "crates/bench/src/agents/phases.rs",
-    ],
-    &[
         "crates/bench/src/saga.rs",
         "crates/bench/src/saga/figure.rs",
         "crates/bench/src/saga/nested.rs",
