@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 use serde_json::json;
-use sqlx::{Postgres, Sqlite, Transaction};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use uuid::Uuid;
