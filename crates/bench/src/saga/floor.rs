@@ -13,7 +13,8 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{ORCHESTRATOR, Run, SAGA, STEPS, Scenario, check_and_measure, drive};
+use super::drive::{Run, check_and_measure, drive};
+use super::setup::{ORCHESTRATOR, SAGA, STEPS, Scenario};
 use crate::db::Backend;
 use crate::outbox::{self, Plain};
 
