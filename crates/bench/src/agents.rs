@@ -31,20 +31,18 @@
 //! the CPU the machine and this process spent during the run (from `/proc`): on two
 //! shared cores the makespan varies with the load, and these say why.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentsaga_runtime::{
     AgentContext, CallContext, CallingAgent, DEFAULT_CALLING_CONCURRENCY,
     DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, StepError,
 };
-use agentsaga_saga::{SagaDefinition, SagaId, SagaState};
+use agentsaga_saga::{SagaDefinition, SagaState};
 use anyhow::{Context, bail, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, Plain};
 use crate::report::percentile;
@@ -53,44 +51,21 @@ use crate::report::{Figure, Report, Target};
 mod cpu;
 mod limited;
 mod phases;
+mod setup;
 
 use cpu::Cpu;
 use phases::{Phases, Probe};
+pub(crate) use setup::Args;
+use setup::STEPS;
 
 const BENCH: &str = "agents";
 const SAGA: &str = "agents";
-/// (step name, agent destination), in order; the last is the pivot.
-const STEPS: [(&str, &str); 3] = [
-    ("step_a", "agent_a"),
-    ("step_b", "agent_b"),
-    ("step_c", "agent_c"),
-];
 /// Sagas per start transaction (the transactions run concurrently).
 const START_CHUNK: usize = 50;
 /// How often the driver counts the sagas by state.
 const POLL: Duration = Duration::from_millis(20);
 /// The target for ideal / makespan.
 const RATIO_TARGET: f64 = 0.6;
-
-/// `agents` options.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct Args {
-    #[command(flatten)]
-    common: Common,
-    /// Sagas per run, all started at once (default 500; --quick: 100).
-    #[arg(long)]
-    sagas: Option<usize>,
-    /// How long each agent's outside call waits, in ms.
-    #[arg(long, default_value_t = 500)]
-    call_ms: u64,
-    /// Instead: sagas calling a provider limited to this many requests a minute
-    /// (`agents/limited.rs`; 1,000 sagas, --quick: 100).
-    #[arg(long)]
-    rate_limit: Option<u32>,
-    /// With --rate-limit: how long each call takes once the provider took it, in ms.
-    #[arg(long, default_value_t = 100)]
-    limited_call_ms: u64,
-}
 
 /// How much work each backend does.
 #[derive(Debug, Clone, Copy)]

@@ -14,41 +14,29 @@
 //! PostgreSQL, for the store and its floor alike. Each figure is the median of a few
 //! rounds; store and floor alternate which runs first.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use agentsaga_core::queue::Claim;
-use agentsaga_core::{Message, Store};
-use anyhow::{Context, ensure};
-use sqlx::{Connection, PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
-use tokio::task::JoinSet;
-use uuid::Uuid;
+use agentsaga_core::Store;
+use anyhow::Context;
 
 use crate::common::Common;
-use crate::db::{self, Backend, Scratch};
+use crate::db::{Backend, Scratch};
 use crate::report::{Figure, Report};
 
 mod drain;
 mod enqueue;
+mod measure;
+mod plain;
+mod setup;
 
-use drain::*;
 pub(crate) use drain::{fill, floor_drain_with, settle};
-use enqueue::*;
+use drain::{floor_drain, store_drain};
+use enqueue::{floor_batch, floor_single, store_batch, store_single};
+pub(crate) use measure::median;
+pub(crate) use plain::Plain;
+pub(crate) use setup::{BATCH, DEST, KEYS, key, now_ms};
 
 const BENCH: &str = "outbox";
-/// Every message goes here.
-pub(crate) const DEST: &str = "bench";
-/// Distinct ordering keys, assigned round-robin.
-pub(crate) const KEYS: usize = 1000;
-/// Messages per batch transaction, and rows per claim.
-pub(crate) const BATCH: usize = 100;
-/// The claimer's lease owner name.
-pub(crate) const OWNER: &str = "bench-relay";
-/// A lease long enough never to expire during a run.
-pub(crate) const LEASE: Duration = Duration::from_secs(600);
-/// Messages per transaction when filling a backlog (untimed).
-const FILL_CHUNK: usize = 1000;
-
 /// `outbox` options.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Args {
@@ -126,50 +114,6 @@ impl Side {
             Self::Store => "store",
             Self::Floor => "floor",
         }
-    }
-}
-
-/// A plain sqlx pool of either backend, for the floors.
-#[derive(Debug, Clone)]
-pub(crate) enum Plain {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
-
-impl Plain {
-    pub(crate) async fn open(backend: Backend, url: &str) -> anyhow::Result<Self> {
-        Ok(match backend {
-            Backend::Sqlite => Self::Sqlite(db::plain_sqlite(url).await?),
-            Backend::Postgres => Self::Postgres(db::plain_postgres(url).await?),
-        })
-    }
-
-    pub(crate) async fn close(&self) {
-        match self {
-            Self::Sqlite(p) => p.close().await,
-            Self::Postgres(p) => p.close().await,
-        }
-    }
-
-    /// Every saga's `(state, created_at, updated_at)`, times in Unix ms: what the saga
-    /// benches check and measure once a run is over.
-    pub(crate) async fn saga_rows(&self) -> anyhow::Result<Vec<(String, i64, i64)>> {
-        Ok(match self {
-            Self::Sqlite(pool) => {
-                sqlx::query_as("SELECT state, created_at, updated_at FROM saga_instances")
-                    .fetch_all(pool)
-                    .await?
-            }
-            Self::Postgres(pool) => {
-                sqlx::query_as(
-                    "SELECT state, (extract(epoch FROM created_at) * 1000)::bigint,
-                        (extract(epoch FROM updated_at) * 1000)::bigint
-                     FROM saga_instances",
-                )
-                .fetch_all(pool)
-                .await?
-            }
-        })
     }
 }
 
@@ -306,53 +250,4 @@ async fn figure(
         plain.close().await;
     }
     Ok((median(rates.0), median(rates.1)))
-}
-
-pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    match xs.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
-}
-
-pub(crate) fn key(i: usize) -> String {
-    format!("key-{:04}", i % KEYS)
-}
-
-fn payload(i: usize) -> serde_json::Value {
-    serde_json::json!({ "order": i, "amount_cents": 4200, "currency": "EUR", "note": "bench" })
-}
-
-fn message(i: usize) -> anyhow::Result<Message> {
-    Ok(Message::to(DEST).key(key(i)).json(&payload(i))?)
-}
-
-/// Unix milliseconds, the SQLite schema's clock.
-pub(crate) use agentsaga_core::clock::now_ms;
-
-/// Runs `units` units of work split over `tasks` tasks; `work(task, count)` does
-/// `count` units, numbering them `task, task + tasks, …`. Returns units × `per_unit`
-/// per second.
-async fn parallel<F, Fut>(
-    tasks: usize,
-    units: usize,
-    per_unit: usize,
-    work: F,
-) -> anyhow::Result<f64>
-where
-    F: Fn(usize, usize) -> Fut,
-    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
-{
-    let start = Instant::now();
-    let mut set = JoinSet::new();
-    for t in 0..tasks {
-        let count = units / tasks + usize::from(t < units % tasks);
-        set.spawn(work(t, count));
-    }
-    while let Some(done) = set.join_next().await {
-        done??;
-    }
-    Ok((units * per_unit) as f64 / start.elapsed().as_secs_f64())
 }

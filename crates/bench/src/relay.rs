@@ -20,14 +20,11 @@
 //! No floor exists for the latencies: they are checked against the issue's targets.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentsaga_core::{Envelope, Message, Store};
-use agentsaga_relay::{Delivery, Relay, RelayConfig, Transport};
+use agentsaga_core::{Envelope, Store};
+use agentsaga_relay::{Delivery, Relay, Transport};
 use anyhow::{Context, bail, ensure};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common::Common;
 use crate::db::{Backend, Scratch};
@@ -35,22 +32,19 @@ use crate::outbox::{self, BATCH, DEST};
 use crate::report::{Figure, Report, Target};
 
 mod latency;
+mod setup;
 
 pub(crate) use latency::child;
 use latency::{cross_process, in_process};
+pub(crate) use setup::ChildArgs;
+use setup::{POLL, RATE, Sizes, relay_config};
 
 const BENCH: &str = "relay";
-/// Offered load of the latency runs, msgs/s.
-const RATE: f64 = 1000.0;
-/// The relay's fallback poll period (its default): wakeups should make it moot.
-const POLL: Duration = Duration::from_millis(250);
 /// Targets from the issue.
 const DRAIN_RATIO: f64 = 0.6;
 const P50_IN_PROCESS_MS: f64 = 3.0;
 const P99_IN_PROCESS_MS: f64 = 20.0;
 const P99_CROSS_PROCESS_MS: f64 = 50.0;
-/// How long deliveries may trail the producer before the run is called failed.
-const GRACE: Duration = Duration::from_secs(60);
 
 /// `relay` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,63 +55,6 @@ pub(crate) struct Args {
     /// keeps up to workers + batch size rows in flight.
     #[arg(long, default_value_t = 8)]
     workers: usize,
-}
-
-/// The hidden `relay-child` subcommand: a relay alone against `url`.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct ChildArgs {
-    /// The PostgreSQL database the parent produces into.
-    #[arg(long)]
-    url: String,
-    /// How many messages the parent sends.
-    #[arg(long)]
-    count: usize,
-    /// How long the parent produces, in seconds (the child gives up [`GRACE`] later).
-    #[arg(long)]
-    seconds: f64,
-    /// Delivery workers.
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
-}
-
-/// How much work each figure does.
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    /// Backlog rows drained per round.
-    backlog: usize,
-    /// Drain rounds per side (the median is reported).
-    rounds: usize,
-    /// Seconds of production at [`RATE`] per latency run.
-    latency_secs: f64,
-}
-
-impl Sizes {
-    fn new(quick: bool) -> Self {
-        if quick {
-            Self {
-                backlog: 10_000,
-                rounds: 1,
-                latency_secs: 3.0,
-            }
-        } else {
-            Self {
-                backlog: 100_000,
-                rounds: 2,
-                latency_secs: 10.0,
-            }
-        }
-    }
-
-    fn messages(self) -> usize {
-        (self.latency_secs * RATE) as usize
-    }
-}
-
-fn relay_config(workers: usize) -> RelayConfig {
-    RelayConfig::default()
-        .batch_size(BATCH as u32)
-        .workers(workers)
-        .poll_interval(POLL)
 }
 
 /// Runs the `relay` bench on the chosen backends.

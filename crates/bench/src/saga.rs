@@ -29,44 +29,30 @@
 //! the next through an in-memory queue worked by 8 tasks (the relay's 8 workers): no
 //! relay, so no claims and no acknowledgements, and no reads of the saga back.
 //!
-//! Here the driver: the arguments, the runs of both sides and the report. The runtime
-//! side is in [`runtime_side`], the floor in [`floor`].
+//! Here the driver: the arguments, the runs of both sides and the report. The settings
+//! are in [`setup`], the driving of a run in [`drive`], the runtime side in
+//! [`runtime_side`], the floor in [`floor`].
 
+mod drive;
 mod figure;
 mod floor;
 mod nested;
 mod runtime_side;
+mod setup;
 
-use figure::figure;
+use std::time::Instant;
 
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 use crate::common::Common;
 use crate::db::{Backend, Scratch};
-use crate::outbox::{self, Plain};
 use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
 
-const BENCH: &str = "saga";
-const SAGA: &str = "bench";
-/// `saga.<name>.v<version>`: where replies go.
-const ORCHESTRATOR: &str = "saga.bench.v1";
-/// (step name, agent destination), in order; the last is the pivot.
-const STEPS: [(&str, &str); 3] = [
-    ("step_a", "agent_a"),
-    ("step_b", "agent_b"),
-    ("step_c", "agent_c"),
-];
-/// Sagas per start transaction.
-const START_BATCH: usize = 50;
-/// At most this many sagas unfinished.
-const WINDOW: usize = 200;
-/// 1 in this many sagas fails at `step_c` in the compensating runs.
-const FAIL_EVERY: u64 = 5;
-/// How often the driver looks at the unfinished count.
-const POLL: Duration = Duration::from_millis(10);
+use drive::{POLL, START_BATCH, WINDOW};
+use figure::figure;
+use setup::{BENCH, FAIL_EVERY, PHYSICAL_BATCH, Scenario, Sizes};
+
 /// Targets from the issue.
 const SQLITE_TARGET: f64 = 2_500.0;
 const POSTGRES_TARGET: f64 = 1_500.0;
@@ -96,77 +82,6 @@ pub(crate) struct Args {
 enum SqliteSync {
     Normal,
     Full,
-}
-
-/// How much work each figure does.
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    /// Sagas per run.
-    sagas: usize,
-    /// Runs per side and scenario (the median is reported).
-    rounds: usize,
-}
-
-impl Sizes {
-    fn new(quick: bool) -> Self {
-        if quick {
-            Self {
-                sagas: 300,
-                rounds: 1,
-            }
-        } else {
-            Self {
-                sagas: 2_000,
-                rounds: 2,
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scenario {
-    Happy,
-    Compensating,
-}
-
-impl Scenario {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Happy => "happy",
-            Self::Compensating => "compensating",
-        }
-    }
-
-    fn fails(self, n: u64) -> bool {
-        self == Self::Compensating && n.is_multiple_of(FAIL_EVERY)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Runtime,
-    Floor,
-    /// The physical reference: the floor's writes, up to [`PHYSICAL_BATCH`] hops per
-    /// transaction.
-    Batched,
-    /// The set reference (PostgreSQL): the physical reference's transactions, each
-    /// kind of row written for all their hops in one statement.
-    Sets,
-}
-
-/// Hops per transaction of the physical reference.
-const PHYSICAL_BATCH: usize = 100;
-
-/// What one run measured.
-#[derive(Debug, Clone)]
-struct Run {
-    rate: f64,
-    /// Per-saga latencies, ms, sorted.
-    latencies: Vec<f64>,
-    /// The runtime's hops per shared commit (group commit).
-    hops_per_commit: Option<f64>,
-    /// The runtime's deliveries taken by direct handover, of all its deliveries.
-    handed_share: Option<f64>,
 }
 
 /// Runs the `saga` bench on the chosen backends.
@@ -342,64 +257,6 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
     Ok(report)
 }
 
-/// Starts sagas `START_BATCH` at a time while at most `WINDOW - START_BATCH` are
-/// unfinished, until `n` are started and none is unfinished. `start(first, count)`
-/// starts sagas `first..first + count` in one transaction; `unfinished(started)`
-/// counts those not terminal. Returns the elapsed time.
-async fn drive<S, SF, U, UF>(n: usize, mut start: S, mut unfinished: U) -> anyhow::Result<Duration>
-where
-    S: FnMut(usize, usize) -> SF,
-    SF: Future<Output = anyhow::Result<()>>,
-    U: FnMut(usize) -> UF,
-    UF: Future<Output = anyhow::Result<usize>>,
-{
-    let begin = Instant::now();
-    let deadline = begin + Duration::from_secs(600);
-    let mut started = 0;
-    loop {
-        let open = unfinished(started).await?;
-        if started < n && open + START_BATCH <= WINDOW {
-            let count = START_BATCH.min(n - started);
-            start(started, count).await?;
-            started += count;
-            continue;
-        }
-        if started == n && open == 0 {
-            return Ok(begin.elapsed());
-        }
-        if Instant::now() > deadline {
-            bail!("{open} sagas still unfinished after 10 minutes ({started} of {n} started)");
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Checks the final states (every saga terminal, the expected number compensated) and
-/// returns the sorted latencies, ms.
-async fn check_and_measure(
-    backend: Backend,
-    url: &str,
-    scenario: Scenario,
-    n: usize,
-) -> anyhow::Result<Vec<f64>> {
-    let plain = Plain::open(backend, url).await?;
-    let rows = plain.saga_rows().await?;
-    plain.close().await;
-    let failing = (0..n as u64).filter(|&i| scenario.fails(i)).count();
-    let compensated = rows.iter().filter(|r| r.0 == "compensated").count();
-    let completed = rows.iter().filter(|r| r.0 == "completed").count();
-    ensure!(
-        rows.len() == n && completed == n - failing && compensated == failing,
-        "expected {} completed and {failing} compensated of {n}, found {completed} and \
-         {compensated} of {}",
-        n - failing,
-        rows.len()
-    );
-    let mut ms: Vec<f64> = rows.iter().map(|r| (r.2 - r.1) as f64).collect();
-    ms.sort_by(f64::total_cmp);
-    Ok(ms)
-}
-
 /// How the runtime's agents answered their sagas in this run.
 pub(crate) fn answers_note() -> String {
     if crate::db::answers_via_outbox() {
@@ -410,19 +267,5 @@ pub(crate) fn answers_note() -> String {
         "runtime answers: applied to the saga in the agent's transaction (the default; \
          --answers-via-outbox sends them through the outbox)"
             .to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_in_five_fails_when_compensating() {
-        let fails = (0..100)
-            .filter(|&n| Scenario::Compensating.fails(n))
-            .count();
-        assert_eq!(fails, 20);
-        assert!((0..100).all(|n| !Scenario::Happy.fails(n)));
     }
 }

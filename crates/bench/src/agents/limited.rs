@@ -24,6 +24,7 @@ use agentsaga_saga::{Saga, SagaState, Step};
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
+use super::setup::Args;
 use crate::db::Scratch;
 use crate::report::{Figure, Report, Target};
 
@@ -112,7 +113,7 @@ impl CallingAgent for Llm {
 
 /// Runs the rate-limited shape on the chosen backends.
 pub(crate) async fn run(
-    args: &super::Args,
+    args: &Args,
     scratch: &mut Scratch,
     per_minute: u32,
 ) -> anyhow::Result<Report> {

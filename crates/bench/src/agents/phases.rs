@@ -1,7 +1,14 @@
 //! Where a saga's time goes, per step: when each call and each record began
 //! ([`Probe`]), and the gaps between them ([`Phases`]).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use agentsaga_saga::SagaId;
+
+use super::setup::STEPS;
+use crate::report::percentile;
 
 /// When each saga's calls and records began, per step.
 #[derive(Debug, Default)]

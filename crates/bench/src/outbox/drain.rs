@@ -1,12 +1,23 @@
 //! `drain_rate`: a keyed backlog claimed and marked delivered, the store's claim against
 //! a plain-sqlx floor; and the backlog's fill, shared with the relay bench.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use agentsaga_core::Store;
+use agentsaga_core::queue::Claim;
+use anyhow::ensure;
+use sqlx::Connection;
+use uuid::Uuid;
+
+use super::plain::Plain;
+use super::setup::{BATCH, DEST, FILL_CHUNK, LEASE, OWNER, message, now_ms};
+use crate::db::{self, Backend};
 
 // ----- drain_rate ----------------------------------------------------------------------
 
-/// Writes a backlog of `n` messages over [`KEYS`] keys round-robin, in transactions of
-/// [`FILL_CHUNK`], through the store (so both sides get the same rows).
+/// Writes a backlog of `n` messages over [`KEYS`](super::setup::KEYS) keys round-robin,
+/// in transactions of [`FILL_CHUNK`], through the store (so both sides get the same
+/// rows).
 pub(crate) async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
     let store = Store::connect(url).await?;
     for first in (0..n).step_by(FILL_CHUNK) {
@@ -227,22 +238,4 @@ fn drain_rate(who: &str, delivered: u64, backlog: usize, elapsed: Duration) -> a
         "{who} drained {delivered} of {backlog} rows"
     );
     Ok(backlog as f64 / elapsed.as_secs_f64())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(vec![]), 0.0);
-    }
-
-    #[test]
-    fn keys_cycle_over_a_thousand() {
-        assert_eq!(key(0), key(KEYS));
-        assert_ne!(key(0), key(1));
-    }
 }

@@ -1,7 +1,13 @@
 //! `enqueue_single_rate` and `enqueue_batch100_rate`: the store's enqueue against a
 //! plain-sqlx floor.
 
-use super::*;
+use agentsaga_core::Store;
+use sqlx::{Postgres, QueryBuilder, Sqlite};
+use uuid::Uuid;
+
+use super::measure::parallel;
+use super::plain::Plain;
+use super::setup::{BATCH, DEST, key, message, now_ms, payload};
 
 // ----- enqueue_single_rate -----------------------------------------------------------
 

@@ -1,7 +1,18 @@
 //! The latencies: from a producer's commit to the transport, with the relay in the same
 //! process or in a second one (`relay-child`, PostgreSQL only).
 
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agentsaga_core::{Envelope, Message, Store};
+use agentsaga_relay::{Delivery, Relay, Transport};
+use anyhow::{Context, ensure};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::setup::{ChildArgs, GRACE, RATE, Sizes, relay_config};
+use crate::outbox::{self, DEST};
 use crate::report::percentile;
 
 /// Wall-clock nanoseconds since the Unix epoch: comparable across processes.

@@ -1,7 +1,24 @@
 //! One figure of the saga bench: the runtime, the floor and the references run in
 //! alternation, each several times, and the run of median rate kept.
 
-use super::*;
+use super::drive::Run;
+use super::setup::{PHYSICAL_BATCH, Scenario, Sizes};
+use super::{floor, runtime_side};
+use crate::db::{Backend, Scratch};
+use crate::outbox;
+use crate::report::percentile;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Runtime,
+    Floor,
+    /// The physical reference: the floor's writes, up to [`PHYSICAL_BATCH`] hops per
+    /// transaction.
+    Batched,
+    /// The set reference (PostgreSQL): the physical reference's transactions, each
+    /// kind of row written for all their hops in one statement.
+    Sets,
+}
 
 /// (runtime, floor, physical reference, set reference on PostgreSQL): the runs of
 /// median rate.

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 use serde_json::json;
-use sqlx::{Postgres, Sqlite, Transaction};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{ORCHESTRATOR, Run, SAGA, STEPS, Scenario, check_and_measure, drive};
+use super::drive::{Run, check_and_measure, drive};
+use super::setup::{ORCHESTRATOR, SAGA, STEPS, Scenario};
 use crate::db::Backend;
 use crate::outbox::{self, Plain};
 

@@ -10,8 +10,9 @@ use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, Step};
 use anyhow::ensure;
 
+use super::drive::drive;
 use super::runtime_side::{Data, agent, definition};
-use super::{STEPS, drive};
+use super::setup::{BENCH, SAGA, STEPS, Sizes};
 use crate::db::Backend;
 
 const PARENT: &str = "bench_parent";
@@ -27,7 +28,7 @@ pub(super) async fn nested_run(
     let parent = Saga::<Data>::builder(PARENT, 1)
         .step(Step::new("step_p", PARENT_AGENT).compensate(PARENT_AGENT, |d: &Data| d.n))
         // The flat saga has a pivot: as a child it is its parent's pivot.
-        .pivot(Step::saga("child", super::SAGA).forward_only())
+        .pivot(Step::saga("child", SAGA).forward_only())
         .build()?;
     let mut builder = Runtime::builder()
         .database(url)
@@ -72,7 +73,7 @@ pub(super) async fn nested_run(
     .await;
     let (parents, children) = (
         completed(&store, PARENT).await,
-        completed(&store, super::SAGA).await,
+        completed(&store, SAGA).await,
     );
     runtime.shutdown().await;
     let elapsed = elapsed?;
@@ -106,7 +107,7 @@ async fn completed(store: &agentsaga_core::Store, name: &str) -> anyhow::Result<
 /// a fresh database, against `flat` (the flat saga's happy rate, runtime side).
 pub(super) async fn figure(
     backend: Backend,
-    sizes: super::Sizes,
+    sizes: Sizes,
     workers: usize,
     scratch: &mut crate::db::Scratch,
     flat: f64,
@@ -118,9 +119,8 @@ pub(super) async fn figure(
     }
     rates.sort_by(f64::total_cmp);
     let rate = rates[rates.len() / 2];
-    let figure =
-        crate::report::Figure::new(super::BENCH, backend.name(), "nested_rate", rate, "sagas/s")
-            .with_floor(flat);
+    let figure = crate::report::Figure::new(BENCH, backend.name(), "nested_rate", rate, "sagas/s")
+        .with_floor(flat);
     let note = format!(
         "{} nested: parents of 2 steps (one agent step, one child saga of the flat 3-step \
          shape), happy path, {} per run: {rate:.0} parents/s; its ratio is against the flat \

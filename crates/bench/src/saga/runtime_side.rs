@@ -8,7 +8,8 @@ use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Run, SAGA, STEPS, Scenario, check_and_measure, drive};
+use super::drive::{Run, check_and_measure, drive};
+use super::setup::{SAGA, STEPS, Scenario};
 use crate::db::Backend;
 use crate::quick::QuickAgent;
 
@@ -108,8 +109,8 @@ pub(super) async fn runtime_run(
 
 #[cfg(test)]
 mod tests {
-    use super::super::ORCHESTRATOR;
     use super::*;
+    use crate::saga::setup::ORCHESTRATOR;
 
     #[test]
     fn the_definition_builds() {

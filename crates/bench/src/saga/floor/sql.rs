@@ -1,7 +1,11 @@
 //! The floor's statements, each in both dialects (and PostgreSQL's set form), and the
 //! transaction that runs them.
 
-use super::*;
+use anyhow::bail;
+use sqlx::{Postgres, Sqlite, Transaction};
+use uuid::Uuid;
+
+use crate::outbox::Plain;
 
 /// A statement in both dialects, with the same parameters in the same order. Times
 /// are Unix ms; PostgreSQL converts them with `to_timestamp`.
