@@ -90,6 +90,8 @@ mod handoff;
 pub mod http;
 pub mod in_process;
 pub mod lease;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod pacer;
 mod relay;
 mod settle;
