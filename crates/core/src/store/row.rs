@@ -143,7 +143,6 @@ impl Row {
 
     /// `row`, each column not NULL read by `value` (given its index and its type's
     /// name).
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn decode<R: sqlx::Row>(row: &R, value: impl Fn(usize, &str) -> Result<Value>) -> Result<Self>
     where
         usize: sqlx::ColumnIndex<R>,
@@ -153,11 +152,10 @@ impl Row {
         let mut values = Vec::with_capacity(columns.len());
         for i in 0..columns.len() {
             let raw = row.try_get_raw(i)?;
-            let ty = (!raw.is_null()).then(|| raw.type_info().name().to_owned());
-            drop(raw);
-            values.push(match ty {
-                None => Value::Null,
-                Some(ty) => value(i, &ty)?,
+            values.push(if raw.is_null() {
+                Value::Null
+            } else {
+                value(i, raw.type_info().name())?
             });
         }
         Ok(Self { columns, values })

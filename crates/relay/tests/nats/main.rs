@@ -80,11 +80,23 @@ fn envelope(destination: &str) -> Envelope {
     }
 }
 
-/// The messages of stream `AGENTSAGA`, read by a throwaway pull consumer.
+/// The stream the tests publish to.
+const STREAM: &str = "AGENTSAGA";
+
+/// A transport to `server`, its stream made.
+async fn with_stream(server: &Server) -> NatsTransport {
+    let nats = NatsTransport::connect(&server.url()).await.unwrap();
+    nats.ensure_stream(STREAM, Duration::from_secs(120))
+        .await
+        .unwrap();
+    nats
+}
+
+/// The messages of the stream, read by a throwaway pull consumer.
 async fn read_all(url: &str, n: usize) -> Vec<async_nats::jetstream::Message> {
     use futures_util::StreamExt;
     let js = jetstream::new(async_nats::connect(url).await.unwrap());
-    let stream = js.get_stream("AGENTSAGA").await.unwrap();
+    let stream = js.get_stream(STREAM).await.unwrap();
     let consumer = stream
         .create_consumer(jetstream::consumer::pull::Config::default())
         .await
@@ -106,10 +118,7 @@ async fn read_all(url: &str, n: usize) -> Vec<async_nats::jetstream::Message> {
 #[tokio::test]
 async fn delivered_with_its_id_headers_and_envelope() {
     let server = Server::start();
-    let nats = NatsTransport::connect(&server.url()).await.unwrap();
-    nats.ensure_stream("AGENTSAGA", Duration::from_secs(120))
-        .await
-        .unwrap();
+    let nats = with_stream(&server).await;
     let env = envelope("payments");
     assert_eq!(nats.deliver(&env).await, Delivery::Delivered);
     let got = read_all(&server.url(), 10).await;
@@ -132,10 +141,7 @@ async fn delivered_with_its_id_headers_and_envelope() {
 #[tokio::test]
 async fn a_second_publish_of_one_message_is_kept_once() {
     let server = Server::start();
-    let nats = NatsTransport::connect(&server.url()).await.unwrap();
-    nats.ensure_stream("AGENTSAGA", Duration::from_secs(120))
-        .await
-        .unwrap();
+    let nats = with_stream(&server).await;
     let env = envelope("payments");
     assert_eq!(nats.deliver(&env).await, Delivery::Delivered);
     // A relay that delivered, then crashed before marking the row, delivers again.
