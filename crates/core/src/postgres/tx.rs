@@ -1,5 +1,5 @@
 //! PostgreSQL's side of a [`Tx`]: a hop of the set lane keeps its last write as data
-//! ([`Kept`](super::kept::Kept)), and the batch writes what its hops kept, one statement per table.
+//! ([`Kept`]), and the batch writes what its hops kept, one statement per table.
 
 // A PostgreSQL-only build has no other connection than PostgreSQL's.
 #![allow(irrefutable_let_patterns)]
@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::dialect::MessageRows;
-use super::kept::{Column, SetValue, set_sql, unique_by_key};
+use super::kept::{Column, Kept, SetValue, set_sql, unique_by_key};
 use crate::store::write::Table;
 use crate::store::{Conn, Store, Tx};
 use crate::{Error, Message, MessageId, Result};
@@ -185,7 +185,7 @@ impl Tx {
 
 impl Tx {
     /// In a hop of the set lane after [`defer_next_write`](Self::defer_next_write):
-    /// `true`, and the caller then keeps its last write as data ([`Kept`](super::kept::Kept)), written
+    /// `true`, and the caller then keeps its last write as data ([`Kept`]), written
     /// with the batch's. Elsewhere `false`: write it as usual. Either way the
     /// permission is used up.
     pub(crate) fn take_set_deferral(&mut self) -> bool {
@@ -196,14 +196,14 @@ impl Tx {
 
     /// This transaction becomes the set lane's: its hops may keep their writes.
     pub(crate) fn start_sets(&mut self) {
-        self.sets = Some(crate::postgres::kept::Kept::default());
+        self.sets = Some(Kept::default());
     }
 
-    pub(crate) fn kept_mut(&mut self) -> Option<&mut crate::postgres::kept::Kept> {
+    pub(crate) fn kept_mut(&mut self) -> Option<&mut Kept> {
         self.sets.as_mut()
     }
 
-    pub(crate) fn take_kept(&mut self) -> Option<crate::postgres::kept::Kept> {
+    pub(crate) fn take_kept(&mut self) -> Option<Kept> {
         self.sets.take()
     }
 

@@ -1,6 +1,6 @@
 //! A write transaction of the store, of either backend: what is the same on both (the
 //! enqueue and the inbox, handover, the commit and its wake-ups). Each driver adds its
-//! lane's side (`sqlite::tx`, `postgres::kept`).
+//! lane's side (`sqlite::tx`, `postgres::tx`).
 
 use super::backend::Backend;
 use super::types::{Inner, Store, Tx};
