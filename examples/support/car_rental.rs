@@ -3,8 +3,8 @@
 //!
 //! The API: `POST {base}/rentals` with an `Idempotency-Key` header and
 //! `{"customer": 7, "reference": "<saga id>"}` reserves a car and answers
-//! `{"rental_id": "car-12"}`; `POST {base}/rentals/cancel` with an `Idempotency-Key`
-//! and `{"reference": "<saga id>", "rental_id": "car-12"}` cancels that rental, or with
+//! `{"rental_id": "car-12-5f3a09c1-3"}`; `POST {base}/rentals/cancel` with an `Idempotency-Key`
+//! and `{"reference": "<saga id>", "rental_id": "car-12-5f3a09c1-3"}` cancels that rental, or with
 //! no `rental_id` every rental of the reference (nothing to cancel is a success). Like a
 //! real payment or booking API it remembers every idempotency key: a request with a key
 //! it has seen changes nothing and answers what the first one did.
@@ -62,6 +62,10 @@ pub struct Event {
 
 #[derive(Default)]
 struct Book {
+    /// This run of the service, in its rental ids: a company never hands out one id
+    /// twice, even after a restart that forgot its book (the example's in-process
+    /// service restarts with its process; ids of a run before must not come back).
+    run: String,
     /// rental id → (reference, still in force)
     rentals: HashMap<String, (String, bool)>,
     /// idempotency key → the rentals it answered
@@ -114,7 +118,10 @@ impl Service {
 pub async fn start(seed: u64) -> anyhow::Result<Service> {
     let shared = Arc::new(Shared {
         seed,
-        book: Mutex::new(Book::default()),
+        book: Mutex::new(Book {
+            run: format!("{:08x}", fastrand::u32(..)),
+            ..Book::default()
+        }),
     });
     let app = Router::new()
         .route("/v1/rentals", post(reserve))
@@ -187,7 +194,12 @@ async fn reserve(
         move |book, key, of| match book.keys.get(key) {
             Some(first) => (Outcome::Repeat, first.clone()),
             None => {
-                let id = format!("car-{}-{}", body.customer, book.rentals.len() + 1);
+                let id = format!(
+                    "car-{}-{}-{}",
+                    body.customer,
+                    book.run,
+                    book.rentals.len() + 1
+                );
                 book.rentals.insert(id.clone(), (of.to_owned(), true));
                 book.keys.insert(key.to_owned(), vec![id.clone()]);
                 (Outcome::Reserved, vec![id])

@@ -376,9 +376,9 @@ pub async fn run<T: serde::Serialize>(
     let mut n = 0;
     while n < common.sagas {
         let batch = (common.sagas - n).min(50);
-        // A hop, not `begin()`: on SQLite a turn in the runtime's shared transaction
-        // instead of taking the single writer from it while sagas run.
-        let mut tx = runtime.store().hop().await?;
+        // While sagas run, on SQLite a turn in the runtime's shared transaction
+        // instead of taking the single writer from it.
+        let mut tx = runtime.store().begin().await?;
         match &saga.key {
             // One start at a time: each claims its key.
             Some(key) => {

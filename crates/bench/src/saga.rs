@@ -17,9 +17,8 @@
 //! `trip_booking` example), a new batch whenever at most 150 are unfinished (so at most
 //! 200 in flight), until N are started; then the driver waits for the last. The
 //! runtime starts each batch with one `Runtime::start_sagas_in` (multi-row statements)
-//! in a hop (`Store::hop`: on SQLite a turn in the shared transaction of the hops
-//! running, as its docs advise for writes under load; on PostgreSQL a transaction of
-//! its own); the floor writes its start rows one statement at a time.
+//! in one `Store::begin` (on SQLite a turn in the shared transaction of the hops
+//! running, when they run; on PostgreSQL a transaction of its own); the floor writes its start rows one statement at a time.
 //!
 //! The floor writes, per saga, the rows the runtime writes, in the same transactions:
 //! the start (instance + first step row + its command in the outbox, 50 sagas per
@@ -212,8 +211,8 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
              compensating runs fail step c fatally for every {FAIL_EVERY}th saga (from the \
              saga data), which then compensates b and a. Started {START_BATCH} per \
              transaction whenever at most {} are unfinished ({WINDOW} in flight at most; \
-             the runtime with one `start_sagas_in` per hop (`Store::hop`; on SQLite a turn \
-             in the shared transaction, since 2026-11-26), the floor a row at a time); \
+             the runtime with one `start_sagas_in` per `Store::begin` (on SQLite a turn \
+             in the hops' shared transaction while they run), the floor a row at a time); \
              rate = N / (first start -> last terminal, polled every {} ms); {rounds}",
             sizes.sagas,
             WINDOW - START_BATCH,

@@ -97,10 +97,21 @@ pub enum Error {
         reason: String,
     },
 
-    /// The shared transaction a hop ran in (see [`Store::hop`](crate::Store::hop))
-    /// could not be begun or committed: nothing of the hop was written. Transient.
+    /// The shared transaction a transaction ran in (a turn in SQLite's lane, see
+    /// [`Store::begin`](crate::Store::begin)) could not be begun or committed: nothing
+    /// of it was written. Transient.
     #[error("shared transaction: {0}")]
     SharedCommit(String),
+
+    /// [`Store::begin`](crate::Store::begin) was called by a task that holds a turn in
+    /// SQLite's lane already (an agent's handler, say, or an earlier `begin` not yet
+    /// committed): the second would wait for the first, which waits for it. Nothing was
+    /// begun. Write in the transaction you hold (in a handler, `ctx.tx()`).
+    #[error(
+        "this task already holds a transaction of the store's lane: a second one would \
+         wait for it forever; write in the transaction you hold (in a handler, ctx.tx())"
+    )]
+    NestedTransaction,
 
     /// The transaction could not be committed: a statement in it had failed (on
     /// PostgreSQL that aborts the whole transaction, even if its error was ignored), so

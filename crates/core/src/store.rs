@@ -219,22 +219,6 @@ impl Store {
         &self.wake
     }
 
-    /// Begins a write transaction. Commit it with [`Tx::commit`], which also wakes the
-    /// relays of this process (and, on Postgres, of others) if it enqueued anything.
-    ///
-    /// On SQLite, while the runtime's hops are running, this transaction waits for the
-    /// single writer and then takes it from them (the lane gives it up between two
-    /// shared transactions and takes it back after). For short work under load, such
-    /// as starting a batch of sagas, [`hop`](Self::hop) takes a turn in their shared
-    /// transaction instead (the hops queued behind it wait while it runs, as behind any
-    /// hop); on PostgreSQL the two are the same.
-    ///
-    /// # Errors
-    /// [`Error::Database`] if no connection can be had.
-    pub async fn begin(&self) -> Result<Tx> {
-        Tx::begin(self).await
-    }
-
     /// Writes `message` to the outbox through `conn`, which is (part of) the caller's
     /// own transaction: it exists once that transaction commits, and never if it rolls
     /// back. Enqueueing an id that is already stored is a no-op.

@@ -339,7 +339,7 @@ async fn finish<R: Serialize>(
             }
         },
         Some(Err(e)) => {
-            tx.rollback();
+            drop(tx); // rolls back
             return finish_failed(hub, env, e, usage).await;
         }
     };

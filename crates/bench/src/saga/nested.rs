@@ -56,7 +56,7 @@ pub(super) async fn nested_run(
                         fail: false,
                     })
                     .collect();
-                let mut tx = runtime.store().hop().await?;
+                let mut tx = runtime.store().begin().await?;
                 runtime.start_sagas_in(&mut tx, PARENT, &data).await?;
                 tx.commit().await?;
                 Ok(())

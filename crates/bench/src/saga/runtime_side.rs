@@ -71,7 +71,7 @@ pub(super) async fn runtime_run(
                         }
                     })
                     .collect();
-                let mut tx = runtime.store().hop().await?;
+                let mut tx = runtime.store().begin().await?;
                 runtime.start_sagas_in(&mut tx, SAGA, &data).await?;
                 tx.commit().await?;
                 Ok(())

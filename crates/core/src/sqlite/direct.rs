@@ -4,7 +4,7 @@
 //! through a channel, so each round trip of a hop is two hand-offs between threads: on
 //! the saga bench, ~40 % of the writer's CPU and a third of the process's went to
 //! putting threads to sleep and waking them, more than SQLite's own work. A hop of
-//! SQLite's lane (see [`Store::hop`](crate::store::Store::hop)) runs its statements here
+//! SQLite's lane (see [`Store::begin`](crate::store::Store::begin)) runs its statements here
 //! instead: the lane locks the connection away from its thread once
 //! ([`sqlx::sqlite::SqliteConnection::lock_handle`], sqlx's documented way to call
 //! SQLite directly) and runs the statements through `libsqlite3-sys` (the SQLite sqlx

@@ -1,5 +1,5 @@
 //! SQLite's lane: one task that owns SQLite's single writer and hands one open
-//! transaction to each waiting hop in turn (group commit, see [`Store::hop`]).
+//! transaction to each waiting hop in turn (group commit, see the `hop` module).
 //!
 //! Every hop after the first in a transaction runs inside a savepoint, so a hop that
 //! rolls back undoes only itself; the first needs none (rolling back the transaction
@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::tx::{abort, begin_shared, end_shared, fail_all, undo};
 use crate::store::crash_hook;
 use crate::store::prefetch::{Prefetch, Prefetched};
-use crate::store::types::{Back, Counts, End, Hop, LaneRequest as Request, Turn};
+use crate::store::types::{Back, Caller, Counts, End, Hop, LaneRequest as Request, Turn};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -256,6 +256,11 @@ async fn batch_of(
         let mark = t.handed_mark();
         let (back, returned) = oneshot::channel();
         let hop = Hop::in_lane(t, back, Arc::clone(counts));
+        // The hop clears it when it gives its turn back.
+        *counts
+            .holder
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(request.caller);
         // A caller that went away drops the hop it is sent, which gives it back.
         let _ = request.turn.send(Ok((hop, receipt, read)));
         let bound = request.store.config().hop_timeout;
@@ -398,21 +403,25 @@ async fn batch_of(
     kept_conn
 }
 
-/// A turn in SQLite's lane (see [`Store::hop`]): queued for the lane's task, started on
+/// A turn in SQLite's lane (see the `hop` module): queued for the lane's task, started on
 /// the first hop.
 pub(crate) async fn turn(
     store: &Store,
     inbox: Option<(String, MessageId)>,
     prefetch: Option<Prefetch>,
 ) -> Result<Turn> {
+    if store.holds_writer() {
+        return Err(Error::NestedTransaction);
+    }
+    let lanes = store.lanes();
     let (turn, mine) = oneshot::channel();
     let request = Request {
         store: store.clone(),
         inbox,
         prefetch,
+        caller: Caller::current(),
         turn,
     };
-    let lanes = store.lanes();
     let sender = lanes.sqlite.get_or_init(|| {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(lane(rx, Arc::clone(&lanes.counts)));

@@ -3,7 +3,8 @@
 //! A *hop* is the unit of atomicity of a consumer (an agent's or an orchestrator's
 //! handling of one message): its effects, its inbox record and its next messages
 //! commit together or not at all. A hop does not need a commit of its own, and commits
-//! are what a database does least of per second. So [`Store::hop`] queues the caller
+//! are what a database does least of per second. So a hop (and, while hops run on SQLite,
+//! a [`Store::begin`]) queues the caller
 //! for a *lane*: a task that owns one open transaction and hands it to each waiting
 //! caller in turn. Every hop after the first in a transaction runs inside a savepoint,
 //! so a hop that rolls back undoes only itself; the first needs none (rolling back the
@@ -50,8 +51,8 @@
 //! back past the bound (its commit fails) and logs the wait.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::oneshot;
 
@@ -71,7 +72,6 @@ impl Hop {
     }
 
     /// A transaction of its own (PostgreSQL's hops outside the set lane).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn own(tx: Tx, counts: Arc<Counts>) -> Self {
         Self {
             tx: Some(tx),
@@ -105,6 +105,7 @@ impl Hop {
             let Some(tx) = self.tx.take() else {
                 return Ok(());
             };
+            self.let_go();
             tx.commit().await?;
             self.counts.commits.fetch_add(1, Ordering::Relaxed);
             self.counts.hops.fetch_add(1, Ordering::Relaxed);
@@ -119,9 +120,34 @@ impl Hop {
             .unwrap_or_else(|_| Err(Error::SharedCommit("the commit lane stopped".into())))
     }
 
-    /// Undoes this hop's effects (those of the other hops in the transaction stay).
-    pub fn rollback(mut self) {
+    /// Undoes this transaction's effects (in a shared transaction, those of the other
+    /// hops in it stay). Dropping it does the same.
+    ///
+    /// # Errors
+    /// [`Error::Database`] if a transaction of its own could not be rolled back (the
+    /// database then undoes it when the connection closes).
+    pub async fn rollback(mut self) -> Result<()> {
+        if self.back.is_none()
+            && let Some(tx) = self.tx.take()
+        {
+            self.let_go();
+            return tx.rollback().await;
+        }
         let _ = self.give_back(End::Rollback);
+        Ok(())
+    }
+
+    /// This task no longer holds SQLite's writer through this hop: it may begin again
+    /// at once. (A PostgreSQL store has no holder to clear.)
+    fn let_go(&self) {
+        #[cfg(feature = "sqlite")]
+        {
+            *self
+                .counts
+                .holder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
     }
 
     /// Gives the transaction back to its lane; `false` if the lane no longer waits
@@ -130,10 +156,14 @@ impl Hop {
     fn give_back(&mut self, end: End) -> bool {
         match (self.tx.take(), self.back.take()) {
             // The lane waits for this; if it is gone, so is the transaction.
-            (Some(tx), Some(back)) => back.send(Back { tx, end }).is_ok(),
+            (Some(tx), Some(back)) => {
+                self.let_go();
+                back.send(Back { tx, end }).is_ok()
+            }
             // A transaction of its own: dropping it rolls it back.
             (tx, _) => {
                 drop(tx);
+                self.let_go();
                 true
             }
         }
@@ -168,27 +198,80 @@ const LET_GO: &str = "the lane let this hop go (it held its turn past StoreConfi
      or the lane stopped): nothing of it was written";
 
 impl Store {
-    /// Waits for a turn in a shared write transaction (group commit, see the `hop`
-    /// module): the unit of work of a consumer, atomic on its own, committed with the
-    /// other hops that were ready at the same moment.
+    /// Begins a write transaction: use it as the [`Tx`] it derefs to (`tx.enqueue(…)`,
+    /// `tx.conn()` for your own statements), then [`commit`](Hop::commit) it, which also
+    /// wakes the relays of this process (and, on PostgreSQL, of others) if it enqueued
+    /// anything. Dropping it, or [`rollback`](Hop::rollback), undoes it.
     ///
-    /// Use it like [`begin`](Self::begin)'s [`Tx`], for short work: while a hop runs,
-    /// the hops queued behind it wait. It is how to write under load on SQLite (a
-    /// batch of saga starts, say): a [`begin`](Self::begin) transaction takes the
-    /// single writer away from the running hops instead. Never ask for a hop while
-    /// holding one (inside an agent's handler, say): on SQLite it would wait for itself,
-    /// and on PostgreSQL a hop of the set lane holds its batch's sagas locked (a
-    /// transaction of its own that writes one of them waits for the batch, which
-    /// waits for the hop, until the lane's watchdog ends the batch past
-    /// [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout)).
+    /// The store chooses how it runs. On SQLite, while the runtime's hops are running
+    /// (they hold the single writer in a shared transaction, see the `hop` module), it
+    /// is a turn in that transaction, in a savepoint of its own: it waits for the hops
+    /// queued before it, the ones after it wait for it, and it commits with them. When
+    /// they are not running, and always on PostgreSQL, it is a transaction of its own.
+    /// Either way it is atomic on its own, and [`commit`](Hop::commit) returns once it
+    /// is written.
+    ///
+    /// Keep it short, statements rather than waits on the outside world: on SQLite
+    /// every writer of the process waits while it is open. A turn held past
+    /// [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout) (30 s unless set)
+    /// is undone when it comes back: its commit fails with [`Error::SharedCommit`] and
+    /// nothing of it is written.
+    ///
+    /// Never begin a second transaction while holding one, in an agent's handler say
+    /// (use its `ctx.tx()`): on SQLite it would wait for itself, so a task that asks
+    /// again is refused at once ([`Error::NestedTransaction`]); on PostgreSQL an
+    /// agent's transaction may hold its saga locked, and a second one that writes that
+    /// saga waits until the lane's watchdog ends the first.
     ///
     /// # Errors
-    /// [`Error::SharedCommit`] (transient) if no transaction could be begun.
-    pub async fn hop(&self) -> Result<Hop> {
+    /// [`Error::NestedTransaction`] as above; [`Error::SharedCommit`] (transient) if the
+    /// shared transaction could not be begun; [`Error::Database`] if no connection can
+    /// be had.
+    pub async fn begin(&self) -> Result<Hop> {
+        #[cfg(feature = "sqlite")]
+        if let super::backend::Backend::Sqlite(_) = self.backend_ref() {
+            if self.holds_writer() {
+                return Err(Error::NestedTransaction);
+            }
+            if self.hops_running() {
+                return self.hop().await;
+            }
+            let tx = Tx::begin(self).await?;
+            // The single writer is this task's until the transaction ends.
+            *self
+                .lanes
+                .counts
+                .holder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(super::types::Caller::current());
+            return Ok(Hop::own(tx, Arc::clone(&self.lanes.counts)));
+        }
+        Ok(Hop::own(
+            Tx::begin(self).await?,
+            Arc::clone(&self.lanes.counts),
+        ))
+    }
+
+    /// (feature `testing`) A turn in SQLite's lane whatever the load, where
+    /// [`begin`](Self::begin) begins a transaction of its own while no hop runs: for tests
+    /// of what runs in a shared transaction (behind a turn held open, in a savepoint).
+    /// On PostgreSQL, a transaction of its own.
+    ///
+    /// # Errors
+    /// As [`begin`](Self::begin).
+    #[cfg(feature = "testing")]
+    pub async fn lane_turn(&self) -> Result<Hop> {
+        self.hop().await
+    }
+
+    /// A turn in the lane's shared transaction whatever the load (on PostgreSQL, a
+    /// transaction of its own): the relay's statements that join the running hops.
+    pub(crate) async fn hop(&self) -> Result<Hop> {
         Ok(self.turn(None, None).await?.0)
     }
 
-    /// A [`hop`](Self::hop) that first records `message_id` in `consumer`'s inbox, as
+    /// A turn for a consumer's hop (a turn in SQLite's lane whatever the load; on
+    /// PostgreSQL, a transaction of its own) that first records `message_id` in `consumer`'s inbox, as
     /// [`Tx::receive`] would. On SQLite that record shares its round trip with the
     /// savepoint statements of the shared transaction. On a
     /// [`Receipt::Duplicate`], drop the hop.
@@ -269,6 +352,19 @@ impl Store {
     #[cfg(feature = "sqlite")]
     pub(crate) fn hops_running(&self) -> bool {
         self.lanes.counts.busy.load(Ordering::Acquire)
+    }
+
+    /// Does the caller (its task, or its thread outside one) hold SQLite's writer (a turn in the lane, or a
+    /// transaction of its own)?
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn holds_writer(&self) -> bool {
+        *self
+            .lanes
+            .counts
+            .holder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            == Some(super::types::Caller::current())
     }
 
     /// How many hops group commit has committed, in how many transactions.

@@ -46,7 +46,7 @@ impl Queue<'_> {
     }
 
     /// On SQLite, while the consumers' shared transaction is open (see
-    /// [`Store::hop`]), the relay's writes join it as a hop rather than wait for the
+    /// [`Store::begin`]), the relay's writes join it as a hop rather than wait for the
     /// single writer until it commits; otherwise they run on their own (one statement,
     /// no transaction to begin and commit).
     /// (Only SQLite has a lane: a PostgreSQL hop is a transaction of its own.)

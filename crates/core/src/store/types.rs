@@ -128,6 +128,27 @@ pub(crate) struct Counts {
     /// between two).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) busy: std::sync::atomic::AtomicBool,
+    /// Who holds SQLite's writer through a transaction of the store now (a turn in the
+    /// lane, or a transaction of its own), if known: the same caller asking again would
+    /// wait for itself ([`Error::NestedTransaction`](crate::Error)).
+    #[cfg(feature = "sqlite")]
+    pub(crate) holder: std::sync::Mutex<Option<Caller>>,
+}
+
+/// Who calls: a tokio task, or, outside one (`block_on`, a `#[tokio::main]` function's
+/// body), the thread it runs on, which such a future never leaves.
+#[cfg(feature = "sqlite")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+#[cfg(feature = "sqlite")]
+impl Caller {
+    pub(crate) fn current() -> Self {
+        tokio::task::try_id().map_or_else(|| Self::Thread(std::thread::current().id()), Self::Task)
+    }
 }
 
 /// What group commit has done so far: [`Store::hop_stats`].
@@ -164,6 +185,8 @@ pub(crate) struct LaneRequest {
     pub(crate) inbox: Option<(String, MessageId)>,
     /// The read the hop starts with, if any (SQLite).
     pub(crate) prefetch: Option<Prefetch>,
+    /// Who asked.
+    pub(crate) caller: Caller,
     pub(crate) turn: oneshot::Sender<Result<Turn>>,
 }
 

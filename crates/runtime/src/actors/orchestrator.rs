@@ -68,7 +68,7 @@ impl Orchestrator {
                 drop(tx);
                 let reason = e.to_string();
                 tracing::warn!(error = %reason, "cannot process a saga message; failing the saga");
-                let mut tx = match self.store.hop().await {
+                let mut tx = match self.store.begin().await {
                     Ok(tx) => tx,
                     Err(e) => return infra(e),
                 };

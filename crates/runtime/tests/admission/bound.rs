@@ -156,7 +156,9 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
     } = gated_runtime(backend, 100).await;
     open.send_replace(true);
     let rt = Arc::new(rt);
-    let first = rt.store().hop().await.unwrap();
+    // A turn held open in SQLite's lane: the batches' `begin`s find hops running and
+    // queue behind it, as a user's would under load.
+    let first = rt.store().lane_turn().await.unwrap();
     // Each batch's hop says when it has asked for its turn (polled once: on SQLite,
     // queued behind the first hop; on PostgreSQL, maybe open already, its sender
     // dropped).
@@ -165,7 +167,7 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
         let (queued, is_queued) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let jobs: Vec<Job> = (from..from + 5).map(|n| Job { n }).collect();
-            let mut opening = std::pin::pin!(rt.store().hop());
+            let mut opening = std::pin::pin!(rt.store().begin());
             let hop = tokio::select! {
                 biased;
                 hop = &mut opening => hop,
@@ -179,7 +181,7 @@ async fn a_batch_of_starts_in_a_hop(backend: Backend) {
             if keep {
                 hop.commit().await.unwrap();
             } else {
-                hop.rollback();
+                hop.rollback().await.expect("rollback");
             }
             ids
         });

@@ -105,7 +105,7 @@ async fn direct_handover(backend: Backend) {
         hop.enqueue(&Message::to("direct").json(&10).unwrap())
             .await
             .unwrap();
-        hop.rollback();
+        hop.rollback().await.expect("rollback");
     });
     for _ in 0..20 {
         tokio::task::yield_now().await;

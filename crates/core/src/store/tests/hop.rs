@@ -58,7 +58,7 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
                 .unwrap();
             match i % 3 {
                 0 => {
-                    hop.rollback();
+                    hop.rollback().await.expect("rollback");
                     None
                 }
                 1 if i % 2 == 1 => {
@@ -179,7 +179,7 @@ async fn hops_receiving_record_once(backend: Backend) {
             if keep {
                 hop.commit().await.unwrap();
             } else {
-                hop.rollback();
+                hop.rollback().await.expect("rollback");
             }
             receipt
         },
@@ -289,7 +289,7 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
                 if keep {
                     hop.commit().await.unwrap();
                 } else {
-                    hop.rollback();
+                    hop.rollback().await.expect("rollback");
                 }
             }
             Ok((receipt, n))

@@ -125,7 +125,7 @@ async fn batch(
                 Do::Keep(v) | Do::Undo(v) => {
                     keep(&mut hop, row(v), v).await;
                     if matches!(what, Do::Undo(_)) {
-                        hop.rollback();
+                        hop.rollback().await.expect("rollback");
                         Ok(())
                     } else {
                         hop.commit().await.map_err(|e| e.to_string())
@@ -154,7 +154,7 @@ async fn batch(
                     if keep {
                         hop.commit().await.map_err(|e| e.to_string())
                     } else {
-                        hop.rollback();
+                        hop.rollback().await.expect("rollback");
                         Ok(())
                     }
                 }

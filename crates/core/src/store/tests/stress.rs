@@ -67,7 +67,7 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
             if ok {
                 let (again, receipt) = store.hop_receiving("stress", id).await.unwrap();
                 assert_eq!(receipt, Receipt::Duplicate);
-                again.rollback();
+                again.rollback().await.expect("rollback");
             }
             (id, ok, u64::from(ok))
         }
@@ -84,7 +84,7 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
             };
             assert!(db.is_unique_violation(), "{failed:?}");
             assert_eq!(db.code().as_deref(), Some("1555"), "{failed:?}");
-            hop.rollback();
+            hop.rollback().await.expect("rollback");
             (id, false, 0)
         }
         // A statement through sqlx (the session given back), then the session again,
@@ -98,7 +98,7 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
             )
             .await
             .unwrap();
-            hop.rollback();
+            hop.rollback().await.expect("rollback");
             (id, false, 0)
         }
         // A primary key violation through sqlx, then the session again, then a
