@@ -2,6 +2,7 @@
 //! by concept in `tests/`, the helpers they share here.
 
 mod admin;
+mod enqueue_dead;
 mod handover;
 mod hop;
 mod migrations;
