@@ -203,3 +203,33 @@ async fn consumer_info(server: &Server) -> jetstream::consumer::Info {
         stream.get_consumer(&format!("svc-b_{DEST}")).await.unwrap();
     consumer.get_info().await.unwrap()
 }
+
+/// Takes `n` messages from the receiver's durable consumer (made as the receiver makes
+/// it) and acknowledges none: a receiver that died holding them.
+async fn take_without_ack(server: &Server, n: usize) {
+    use futures_util::StreamExt;
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    let c: jetstream::consumer::PullConsumer = js
+        .get_stream(STREAM)
+        .await
+        .unwrap()
+        .get_or_create_consumer(
+            &format!("svc-b_{DEST}"),
+            jetstream::consumer::pull::Config {
+                durable_name: Some(format!("svc-b_{DEST}")),
+                filter_subject: format!("agentsaga.{DEST}"),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(2),
+                max_deliver: -1,
+                max_ack_pending: 4,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut got = c.fetch().max_messages(n).messages().await.unwrap();
+    for _ in 0..n {
+        let m = got.next().await.expect("a message").unwrap();
+        assert_eq!(m.info().unwrap().delivered, 1);
+    }
+}

@@ -110,6 +110,25 @@ async fn a_server_restart_loses_nothing_and_keeps_order() {
     receiver.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_left_unacknowledged_comes_back_before_later_ones_of_its_key() {
+    let server = Server::start();
+    let b = store().await;
+    let _stream = with_stream(&server).await;
+    let subject = format!("agentsaga.{DEST}");
+    let first = envelope(DEST);
+    let second = envelope(DEST);
+    publish_raw(&server, &subject, serde_json::to_vec(&first).unwrap(), &[]).await;
+    // A receiver took the first and died before acknowledging it; the second comes.
+    take_without_ack(&server, 1).await;
+    publish_raw(&server, &subject, serde_json::to_vec(&second).unwrap(), &[]).await;
+
+    let receiver = start_receiver(&server, &b).await;
+    let rows = wait_rows(&b, 2).await;
+    assert_eq!(ids_of(&rows, "order-7"), [first.id, second.id]);
+    receiver.stop().await;
+}
+
 /// A local destination that records what it is handed, in order.
 #[derive(Clone, Default)]
 struct Collect(Arc<Mutex<Vec<MessageId>>>);

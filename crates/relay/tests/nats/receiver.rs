@@ -60,31 +60,8 @@ async fn a_redelivery_or_a_second_publish_is_stored_once() {
         let msg_id = MessageId::new().to_string();
         publish_raw(&server, &subject, body.clone(), &[("Nats-Msg-Id", &msg_id)]).await;
     }
-    // A receiver that took the first delivery and died before acknowledging it: the
-    // consumer as the receiver makes it, a pull that takes one message.
-    {
-        use futures_util::StreamExt;
-        let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
-        let c: jetstream::consumer::PullConsumer = js
-            .get_stream(STREAM)
-            .await
-            .unwrap()
-            .create_consumer(jetstream::consumer::pull::Config {
-                durable_name: Some(format!("svc-b_{DEST}")),
-                filter_subject: subject.clone(),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(2),
-                max_deliver: -1,
-                max_ack_pending: 4,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let mut got = c.fetch().max_messages(1).messages().await.unwrap();
-        let first = got.next().await.expect("a message").unwrap();
-        assert_eq!(first.info().unwrap().delivered, 1);
-        // Not acknowledged.
-    }
+    // A receiver that took the first delivery and died before acknowledging it.
+    take_without_ack(&server, 1).await;
     let receiver = start_receiver(&server, &b).await;
     wait_until("both deliveries handled", DEADLINE, async || {
         let info = consumer_info(&server).await;
