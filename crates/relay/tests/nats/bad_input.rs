@@ -85,5 +85,5 @@ async fn bad_input_is_dead_lettered_with_its_reason_and_the_next_one_stored() {
     .await;
     let stats = receiver.stats();
     assert_eq!((stats.dead_lettered, stats.stored), (4, 1), "{stats:?}");
-    receiver.stop().await;
+    stop(receiver).await;
 }

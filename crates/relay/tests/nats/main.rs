@@ -81,6 +81,13 @@ async fn start_receiver(server: &Server, store: &Store) -> NatsReceiver {
         .expect("start the receiver")
 }
 
+/// Stops `receiver`, failing the test if it takes over [`DEADLINE`].
+async fn stop(receiver: NatsReceiver) {
+    tokio::time::timeout(DEADLINE, receiver.stop())
+        .await
+        .expect("the receiver stops");
+}
+
 /// A relay on `store` publishing [`DEST`] through `nats`.
 async fn start_relay(store: &Store, nats: NatsTransport) -> Relay {
     Relay::start(

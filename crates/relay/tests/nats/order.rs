@@ -31,7 +31,7 @@ async fn one_key_arrives_in_order_across_a_receiver_restart() {
         outbox(&b).await.len() >= 8
     })
     .await;
-    receiver.stop().await;
+    stop(receiver).await;
     let before = outbox(&b).await.len();
     let receiver = start_receiver(&server, &b).await;
     let rows = wait_rows(&b, 40).await;
@@ -42,7 +42,7 @@ async fn one_key_arrives_in_order_across_a_receiver_restart() {
     );
     assert_eq!(rows.len(), 40);
     relay.shutdown().await;
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +83,7 @@ async fn a_full_outbox_hands_the_batch_back_and_order_holds() {
     assert_eq!(ids_of(&outbox(&b).await, "order-1"), sent_ids(&sent));
     relay_a.shutdown().await;
     relay_b.shutdown().await;
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +107,7 @@ async fn a_server_restart_loses_nothing_and_keeps_order() {
     })
     .await;
     relay.shutdown().await;
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +126,7 @@ async fn a_message_left_unacknowledged_comes_back_before_later_ones_of_its_key()
     let receiver = start_receiver(&server, &b).await;
     let rows = wait_rows(&b, 2).await;
     assert_eq!(ids_of(&rows, "order-7"), [first.id, second.id]);
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 /// A local destination that records what it is handed, in order.

@@ -44,7 +44,7 @@ async fn end_to_end_the_message_lands_in_b_as_it_left_a() {
         (20, 20, 0)
     );
     relay.shutdown().await;
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +77,7 @@ async fn a_redelivery_or_a_second_publish_is_stored_once() {
         stats.redelivered >= 1,
         "the unacknowledged one came back: {stats:?}"
     );
-    receiver.stop().await;
+    stop(receiver).await;
 
     // A restarted receiver (the same durable consumer) finds nothing new to store.
     let receiver = start_receiver(&server, &b).await;
@@ -90,7 +90,7 @@ async fn a_redelivery_or_a_second_publish_is_stored_once() {
         1,
         "the stored ones were not delivered again"
     );
-    receiver.stop().await;
+    stop(receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,5 +123,5 @@ async fn a_stopped_receiver_takes_nothing_more() {
     let receiver = start_receiver(&server, &b).await;
     let rows = wait_rows(&b, 2).await;
     assert_eq!(rows[1].id, later.id);
-    receiver.stop().await;
+    stop(receiver).await;
 }
