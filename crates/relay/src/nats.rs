@@ -17,18 +17,23 @@
 //!   publish (a duplicate's acknowledgement counts: the stream has it). The stream
 //!   must exist and cover the subjects ([`NatsTransport::ensure_stream`] makes one);
 //!   without it a publish is retried.
-//! - **Receiving** ([`NatsReceiver`]): a durable pull consumer over the subjects of the
-//!   service's destinations (explicit acks, never given up: `max_deliver` -1). One task
-//!   fetches batches in stream order and stores each batch in **one transaction** of
-//!   the local store: every good message enqueued with the envelope's id, key, payload
-//!   and headers (an id already stored is a no-op, so a redelivery or a second publish
-//!   is stored once), every bad one dead-lettered with its reason. Only after the commit
+//! - **Receiving** ([`NatsReceiver`]): a durable pull consumer per destination, over its
+//!   subject (explicit acks, never given up: `max_deliver` -1, at most a batch
+//!   unacknowledged). One task per consumer fetches batches in stream order (one pull
+//!   request at a time) and stores each batch in **one transaction** of the local
+//!   store: every good message enqueued with the envelope's id, key, payload and
+//!   headers (an id already stored is a no-op, so a redelivery or a second publish is
+//!   stored once), every bad one dead-lettered with its reason. Only after the commit
 //!   is each message acknowledged (`+ACK`, confirmed by the server; a bad one `+TERM`).
-//!   If the store fails, the batch is nak'ed and nothing after it is stored until it
-//!   is: the local outbox then holds each key's messages in the publisher's order, and
-//!   its relay delivers them to the local agents, whose inbox makes their processing
-//!   effectively once. A lost acknowledgement means a redelivery, which the id makes
-//!   harmless.
+//!   If the store fails (a database error, the outbox full), the batch is nak'ed at
+//!   once, without a delay (the server then redelivers it before anything later; a
+//!   delayed nak would let later messages of its keys pass it), and the receiver waits
+//!   its backoff before it fetches again: nothing after the batch is stored before it.
+//!   A receiver that finds messages delivered but not acknowledged (its predecessor
+//!   died holding them) waits `ack_wait` for their redelivery before it fetches. The
+//!   local outbox so holds each key's messages in the publisher's order, and its relay
+//!   delivers them to the local agents, whose inbox makes their processing effectively
+//!   once. A lost acknowledgement means a redelivery, which the id makes harmless.
 //! - **Bad input** is never dropped: an envelope that is not JSON, whose destination
 //!   is not its subject's or not received here, whose payload is not JSON or is too
 //!   large for the store, is written to the local dead letters with the reason

@@ -83,15 +83,18 @@ impl Batcher {
             .filter(|m| m.info().is_ok_and(|i| i.delivered > 1))
             .count();
         Counters::add(&self.counters.redelivered, redelivered);
+        // After a first acknowledgement that fails (the server away), the others would
+        // each wait out their timeout: they are left to come back, and be found stored.
         let mut lost = 0;
-        for (m, v) in batch.iter().zip(&verdicts) {
+        for (i, (m, v)) in batch.iter().zip(&verdicts).enumerate() {
             let kind = match v {
                 Verdict::Store(_) | Verdict::Repeat => AckKind::Ack,
                 Verdict::Dead(..) | Verdict::Unstorable => AckKind::Term,
             };
             if let Err(e) = m.double_ack_with(kind).await {
-                lost += 1;
+                lost = batch.len() - i;
                 tracing::debug!(subject = %m.subject, error = %e, "acknowledgement not confirmed");
+                break;
             }
         }
         if lost > 0 {
@@ -133,10 +136,12 @@ impl Batcher {
         let mut lost = false;
         for m in batch {
             if m.double_ack_with(AckKind::Nak(None)).await.is_err() {
+                // The rest would wait out their timeouts too: the receiver's session
+                // starts again, and waits for their redelivery.
                 lost = true;
-            } else {
-                Counters::add(&self.counters.naks, 1);
+                break;
             }
+            Counters::add(&self.counters.naks, 1);
         }
         if lost {
             Handled::NakLost(e)

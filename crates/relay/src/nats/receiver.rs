@@ -21,8 +21,10 @@ use super::worker::{Worker, consumer};
 /// `<durable>_<destination>` (dots in the destination as `_`), filtered on its subject
 /// (explicit acks, `max_deliver` -1, `max_ack_pending` the batch size), and its own
 /// task: one destination's messages are stored in stream order, each key's in the
-/// publisher's. Stop it with [`stop`](Self::stop); dropping it stops the tasks too,
-/// without waiting for them.
+/// publisher's. A consumer that exists already is used as it is (its settings kept),
+/// if its filter is its destination's subject. Stop the receiver with
+/// [`stop`](Self::stop); dropping it aborts the tasks (a batch being stored is rolled
+/// back, and comes again).
 ///
 /// ```no_run
 /// use agentsaga_core::Store;

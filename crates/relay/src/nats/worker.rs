@@ -30,6 +30,13 @@ pub(crate) struct Worker {
     pub(crate) ack_wait: Duration,
 }
 
+/// Counts a failure in a row (reset by a commit): whether to log it as a warning. The
+/// 1st, 2nd, 4th, 8th… are: an outage logs a few lines, not one per attempt.
+fn loud(failures: &mut u32) -> bool {
+    *failures = failures.saturating_add(1);
+    failures.is_power_of_two()
+}
+
 /// `fut`, unless `stop` turns true first (`None` then).
 async fn until_stopped<F: Future>(stop: &mut watch::Receiver<bool>, fut: F) -> Option<F::Output> {
     if *stop.borrow() {
@@ -97,19 +104,19 @@ impl Worker {
                 }
             };
             let why = match attempt {
-                Ok(c) => match self.session(&c, &mut stop, &mut backoff).await {
+                Ok(c) => match self
+                    .session(&c, &mut stop, &mut backoff, &mut failures)
+                    .await
+                {
                     Ok(()) => return,
                     Err(why) => why,
                 },
                 Err(why) => why,
             };
             super::counters::Counters::add(&self.batcher.counters.reconnects, 1);
-            failures = failures.saturating_add(1);
             let delay = backoff.fail(Instant::now());
             let name = self.consumer.durable_name.as_deref().unwrap_or_default();
-            // A warning on the 1st, 2nd, 4th, 8th… failure in a row: an outage logs a
-            // few lines, not one per attempt.
-            if failures.is_power_of_two() {
+            if loud(&mut failures) {
                 tracing::warn!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
             } else {
                 tracing::debug!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
@@ -126,6 +133,7 @@ impl Worker {
         c: &PullConsumer,
         stop: &mut watch::Receiver<bool>,
         backoff: &mut Backoff,
+        failures: &mut u32,
     ) -> Result<(), String> {
         // Messages delivered and not acknowledged (a predecessor died holding them, or
         // this receiver lost its connection) come back after ack_wait; fetched before,
@@ -161,6 +169,7 @@ impl Worker {
             match self.batcher.handle(&batch).await {
                 Handled::Committed => {
                     backoff.reset();
+                    *failures = 0;
                     cap = self.batch_size;
                 }
                 Handled::Nakked(e) => {
@@ -168,7 +177,11 @@ impl Worker {
                         cap = (batch.len() / 2).max(1);
                     }
                     let delay = backoff.fail(Instant::now());
-                    tracing::warn!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                    if loud(failures) {
+                        tracing::warn!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                    } else {
+                        tracing::debug!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                    }
                     if stopped_within(stop, delay).await {
                         return Ok(());
                     }
@@ -182,9 +195,9 @@ impl Worker {
         }
     }
 
-    /// The next batch of at most `cap` messages: waits up to `fetch_wait` for a first message, then takes what
-    /// else is there now (one pull request at a time, so nothing beyond the batch is
-    /// delivered to this receiver). Empty if nothing came.
+    /// The next batch, of at most `cap` messages: waits up to `fetch_wait` for a first
+    /// message, then takes what else is there now (one pull request at a time, so
+    /// nothing beyond the batch is delivered to this receiver). Empty if nothing came.
     async fn fetch(&self, c: &PullConsumer, cap: usize) -> Result<Vec<jetstream::Message>, String> {
         let started = Instant::now();
         let mut out = Vec::with_capacity(cap);
