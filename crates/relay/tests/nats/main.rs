@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
 use agentsaga_core::{Envelope, Message, MessageId, ReadPool, Store, StoreConfig, sqlx};
-use agentsaga_relay::nats::{NatsReceiver, NatsReceiverConfig, NatsTransport};
+use agentsaga_relay::nats::{NatsError, NatsReceiver, NatsReceiverConfig, NatsTransport};
 use agentsaga_relay::{Delivery, Relay, RelayConfig, Transport};
 use async_nats::jetstream;
 use server::Server;

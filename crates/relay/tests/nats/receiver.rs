@@ -125,3 +125,85 @@ async fn a_stopped_receiver_takes_nothing_more() {
     assert_eq!(rows[1].id, later.id);
     stop(receiver).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_destination_has_its_consumer_and_bad_setups_are_typed_errors() {
+    let server = Server::start();
+    let b = store().await;
+    let config = receiver_config().destinations([DEST, "refunds.eu"]);
+    // No stream yet.
+    let err = NatsReceiver::start(&server.url(), b.clone(), config.clone())
+        .await
+        .expect_err("no stream");
+    assert!(matches!(err, NatsError::Stream { .. }), "{err}");
+    let bad = receiver_config().destinations(["pay*"]);
+    let err = NatsReceiver::start(&server.url(), b.clone(), bad)
+        .await
+        .expect_err("a destination that is no subject");
+    assert!(matches!(err, NatsError::Config(_)), "{err}");
+
+    let _stream = with_stream(&server).await;
+    let receiver = NatsReceiver::start(&server.url(), b.clone(), config)
+        .await
+        .unwrap();
+    let (pay, refund) = (envelope(DEST), envelope("refunds.eu"));
+    publish_raw(
+        &server,
+        "agentsaga.payments",
+        serde_json::to_vec(&pay).unwrap(),
+        &[],
+    )
+    .await;
+    publish_raw(
+        &server,
+        "agentsaga.refunds.eu",
+        serde_json::to_vec(&refund).unwrap(),
+        &[],
+    )
+    .await;
+    // Another service's destination on the same stream is not this receiver's.
+    let other = envelope("calendar");
+    publish_raw(
+        &server,
+        "agentsaga.calendar",
+        serde_json::to_vec(&other).unwrap(),
+        &[],
+    )
+    .await;
+    let rows = wait_rows(&b, 2).await;
+    let mut got: Vec<(MessageId, &str)> = rows
+        .iter()
+        .map(|r| (r.id, r.destination.as_str()))
+        .collect();
+    got.sort_by_key(|(_, d)| d.to_string());
+    assert_eq!(got, [(pay.id, DEST), (refund.id, "refunds.eu")]);
+    stop(receiver).await;
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    let stream = js.get_stream(STREAM).await.unwrap();
+    for (name, filter) in [
+        ("svc-b_payments", "agentsaga.payments"),
+        ("svc-b_refunds_eu", "agentsaga.refunds.eu"),
+    ] {
+        let c: jetstream::consumer::PullConsumer = stream.get_consumer(name).await.unwrap();
+        assert_eq!(c.cached_info().config.filter_subject, filter);
+    }
+    assert_eq!(outbox(&b).await.len(), 2, "calendar's message was taken");
+
+    // A consumer of that name with another filter is refused, not used.
+    stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("svc-c_payments".into()),
+            filter_subject: "agentsaga.>".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let err = NatsReceiver::start(
+        &server.url(),
+        b.clone(),
+        NatsReceiverConfig::new(STREAM, "svc-c").destinations([DEST]),
+    )
+    .await
+    .expect_err("another filter");
+    assert!(matches!(err, NatsError::Consumer { .. }), "{err}");
+}
