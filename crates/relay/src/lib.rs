@@ -9,7 +9,9 @@
 //!   envelope to a [`Transport`]: [`in_process::InProcessTransport`] for actors in this
 //!   process, `http::HttpTransport` for another process (which serves
 //!   `http::router` and stores what it receives in its own database; feature `http`),
-//!   or your own.
+//!   or your own. `nats::NatsTransport` publishes to a NATS JetStream stream, and
+//!   `nats::NatsReceiver` consumes it into another service's own database (feature
+//!   `nats`).
 //! - Outcomes are written back in batches: [`Delivery::Delivered`] marks the row
 //!   delivered; [`Delivery::Retry`] schedules another attempt with backoff until the
 //!   [`RetryPolicy`](agentsaga_core::RetryPolicy) budget is spent; [`Delivery::Reject`]
@@ -93,6 +95,8 @@ pub mod lease;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod pacer;
+#[cfg(any(feature = "http", feature = "nats"))]
+mod received;
 mod relay;
 mod settle;
 mod stats;

@@ -1,55 +1,73 @@
-//! (feature `nats`) The NATS JetStream transport: a destination served by another
-//! service, with its own database, is reached through a JetStream stream (issue 36).
+//! (feature `nats`) NATS JetStream between services, each with its own database (issue
+//! 36): [`NatsTransport`] publishes a relay's envelopes to a stream, and
+//! [`NatsReceiver`] consumes them into the receiving service's own outbox.
 //!
 //! The wire format, for a service in any language:
 //! - **Subject**: `<prefix>.<destination>` (prefix `agentsaga` by default). A destination
 //!   that is not one NATS token chain (empty, or holding a space, `*` or `>`) is refused:
-//!   the message is dead-lettered with the reason.
-//! - **Payload**: the [`Envelope`] as JSON (`seq`, `id`, `destination`, `key`, `payload`,
-//!   `headers`, `attempts`, `created_at_ms`), as the HTTP transport sends it.
+//!   the sender dead-letters the message with the reason, a receiver's configuration
+//!   naming one is an error.
+//! - **Payload**: the envelope ([`agentsaga_core::Envelope`]) as JSON (`seq`, `id`,
+//!   `destination`, `key`, `payload`, `headers`, `attempts`, `created_at_ms`), as the
+//!   HTTP transport sends it. Its `destination` is the one of its subject.
 //! - **Headers**: the message's own headers (`traceparent`, the saga's id and step, the
 //!   idempotency key…), and `Nats-Msg-Id` set to the message id: JetStream drops a
 //!   second publish of the same id within the stream's duplicate window.
-//! - **Ack contract**: the row is marked delivered only once the stream acknowledged
-//!   the publish (a duplicate's acknowledgement counts: the stream has it). The
-//!   receiving service records the message id in its inbox with its effects in one
-//!   transaction, and acknowledges JetStream only after that commit; a redelivery
-//!   is then recognised by its inbox.
-//!
-//! The stream must exist and cover the subjects ([`NatsTransport::ensure_stream`]
-//! makes one); without it a publish is retried.
+//! - **Sending**: the row is marked delivered only once the stream acknowledged the
+//!   publish (a duplicate's acknowledgement counts: the stream has it). The stream
+//!   must exist and cover the subjects ([`NatsTransport::ensure_stream`] makes one);
+//!   without it a publish is retried.
+//! - **Receiving** ([`NatsReceiver`]): a durable pull consumer per destination, over its
+//!   subject (explicit acks, never given up: `max_deliver` -1, at most a batch
+//!   unacknowledged). One task per consumer fetches batches in stream order (one pull
+//!   request at a time) and stores each batch in **one transaction** of the local
+//!   store: every good message enqueued with the envelope's id, key, payload and
+//!   headers (an id already stored is a no-op, so a redelivery or a second publish is
+//!   stored once), every bad one dead-lettered with its reason. Only after the commit
+//!   is each message acknowledged (`+ACK`, confirmed by the server; a bad one `+TERM`).
+//!   If the store fails (a database error, the outbox full), the batch is nak'ed at
+//!   once, without a delay (the server then redelivers it before anything later; a
+//!   delayed nak would let later messages of its keys pass it), and the receiver waits
+//!   its backoff before it fetches again: nothing after the batch is stored before it.
+//!   A receiver that finds messages delivered but not acknowledged (its predecessor
+//!   died holding them) waits `ack_wait` for their redelivery before it fetches. The
+//!   local outbox so holds each key's messages in the publisher's order, and its relay
+//!   delivers them to the local agents, whose inbox makes their processing effectively
+//!   once. A lost acknowledgement means a redelivery, which the id makes harmless.
+//! - **Bad input** is never dropped: an envelope that is not JSON, whose destination
+//!   is not its subject's or not received here, whose payload is not JSON or is too
+//!   large for the store, is written to the local dead letters with the reason
+//!   (`agentsaga dead list`), with the headers [`HEADER_SUBJECT`] and
+//!   [`HEADER_STREAM_SEQ`]; a body that is no envelope is kept as a JSON string of its
+//!   text (cut to the store's size limit).
 
-use std::fmt;
-use std::time::Duration;
+mod batch;
+mod config;
+mod counters;
+mod dead;
+mod receiver;
+mod transport;
+mod worker;
 
-use agentsaga_core::Envelope;
-use async_nats::HeaderMap;
-use async_nats::jetstream::{self, context::PublishErrorKind};
-
-use crate::{Delivery, Transport};
+pub use config::NatsReceiverConfig;
+pub use counters::ReceiverStats;
+pub use receiver::NatsReceiver;
+pub use transport::NatsTransport;
 
 /// The subject prefix unless one is given.
 pub const DEFAULT_PREFIX: &str = "agentsaga";
 
-/// Delivers envelopes by publishing them to a JetStream stream (see the module).
-#[derive(Clone)]
-pub struct NatsTransport {
-    js: jetstream::Context,
-    prefix: String,
-    timeout: Duration,
-}
+/// The header of a dead letter written by [`NatsReceiver`] that names the NATS subject
+/// the message came on.
+pub const HEADER_SUBJECT: &str = "nats_subject";
 
-impl fmt::Debug for NatsTransport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NatsTransport")
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
+/// The header of a dead letter written by [`NatsReceiver`] that holds the message's
+/// sequence number in its stream.
+pub const HEADER_STREAM_SEQ: &str = "nats_stream_seq";
 
-/// Why the transport could not be set up.
+/// Why a NATS transport or receiver could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NatsError {
     /// The server could not be reached.
     #[error("cannot connect to NATS at {url}: {source}")]
@@ -67,128 +85,35 @@ pub enum NatsError {
         /// The server's or client's answer.
         reason: String,
     },
+    /// The receiver's consumer could not be made or read.
+    #[error("JetStream consumer `{consumer}` on stream `{stream}`: {reason}")]
+    Consumer {
+        /// The stream's name.
+        stream: String,
+        /// The durable consumer's name.
+        consumer: String,
+        /// The server's or client's answer.
+        reason: String,
+    },
+    /// The receiver's configuration cannot work.
+    #[error("invalid NATS receiver configuration: {0}")]
+    Config(String),
 }
 
-impl NatsTransport {
-    /// Connects to the server at `url` (`nats://127.0.0.1:4222`), subjects under
-    /// [`DEFAULT_PREFIX`].
-    ///
-    /// # Errors
-    /// [`NatsError::Connect`] if the server cannot be reached.
-    pub async fn connect(url: &str) -> Result<Self, NatsError> {
-        let client = async_nats::connect(url)
-            .await
-            .map_err(|source| NatsError::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        Ok(Self::new(jetstream::new(client)))
+/// The subject of `destination` under `prefix`, or why it has none.
+pub(crate) fn subject(prefix: &str, destination: &str) -> Result<String, String> {
+    if !is_subject(destination) {
+        return Err(format!(
+            "destination `{destination}` is not a NATS subject (tokens separated by \
+             dots, none empty, no space, `*` or `>`)"
+        ));
     }
-
-    /// A transport over an existing JetStream context.
-    pub fn new(js: jetstream::Context) -> Self {
-        Self {
-            js,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeout: Duration::from_secs(10),
-        }
-    }
-
-    /// Subjects under `prefix` instead of [`DEFAULT_PREFIX`].
-    #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How long a publish waits for the stream's acknowledgement before it is
-    /// retried (10 s unless set).
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The subject of `destination`, or why it has none.
-    ///
-    /// # Errors
-    /// The reason, for a destination that is not one NATS subject of tokens.
-    pub fn subject(&self, destination: &str) -> Result<String, String> {
-        let bad = destination.is_empty()
-            || destination
-                .split('.')
-                .any(|t| t.is_empty() || t.contains(['*', '>']) || t.contains(char::is_whitespace));
-        if bad {
-            return Err(format!(
-                "destination `{destination}` is not a NATS subject (tokens separated by \
-                 dots, none empty, no space, `*` or `>`)"
-            ));
-        }
-        Ok(format!("{}.{destination}", self.prefix))
-    }
-
-    /// Makes the stream `name` over every subject of this transport (`<prefix>.>`), with
-    /// `duplicate_window` as its dedupe window, unless it exists.
-    ///
-    /// # Errors
-    /// [`NatsError::Stream`] if the server refuses it.
-    pub async fn ensure_stream(
-        &self,
-        name: &str,
-        duplicate_window: Duration,
-    ) -> Result<(), NatsError> {
-        self.js
-            .get_or_create_stream(jetstream::stream::Config {
-                name: name.to_owned(),
-                subjects: vec![format!("{}.>", self.prefix)],
-                duplicate_window,
-                ..Default::default()
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| NatsError::Stream {
-                stream: name.to_owned(),
-                reason: e.to_string(),
-            })
-    }
+    Ok(format!("{prefix}.{destination}"))
 }
 
-#[async_trait::async_trait]
-impl Transport for NatsTransport {
-    async fn deliver(&self, envelope: &Envelope) -> Delivery {
-        let subject = match self.subject(&envelope.destination) {
-            Ok(s) => s,
-            Err(why) => return Delivery::reject(why),
-        };
-        let payload = match serde_json::to_vec(envelope) {
-            Ok(p) => p,
-            Err(e) => return Delivery::reject(format!("the envelope does not encode: {e}")),
-        };
-        let mut headers = HeaderMap::new();
-        for (k, v) in &envelope.headers {
-            headers.insert(k.as_str(), v.as_str());
-        }
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            envelope.id.to_string().as_str(),
-        );
-        let publish = async {
-            let ack = self
-                .js
-                .publish_with_headers(subject, headers, payload.into())
-                .await?;
-            ack.await
-        };
-        match tokio::time::timeout(self.timeout, publish).await {
-            Ok(Ok(_ack)) => Delivery::Delivered,
-            Ok(Err(e)) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
-                Delivery::reject(format!("NATS refused the message: {e}"))
-            }
-            Ok(Err(e)) => Delivery::retry(format!("NATS publish: {e}")),
-            Err(_) => Delivery::retry(format!(
-                "NATS publish: no acknowledgement from the stream within {:?}",
-                self.timeout
-            )),
-        }
-    }
+/// Whether `s` is a chain of NATS subject tokens without wildcards.
+pub(crate) fn is_subject(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.')
+            .all(|t| !t.is_empty() && !t.contains(['*', '>']) && !t.contains(char::is_whitespace))
 }

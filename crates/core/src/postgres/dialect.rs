@@ -93,6 +93,22 @@ impl Dialect for Postgres {
             .await
     }
 
+    async fn enqueue_dead(c: &mut PgConnection, m: &Message, reason: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, state, last_error)
+             VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, 'dead', $6) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(m.id)
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(reason)
+        .execute(c)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
         let r = sqlx::query(
             "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",

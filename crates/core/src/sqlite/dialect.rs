@@ -136,6 +136,25 @@ impl Dialect for Sqlite {
         Ok(r.rows_affected())
     }
 
+    async fn enqueue_dead(c: &mut SqliteConnection, m: &Message, reason: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "INSERT INTO outbox (id, destination, key, payload, headers, state, last_error,
+                                 available_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'dead', ?6, ?7, ?7)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(m.id)
+        .bind(&m.destination)
+        .bind(m.key.as_deref())
+        .bind(&m.payload)
+        .bind(m.headers_json()?)
+        .bind(reason)
+        .bind(now_ms())
+        .execute(c)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
     async fn seen(&self, consumer: &str, id: MessageId) -> Result<bool> {
         let row = sqlx::query("SELECT 1 FROM inbox WHERE consumer = ?1 AND message_id = ?2")
             .bind(consumer)

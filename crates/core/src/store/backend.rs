@@ -126,6 +126,9 @@ pub(crate) trait Dialect {
     async fn cancel_pending(c: &mut Self::Conn, ids: &[MessageId]) -> Result<u64>;
     /// Moves rows still leased to `owner` to `dead` with their reasons.
     async fn dead_letter(c: &mut Self::Conn, owner: &str, dead: &[DeadLetter]) -> Result<u64>;
+    /// Inserts one message as a dead letter with `reason`, unless its id is stored:
+    /// whether it was written.
+    async fn enqueue_dead(c: &mut Self::Conn, message: &Message, reason: &str) -> Result<bool>;
 
     /// Is the inbox row there (committed)?
     async fn seen(&self, consumer: &str, id: MessageId) -> Result<bool>;

@@ -2,6 +2,10 @@
 //! acknowledge, retry, dead-letter or release each. Reached through [`Store::queue`].
 //!
 //! A producer never calls these; `agentsaga-relay` does, and so may a relay of your own.
+//! A receiving side (a transport's consumer) writes a message it cannot take straight
+//! into the dead letters, with its reason: [`Tx::enqueue_dead`](crate::Tx::enqueue_dead).
+
+mod enqueue_dead;
 
 use std::time::Duration;
 

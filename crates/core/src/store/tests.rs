@@ -3,6 +3,7 @@
 
 mod admin;
 mod begin;
+mod enqueue_dead;
 mod handover;
 mod hop;
 mod migrations;

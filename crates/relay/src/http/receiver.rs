@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
+use crate::received::{self, Refused};
 use crate::{Error, Result};
 
 /// The path [`router`] serves: `POST /outbox`.
@@ -195,38 +196,19 @@ async fn receive(State(receiver): State<Arc<Receiver>>, request: Request) -> Res
         Ok(body) => body,
         Err(rejection) => return reason(rejection.status(), rejection.body_text()),
     };
-    let envelope: Envelope = match serde_json::from_slice(&body) {
+    let envelope = match received::decode(&body) {
         Ok(envelope) => envelope,
-        Err(e) => return reason(StatusCode::BAD_REQUEST, format!("malformed envelope: {e}")),
+        Err(refused) => return reason(StatusCode::BAD_REQUEST, refused.to_string()),
     };
-    let destination = envelope.destination.as_str();
-    if destination.trim().is_empty() {
-        return reason(
-            StatusCode::BAD_REQUEST,
-            "the envelope's destination is empty",
-        );
-    }
-    if !receiver.accepts(destination) {
-        return reason(
-            StatusCode::NOT_FOUND,
-            format!("destination {destination} is not received here"),
-        );
-    }
-    // Checked here too (the store checks it again) so that garbage opens no transaction.
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&envelope.payload) {
-        return reason(
-            StatusCode::BAD_REQUEST,
-            format!("the envelope's payload is not JSON: {e}"),
-        );
-    }
-    let id = envelope.id;
-    let mut message = Message::to(destination)
-        .id(id)
-        .raw_json(envelope.payload.as_str())
-        .headers(envelope.headers.clone());
-    if let Some(key) = &envelope.key {
-        message = message.key(key.as_str());
-    }
+    let message = match received::message(&envelope, |d| receiver.accepts(d), &receiver.store) {
+        Ok(message) => message,
+        Err(refused @ Refused::NotReceivedHere(_)) => {
+            return reason(StatusCode::NOT_FOUND, refused.to_string());
+        }
+        Err(Refused::Store(e)) => return store_failure(&e, &envelope),
+        Err(refused) => return reason(StatusCode::BAD_REQUEST, refused.to_string()),
+    };
+    let (id, destination) = (envelope.id, envelope.destination.as_str());
     match store(&receiver.store, &message).await {
         Ok(()) => {
             tracing::debug!(

@@ -1,66 +1,28 @@
-//! The NATS JetStream transport against a real `nats-server -js` (feature `nats`): a
-//! throwaway server per test, on a free loopback port with its store in a temp dir.
+//! NATS JetStream between two services against a real `nats-server -js` (feature
+//! `nats`): a throwaway server per test ([`server::Server`]), and stores of their own
+//! (SQLite files in temp dirs): the transport publishing, the receiver storing.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod bad_input;
+mod order;
+mod receiver;
+mod server;
+mod transport;
 
-use agentsaga_core::{Envelope, MessageId};
-use agentsaga_relay::nats::NatsTransport;
-use agentsaga_relay::{Delivery, Transport};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_core::{Envelope, Message, MessageId, ReadPool, Store, StoreConfig, sqlx};
+use agentsaga_relay::nats::{NatsError, NatsReceiver, NatsReceiverConfig, NatsTransport};
+use agentsaga_relay::{Delivery, Relay, RelayConfig, Transport};
 use async_nats::jetstream;
+use server::Server;
 
-/// A `nats-server -js` of one test, stopped and its store removed when dropped.
-struct Server {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
+/// How long any condition may take before a test fails.
+const DEADLINE: Duration = Duration::from_secs(30);
 
-impl Server {
-    fn start() -> Self {
-        let bin = std::env::var("AGENTSAGA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("agentsaga-nats-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("the store dir");
-        let child = Command::new(&bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("{bin} does not start ({e}): install the package nats-server")
-            });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self { child, dir, port }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The destination the receiving service serves.
+const DEST: &str = "payments";
 
 fn envelope(destination: &str) -> Envelope {
     Envelope {
@@ -92,83 +54,189 @@ async fn with_stream(server: &Server) -> NatsTransport {
     nats
 }
 
-/// The messages of the stream, read by a throwaway pull consumer.
-async fn read_all(url: &str, n: usize) -> Vec<async_nats::jetstream::Message> {
-    use futures_util::StreamExt;
-    let js = jetstream::new(async_nats::connect(url).await.unwrap());
-    let stream = js.get_stream(STREAM).await.unwrap();
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::Config::default())
+/// A fresh SQLite store in a temp dir.
+async fn store() -> Store {
+    store_with(StoreConfig::default()).await
+}
+
+async fn store_with(config: StoreConfig) -> Store {
+    Store::connect_with(&fresh_url(Backend::Sqlite).await, config)
         .await
-        .unwrap();
-    let mut batch = consumer
-        .fetch()
-        .max_messages(n)
-        .expires(Duration::from_secs(2))
-        .messages()
+        .expect("open the store")
+}
+
+/// The receiving service's configuration in the tests: [`DEST`], small batches, a
+/// short ack wait and fetch wait.
+fn receiver_config() -> NatsReceiverConfig {
+    NatsReceiverConfig::new(STREAM, "svc-b")
+        .destinations([DEST])
+        .batch_size(4)
+        .ack_wait(Duration::from_secs(2))
+        .fetch_wait(Duration::from_millis(500))
+}
+
+async fn start_receiver(server: &Server, store: &Store) -> NatsReceiver {
+    NatsReceiver::start(&server.url(), store.clone(), receiver_config())
         .await
-        .unwrap();
-    let mut out = Vec::new();
-    while let Some(m) = batch.next().await {
-        out.push(m.unwrap());
+        .expect("start the receiver")
+}
+
+/// Stops `receiver`, failing the test if it takes over [`DEADLINE`].
+async fn stop(receiver: NatsReceiver) {
+    tokio::time::timeout(DEADLINE, receiver.stop())
+        .await
+        .expect("the receiver stops");
+}
+
+/// A relay on `store` publishing [`DEST`] through `nats`.
+async fn start_relay(store: &Store, nats: NatsTransport) -> Relay {
+    Relay::start(
+        store.clone(),
+        vec![DEST.to_owned()],
+        Arc::new(nats.timeout(Duration::from_secs(2))),
+        RelayConfig::default(),
+    )
+    .await
+    .expect("start the relay")
+}
+
+/// An outbox row, as the tests compare it.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    id: MessageId,
+    destination: String,
+    key: Option<String>,
+    payload: serde_json::Value,
+    headers: serde_json::Value,
+    state: String,
+    last_error: Option<String>,
+}
+
+/// Every outbox row of `store`, in its order (seq).
+async fn outbox(store: &Store) -> Vec<Row> {
+    type Raw = (
+        String,
+        String,
+        Option<String>,
+        String,
+        String,
+        String,
+        Option<String>,
+    );
+    let ReadPool::Sqlite(reader) = store.reader() else {
+        panic!("the tests' stores are SQLite's");
+    };
+    let rows: Vec<Raw> = sqlx::query_as(
+        "SELECT id, destination, key, payload, headers, state, last_error FROM outbox \
+         ORDER BY seq",
+    )
+    .fetch_all(reader)
+    .await
+    .expect("read the outbox");
+    rows.into_iter()
+        .map(
+            |(id, destination, key, payload, headers, state, last_error)| Row {
+                id: id.parse().expect("a uuid"),
+                destination,
+                key,
+                payload: serde_json::from_str(&payload).expect("a JSON payload"),
+                headers: serde_json::from_str(&headers).expect("JSON headers"),
+                state,
+                last_error,
+            },
+        )
+        .collect()
+}
+
+/// Waits until `store`'s outbox holds `n` rows; returns them.
+async fn wait_rows(store: &Store, n: usize) -> Vec<Row> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    wait_until(&format!("{n} outbox rows"), DEADLINE, async || {
+        let rows = outbox(store).await;
+        let enough = rows.len() >= n;
+        *seen.lock().unwrap() = rows;
+        enough
+    })
+    .await;
+    seen.lock().unwrap().clone()
+}
+
+/// Enqueues `n` messages to [`DEST`] in `store`, all of key `key` (or every other one
+/// keyed, with `None`), each with its number as payload and a header.
+async fn enqueue(store: &Store, n: usize, key: Option<&str>) -> Vec<Message> {
+    let messages: Vec<Message> = (0..n)
+        .map(|i| {
+            let m = Message::to(DEST)
+                .json(&serde_json::json!({ "n": i }))
+                .unwrap()
+                .header("n", i.to_string())
+                .header(
+                    "traceparent",
+                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                );
+            match key {
+                Some(k) => m.key(k),
+                None if i % 2 == 0 => m.key(format!("k{}", i % 3)),
+                None => m,
+            }
+        })
+        .collect();
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue_batch(&messages).await.unwrap();
+    tx.commit().await.unwrap();
+    messages
+}
+
+/// Publishes `payload` on `subject` with `headers`, as another service might, and
+/// waits for the stream's acknowledgement.
+async fn publish_raw(server: &Server, subject: &str, payload: Vec<u8>, headers: &[(&str, &str)]) {
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    let mut map = async_nats::HeaderMap::new();
+    for (k, v) in headers {
+        map.insert(*k, *v);
     }
-    out
-}
-
-#[tokio::test]
-async fn delivered_with_its_id_headers_and_envelope() {
-    let server = Server::start();
-    let nats = with_stream(&server).await;
-    let env = envelope("payments");
-    assert_eq!(nats.deliver(&env).await, Delivery::Delivered);
-    let got = read_all(&server.url(), 10).await;
-    assert_eq!(got.len(), 1);
-    let m = &got[0];
-    assert_eq!(m.subject.as_str(), "agentsaga.payments");
-    let headers = m.headers.as_ref().expect("headers");
-    assert_eq!(
-        headers.get("Nats-Msg-Id").map(|v| v.as_str()),
-        Some(env.id.to_string().as_str())
-    );
-    assert_eq!(
-        headers.get("traceparent").map(|v| v.as_str()),
-        Some(env.headers["traceparent"].as_str())
-    );
-    let decoded: Envelope = serde_json::from_slice(&m.payload).unwrap();
-    assert_eq!(decoded, env);
-}
-
-#[tokio::test]
-async fn a_second_publish_of_one_message_is_kept_once() {
-    let server = Server::start();
-    let nats = with_stream(&server).await;
-    let env = envelope("payments");
-    assert_eq!(nats.deliver(&env).await, Delivery::Delivered);
-    // A relay that delivered, then crashed before marking the row, delivers again.
-    assert_eq!(nats.deliver(&env).await, Delivery::Delivered);
-    assert_eq!(read_all(&server.url(), 10).await.len(), 1);
-}
-
-#[tokio::test]
-async fn without_a_stream_the_delivery_is_retried() {
-    let server = Server::start();
-    let nats = NatsTransport::connect(&server.url())
+    js.publish_with_headers(subject.to_owned(), map, payload.into())
         .await
         .unwrap()
-        .timeout(Duration::from_secs(3));
-    let outcome = nats.deliver(&envelope("payments")).await;
-    assert!(matches!(outcome, Delivery::Retry { .. }), "{outcome:?}");
+        .await
+        .unwrap();
 }
 
-#[tokio::test]
-async fn a_destination_that_is_no_subject_is_rejected() {
-    let server = Server::start();
-    let nats = NatsTransport::connect(&server.url()).await.unwrap();
-    for bad in ["", "pay ments", "pay.*", "pay.>", "pay..ments"] {
-        let outcome = nats.deliver(&envelope(bad)).await;
-        assert!(
-            matches!(outcome, Delivery::Reject { .. }),
-            "{bad:?}: {outcome:?}"
-        );
+/// The durable consumer of [`DEST`] of [`receiver_config`].
+async fn consumer_info(server: &Server) -> jetstream::consumer::Info {
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    let stream = js.get_stream(STREAM).await.unwrap();
+    let consumer: jetstream::consumer::PullConsumer =
+        stream.get_consumer(&format!("svc-b_{DEST}")).await.unwrap();
+    consumer.get_info().await.unwrap()
+}
+
+/// Takes `n` messages from the receiver's durable consumer (made as the receiver makes
+/// it) and acknowledges none: a receiver that died holding them.
+async fn take_without_ack(server: &Server, n: usize) {
+    use futures_util::StreamExt;
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    let c: jetstream::consumer::PullConsumer = js
+        .get_stream(STREAM)
+        .await
+        .unwrap()
+        .get_or_create_consumer(
+            &format!("svc-b_{DEST}"),
+            jetstream::consumer::pull::Config {
+                durable_name: Some(format!("svc-b_{DEST}")),
+                filter_subject: format!("agentsaga.{DEST}"),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(2),
+                max_deliver: -1,
+                max_ack_pending: 4,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut got = c.fetch().max_messages(n).messages().await.unwrap();
+    for _ in 0..n {
+        let m = got.next().await.expect("a message").unwrap();
+        assert_eq!(m.info().unwrap().delivered, 1);
     }
 }

@@ -1,0 +1,143 @@
+//! The sending side: a relay's transport that publishes each envelope to the stream
+//! and reports it delivered on the stream's acknowledgement (see the module `nats`).
+
+use std::fmt;
+use std::time::Duration;
+
+use agentsaga_core::Envelope;
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishErrorKind};
+
+use super::{DEFAULT_PREFIX, NatsError};
+use crate::{Delivery, Transport};
+
+/// Delivers envelopes by publishing them to a JetStream stream (see the module).
+#[derive(Clone)]
+pub struct NatsTransport {
+    js: jetstream::Context,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsTransport")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsTransport {
+    /// Connects to the server at `url` (`nats://127.0.0.1:4222`), subjects under
+    /// [`DEFAULT_PREFIX`].
+    ///
+    /// # Errors
+    /// [`NatsError::Connect`] if the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self, NatsError> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|source| NatsError::Connect {
+                url: url.to_owned(),
+                source,
+            })?;
+        Ok(Self::new(jetstream::new(client)))
+    }
+
+    /// A transport over an existing JetStream context.
+    pub fn new(js: jetstream::Context) -> Self {
+        Self {
+            js,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Subjects under `prefix` instead of [`DEFAULT_PREFIX`].
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a publish waits for the stream's acknowledgement before it is
+    /// retried (10 s unless set).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The subject of `destination`, or why it has none.
+    ///
+    /// # Errors
+    /// The reason, for a destination that is not one NATS subject of tokens.
+    pub fn subject(&self, destination: &str) -> Result<String, String> {
+        super::subject(&self.prefix, destination)
+    }
+
+    /// Makes the stream `name` over every subject of this transport (`<prefix>.>`), with
+    /// `duplicate_window` as its dedupe window, unless it exists.
+    ///
+    /// # Errors
+    /// [`NatsError::Stream`] if the server refuses it.
+    pub async fn ensure_stream(
+        &self,
+        name: &str,
+        duplicate_window: Duration,
+    ) -> Result<(), NatsError> {
+        self.js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: name.to_owned(),
+                subjects: vec![format!("{}.>", self.prefix)],
+                duplicate_window,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| NatsError::Stream {
+                stream: name.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for NatsTransport {
+    async fn deliver(&self, envelope: &Envelope) -> Delivery {
+        let subject = match self.subject(&envelope.destination) {
+            Ok(s) => s,
+            Err(why) => return Delivery::reject(why),
+        };
+        let payload = match serde_json::to_vec(envelope) {
+            Ok(p) => p,
+            Err(e) => return Delivery::reject(format!("the envelope does not encode: {e}")),
+        };
+        let mut headers = HeaderMap::new();
+        for (k, v) in &envelope.headers {
+            headers.insert(k.as_str(), v.as_str());
+        }
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            envelope.id.to_string().as_str(),
+        );
+        let publish = async {
+            let ack = self
+                .js
+                .publish_with_headers(subject, headers, payload.into())
+                .await?;
+            ack.await
+        };
+        match tokio::time::timeout(self.timeout, publish).await {
+            Ok(Ok(_ack)) => Delivery::Delivered,
+            Ok(Err(e)) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                Delivery::reject(format!("NATS refused the message: {e}"))
+            }
+            Ok(Err(e)) => Delivery::retry(format!("NATS publish: {e}")),
+            Err(_) => Delivery::retry(format!(
+                "NATS publish: no acknowledgement from the stream within {:?}",
+                self.timeout
+            )),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The task of one durable consumer of a [`NatsReceiver`](super::NatsReceiver): it
+//! fetches batches in stream order and hands each to the [`Batcher`], one at a time,
+//! until it is stopped. A failure of the server or of the store never ends it: it
+//! waits (with backoff, its warnings thinning out) and goes on.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use futures_util::StreamExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::NatsError;
+use super::batch::{Batcher, Handled};
+use crate::backoff::Backoff;
+
+/// Extra time past `ack_wait` before a receiver fetches, when it found messages
+/// delivered but not acknowledged: the server has queued them for redelivery by then.
+const PAST_ACK_WAIT: Duration = Duration::from_millis(500);
+
+/// One consumer's loop.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) js: jetstream::Context,
+    pub(crate) stream: String,
+    pub(crate) consumer: jetstream::consumer::pull::Config,
+    pub(crate) batcher: Batcher,
+    pub(crate) batch_size: usize,
+    pub(crate) fetch_wait: Duration,
+    pub(crate) ack_wait: Duration,
+}
+
+/// Counts a failure in a row (reset by a commit): whether to log it as a warning. The
+/// 1st, 2nd, 4th, 8th… are: an outage logs a few lines, not one per attempt.
+fn loud(failures: &mut u32) -> bool {
+    *failures = failures.saturating_add(1);
+    failures.is_power_of_two()
+}
+
+/// `fut`, unless `stop` turns true first (`None` then).
+async fn until_stopped<F: Future>(stop: &mut watch::Receiver<bool>, fut: F) -> Option<F::Output> {
+    if *stop.borrow() {
+        return None;
+    }
+    tokio::select! {
+        out = fut => Some(out),
+        _ = stop.wait_for(|s| *s) => None,
+    }
+}
+
+/// Whether `stop` turned true within `d`.
+async fn stopped_within(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    until_stopped(stop, tokio::time::sleep(d)).await.is_none()
+}
+
+/// The durable consumer of `config` on `stream`, made unless it exists; an existing one
+/// with another filter is refused (it would consume other subjects).
+pub(crate) async fn consumer(
+    js: &jetstream::Context,
+    stream: &str,
+    config: &jetstream::consumer::pull::Config,
+) -> Result<PullConsumer, NatsError> {
+    let name = config.durable_name.clone().unwrap_or_default();
+    let failed = |reason: String| NatsError::Consumer {
+        stream: stream.to_owned(),
+        consumer: name.clone(),
+        reason,
+    };
+    let s = js.get_stream(stream).await.map_err(|e| NatsError::Stream {
+        stream: stream.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let c: PullConsumer = s
+        .get_or_create_consumer(&name, config.clone())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let have = &c.cached_info().config.filter_subject;
+    if *have != config.filter_subject {
+        return Err(failed(format!(
+            "it exists with the filter subject `{have}`, not `{}`: delete it or name \
+             another durable consumer",
+            config.filter_subject
+        )));
+    }
+    Ok(c)
+}
+
+impl Worker {
+    /// Runs until `stop` turns true; starts with `first`, the consumer made at start.
+    pub(crate) async fn run(self, first: PullConsumer, mut stop: watch::Receiver<bool>) {
+        let mut next = Some(first);
+        let mut backoff = Backoff::default();
+        let mut failures: u32 = 0;
+        loop {
+            let attempt = match next.take() {
+                Some(c) => Ok(c),
+                None => {
+                    match until_stopped(&mut stop, consumer(&self.js, &self.stream, &self.consumer))
+                        .await
+                    {
+                        None => return,
+                        Some(r) => r.map_err(|e| e.to_string()),
+                    }
+                }
+            };
+            let why = match attempt {
+                Ok(c) => match self
+                    .session(&c, &mut stop, &mut backoff, &mut failures)
+                    .await
+                {
+                    Ok(()) => return,
+                    Err(why) => why,
+                },
+                Err(why) => why,
+            };
+            super::counters::Counters::add(&self.batcher.counters.reconnects, 1);
+            let delay = backoff.fail(Instant::now());
+            let name = self.consumer.durable_name.as_deref().unwrap_or_default();
+            if loud(&mut failures) {
+                tracing::warn!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+            } else {
+                tracing::debug!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+            }
+            if stopped_within(&mut stop, delay).await {
+                return;
+            }
+        }
+    }
+
+    /// Fetches and stores batches until stopped (`Ok`) or the consumer fails (`Err`).
+    async fn session(
+        &self,
+        c: &PullConsumer,
+        stop: &mut watch::Receiver<bool>,
+        backoff: &mut Backoff,
+        failures: &mut u32,
+    ) -> Result<(), String> {
+        // Messages delivered and not acknowledged (a predecessor died holding them, or
+        // this receiver lost its connection) come back after ack_wait; fetched before,
+        // later messages of their keys would be stored first.
+        let info = match until_stopped(stop, c.get_info()).await {
+            None => return Ok(()),
+            Some(info) => info.map_err(|e| format!("consumer info: {e}"))?,
+        };
+        if info.num_ack_pending > 0 {
+            tracing::info!(
+                unacknowledged = info.num_ack_pending,
+                wait = ?self.ack_wait,
+                "NATS receiver: messages are delivered but not acknowledged; waiting for \
+                 their redelivery before fetching"
+            );
+            if stopped_within(stop, self.ack_wait + PAST_ACK_WAIT).await {
+                return Ok(());
+            }
+        }
+        // A full outbox (QueueFull) takes fewer messages: the batches shrink until one
+        // fits, and grow back after a commit.
+        let mut cap = self.batch_size;
+        loop {
+            let Some(batch) = until_stopped(stop, self.fetch(c, cap)).await else {
+                return Ok(());
+            };
+            let batch = batch?;
+            if batch.is_empty() {
+                continue;
+            }
+            // Not interrupted by a stop: the batch is stored and acknowledged, or
+            // handed back.
+            match self.batcher.handle(&batch).await {
+                Handled::Committed => {
+                    backoff.reset();
+                    *failures = 0;
+                    cap = self.batch_size;
+                }
+                Handled::Nakked(e) => {
+                    if matches!(e, agentsaga_core::Error::QueueFull { .. }) {
+                        cap = (batch.len() / 2).max(1);
+                    }
+                    let delay = backoff.fail(Instant::now());
+                    if loud(failures) {
+                        tracing::warn!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                    } else {
+                        tracing::debug!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                    }
+                    if stopped_within(stop, delay).await {
+                        return Ok(());
+                    }
+                }
+                Handled::NakLost(e) => {
+                    return Err(format!(
+                        "cannot store a batch ({e}), nor hand all of it back"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The next batch, of at most `cap` messages: waits up to `fetch_wait` for a first
+    /// message, then takes what else is there now (one pull request at a time, so
+    /// nothing beyond the batch is delivered to this receiver). Empty if nothing came.
+    async fn fetch(&self, c: &PullConsumer, cap: usize) -> Result<Vec<jetstream::Message>, String> {
+        let started = Instant::now();
+        let mut out = Vec::with_capacity(cap);
+        let first = c
+            .batch()
+            .max_messages(1)
+            .expires(self.fetch_wait)
+            .messages()
+            .await
+            .map_err(|e| format!("fetch: {e}"))?;
+        collect(first, &mut out, self.fetch_wait + Duration::from_secs(2)).await?;
+        if out.is_empty() {
+            if started.elapsed() < Duration::from_millis(20) {
+                // A fetch answered at once with nothing: no busy loop on it.
+                return Err("the server ended a fetch at once, with nothing".into());
+            }
+            return Ok(out);
+        }
+        if cap > 1 {
+            let rest = c.fetch().max_messages(cap - 1).messages().await;
+            // What came is stored; a failure here shows again on the next fetch.
+            if let Ok(rest) = rest {
+                let _ = collect(rest, &mut out, self.fetch_wait).await;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads `batch` into `out` until it ends, an error, or `limit` passes.
+async fn collect(
+    mut batch: jetstream::consumer::pull::Batch,
+    out: &mut Vec<jetstream::Message>,
+    limit: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, batch.next()).await {
+            Ok(Some(Ok(m))) => out.push(m),
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => {
+                return if out.is_empty() {
+                    Err(format!("fetch: {e}"))
+                } else {
+                    Ok(())
+                };
+            }
+            Err(_) => {
+                return if out.is_empty() {
+                    Err("fetch: no answer from the server".into())
+                } else {
+                    Ok(())
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Bad input is dead-lettered in the receiving store with a reason that names the
+//! problem, terminated on the stream, and the receiver goes on with the next message.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_dead_lettered_with_its_reason_and_the_next_one_stored() {
+    let server = Server::start();
+    let b = store_with(StoreConfig::default().max_message_bytes(2048)).await;
+    let _stream = with_stream(&server).await;
+    let subject = format!("agentsaga.{DEST}");
+    let body = |e: &Envelope| serde_json::to_vec(e).unwrap();
+
+    let elsewhere = envelope("refunds");
+    let not_json = Envelope {
+        payload: "not json {".into(),
+        ..envelope(DEST)
+    };
+    let too_large = Envelope {
+        payload: serde_json::json!("x".repeat(4000)).to_string(),
+        ..envelope(DEST)
+    };
+    let good = envelope(DEST);
+    publish_raw(&server, &subject, b"this is \"not\" JSON".to_vec(), &[]).await;
+    publish_raw(&server, &subject, body(&elsewhere), &[]).await;
+    publish_raw(&server, &subject, body(&not_json), &[]).await;
+    publish_raw(&server, &subject, body(&too_large), &[]).await;
+    publish_raw(&server, &subject, body(&good), &[]).await;
+
+    let receiver = start_receiver(&server, &b).await;
+    let rows = wait_rows(&b, 5).await;
+    let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+    assert_eq!(
+        states,
+        ["dead", "dead", "dead", "dead", "pending"],
+        "{rows:?}"
+    );
+    assert_eq!(
+        rows[4].id, good.id,
+        "the good one after the bad ones is stored"
+    );
+    let reason = |i: usize| rows[i].last_error.clone().unwrap_or_default();
+
+    // Not an envelope: its text kept as a JSON string, where it came from in headers.
+    assert!(reason(0).contains("malformed envelope"), "{}", reason(0));
+    assert_eq!(rows[0].payload, serde_json::json!("this is \"not\" JSON"));
+    assert_eq!(rows[0].headers["nats_subject"], subject.as_str());
+    assert_eq!(rows[0].headers["nats_stream_seq"], "1");
+    assert_eq!(rows[0].destination, DEST);
+    // Another destination than its subject's: kept whole, under the subject's.
+    assert!(
+        reason(1).contains("`refunds`") && reason(1).contains("not its subject's"),
+        "{}",
+        reason(1)
+    );
+    assert_eq!(rows[1].id, elsewhere.id);
+    assert_eq!(rows[1].payload, serde_json::json!({"amount": 42}));
+    assert_eq!(rows[1].key.as_deref(), Some("order-7"));
+    // A payload that is not JSON: kept as a JSON string.
+    assert!(reason(2).contains("payload is not JSON"), "{}", reason(2));
+    assert_eq!(
+        (rows[2].id, &rows[2].payload),
+        (not_json.id, &serde_json::json!("not json {"))
+    );
+    // Too large for the store: cut to fit, the reason says so.
+    assert!(
+        reason(3).contains("over the limit of 2048 bytes"),
+        "{}",
+        reason(3)
+    );
+    assert_eq!(rows[3].id, too_large.id);
+    let kept = rows[3].payload.as_str().expect("a JSON string");
+    assert!(kept.len() < 2048 && kept.starts_with("\"xxx"), "{kept:.40}");
+    assert_eq!(rows[3].headers["nats_stream_seq"], "4");
+
+    // The operator's view lists them, with their reasons.
+    let dead = b.admin().dead_letters(Some(DEST), 10).await.unwrap();
+    assert_eq!(dead.len(), 4);
+    assert!(dead.iter().all(|d| d.last_error.is_some()));
+    // Terminated or acknowledged on the stream: nothing comes back.
+    wait_until("all acknowledged", DEADLINE, async || {
+        let info = consumer_info(&server).await;
+        info.num_ack_pending == 0 && info.num_pending == 0
+    })
+    .await;
+    let stats = receiver.stats();
+    assert_eq!((stats.dead_lettered, stats.stored), (4, 1), "{stats:?}");
+    stop(receiver).await;
+}
