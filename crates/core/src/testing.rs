@@ -1,6 +1,7 @@
 //! Test support: fresh databases for both backends and a throwaway PostgreSQL
 //! server per test binary; the outbox driven by hand ([`envelope`], [`claim`],
-//! [`pump`]); one bounded wait ([`wait_until`]).
+//! [`pump`]); one bounded wait ([`wait_until`]); a throwaway `nats-server -js`
+//! ([`NatsServer`]).
 //!
 //! Enabled by the `testing` feature. The PostgreSQL server is started on first
 //! use (see [`pg_server`]) from the binaries in `/usr/lib/postgresql/15/bin`
@@ -22,11 +23,13 @@
 //! agentsaga_core::both_backends!(opens_tests, opens);
 //! ```
 
+mod nats;
 #[cfg(feature = "postgres")]
 mod pg;
 mod relay;
 mod watchdog;
 
+pub use nats::NatsServer;
 #[cfg(feature = "postgres")]
 pub use pg::{PgServer, pg_server};
 pub use relay::{claim, envelope, pump};

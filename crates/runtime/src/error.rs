@@ -39,6 +39,12 @@ pub enum Error {
         holder: Option<u32>,
     },
 
+    /// (feature `nats`) The NATS link could not be set up: the server unreachable, the
+    /// stream or a consumer refused.
+    #[cfg(feature = "nats")]
+    #[error(transparent)]
+    Remote(#[from] agentsaga_relay::nats::NatsError),
+
     /// An actor could not be spawned.
     #[error("could not spawn an actor: {0}")]
     Spawn(String),

@@ -49,6 +49,8 @@ mod counts;
 mod error;
 pub mod metrics;
 mod rate_limit;
+#[cfg(feature = "nats")]
+pub mod remote;
 mod retention;
 mod runtime;
 mod single;
@@ -59,6 +61,8 @@ pub mod telemetry;
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 pub use error::{Error, Result};
 pub use rate_limit::RateLimit;
+#[cfg(feature = "nats")]
+pub use remote::NatsLink;
 pub use retention::Retention;
 pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,

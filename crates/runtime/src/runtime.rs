@@ -15,6 +15,9 @@ use crate::actors::Settled;
 use crate::supervisor::SupervisorMsg;
 
 mod builder;
+mod destinations;
+#[cfg(feature = "nats")]
+mod linking;
 
 pub use builder::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,
@@ -40,6 +43,9 @@ pub struct Runtime {
     stalled_after: Duration,
     /// This runtime's hold on its SQLite file (see [`single`](crate::single)).
     _sqlite_lock: Option<crate::single::SqliteLock>,
+    /// What it runs for its NATS link, if any.
+    #[cfg(feature = "nats")]
+    linked: Option<crate::remote::Linked>,
 }
 
 impl Runtime {
@@ -336,6 +342,11 @@ impl Runtime {
             pruner.abort();
         }
         self.metrics.take();
+        // Nothing more taken from the broker, then nothing more published to it.
+        #[cfg(feature = "nats")]
+        if let Some(linked) = self.linked.take() {
+            linked.stop().await;
+        }
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;
         }

@@ -58,6 +58,11 @@ pub struct RuntimeBuilder {
     answers_in_agent_tx: bool,
     /// Rate limits by destination (`RuntimeBuilder::rate_limit`).
     pub(crate) rate_limits: std::collections::HashMap<String, crate::RateLimit>,
+    /// The link to other services, and the destinations sent over it (`linking.rs`).
+    #[cfg(feature = "nats")]
+    pub(super) nats: Option<crate::NatsLink>,
+    #[cfg(feature = "nats")]
+    pub(super) remote: Vec<String>,
 }
 
 impl RuntimeBuilder {
@@ -83,6 +88,10 @@ impl RuntimeBuilder {
             rate_limits: std::collections::HashMap::new(),
             stall_watch: crate::stalled::StallWatch::default(),
             answers_in_agent_tx: true,
+            #[cfg(feature = "nats")]
+            nats: None,
+            #[cfg(feature = "nats")]
+            remote: Vec::new(),
         }
     }
 
@@ -290,34 +299,9 @@ impl RuntimeBuilder {
         if let Some(p) = self.compensation_retry {
             engine = engine.with_compensation_retry(p);
         }
-        let mut destinations: Vec<String> = self
-            .agents
-            .iter()
-            .map(|a| a.destination().to_owned())
-            .collect();
-        {
-            let mut seen = std::collections::HashSet::new();
-            for d in &destinations {
-                if !seen.insert(d) {
-                    return Err(Error::Config(format!("two agents for destination `{d}`")));
-                }
-            }
-        }
-        destinations.extend(engine.orchestrator_destinations());
-        if destinations.is_empty() {
-            return Err(Error::Config(
-                "nothing to host: add an agent or a saga".into(),
-            ));
-        }
-        if let Some(unknown) = self
-            .concurrency
-            .keys()
-            .find(|d| !self.agents.iter().any(|a| a.destination() == d.as_str()))
-        {
-            return Err(Error::Config(format!(
-                "concurrency set for `{unknown}`, which no agent here consumes"
-            )));
-        }
+        let destinations = super::destinations::hosted(&self.agents, &self.concurrency, &engine)?;
+        #[cfg(feature = "nats")]
+        super::destinations::check_remote(&self.remote, &destinations, self.nats.as_ref())?;
         let (settled, _) = broadcast::channel(1024);
         let sagas =
             (self.answers_in_agent_tx && engine.definitions().next().is_some()).then(|| {
@@ -386,6 +370,8 @@ impl RuntimeBuilder {
         )
         .await
         .map_err(|e| Error::Spawn(e.to_string()))?;
+        #[cfg(feature = "nats")]
+        let relay_config = relay.clone();
         let relay = Relay::start(
             store.clone(),
             destinations.clone(),
@@ -393,6 +379,20 @@ impl RuntimeBuilder {
             relay,
         )
         .await?;
+        #[cfg(feature = "nats")]
+        let linked = match &self.nats {
+            Some(link) => Some(
+                crate::remote::Linked::start(
+                    &store,
+                    link,
+                    &destinations,
+                    &self.remote,
+                    &relay_config,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let (metrics, sampler) = match self.metrics {
             Some(addr) => {
                 let endpoint = crate::metrics::serve(addr)
@@ -431,6 +431,8 @@ impl RuntimeBuilder {
             counts,
             stalled_after: self.stall_watch.threshold,
             _sqlite_lock: sqlite_lock,
+            #[cfg(feature = "nats")]
+            linked,
         })
     }
 }

@@ -1,0 +1,84 @@
+//! A throwaway `nats-server -js` per test ([`NatsServer`]): a free loopback port, its
+//! store in a temp dir, restartable on both, stopped and removed when dropped.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `nats-server -js` of one test (the binary `nats-server`, or the one
+/// `AGENTSAGA_NATS_SERVER` names), listening on 127.0.0.1 only.
+#[derive(Debug)]
+pub struct NatsServer {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl NatsServer {
+    /// Starts one and waits until it listens.
+    ///
+    /// # Panics
+    /// If no port is free, the binary does not start (the package `nats-server` is
+    /// not installed), or it does not listen within 20 s.
+    pub fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "agentsaga-nats-{}-{port}-{}",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("the store dir");
+        let child = spawn(port, &dir);
+        Self { child, dir, port }
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port and store.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.port, &self.dir);
+    }
+}
+
+/// Starts `nats-server -js` on `port` with its store in `dir`, and waits until it
+/// listens.
+fn spawn(port: u16, dir: &Path) -> Child {
+    let bin = std::env::var("AGENTSAGA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    let child = Command::new(&bin)
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin} does not start ({e}): install the package nats-server"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nats-server did not listen within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,176 @@
+//! (feature `nats`) Destinations served by other services, each with its own database,
+//! over NATS JetStream (issue 36).
+//!
+//! A runtime given a [`NatsLink`] runs, beside its local relay:
+//! - **a relay for its remote destinations** ([`RuntimeBuilder::remote`]): their outbox
+//!   rows are published to the stream (`agentsaga.<destination>`, the message id as
+//!   `Nats-Msg-Id`, its headers as NATS headers) and count as delivered only on the
+//!   stream's acknowledgement, one in flight per key, as any relay delivers;
+//! - **a receiver for its local destinations** (its agents', its sagas' replies): a
+//!   durable consumer per destination, named after the link's service, stores what is
+//!   published for them in this runtime's own outbox with the same id (a redelivery is
+//!   a no-op), commits, and only then acknowledges; the local relay then hands each
+//!   message to its actor, whose inbox makes it effectively-once, as for a local one.
+//!
+//! So a saga's command for a remote agent leaves in the saga's transaction (outbox),
+//! crosses the broker at least once, lands once in the agent service's outbox, is
+//! processed once there (inbox, with the agent's effects and its reply in one
+//! transaction), and its reply comes back the same way. The wire format and the ack
+//! contract: `agentsaga_relay::nats`.
+//!
+//! The agent service answers to the saga's reply destination (a command's `reply_to`
+//! header, `saga.<name>.v<version>`): it declares it remote too, with
+//! [`RuntimeBuilder::remote_saga`].
+//!
+//! [`RuntimeBuilder::remote`]: crate::RuntimeBuilder::remote
+//! [`RuntimeBuilder::remote_saga`]: crate::RuntimeBuilder::remote_saga
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsaga_core::Store;
+use agentsaga_relay::nats::{NatsReceiver, NatsReceiverConfig, NatsTransport};
+use agentsaga_relay::{Relay, RelayConfig};
+
+use crate::{Error, Result};
+
+/// The stream a [`NatsLink`] uses unless told otherwise.
+pub const DEFAULT_STREAM: &str = "AGENTSAGA";
+
+/// How a runtime reaches other services: a NATS server with JetStream, the stream, and
+/// the name of this service (its durable consumers are named after it: give each
+/// service its own, and keep it across restarts).
+#[derive(Clone)]
+pub struct NatsLink {
+    url: String,
+    service: String,
+    stream: String,
+    ack_wait: Duration,
+    transport: NatsTransport,
+}
+
+impl std::fmt::Debug for NatsLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsLink")
+            .field("url", &self.url)
+            .field("service", &self.service)
+            .field("stream", &self.stream)
+            .field("ack_wait", &self.ack_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsLink {
+    /// Connects to the server at `url` (`nats://127.0.0.1:4222`) as `service`, and
+    /// makes the stream [`DEFAULT_STREAM`] over every agentsaga subject (a duplicate
+    /// window of 2 minutes) unless it exists.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a service name that cannot name a consumer (empty, or
+    /// holding a space, `.`, `*` or `>`); [`Error::Remote`] if the server cannot be
+    /// reached or refuses the stream.
+    pub async fn connect(url: &str, service: &str) -> Result<Self> {
+        if service.is_empty()
+            || service.contains(['.', '*', '>'])
+            || service.contains(char::is_whitespace)
+        {
+            return Err(Error::Config(format!(
+                "NATS service name `{service}`: it names durable consumers, so it must be \
+                 non-empty, without spaces, `.`, `*` or `>`"
+            )));
+        }
+        let transport = NatsTransport::connect(url).await?;
+        transport
+            .ensure_stream(DEFAULT_STREAM, Duration::from_secs(120))
+            .await?;
+        Ok(Self {
+            url: url.to_owned(),
+            service: service.to_owned(),
+            stream: DEFAULT_STREAM.to_owned(),
+            ack_wait: Duration::from_secs(30),
+            transport,
+        })
+    }
+
+    /// How long the server waits for this service's acknowledgement of a message
+    /// before it delivers it again (30 s unless set). A receiver that starts after a
+    /// crash waits this long before its first fetch, so that what its predecessor held
+    /// unacknowledged comes back before later messages of the same keys.
+    #[must_use]
+    pub fn ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = ack_wait;
+        self
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// This service's name.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The subject `destination` is published to, or why it has none.
+    pub(crate) fn check(&self, destination: &str) -> Result<()> {
+        self.transport
+            .subject(destination)
+            .map(|_| ())
+            .map_err(Error::Config)
+    }
+}
+
+/// What a linked runtime runs for its link: stopped by [`Runtime::shutdown`](crate::Runtime::shutdown).
+pub(crate) struct Linked {
+    receiver: NatsReceiver,
+    relay: Option<Relay>,
+}
+
+impl Linked {
+    /// Starts the receiver of `local` destinations and, if any, the relay of
+    /// `remote` ones (the local relay's settings, without handover: the transport is
+    /// the broker, not this process's actors).
+    pub(crate) async fn start(
+        store: &Store,
+        link: &NatsLink,
+        local: &[String],
+        remote: &[String],
+        relay: &RelayConfig,
+    ) -> Result<Self> {
+        let receiver = NatsReceiver::start(
+            &link.url,
+            store.clone(),
+            NatsReceiverConfig::new(link.stream.clone(), link.service.clone())
+                .destinations(local.iter().cloned())
+                .ack_wait(link.ack_wait)
+                // A fetch must end well within the ack wait.
+                .fetch_wait((link.ack_wait / 2).min(Duration::from_secs(5))),
+        )
+        .await?;
+        let relay = if remote.is_empty() {
+            None
+        } else {
+            let mut config = relay.clone();
+            config.handover = false;
+            Some(
+                Relay::start(
+                    store.clone(),
+                    remote.to_vec(),
+                    Arc::new(link.transport.clone()),
+                    config,
+                )
+                .await?,
+            )
+        };
+        Ok(Self { receiver, relay })
+    }
+
+    /// Stops taking messages from the broker, then publishing to it.
+    pub(crate) async fn stop(self) {
+        self.receiver.stop().await;
+        if let Some(relay) = self.relay {
+            relay.shutdown().await;
+        }
+    }
+}
