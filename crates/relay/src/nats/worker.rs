@@ -166,7 +166,16 @@ impl Worker {
             }
             // Not interrupted by a stop: the batch is stored and acknowledged, or
             // handed back.
-            match self.batcher.handle(&batch).await {
+            let span = tracing::debug_span!(
+                "nats_receive_batch",
+                consumer = self.consumer.durable_name.as_deref().unwrap_or_default(),
+                messages = batch.len(),
+                first_stream_seq = batch
+                    .first()
+                    .and_then(|m| m.info().ok())
+                    .map(|i| i.stream_sequence),
+            );
+            match tracing::Instrument::instrument(self.batcher.handle(&batch), span).await {
                 Handled::Committed => {
                     backoff.reset();
                     *failures = 0;
