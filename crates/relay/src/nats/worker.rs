@@ -117,9 +117,21 @@ impl Worker {
             let delay = backoff.fail(Instant::now());
             let name = self.consumer.durable_name.as_deref().unwrap_or_default();
             if loud(&mut failures) {
-                tracing::warn!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+                tracing::warn!(
+                    consumer = name,
+                    failures,
+                    error = %why,
+                    retry_in = ?delay,
+                    "NATS receiver: the consumer failed; retrying"
+                );
             } else {
-                tracing::debug!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+                tracing::debug!(
+                    consumer = name,
+                    failures,
+                    error = %why,
+                    retry_in = ?delay,
+                    "NATS receiver: the consumer failed; retrying"
+                );
             }
             if stopped_within(&mut stop, delay).await {
                 return;
@@ -187,9 +199,19 @@ impl Worker {
                     }
                     let delay = backoff.fail(Instant::now());
                     if loud(failures) {
-                        tracing::warn!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                        tracing::warn!(
+                            error = %e,
+                            messages = batch.len(),
+                            retry_in = ?delay,
+                            "NATS receiver: cannot store a batch; handed it back"
+                        );
                     } else {
-                        tracing::debug!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                        tracing::debug!(
+                            error = %e,
+                            messages = batch.len(),
+                            retry_in = ?delay,
+                            "NATS receiver: cannot store a batch; handed it back"
+                        );
                     }
                     if stopped_within(stop, delay).await {
                         return Ok(());
