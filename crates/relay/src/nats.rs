@@ -38,8 +38,13 @@
 //!   is not its subject's or not received here, whose payload is not JSON or is too
 //!   large for the store, is written to the local dead letters with the reason
 //!   (`agentsaga dead list`), with the headers [`HEADER_SUBJECT`] and
-//!   [`HEADER_STREAM_SEQ`]; a body that is no envelope is kept as a JSON string of its
-//!   text (cut to the store's size limit).
+//!   [`HEADER_STREAM_SEQ`], and terminated (`+TERM`) after the commit. An envelope
+//!   keeps its id, key and headers, and its payload if that is JSON and fits (else its
+//!   text as a JSON string, cut to fit); a body that is no envelope is kept as a JSON
+//!   string of its text, cut to the store's size limit, under its `Nats-Msg-Id` if that
+//!   is a message id, else an id made from the stream and the sequence number (a
+//!   redelivery is written once). (Only a store whose size limit
+//!   cannot hold even those headers, under 100 bytes, loses it: logged as an error.)
 
 mod batch;
 mod config;

@@ -23,8 +23,9 @@ use super::{DEFAULT_PREFIX, NatsError, is_subject, subject};
 pub struct NatsReceiverConfig {
     /// The stream to consume (it must exist and cover the destinations' subjects).
     pub stream: String,
-    /// The durable consumer's name: one per receiving service. Its position in the
-    /// stream survives restarts of the receiver and of the server.
+    /// The name of the receiving service's durable consumers, one per destination:
+    /// `<durable>_<destination>` (dots as `_`). Their positions in the stream survive
+    /// restarts of the receiver and of the server.
     pub durable: String,
     /// The subject prefix, the sender's ([`DEFAULT_PREFIX`] unless set).
     pub prefix: String,

@@ -21,10 +21,14 @@ use super::worker::{Worker, consumer};
 /// `<durable>_<destination>` (dots in the destination as `_`), filtered on its subject
 /// (explicit acks, `max_deliver` -1, `max_ack_pending` the batch size), and its own
 /// task: one destination's messages are stored in stream order, each key's in the
-/// publisher's. A consumer that exists already is used as it is (its settings kept),
-/// if its filter is its destination's subject. Stop the receiver with
-/// [`stop`](Self::stop); dropping it aborts the tasks (a batch being stored is rolled
-/// back, and comes again).
+/// publisher's (a key's messages to two destinations are two orders, as two
+/// consumers). One consumer per destination rather than one with several filter
+/// subjects: those need nats-server 2.10 (and async-nats's `server_2_10` feature);
+/// this works on 2.9 too.
+///
+/// A consumer that exists already is used as it is (its settings kept), if its filter
+/// is its destination's subject. Stop the receiver with [`stop`](Self::stop); dropping
+/// it aborts the tasks (a batch being stored is rolled back, and comes again).
 ///
 /// ```no_run
 /// use agentsaga_core::Store;
@@ -124,7 +128,9 @@ impl NatsReceiver {
     }
 
     /// Stops consuming and waits for the tasks to end: a batch being stored is
-    /// committed and acknowledged (or handed back) first; nothing is fetched after.
+    /// committed and acknowledged (or handed back) first; nothing is fetched after. A
+    /// fetch under way is dropped: a message the server sent it at that moment comes
+    /// back after `ack_wait` (the next receiver waits for it).
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         while let Some(done) = self.tasks.join_next().await {

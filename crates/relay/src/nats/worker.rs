@@ -117,9 +117,21 @@ impl Worker {
             let delay = backoff.fail(Instant::now());
             let name = self.consumer.durable_name.as_deref().unwrap_or_default();
             if loud(&mut failures) {
-                tracing::warn!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+                tracing::warn!(
+                    consumer = name,
+                    failures,
+                    error = %why,
+                    retry_in = ?delay,
+                    "NATS receiver: the consumer failed; retrying"
+                );
             } else {
-                tracing::debug!(consumer = name, failures, error = %why, retry_in = ?delay, "NATS receiver: the consumer failed; retrying");
+                tracing::debug!(
+                    consumer = name,
+                    failures,
+                    error = %why,
+                    retry_in = ?delay,
+                    "NATS receiver: the consumer failed; retrying"
+                );
             }
             if stopped_within(&mut stop, delay).await {
                 return;
@@ -166,7 +178,16 @@ impl Worker {
             }
             // Not interrupted by a stop: the batch is stored and acknowledged, or
             // handed back.
-            match self.batcher.handle(&batch).await {
+            let span = tracing::debug_span!(
+                "nats_receive_batch",
+                consumer = self.consumer.durable_name.as_deref().unwrap_or_default(),
+                messages = batch.len(),
+                first_stream_seq = batch
+                    .first()
+                    .and_then(|m| m.info().ok())
+                    .map(|i| i.stream_sequence),
+            );
+            match tracing::Instrument::instrument(self.batcher.handle(&batch), span).await {
                 Handled::Committed => {
                     backoff.reset();
                     *failures = 0;
@@ -178,9 +199,19 @@ impl Worker {
                     }
                     let delay = backoff.fail(Instant::now());
                     if loud(failures) {
-                        tracing::warn!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                        tracing::warn!(
+                            error = %e,
+                            messages = batch.len(),
+                            retry_in = ?delay,
+                            "NATS receiver: cannot store a batch; handed it back"
+                        );
                     } else {
-                        tracing::debug!(error = %e, messages = batch.len(), retry_in = ?delay, "NATS receiver: cannot store a batch; handed it back");
+                        tracing::debug!(
+                            error = %e,
+                            messages = batch.len(),
+                            retry_in = ?delay,
+                            "NATS receiver: cannot store a batch; handed it back"
+                        );
                     }
                     if stopped_within(stop, delay).await {
                         return Ok(());
