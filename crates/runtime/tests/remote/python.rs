@@ -2,7 +2,8 @@
 //! (`examples/python_agent/payments.py`: `nats-py` and its own SQLite file) that knows
 //! agentsaga only through the wire format of docs/remote.md: the shop's sagas settle,
 //! and every charge and refund happens once in the agent's database, across a
-//! `kill -9` of the agent between a commit and its acknowledgement.
+//! `kill -9` of the agent between a commit and its acknowledgement; input it cannot
+//! serve is kept in its dead letters with the reason.
 //!
 //! The Python is `AGENTSAGA_PYTHON`, else the venv `scripts/test` makes in
 //! `target/python-venv`; without either the test fails and says so.
@@ -128,9 +129,10 @@ impl Drop for PythonAgent {
     }
 }
 
-/// What the agent's database holds: its effects (`saga`, `effect`) in order, and the
-/// number of rows of its inbox, its outbox, its unpublished outbox and its dead letters.
-async fn python_db(db: &Path) -> (Vec<(String, String)>, [i64; 4]) {
+/// What the agent's database holds: its effects (`saga`, `effect`) in order, the
+/// reasons of its dead letters, and the number of rows of its inbox, its outbox and its
+/// unpublished outbox.
+async fn python_db(db: &Path) -> (Vec<(String, String)>, Vec<String>, [i64; 3]) {
     let mut c = SqliteConnectOptions::new()
         .filename(db)
         .read_only(true)
@@ -141,26 +143,55 @@ async fn python_db(db: &Path) -> (Vec<(String, String)>, [i64; 4]) {
         .fetch_all(&mut c)
         .await
         .unwrap();
-    let mut counts = [0; 4];
+    let dead = sqlx::query_scalar("SELECT reason FROM dead ORDER BY stream_seq")
+        .fetch_all(&mut c)
+        .await
+        .unwrap();
+    let mut counts = [0; 3];
     for (i, sql) in [
         "SELECT count(*) FROM inbox",
         "SELECT count(*) FROM outbox",
         "SELECT count(*) FROM outbox WHERE published = 0",
-        "SELECT count(*) FROM dead",
     ]
     .into_iter()
     .enumerate()
     {
         counts[i] = sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap();
     }
-    (effects, counts)
+    (effects, dead, counts)
 }
 
-/// Whether the agent's `log` says `what` within 30 s.
-async fn log_says(log: &Path, what: &str) -> bool {
+/// Publishes, with `python`'s `nats-py`, two messages to `payments` that it cannot
+/// serve: a body that is not JSON, and a command without `reply_to`.
+fn publish_bad_input(nats: &str) {
+    const SCRIPT: &str = r#"
+import asyncio, json, sys, uuid, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    js = nc.jetstream()
+    await js.publish("agentsaga.payments", b"not json")
+    headers = {"kind": "command", "saga_id": "s", "step": "1", "step_name": "charge"}
+    await js.publish("agentsaga.payments", json.dumps({
+        "seq": 1, "id": str(uuid.uuid4()), "destination": "payments", "key": None,
+        "payload": "{}", "headers": headers, "attempts": 1, "created_at_ms": 0,
+    }).encode())
+    await nc.close()
+asyncio.run(main())
+"#;
+    let status = tokio::task::block_in_place(|| {
+        Command::new(python())
+            .args(["-c", SCRIPT, nats])
+            .stdin(Stdio::null())
+            .status()
+    });
+    assert!(status.is_ok_and(|s| s.success()), "publishing bad input");
+}
+
+/// Whether the agent's `log` says `what`, `times` times or more, within 30 s.
+async fn log_says(log: &Path, what: &str, times: usize) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if std::fs::read_to_string(log).is_ok_and(|l| l.contains(what)) {
+        if std::fs::read_to_string(log).is_ok_and(|l| l.matches(what).count() >= times) {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -177,7 +208,8 @@ fn of(all: &[(String, String)], id: SagaId) -> Vec<String> {
 
 // The shop's `payments` is the Python agent; it is killed (-9) after its third commit,
 // before that message's acknowledgement, and started again: the message comes back,
-// its inbox recognises it, and nothing is lost or done twice.
+// its inbox recognises it, and nothing is lost or done twice. Two bad messages are
+// dead-lettered there with their reasons.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_agent_serves_payments_once_across_a_kill_9() {
     let server = NatsServer::start();
@@ -203,10 +235,12 @@ async fn a_python_agent_serves_payments_once_across_a_kill_9() {
     );
     ids.extend(start_orders(&shop, 8..12).await);
     let agent = PythonAgent::start(&server.url(), &db, &log, None);
+    publish_bad_input(&server.url());
     let states = settle(&shop, &ids).await;
     // The message committed but not acknowledged before the kill comes back (after the
     // consumer's ack wait, 2 s), and the agent's inbox knows it.
-    let repeat = log_says(&log, "is a repeat: acknowledged, not applied again").await;
+    let repeat = log_says(&log, "is a repeat: acknowledged, not applied again", 1).await;
+    let dead_lettered = log_says(&log, "dead letter", 2).await;
     let status = agent.stop(&log);
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(
@@ -215,7 +249,7 @@ async fn a_python_agent_serves_payments_once_across_a_kill_9() {
     );
 
     let here = effects(shop.store()).await;
-    let (there, [inbox, outbox, unpublished, dead]) = python_db(&db).await;
+    let (there, dead, [inbox, outbox, unpublished]) = python_db(&db).await;
     let mut compensated = 0;
     for (n, (id, state)) in ids.iter().zip(&states).enumerate() {
         if n % 4 == 3 {
@@ -234,9 +268,13 @@ async fn a_python_agent_serves_payments_once_across_a_kill_9() {
         }
     }
     // Its inbox holds each command and compensation once, each answered by one reply,
-    // every reply published; nothing was dead-lettered on either side.
+    // every reply published; only the bad input is dead-lettered, with its reason.
     let handled = i64::try_from(ids.len()).unwrap() + compensated;
-    assert_eq!([inbox, outbox, unpublished, dead], [handled, handled, 0, 0]);
+    assert_eq!([inbox, outbox, unpublished], [handled, handled, 0]);
+    assert!(dead_lettered, "the bad input was not dead-lettered: {log}");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead[0].starts_with("the body is not JSON"), "{dead:?}");
+    assert_eq!(dead[1], "the command has no reply_to header", "{dead:?}");
     assert_eq!(there.len(), usize::try_from(handled).unwrap(), "{there:?}");
     assert!(
         repeat,
