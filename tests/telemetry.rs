@@ -1,6 +1,7 @@
 //! Traces on the wire: the trip_booking example, run as a child process with
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at a small OTLP/HTTP receiver in this test
-//! (127.0.0.1, port 0), exports its spans; each saga is one trace.
+//! (127.0.0.1, port 0), exports its spans; each saga is one trace, across two services
+//! linked by NATS too (the cross_service example).
 
 mod support;
 
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga::core::Store;
-use agentsaga::core::testing::{Backend, fresh_url, pg_server};
+use agentsaga::core::testing::{Backend, NatsServer, fresh_url, pg_server};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
@@ -242,4 +243,62 @@ async fn two_processes_on_postgres_share_each_sagas_trace() {
         services.values().any(|s| s.len() == 2),
         "no saga crossed processes: {services:?}"
     );
+}
+
+// Across two services, two databases and a broker: the cross_service example's shop
+// and payments service export to one receiver; each saga is still one trace, and it
+// holds both services' spans (the trace context crosses NATS in the message headers,
+// which the payments service keeps in its own outbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_across_two_services_is_one_trace() {
+    let (endpoint, spans) = receiver();
+    let server = NatsServer::start();
+    let (shop_url, pay_url) = (
+        fresh_url(Backend::Sqlite).await,
+        fresh_url(Backend::Sqlite).await,
+    );
+    let service = |role: &str, url: &str, extra: &[&str]| {
+        Command::new(support::example("cross_service"))
+            .arg(role)
+            .args(["--nats", &server.url(), "--database-url", url])
+            .args(extra)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_SERVICE_NAME")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let payments = service("payments", &pay_url, &[]);
+    let shop = service("shop", &shop_url, &["--quiet", "--sagas", "12"]);
+    let out = support::wait_bounded(shop, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Stopped (SIGTERM), the payments service flushes its spans.
+    let term = Command::new("kill")
+        .args(["-TERM", &payments.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let out = support::wait_bounded(payments, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = spans.lock().unwrap().clone();
+    let services = check_one_trace_per_saga(&shop_url, &spans).await;
+    for (saga, by) in &services {
+        assert!(
+            by.contains("shop") && by.contains("payments"),
+            "saga {saga}: spans of {by:?} only"
+        );
+    }
 }

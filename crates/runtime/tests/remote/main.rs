@@ -2,7 +2,10 @@
 //! own SQLite database, linked by a real `nats-server -js` (a throwaway one per test):
 //! commands and replies cross the broker both ways, every saga ends, every effect
 //! happens once, compensations of the remote step run remotely, and a restart of the
-//! broker or of the agent service loses nothing.
+//! broker or of the agent service loses nothing. `python`: the agent service is a
+//! Python program instead.
+
+mod python;
 
 use std::time::Duration;
 
