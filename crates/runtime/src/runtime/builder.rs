@@ -61,7 +61,6 @@ pub struct RuntimeBuilder {
     /// The link to other services, and the destinations sent over it (`linking.rs`).
     #[cfg(feature = "nats")]
     pub(super) nats: Option<crate::NatsLink>,
-    #[cfg(feature = "nats")]
     pub(super) remote: Vec<String>,
 }
 
@@ -90,7 +89,6 @@ impl RuntimeBuilder {
             answers_in_agent_tx: true,
             #[cfg(feature = "nats")]
             nats: None,
-            #[cfg(feature = "nats")]
             remote: Vec::new(),
         }
     }
@@ -411,7 +409,8 @@ impl RuntimeBuilder {
             None => (None, None),
         };
         let pruner = crate::retention::spawn(store.clone(), self.retention);
-        let stall_watch = crate::stalled::spawn(store.clone(), self.stall_watch);
+        let stall_watch =
+            crate::stalled::spawn(store.clone(), self.stall_watch, self.remote.clone());
         let admission =
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;
