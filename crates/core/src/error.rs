@@ -103,10 +103,13 @@ pub enum Error {
     #[error("shared transaction: {0}")]
     SharedCommit(String),
 
-    /// [`Store::begin`](crate::Store::begin) was called by a task that holds a turn in
-    /// SQLite's lane already (an agent's handler, say, or an earlier `begin` not yet
-    /// committed): the second would wait for the first, which waits for it. Nothing was
-    /// begun. Write in the transaction you hold (in a handler, `ctx.tx()`).
+    /// [`Store::begin`](crate::Store::begin) was called by a task that holds SQLite's
+    /// writer already (a turn in the lane, an agent's handler say, or an earlier
+    /// `begin` not yet committed), and still held it after
+    /// [`StoreConfig::hop_timeout`](crate::StoreConfig::hop_timeout): the second waits
+    /// for the first, which waits for it. Nothing was begun. Write in the transaction
+    /// you hold (in a handler, `ctx.tx()`). (Two futures of one task that begin side by
+    /// side, with `join!`, take turns: the second waits for the first to end.)
     #[error(
         "this task already holds a transaction of the store's lane: a second one would \
          wait for it forever; write in the transaction you hold (in a handler, ctx.tx())"

@@ -153,6 +153,10 @@ impl Linked {
         } else {
             let mut config = relay.clone();
             config.handover = false;
+            // Its own name in leases and logs, and the default number of publishes at
+            // once (not the sum of the local actors' concurrency).
+            config.owner = format!("{}-nats", config.owner);
+            config.workers = RelayConfig::default().workers;
             Some(
                 Relay::start(
                     store.clone(),

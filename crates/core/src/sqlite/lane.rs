@@ -410,9 +410,7 @@ pub(crate) async fn turn(
     inbox: Option<(String, MessageId)>,
     prefetch: Option<Prefetch>,
 ) -> Result<Turn> {
-    if store.holds_writer() {
-        return Err(Error::NestedTransaction);
-    }
+    store.not_holding().await?;
     let lanes = store.lanes();
     let (turn, mine) = oneshot::channel();
     let request = Request {

@@ -147,6 +147,7 @@ impl Hop {
                 .holder
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = None;
+            self.counts.released.notify_waiters();
         }
     }
 
@@ -219,7 +220,9 @@ impl Store {
     ///
     /// Never begin a second transaction while holding one, in an agent's handler say
     /// (use its `ctx.tx()`): on SQLite it would wait for itself, so a task that asks
-    /// again is refused at once ([`Error::NestedTransaction`]); on PostgreSQL an
+    /// again while it holds one waits at most `hop_timeout`, for a transaction of a
+    /// future beside it (`join!`) to end, and is then refused
+    /// ([`Error::NestedTransaction`]) instead of hanging; on PostgreSQL an
     /// agent's transaction may hold its saga locked, and a second one that writes that
     /// saga waits until the lane's watchdog ends the first.
     ///
@@ -230,9 +233,7 @@ impl Store {
     pub async fn begin(&self) -> Result<Hop> {
         #[cfg(feature = "sqlite")]
         if let super::backend::Backend::Sqlite(_) = self.backend_ref() {
-            if self.holds_writer() {
-                return Err(Error::NestedTransaction);
-            }
+            self.not_holding().await?;
             if self.hops_running() {
                 return self.hop().await;
             }
@@ -352,6 +353,35 @@ impl Store {
     #[cfg(feature = "sqlite")]
     pub(crate) fn hops_running(&self) -> bool {
         self.lanes.counts.busy.load(Ordering::Acquire)
+    }
+
+    /// Waits until the caller (its task, or its thread outside one) does not hold
+    /// SQLite's writer: a future beside the holding one in the same task (`join!`)
+    /// waits for it to let go; a caller that still holds it after
+    /// [`hop_timeout`](crate::StoreConfig::hop_timeout) is nesting (its transaction
+    /// waits for this one, which would wait for it).
+    ///
+    /// # Errors
+    /// [`Error::NestedTransaction`] then.
+    #[cfg(feature = "sqlite")]
+    pub(crate) async fn not_holding(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.config.hop_timeout;
+        loop {
+            let released = self.lanes.counts.released.notified();
+            let mut released = std::pin::pin!(released);
+            // Registered before the look: a release between the two is not missed.
+            released.as_mut().enable();
+            if !self.holds_writer() {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return if self.holds_writer() {
+                    Err(Error::NestedTransaction)
+                } else {
+                    Ok(())
+                };
+            }
+        }
     }
 
     /// Does the caller (its task, or its thread outside one) hold SQLite's writer (a turn in the lane, or a

@@ -133,6 +133,10 @@ pub(crate) struct Counts {
     /// wait for itself ([`Error::NestedTransaction`](crate::Error)).
     #[cfg(feature = "sqlite")]
     pub(crate) holder: std::sync::Mutex<Option<Caller>>,
+    /// Signalled when the holder lets go: a caller that found itself the holder (a
+    /// future beside the holding one in its task) waits for it.
+    #[cfg(feature = "sqlite")]
+    pub(crate) released: tokio::sync::Notify,
 }
 
 /// Who calls: a tokio task, or, outside one (`block_on`, a `#[tokio::main]` function's

@@ -63,6 +63,7 @@ fn spawn(port: u16, dir: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{bin} does not start ({e}): install the package nats-server"));
+    let mut child = child;
     let deadline = Instant::now() + Duration::from_secs(20);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
@@ -71,6 +72,11 @@ fn spawn(port: u16, dir: &Path) -> Child {
             "nats-server did not listen within 20 s"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // Listening, and ours: a server that could not bind (another took the port
+    // meanwhile) has exited, and the port answers for someone else.
+    if let Some(status) = child.try_wait().expect("the server's status") {
+        panic!("nats-server exited ({status}): port {port} was taken by another");
     }
     child
 }

@@ -359,6 +359,15 @@ impl RuntimeBuilder {
             Some(t) => InProcessTransport::new().timeout(t),
             None => InProcessTransport::new(),
         };
+        // The link first: if the broker cannot be reached, nothing else has started.
+        #[cfg(feature = "nats")]
+        let linked = match &self.nats {
+            Some(link) => Some(
+                crate::remote::Linked::start(&store, link, &destinations, &self.remote, &relay)
+                    .await?,
+            ),
+            None => None,
+        };
         let (supervisor, _) = Actor::spawn(
             None,
             Supervisor {
@@ -368,8 +377,6 @@ impl RuntimeBuilder {
         )
         .await
         .map_err(|e| Error::Spawn(e.to_string()))?;
-        #[cfg(feature = "nats")]
-        let relay_config = relay.clone();
         let relay = Relay::start(
             store.clone(),
             destinations.clone(),
@@ -377,20 +384,6 @@ impl RuntimeBuilder {
             relay,
         )
         .await?;
-        #[cfg(feature = "nats")]
-        let linked = match &self.nats {
-            Some(link) => Some(
-                crate::remote::Linked::start(
-                    &store,
-                    link,
-                    &destinations,
-                    &self.remote,
-                    &relay_config,
-                )
-                .await?,
-            ),
-            None => None,
-        };
         let (metrics, sampler) = match self.metrics {
             Some(addr) => {
                 let endpoint = crate::metrics::serve(addr)

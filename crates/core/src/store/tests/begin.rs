@@ -74,18 +74,21 @@ async fn sqlite_begin_joins_the_running_hops() {
 }
 
 // A task that holds SQLite's writer (a transaction of its own, or a turn in the lane)
-// and begins again would wait for itself: it is refused at once, with a typed error,
+// and begins again would wait for itself: it is refused past `hop_timeout`, with a typed error,
 // and what it holds is unharmed. Another task is not refused: it waits its turn. Once
 // the first ends (commit, rollback or drop), the task begins again at once.
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_a_nested_begin_is_refused_not_hung() {
-    let (store, _) = open(Backend::Sqlite).await;
-    // Bounded: without the check the nested begin waits for the writer its own task holds.
+    let url = fresh_url(Backend::Sqlite).await;
+    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+    let store = Store::connect_with(&url, config).await.unwrap();
+    // Bounded: without the check the nested begin waits for the writer its own task
+    // holds; with it, it waits `hop_timeout` (300 ms) for a sibling future to let go.
     let nested = |store: Store| async move {
         tokio::time::timeout(Duration::from_secs(10), store.begin())
             .await
-            .expect("a nested begin answers at once instead of waiting for itself")
+            .expect("a nested begin is refused instead of waiting for itself")
     };
     // No hop runs: the outer transaction is one of its own.
     let mut outer = store.begin().await.unwrap();
@@ -105,7 +108,9 @@ async fn sqlite_a_nested_begin_is_refused_not_hung() {
     };
     outer.commit().await.unwrap();
     other.await.unwrap().unwrap();
-    // A turn in the lane, held by this task: the same.
+    // A turn in the lane, held by this task: the same. The refusal came after
+    // `hop_timeout`, so the lane's watchdog may undo the turn (its commit then fails,
+    // transient, nothing of it written), or find it back in time.
     let mut turn = store.hop().await.unwrap();
     turn.enqueue(&Message::to("turn").json(&0).unwrap())
         .await
@@ -115,7 +120,11 @@ async fn sqlite_a_nested_begin_is_refused_not_hung() {
         matches!(refused, Err(Error::NestedTransaction)),
         "{refused:?}"
     );
-    turn.commit().await.unwrap();
+    let turn_kept = match turn.commit().await {
+        Ok(()) => true,
+        Err(e @ Error::SharedCommit(_)) if e.is_transient() => false,
+        Err(e) => panic!("{e:?}"),
+    };
     // Ended by a rollback, a drop: begins again at once.
     store.begin().await.unwrap().rollback().await.unwrap();
     drop(store.hop().await.unwrap());
@@ -129,7 +138,12 @@ async fn sqlite_a_nested_begin_is_refused_not_hung() {
     .await;
     let mut seen: Vec<_> = got.iter().map(|e| e.destination.as_str()).collect();
     seen.sort_unstable();
-    assert_eq!(seen, ["after", "other", "outer", "turn"]);
+    let expected: &[&str] = if turn_kept {
+        &["after", "other", "outer", "turn"]
+    } else {
+        &["after", "other", "outer"]
+    };
+    assert_eq!(seen, expected);
     store.close().await;
 }
 
@@ -234,4 +248,53 @@ async fn sqlite_a_cancelled_begin_leaves_the_lane_free() {
     seen.sort_unstable();
     assert_eq!(seen, ["after", "held"]);
     store.close().await;
+}
+
+// Two futures of one task (here the test's body, outside any task: one thread) that
+// begin side by side are not nesting: the second waits for the first to end, on both
+// kinds of SQLite transaction, and both commit.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_begins_side_by_side_in_one_task_take_turns() {
+    let (store, _) = open(Backend::Sqlite).await;
+    let (a, b) = side_by_side(store.clone(), "a", "b").await;
+    a.unwrap();
+    b.unwrap();
+    // The same with the lane running: a turn held by another task.
+    let held = store.hop().await.unwrap();
+    let joined = tokio::spawn(side_by_side(store.clone(), "c", "d"));
+    // Let both queue behind the held turn (bounded: they cannot end before it does).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.commit().await.unwrap();
+    let (c, d) = joined.await.unwrap();
+    c.unwrap();
+    d.unwrap();
+    let got = claim_n(&store, "r", &dests(&["a", "b", "c", "d"]), 10).await;
+    assert_eq!(got.len(), 4, "{got:?}");
+    store.close().await;
+}
+
+/// Two futures joined in the caller's task: the first begins, enqueues to `first`, and
+/// holds its transaction across an await; the second begins once the first holds it,
+/// and enqueues to `second`.
+async fn side_by_side(
+    store: Store,
+    first: &'static str,
+    second: &'static str,
+) -> (crate::Result<()>, crate::Result<()>) {
+    let (holds, held) = tokio::sync::oneshot::channel::<()>();
+    let one = async {
+        let mut tx = store.begin().await?;
+        tx.enqueue(&Message::to(first).json(&1).unwrap()).await?;
+        let _ = holds.send(());
+        tokio::task::yield_now().await;
+        tx.commit().await
+    };
+    let two = async {
+        let _ = held.await;
+        let mut tx = store.begin().await?;
+        tx.enqueue(&Message::to(second).json(&2).unwrap()).await?;
+        tx.commit().await
+    };
+    tokio::join!(one, two)
 }
