@@ -51,8 +51,10 @@
 //! back past the bound (its commit fails) and logs the wait.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+#[cfg(feature = "sqlite")]
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 
 use tokio::sync::oneshot;
 
@@ -231,26 +233,30 @@ impl Store {
     /// shared transaction could not be begun; [`Error::Database`] if no connection can
     /// be had.
     pub async fn begin(&self) -> Result<Hop> {
-        #[cfg(feature = "sqlite")]
-        if let super::backend::Backend::Sqlite(_) = self.backend_ref() {
-            self.not_holding().await?;
-            if self.hops_running() {
-                return self.hop().await;
+        match self.backend_ref() {
+            #[cfg(feature = "sqlite")]
+            super::backend::Backend::Sqlite(_) => {
+                self.not_holding().await?;
+                if self.hops_running() {
+                    return self.hop().await;
+                }
+                let tx = Tx::begin(self).await?;
+                // The single writer is this caller's until the transaction ends.
+                *self
+                    .lanes
+                    .counts
+                    .holder
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some(super::types::Caller::current());
+                Ok(Hop::own(tx, Arc::clone(&self.lanes.counts)))
             }
-            let tx = Tx::begin(self).await?;
-            // The single writer is this task's until the transaction ends.
-            *self
-                .lanes
-                .counts
-                .holder
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(super::types::Caller::current());
-            return Ok(Hop::own(tx, Arc::clone(&self.lanes.counts)));
+            #[cfg(feature = "postgres")]
+            super::backend::Backend::Postgres(_) => Ok(Hop::own(
+                Tx::begin(self).await?,
+                Arc::clone(&self.lanes.counts),
+            )),
         }
-        Ok(Hop::own(
-            Tx::begin(self).await?,
-            Arc::clone(&self.lanes.counts),
-        ))
     }
 
     /// (feature `testing`) A turn in SQLite's lane whatever the load, where
@@ -267,6 +273,7 @@ impl Store {
 
     /// A turn in the lane's shared transaction whatever the load (on PostgreSQL, a
     /// transaction of its own): the relay's statements that join the running hops.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) async fn hop(&self) -> Result<Hop> {
         Ok(self.turn(None, None).await?.0)
     }

@@ -274,6 +274,7 @@ async fn sqlite_begins_side_by_side_in_one_task_take_turns() {
     store.close().await;
 }
 
+#[cfg(feature = "sqlite")]
 /// Two futures joined in the caller's task: the first begins, enqueues to `first`, and
 /// holds its transaction across an await; the second begins once the first holds it,
 /// and enqueues to `second`.
