@@ -105,6 +105,20 @@ pub enum NatsError {
     Config(String),
 }
 
+/// A JetStream context on a connection to the server at `url`.
+///
+/// # Errors
+/// [`NatsError::Connect`] if the server cannot be reached.
+pub(crate) async fn jetstream_at(url: &str) -> Result<async_nats::jetstream::Context, NatsError> {
+    let client = async_nats::connect(url)
+        .await
+        .map_err(|source| NatsError::Connect {
+            url: url.to_owned(),
+            source,
+        })?;
+    Ok(async_nats::jetstream::new(client))
+}
+
 /// The subject of `destination` under `prefix`, or why it has none.
 pub(crate) fn subject(prefix: &str, destination: &str) -> Result<String, String> {
     if !is_subject(destination) {

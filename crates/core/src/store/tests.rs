@@ -34,6 +34,13 @@ use crate::queue::{Claim, DeadLetter, Retry};
 use crate::testing::{Backend, fresh_url};
 use crate::{Error, Message, MessageId, Receipt, Store, StoreConfig, both_backends};
 
+/// A store whose hops are let go past a `hop_timeout` of 300 ms.
+async fn open_bounded(backend: Backend) -> Store {
+    let url = fresh_url(backend).await;
+    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
+    Store::connect_with(&url, config).await.expect("open store")
+}
+
 async fn open(backend: Backend) -> (Store, String) {
     let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.expect("open store");

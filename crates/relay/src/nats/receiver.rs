@@ -9,11 +9,11 @@ use async_nats::jetstream::{self, consumer::AckPolicy};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::NatsError;
 use super::batch::Batcher;
 use super::config::NatsReceiverConfig;
 use super::counters::{Counters, ReceiverStats};
 use super::worker::{Worker, consumer};
+use super::{NatsError, jetstream_at};
 
 /// Consumes a JetStream stream into the local store (see the module `nats`).
 ///
@@ -72,13 +72,7 @@ impl NatsReceiver {
         config: NatsReceiverConfig,
     ) -> Result<Self, NatsError> {
         let subjects = config.subjects()?;
-        let client = async_nats::connect(url)
-            .await
-            .map_err(|source| NatsError::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        let js = jetstream::new(client);
+        let js = jetstream_at(url).await?;
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
         let mut workers = Vec::with_capacity(subjects.len());

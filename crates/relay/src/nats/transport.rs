@@ -8,7 +8,7 @@ use agentsaga_core::Envelope;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishErrorKind};
 
-use super::{DEFAULT_PREFIX, NatsError};
+use super::{DEFAULT_PREFIX, NatsError, jetstream_at};
 use crate::{Delivery, Transport};
 
 /// Delivers envelopes by publishing them to a JetStream stream (see the module).
@@ -35,13 +35,7 @@ impl NatsTransport {
     /// # Errors
     /// [`NatsError::Connect`] if the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, NatsError> {
-        let client = async_nats::connect(url)
-            .await
-            .map_err(|source| NatsError::Connect {
-                url: url.to_owned(),
-                source,
-            })?;
-        Ok(Self::new(jetstream::new(client)))
+        Ok(Self::new(jetstream_at(url).await?))
     }
 
     /// A transport over an existing JetStream context.

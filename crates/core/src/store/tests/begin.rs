@@ -12,6 +12,15 @@ async fn write_one(store: &Store, dest: &str) -> crate::Result<()> {
     tx.commit().await
 }
 
+/// The destinations of the messages to `names` that were written, sorted.
+#[cfg(feature = "sqlite")]
+async fn claimed(store: &Store, names: &[&str]) -> Vec<String> {
+    let got = claim_n(store, "r", &dests(names), 10).await;
+    let mut seen: Vec<_> = got.into_iter().map(|e| e.destination).collect();
+    seen.sort_unstable();
+    seen
+}
+
 // A transaction of either backend is atomic on its own: committed it is written,
 // rolled back or dropped it is not, and the task begins again at once after each.
 async fn a_begin_commits_or_leaves_nothing(backend: Backend) {
@@ -80,9 +89,7 @@ async fn sqlite_begin_joins_the_running_hops() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_a_nested_begin_is_refused_not_hung() {
-    let url = fresh_url(Backend::Sqlite).await;
-    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
-    let store = Store::connect_with(&url, config).await.unwrap();
+    let store = open_bounded(Backend::Sqlite).await;
     // Bounded: without the check the nested begin waits for the writer its own task
     // holds; with it, it waits `hop_timeout` (300 ms) for a sibling future to let go.
     let nested = |store: Store| async move {
@@ -129,15 +136,7 @@ async fn sqlite_a_nested_begin_is_refused_not_hung() {
     store.begin().await.unwrap().rollback().await.unwrap();
     drop(store.hop().await.unwrap());
     write_one(&store, "after").await.unwrap();
-    let got = claim_n(
-        &store,
-        "r",
-        &dests(&["outer", "other", "turn", "after"]),
-        10,
-    )
-    .await;
-    let mut seen: Vec<_> = got.iter().map(|e| e.destination.as_str()).collect();
-    seen.sort_unstable();
+    let seen = claimed(&store, &["outer", "other", "turn", "after"]).await;
     let expected: &[&str] = if turn_kept {
         &["after", "other", "outer", "turn"]
     } else {
@@ -154,9 +153,7 @@ async fn sqlite_a_nested_begin_is_refused_not_hung() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_a_begin_held_past_hop_timeout_is_undone() {
-    let url = fresh_url(Backend::Sqlite).await;
-    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
-    let store = Store::connect_with(&url, config).await.unwrap();
+    let store = open_bounded(Backend::Sqlite).await;
     let held = store.hop().await.unwrap();
     let (queued, is_queued) = tokio::sync::oneshot::channel::<()>();
     let slow = {
@@ -243,9 +240,7 @@ async fn sqlite_a_cancelled_begin_leaves_the_lane_free() {
         .await
         .expect("the lane is free again")
         .unwrap();
-    let got = claim_n(&store, "r", &dests(&["held", "cancelled", "after"]), 10).await;
-    let mut seen: Vec<_> = got.iter().map(|e| e.destination.as_str()).collect();
-    seen.sort_unstable();
+    let seen = claimed(&store, &["held", "cancelled", "after"]).await;
     assert_eq!(seen, ["after", "held"]);
     store.close().await;
 }

@@ -306,9 +306,7 @@ async fn hops_share_statements_and_roll_back_alone() {
 // when it comes, fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hop_past_its_bound_fails_alone() {
-    let url = fresh_url(Backend::Postgres).await;
-    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
-    let store = Store::connect_with(&url, config).await.unwrap();
+    let store = open_bounded(Backend::Postgres).await;
     exec(
         &store,
         "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",

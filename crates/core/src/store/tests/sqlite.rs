@@ -145,9 +145,7 @@ async fn sqlite_lane_transaction_dropped_open_is_rolled_back() {
 // commit fails, nothing of it written) and the hops queued behind it commit.
 #[tokio::test]
 async fn sqlite_lane_undoes_a_hop_back_past_its_bound() {
-    let url = fresh_url(Backend::Sqlite).await;
-    let config = StoreConfig::default().hop_timeout(Duration::from_millis(300));
-    let store = Store::connect_with(&url, config).await.unwrap();
+    let store = open_bounded(Backend::Sqlite).await;
     let stuck_id = MessageId::new();
     let (mut stuck, _) = store.hop_receiving("agent", stuck_id).await.unwrap();
     stuck
