@@ -42,3 +42,12 @@ impl BackendChoice {
         }
     }
 }
+
+/// The `--transport` values: where the agents of a bench run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TransportChoice {
+    /// Beside the orchestrator, in its process and database.
+    InProcess,
+    /// In another service, across NATS JetStream.
+    Nats,
+}

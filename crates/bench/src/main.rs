@@ -107,6 +107,9 @@ enum Bench {
     /// Internal: the relay process of the cross-process latency run.
     #[command(hide = true)]
     RelayChild(relay::ChildArgs),
+    /// Internal: the agents' service of `saga --transport nats`.
+    #[command(hide = true)]
+    SagaAgentsChild(saga::ChildArgs),
     /// Internal: one burst of the scale bench, in its own process.
     #[command(hide = true)]
     ScaleChild(scale::ChildArgs),
@@ -121,6 +124,9 @@ async fn main() -> anyhow::Result<()> {
     if let Bench::ScaleChild(args) = &cli.bench {
         return scale::child(args).await;
     }
+    if let Bench::SagaAgentsChild(args) = &cli.bench {
+        return saga::child(args).await;
+    }
     let mut scratch = db::Scratch::new();
     let result = match &cli.bench {
         Bench::Outbox(args) => outbox::run(args, &mut scratch).await,
@@ -129,7 +135,9 @@ async fn main() -> anyhow::Result<()> {
         Bench::Agents(args) => agents::run(args, &mut scratch).await,
         Bench::Scale(args) => scale::run(args, &mut scratch).await,
         Bench::Status(args) => status::run(args, &mut scratch).await,
-        Bench::RelayChild(_) | Bench::ScaleChild(_) => unreachable!("handled above"),
+        Bench::RelayChild(_) | Bench::ScaleChild(_) | Bench::SagaAgentsChild(_) => {
+            unreachable!("handled above")
+        }
     };
     scratch.cleanup().await;
     let mut report = result?;

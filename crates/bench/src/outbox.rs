@@ -34,7 +34,7 @@ use drain::{floor_drain, store_drain};
 use enqueue::{floor_batch, floor_single, store_batch, store_single};
 pub(crate) use measure::median;
 pub(crate) use plain::Plain;
-pub(crate) use setup::{BATCH, DEST, KEYS, key, now_ms};
+pub(crate) use setup::{BATCH, DEST, KEYS, key, now_ms, payload};
 
 const BENCH: &str = "outbox";
 /// `outbox` options.

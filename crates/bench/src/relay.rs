@@ -32,6 +32,7 @@ use crate::outbox::{self, BATCH, DEST};
 use crate::report::{Figure, Report, Target};
 
 mod latency;
+mod nats;
 mod setup;
 
 pub(crate) use latency::child;
@@ -55,12 +56,20 @@ pub(crate) struct Args {
     /// keeps up to workers + batch size rows in flight.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// `in-process` (the default): the drain to a no-op transport and the latencies;
+    /// `nats`: the publish rate to NATS JetStream (a throwaway `nats-server -js`)
+    /// against plain `async-nats` publishes with acknowledgements.
+    #[arg(long, value_enum, default_value_t = crate::common::TransportChoice::InProcess)]
+    transport: crate::common::TransportChoice,
 }
 
 /// Runs the `relay` bench on the chosen backends.
 pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Report> {
     ensure!(args.workers > 0, "--workers must be at least 1");
     let sizes = Sizes::new(args.common.quick);
+    if args.transport == crate::common::TransportChoice::Nats {
+        return over_nats(args, sizes, scratch).await;
+    }
     let started = Instant::now();
     let mut report = Report::default();
     let mut latency_notes = Vec::new();
@@ -169,6 +178,50 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
          cross-process p99 <= {P99_CROSS_PROCESS_MS} ms",
         started.elapsed().as_secs_f64()
     ));
+    Ok(report)
+}
+
+/// `--transport nats`: the relay's publish rate to JetStream against plain
+/// `async-nats` publishes.
+async fn over_nats(args: &Args, sizes: Sizes, scratch: &mut Scratch) -> anyhow::Result<Report> {
+    crate::saga::check_nats_server()?;
+    let started = Instant::now();
+    let mut report = Report::default();
+    let backlog = sizes.backlog / 5;
+    for backend in args.common.backend.backends() {
+        let name = backend.name();
+        report.notes.push(scratch.describe(backend).await?);
+        let (value, floor) = nats::publish(backend, backlog, sizes.rounds, args.workers, scratch)
+            .await
+            .with_context(|| format!("{name} nats_publish_rate"))?;
+        report
+            .figures
+            .push(Figure::new(BENCH, name, "nats_publish_rate", value, "msgs/s").with_floor(floor));
+    }
+    report.notes.extend([
+        format!(
+            "nats publish: a backlog of {backlog} rows over {} keys round-robin (filled \
+             untimed in a template database, each run on a fresh copy) drained by a relay \
+             (batch_size {BATCH}, workers {}) through NatsTransport into a throwaway \
+             `nats-server -js` (file store in the temp dir, fresh per run, stream \
+             AGENTSAGA, 2 min duplicate window): each message published to \
+             agentsaga.bench with its id as Nats-Msg-Id and marked delivered on the \
+             stream's ack; timed from Relay::start until its `delivered` counter reaches \
+             the backlog. The floor: {} tasks of plain async-nats, each encoding the next \
+             envelope as the transport does and publishing it with its id, awaiting the \
+             stream's ack before the next (no database). The stream is checked to hold \
+             the backlog after every run; rounds alternate which side goes first, median \
+             of {}",
+            outbox::KEYS,
+            args.workers,
+            args.workers,
+            sizes.rounds,
+        ),
+        format!(
+            "whole run: {:.1} s; ratio = value / floor",
+            started.elapsed().as_secs_f64()
+        ),
+    ]);
     Ok(report)
 }
 

@@ -36,6 +36,7 @@ mod drive;
 mod figure;
 mod floor;
 mod nested;
+mod remote;
 mod runtime_side;
 mod setup;
 
@@ -47,6 +48,8 @@ use crate::common::Common;
 use crate::db::{Backend, Scratch};
 use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
+
+pub(crate) use remote::{ChildArgs, check_nats_server, child, nats_server};
 
 use drive::{POLL, START_BATCH, WINDOW};
 use figure::figure;
@@ -74,6 +77,12 @@ pub(crate) struct Args {
     /// the runtime; the figures then carry no floor and no ratio.
     #[arg(long)]
     runtime_only: bool,
+    /// Where the agents run: `in-process` (the runtime's own agents, against the
+    /// hand-written floors) or `nats` (in a second process with its own SQLite
+    /// database, across a throwaway NATS JetStream server; the figures then stand
+    /// against the in-process runtime's, run in alternation).
+    #[arg(long, value_enum, default_value_t = crate::common::TransportChoice::InProcess)]
+    transport: crate::common::TransportChoice,
 }
 
 /// The `--sqlite-synchronous` values.
@@ -95,6 +104,9 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         std::sync::atomic::Ordering::Relaxed,
     );
     let sizes = Sizes::new(args.common.quick);
+    if args.transport == crate::common::TransportChoice::Nats {
+        return over_nats(args, sizes, scratch).await;
+    }
     let started = Instant::now();
     let mut report = Report::default();
     report.notes.push(answers_note());
@@ -250,6 +262,77 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         format!(
             "whole run: {:.1} s; targets: sqlite >= {SQLITE_TARGET} sagas/s, postgres >= \
              {POSTGRES_TARGET} sagas/s, ratio >= {RATIO_TARGET}",
+            started.elapsed().as_secs_f64()
+        ),
+    ]);
+    Ok(report)
+}
+
+/// `--transport nats`: per backend and scenario, the rate and latency over NATS
+/// against the in-process runtime's.
+async fn over_nats(args: &Args, sizes: Sizes, scratch: &mut Scratch) -> anyhow::Result<Report> {
+    remote::check_nats_server()?;
+    let started = Instant::now();
+    let mut report = Report::default();
+    for backend in args.common.backend.backends() {
+        let name = backend.name();
+        report.notes.push(scratch.describe(backend).await?);
+        for scenario in [Scenario::Happy, Scenario::Compensating] {
+            let (local, nats) = remote::figure(backend, scenario, sizes, args.workers, scratch)
+                .await
+                .with_context(|| format!("{name} {} over nats", scenario.name()))?;
+            let [rate, p50, p99] = match scenario {
+                Scenario::Happy => [
+                    "nats_happy_rate",
+                    "nats_happy_latency_p50",
+                    "nats_happy_latency_p99",
+                ],
+                Scenario::Compensating => [
+                    "nats_compensating_rate",
+                    "nats_compensating_latency_p50",
+                    "nats_compensating_latency_p99",
+                ],
+            };
+            report
+                .figures
+                .push(Figure::new(BENCH, name, rate, nats.rate, "sagas/s").with_floor(local.rate));
+            for (metric, p) in [(p50, 50.0), (p99, 99.0)] {
+                report.figures.push(
+                    Figure::new(BENCH, name, metric, percentile(&nats.latencies, p), "ms")
+                        .with_floor(percentile(&local.latencies, p)),
+                );
+            }
+        }
+    }
+    let rounds = if sizes.rounds == 1 {
+        "one run per side and scenario (--quick: a smoke run, not a measurement)".to_owned()
+    } else {
+        format!(
+            "median of {} runs per side and scenario (latency percentiles over the sagas \
+             of all of them), in-process and nats alternating which goes first",
+            sizes.rounds
+        )
+    };
+    report.notes.extend([
+        format!(
+            "over nats: the orchestrator (this process, the backend above) sends agent_a, \
+             agent_b and agent_c to a second process (this binary as `saga-agents-child`, \
+             its own SQLite database, Runtime::builder() defaults with {} relay workers) \
+             through a throwaway `nats-server -js` (file store on the temp dir, fresh per \
+             run): every command and reply is an outbox row, a JetStream publish with its \
+             ack, a durable consumer's fetch, a row in the other outbox, then its local \
+             delivery; the floor of each figure is the runtime with the agents in-process \
+             (the default bench's runtime side; answers applied in the agent's \
+             transaction, which a remote agent cannot do)",
+            args.workers
+        ),
+        format!(
+            "sagas: {} per run, the default bench's shape, start window and pacing; {rounds}",
+            sizes.sagas
+        ),
+        format!(
+            "whole run: {:.1} s; ratio = value / floor (rates: higher is better; \
+             latencies: lower is better)",
             started.elapsed().as_secs_f64()
         ),
     ]);

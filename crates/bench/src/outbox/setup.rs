@@ -23,7 +23,7 @@ pub(crate) fn key(i: usize) -> String {
     format!("key-{:04}", i % KEYS)
 }
 
-pub(super) fn payload(i: usize) -> serde_json::Value {
+pub(crate) fn payload(i: usize) -> serde_json::Value {
     serde_json::json!({ "order": i, "amount_cents": 4200, "currency": "EUR", "note": "bench" })
 }
 

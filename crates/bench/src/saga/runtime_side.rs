@@ -35,6 +35,17 @@ pub(super) fn definition() -> anyhow::Result<SagaDefinition> {
     crate::quick::two_then_pivot(SAGA, STEPS, |d: &Data| d.n)
 }
 
+/// The store's settings for the runtime side: the bench's `--sqlite-synchronous`.
+pub(super) fn store_config() -> agentsaga_core::StoreConfig {
+    let config = agentsaga_core::StoreConfig::default();
+    if crate::db::sqlite_full_sync() {
+        config.synchronous(agentsaga_core::Synchronous::Full)
+    } else {
+        config
+    }
+}
+
+/// A run of the runtime with its agents in the same process.
 pub(super) async fn runtime_run(
     backend: Backend,
     url: &str,
@@ -42,20 +53,27 @@ pub(super) async fn runtime_run(
     n: usize,
     workers: usize,
 ) -> anyhow::Result<Run> {
-    let mut config = agentsaga_core::StoreConfig::default();
-    if crate::db::sqlite_full_sync() {
-        config = config.synchronous(agentsaga_core::Synchronous::Full);
-    }
     let mut builder = Runtime::builder()
         .database(url)
-        .store_config(config)
+        .store_config(store_config())
         .answers_in_agent_transaction(!crate::db::answers_via_outbox())
         .saga(definition()?)
         .relay_config(RelayConfig::default().workers(workers));
     for (_, destination) in STEPS {
         builder = builder.agent(agent(destination));
     }
-    let runtime = builder.start().await?;
+    measure(backend, url, scenario, n, builder.start().await?).await
+}
+
+/// Drives `n` sagas of `scenario` through `runtime` (on `url`), shuts it down, checks
+/// their final states and measures.
+pub(super) async fn measure(
+    backend: Backend,
+    url: &str,
+    scenario: Scenario,
+    n: usize,
+    runtime: Runtime,
+) -> anyhow::Result<Run> {
     let store = runtime.store().clone();
     let elapsed = drive(
         n,
