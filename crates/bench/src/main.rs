@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p agentsaga-bench -- outbox [--backend sqlite|postgres|both] [--quick]
-//! cargo run --release -p agentsaga-bench -- relay  [--backend …] [--quick] [--workers 8]
-//! cargo run --release -p agentsaga-bench -- saga   [--backend …] [--quick] [--workers 8]
+//! cargo run --release -p agentsaga-bench -- relay  [--backend …] [--quick] [--workers 8] [--transport nats]
+//! cargo run --release -p agentsaga-bench -- saga   [--backend …] [--quick] [--workers 8] [--transport nats]
 //! cargo run --release -p agentsaga-bench -- agents [--backend …] [--quick] [--sagas 500] [--call-ms 500]
 //! cargo run --release -p agentsaga-bench -- scale  [--backend …] [--quick] [--sizes 1000,4000]
 //! ```
@@ -19,10 +19,13 @@
 //! - `relay` ([`relay`]): `drain_rate` of a relay to a no-op transport against a
 //!   hand-written claim/ack loop; commit → delivery latency percentiles at 1,000 msgs/s,
 //!   in-process and, on PostgreSQL, across two processes (the hidden `relay-child`
-//!   subcommand is the second process).
+//!   subcommand is the second process). `--transport nats`: `nats_publish_rate`, a
+//!   relay publishing to NATS JetStream against plain `async-nats` publishes with acks.
 //! - `saga` ([`saga`]): 3-step no-op sagas per second through the runtime, happy and
 //!   20 % compensating, and their start → terminal latency, against the same
-//!   transactions written by hand.
+//!   transactions written by hand. `--transport nats`: the same sagas with the agents
+//!   in a second process (the hidden `saga-agents-child`) across NATS JetStream,
+//!   against the runtime with its agents in-process.
 //! - `agents` ([`agents`]): 500 sagas of 3 steps, each step a `CallingAgent` whose call
 //!   sleeps 500 ms, all started at once on the runtime's defaults: the `makespan` (first
 //!   start → last saga completed) against the critical path (3 × 500 ms), the sagas
