@@ -62,8 +62,9 @@ impl std::fmt::Debug for NatsLink {
 
 impl NatsLink {
     /// Connects to the server at `url` (`nats://127.0.0.1:4222`) as `service`, and
-    /// makes the stream [`DEFAULT_STREAM`] over every agentsaga subject (a duplicate
-    /// window of 2 minutes) unless it exists.
+    /// makes the stream [`DEFAULT_STREAM`] over every agentsaga subject (a work queue:
+    /// a message leaves it once acknowledged; a duplicate window of 2 minutes) unless
+    /// it exists.
     ///
     /// # Errors
     /// [`Error::Config`] for a service name that cannot name a consumer (empty, or

@@ -71,7 +71,13 @@ impl NatsTransport {
     }
 
     /// Makes the stream `name` over every subject of this transport (`<prefix>.>`), with
-    /// `duplicate_window` as its dedupe window, unless it exists.
+    /// `duplicate_window` as its dedupe window, unless it exists (an existing one is
+    /// used as it is).
+    ///
+    /// The stream is a work queue: a message stays until a consumer acknowledges it
+    /// (however long its service is away), then leaves; and the server refuses a
+    /// consumer whose subjects overlap another's, so a destination has one consuming
+    /// service.
     ///
     /// # Errors
     /// [`NatsError::Stream`] if the server refuses it.
@@ -85,6 +91,7 @@ impl NatsTransport {
                 name: name.to_owned(),
                 subjects: vec![format!("{}.>", self.prefix)],
                 duplicate_window,
+                retention: jetstream::stream::RetentionPolicy::WorkQueue,
                 ..Default::default()
             })
             .await

@@ -154,16 +154,22 @@ impl Worker {
             None => return Ok(()),
             Some(info) => info.map_err(|e| format!("consumer info: {e}"))?,
         };
+        // Their redelivery is due after the consumer's ack_wait on the server, which
+        // may be another configuration's (it is updated below, after the wait).
+        let redelivery = info.config.ack_wait.max(self.ack_wait);
         if info.num_ack_pending > 0 {
             tracing::info!(
                 unacknowledged = info.num_ack_pending,
-                wait = ?self.ack_wait,
+                wait = ?redelivery,
                 "NATS receiver: messages are delivered but not acknowledged; waiting for \
                  their redelivery before fetching"
             );
-            if stopped_within(stop, self.ack_wait + PAST_ACK_WAIT).await {
+            if stopped_within(stop, redelivery + PAST_ACK_WAIT).await {
                 return Ok(());
             }
+        }
+        if info.config.ack_wait != self.ack_wait {
+            self.update_ack_wait(info.config.ack_wait).await;
         }
         // A full outbox (QueueFull) takes fewer messages: the batches shrink until one
         // fits, and grow back after a commit.
@@ -223,6 +229,35 @@ impl Worker {
                     ));
                 }
             }
+        }
+    }
+
+    /// Gives the consumer this receiver's `ack_wait` (it was made with `was`). On
+    /// failure it keeps the old one, said in a warning: every session waits out the
+    /// longer of the two anyway.
+    async fn update_ack_wait(&self, was: Duration) {
+        let name = self.consumer.durable_name.as_deref().unwrap_or_default();
+        let updated = async {
+            let stream = self.js.get_stream(&self.stream).await?;
+            stream
+                .create_consumer(self.consumer.clone())
+                .await
+                .map_err(async_nats::Error::from)
+        };
+        match updated.await {
+            Ok(_) => tracing::info!(
+                consumer = name,
+                was = ?was,
+                now = ?self.ack_wait,
+                "NATS receiver: the consumer's ack_wait changed to this receiver's"
+            ),
+            Err(e) => tracing::warn!(
+                consumer = name,
+                kept = ?was,
+                wanted = ?self.ack_wait,
+                error = %e,
+                "NATS receiver: could not change the consumer's ack_wait"
+            ),
         }
     }
 

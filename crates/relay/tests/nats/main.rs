@@ -214,6 +214,12 @@ async fn consumer_info(server: &Server) -> jetstream::consumer::Info {
 /// Takes `n` messages from the receiver's durable consumer (made as the receiver makes
 /// it) and acknowledges none: a receiver that died holding them.
 async fn take_without_ack(server: &Server, n: usize) {
+    take_without_ack_within(server, n, Duration::from_secs(2)).await;
+}
+
+/// As [`take_without_ack`], the consumer made with `ack_wait` (by a receiver
+/// configured so).
+async fn take_without_ack_within(server: &Server, n: usize, ack_wait: Duration) {
     use futures_util::StreamExt;
     let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
     let c: jetstream::consumer::PullConsumer = js
@@ -226,7 +232,7 @@ async fn take_without_ack(server: &Server, n: usize) {
                 durable_name: Some(format!("svc-b_{DEST}")),
                 filter_subject: format!("agentsaga.{DEST}"),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(2),
+                ack_wait,
                 max_deliver: -1,
                 max_ack_pending: 4,
                 ..Default::default()

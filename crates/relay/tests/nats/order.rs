@@ -129,6 +129,32 @@ async fn a_message_left_unacknowledged_comes_back_before_later_ones_of_its_key()
     stop(receiver).await;
 }
 
+// The consumer exists with a longer ack_wait than the receiver now configured (its
+// predecessor's): the receiver waits for the server's own, not its configuration's,
+// before it fetches, and the consumer takes the new ack_wait from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_made_with_a_longer_ack_wait_is_waited_for_then_updated() {
+    let server = Server::start();
+    let b = store().await;
+    let _stream = with_stream(&server).await;
+    let subject = format!("agentsaga.{DEST}");
+    let first = envelope(DEST);
+    let second = envelope(DEST);
+    publish_raw(&server, &subject, serde_json::to_vec(&first).unwrap(), &[]).await;
+    take_without_ack_within(&server, 1, Duration::from_secs(6)).await;
+    publish_raw(&server, &subject, serde_json::to_vec(&second).unwrap(), &[]).await;
+
+    // This receiver's ack_wait is 2 s.
+    let receiver = start_receiver(&server, &b).await;
+    let rows = wait_rows(&b, 2).await;
+    assert_eq!(ids_of(&rows, "order-7"), [first.id, second.id]);
+    assert_eq!(
+        consumer_info(&server).await.config.ack_wait,
+        Duration::from_secs(2)
+    );
+    stop(receiver).await;
+}
+
 /// A local destination that records what it is handed, in order.
 #[derive(Clone, Default)]
 struct Collect(Arc<Mutex<Vec<MessageId>>>);

@@ -193,7 +193,7 @@ async fn each_destination_has_its_consumer_and_bad_setups_are_typed_errors() {
     stream
         .create_consumer(jetstream::consumer::pull::Config {
             durable_name: Some("svc-c_payments".into()),
-            filter_subject: "agentsaga.>".into(),
+            filter_subject: "agentsaga.calendar".into(),
             ..Default::default()
         })
         .await
@@ -206,4 +206,42 @@ async fn each_destination_has_its_consumer_and_bad_setups_are_typed_errors() {
     .await
     .expect_err("another filter");
     assert!(matches!(err, NatsError::Consumer { .. }), "{err}");
+}
+
+// The stream is a work queue: what a service acknowledged leaves it, and a destination
+// has one consuming service: a second one is refused at its start (two would split the
+// destination's messages, and its keys, between them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_messages_leave_the_stream_and_a_destination_has_one_service() {
+    let server = Server::start();
+    let b = store().await;
+    let _stream = with_stream(&server).await;
+    let receiver = start_receiver(&server, &b).await;
+    for _ in 0..3 {
+        let env = envelope(DEST);
+        publish_raw(
+            &server,
+            "agentsaga.payments",
+            serde_json::to_vec(&env).unwrap(),
+            &[],
+        )
+        .await;
+    }
+    wait_rows(&b, 3).await;
+    let js = jetstream::new(async_nats::connect(&server.url()).await.unwrap());
+    wait_until("the stream emptied", DEADLINE, async || {
+        let mut stream = js.get_stream(STREAM).await.unwrap();
+        stream.info().await.unwrap().state.messages == 0
+    })
+    .await;
+
+    let err = NatsReceiver::start(
+        &server.url(),
+        store().await,
+        NatsReceiverConfig::new(STREAM, "svc-other").destinations([DEST]),
+    )
+    .await
+    .expect_err("a second service on one destination");
+    assert!(matches!(err, NatsError::Consumer { .. }), "{err}");
+    stop(receiver).await;
 }
