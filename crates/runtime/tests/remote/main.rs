@@ -74,14 +74,16 @@ fn saga() -> SagaDefinition {
 }
 
 async fn effects_table(store: &Store) {
+    let ddl = if store.backend() == "postgres" {
+        "CREATE TABLE IF NOT EXISTS effects (n BIGSERIAL PRIMARY KEY, \
+         agent TEXT NOT NULL, saga TEXT NOT NULL, kind TEXT NOT NULL)"
+    } else {
+        "CREATE TABLE IF NOT EXISTS effects (n INTEGER PRIMARY KEY AUTOINCREMENT, \
+         agent TEXT NOT NULL, saga TEXT NOT NULL, kind TEXT NOT NULL)"
+    };
     let mut tx = store.begin().await.unwrap();
     with_conn!(tx.conn(), c => {
-        agentsaga_core::sqlx::query(
-            "CREATE TABLE IF NOT EXISTS effects (agent TEXT NOT NULL, saga TEXT NOT NULL, kind TEXT NOT NULL)",
-        )
-        .execute(c)
-        .await
-        .unwrap();
+        agentsaga_core::sqlx::query(ddl).execute(c).await.unwrap();
     });
     tx.commit().await.unwrap();
 }
@@ -90,7 +92,7 @@ async fn effects_table(store: &Store) {
 async fn effects(store: &Store) -> Vec<(String, String)> {
     with_reader!(store.reader(), p => {
         agentsaga_core::sqlx::query_as::<_, (String, String, String)>(
-            "SELECT saga, agent, kind FROM effects ORDER BY rowid",
+            "SELECT saga, agent, kind FROM effects ORDER BY n",
         )
         .fetch_all(p)
         .await
@@ -201,6 +203,25 @@ async fn a_saga_crosses_services_and_back() {
     );
     let pay = payments(&url_pay, &server).await;
     let shop = shop(&url_shop, &server).await;
+    let ids = start_orders(&shop, 0..24).await;
+    let states = settle(&shop, &ids).await;
+    check(&shop, &pay, &ids, &states).await;
+    shop.shutdown().await;
+    pay.shutdown().await;
+}
+
+// The same with the shop on PostgreSQL (the payments service keeps its SQLite file):
+// the link works the same on either backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_on_postgres_crosses_to_a_sqlite_service_and_back() {
+    let server = NatsServer::start();
+    let (url_shop, url_pay) = (
+        fresh_url(Backend::Postgres).await,
+        fresh_url(Backend::Sqlite).await,
+    );
+    let pay = payments(&url_pay, &server).await;
+    let shop = shop(&url_shop, &server).await;
+    assert_eq!(shop.store().backend(), "postgres");
     let ids = start_orders(&shop, 0..24).await;
     let states = settle(&shop, &ids).await;
     check(&shop, &pay, &ids, &states).await;
