@@ -141,14 +141,30 @@ impl NatsReceiverConfig {
             ));
         }
         let mut subjects = Vec::with_capacity(self.destinations.len());
-        for d in &self.destinations {
+        for (i, d) in self.destinations.iter().enumerate() {
             let s = subject(&self.prefix, d).map_err(NatsError::Config)?;
             if subjects.contains(&s) {
                 return bad(format!("destination `{d}` is listed twice"));
             }
+            let name = self.consumer_name(d);
+            if let Some(other) = self.destinations[..i]
+                .iter()
+                .find(|o| self.consumer_name(o) == name)
+            {
+                return bad(format!(
+                    "destinations `{other}` and `{d}` would share the consumer `{name}` \
+                     (a dot in a destination is `_` in its consumer's name): rename one"
+                ));
+            }
             subjects.push(s);
         }
         Ok(subjects)
+    }
+
+    /// The durable consumer of `destination`: `<durable>_<destination>`, its dots as
+    /// `_`.
+    pub(crate) fn consumer_name(&self, destination: &str) -> String {
+        format!("{}_{}", self.durable, destination.replace('.', "_"))
     }
 }
 
@@ -163,6 +179,7 @@ mod tests {
         for bad in [
             good.clone().destinations(Vec::<String>::new()),
             good.clone().destinations(["a", "a"]),
+            good.clone().destinations(["x", "pay.eu", "pay_eu"]),
             good.clone().destinations(["pay ments"]),
             good.clone().destinations(["pay.*"]),
             good.clone().destinations([""]),

@@ -77,7 +77,7 @@ impl NatsReceiver {
         let (stop, stopped) = watch::channel(false);
         let mut workers = Vec::with_capacity(subjects.len());
         for (destination, subject) in config.destinations.iter().zip(subjects) {
-            let durable = format!("{}_{}", config.durable, destination.replace('.', "_"));
+            let durable = config.consumer_name(destination);
             let pull = jetstream::consumer::pull::Config {
                 durable_name: Some(durable),
                 filter_subject: subject,
