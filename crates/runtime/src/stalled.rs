@@ -34,6 +34,8 @@ impl Default for StallWatch {
 
 /// The most stalled sagas one look reports (and remembers as warned).
 const MAX_REPORTED: u32 = 1000;
+/// The most pages of candidates one look reads when some wait on other services.
+const MAX_PAGES: usize = 20;
 
 /// `remote`: the destinations other services serve.
 pub(crate) fn spawn(store: Store, watch: StallWatch, remote: Vec<String>) -> JoinHandle<()> {
@@ -56,25 +58,24 @@ async fn look(
     remote: &[String],
     warned: &mut HashSet<SagaId>,
 ) -> Vec<SagaId> {
-    let mut stalled = match query::stalled(store, threshold, MAX_REPORTED).await {
+    look_in_pages(store, threshold, remote, warned, MAX_REPORTED).await
+}
+
+/// [`look`], reading the candidates `page` at a time.
+async fn look_in_pages(
+    store: &Store,
+    threshold: Duration,
+    remote: &[String],
+    warned: &mut HashSet<SagaId>,
+    page: u32,
+) -> Vec<SagaId> {
+    let stalled = match stalled(store, threshold, remote, page).await {
         Ok(s) => s,
         Err(e) => {
             tracing::debug!(error = %e, "stall watch: query failed");
             return Vec::new();
         }
     };
-    if !remote.is_empty() {
-        let since = agentsaga_core::clock::now_ms()
-            - i64::try_from(threshold.as_millis()).unwrap_or(i64::MAX / 2);
-        let mut kept = Vec::with_capacity(stalled.len());
-        for s in stalled {
-            // Past the threshold it is stalled wherever its step is.
-            if s.updated_at_ms < since || !waits_on(store, s.id, remote).await {
-                kept.push(s);
-            }
-        }
-        stalled = kept;
-    }
     metrics::gauge!("agentsaga_sagas_stalled").set(stalled.len() as f64);
     let now: HashSet<SagaId> = stalled.iter().map(|s| s.id).collect();
     for s in &stalled {
@@ -93,6 +94,51 @@ async fn look(
     }
     warned.retain(|id| now.contains(id));
     stalled.iter().map(|s| s.id).collect()
+}
+
+/// At most `page` stalled sagas, newest first. With `remote` destinations, the
+/// candidates whose step is at one of them and that are not yet past the threshold are
+/// left out, reading further pages (at most [`MAX_PAGES`]) so that sagas stalled here
+/// are found behind any number of sagas waiting on other services.
+async fn stalled(
+    store: &Store,
+    threshold: Duration,
+    remote: &[String],
+    page: u32,
+) -> agentsaga_saga::Result<Vec<query::SagaSummary>> {
+    if remote.is_empty() {
+        return query::stalled(store, threshold, page).await;
+    }
+    let since = agentsaga_core::clock::now_ms()
+        - i64::try_from(threshold.as_millis()).unwrap_or(i64::MAX / 2);
+    let mut kept = Vec::new();
+    let mut filter = query::ListFilter {
+        stalled: Some(threshold),
+        limit: page,
+        ..query::ListFilter::default()
+    };
+    for _ in 0..MAX_PAGES {
+        let candidates = query::list(store, &filter).await?;
+        let last = candidates.len() < page as usize;
+        filter.after = candidates.last().map(query::Cursor::after);
+        for s in candidates {
+            // Past the threshold it is stalled wherever its step is.
+            if s.updated_at_ms < since || !waits_on(store, s.id, remote).await {
+                kept.push(s);
+                if kept.len() == page as usize {
+                    return Ok(kept);
+                }
+            }
+        }
+        if last {
+            return Ok(kept);
+        }
+    }
+    tracing::debug!(
+        pages = MAX_PAGES,
+        "stall watch: stopped reading candidates waiting on other services"
+    );
+    Ok(kept)
 }
 
 /// Is a step or a compensation of saga `id` on its way at one of the `remote`
@@ -155,6 +201,42 @@ mod tests {
             async || look(&store, Duration::from_millis(1), &remote, &mut warned).await == [id],
         )
         .await;
+        store.close().await;
+    }
+
+    // A saga stalled here, older than a page of sagas waiting on another service, is
+    // found behind them.
+    #[tokio::test]
+    async fn a_saga_stalled_here_is_found_behind_a_page_of_remote_ones() {
+        let store = Store::connect(&fresh_url(Backend::Sqlite).await)
+            .await
+            .unwrap();
+        let one_step = |name: &str, to: &str| {
+            Saga::<Value>::builder(name, 1)
+                .step(Step::new("do", to).nothing_to_undo())
+                .build()
+                .unwrap()
+        };
+        let engine =
+            Engine::new([one_step("here", "stock"), one_step("there", "payments")]).unwrap();
+        let mut ids = Vec::new();
+        for name in ["here", "there", "there", "there"] {
+            let mut tx = store.begin().await.unwrap();
+            ids.push(engine.start(&mut tx, name, &json!({})).await.unwrap());
+            tx.commit().await.unwrap();
+            // Newest first is by creation time (ms): one saga per ms.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        // Every command delivered: nothing pending or in flight for any of them.
+        let names = ["stock".to_owned(), "payments".to_owned()];
+        let sent = agentsaga_core::testing::claim(&store, &names, 10).await;
+        let seqs: Vec<i64> = sent.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs.len(), 4);
+        store.queue().mark_delivered("t", &seqs).await.unwrap();
+        let (hour, remote) = (Duration::from_secs(3600), vec!["payments".to_owned()]);
+        let mut warned = HashSet::new();
+        let found = look_in_pages(&store, hour, &remote, &mut warned, 2).await;
+        assert_eq!(found, [ids[0]]);
         store.close().await;
     }
 }
