@@ -2,7 +2,8 @@
 //! a real `nats-server -js` (a throwaway one): `kill -9` of either process at random
 //! moments and a restart of the broker mid-run lose nothing. Every order ends as its
 //! number says, every effect happened once in the database of the service that owns
-//! it, the refund of a remote charge ran remotely, and no message is left behind.
+//! it, the refund of a remote charge ran remotely, and no message is left behind. The
+//! same when either service is frozen (`SIGSTOP`) past its leases and ack wait.
 
 mod support;
 
@@ -53,6 +54,15 @@ fn kill(mut child: Child) {
     // SIGKILL on Unix: no shutdown runs.
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal}");
 }
 
 /// `saga id -> ["agent/kind", …]` in the order they were written.
@@ -111,13 +121,20 @@ async fn kill_9_of_either_service_and_a_broker_restart_lose_nothing() {
         out.status
     );
     terminate(pay);
+    check_orders(&shop_url, &pay_url, ORDERS).await;
+}
 
-    let shop = Store::connect(&shop_url).await.unwrap();
-    let pay = Store::connect(&pay_url).await.unwrap();
+/// Every order of `orders` ended as its number says, with each effect once in the
+/// database of the service that owns it, undo after do; no dead letters, nothing in
+/// flight.
+async fn check_orders(shop_url: &str, pay_url: &str, orders: u64) {
+    let shop = Store::connect(shop_url).await.unwrap();
+    let pay = Store::connect(pay_url).await.unwrap();
+
     let sagas = support::all_sagas(&shop).await;
     assert_eq!(
         sagas.len() as u64,
-        ORDERS,
+        orders,
         "one saga per order, started once"
     );
     let (here, there) = (effects(&shop).await, effects(&pay).await);
@@ -153,4 +170,35 @@ async fn kill_9_of_either_service_and_a_broker_restart_lose_nothing() {
         assert_eq!(stats.dead, 0, "{name}: dead letters: {stats:?}");
         assert_eq!(stats.in_flight, 0, "{name}: {stats:?}");
     }
+}
+
+// Each service frozen (SIGSTOP) well past its leases and the broker's ack wait, then
+// thawed: what it held is redelivered or taken back, and found stored; nothing is lost
+// or done twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_service_loses_nothing() {
+    const ORDERS: u64 = 1000;
+    let orders = ORDERS.to_string();
+    let server = NatsServer::start();
+    let (shop_url, pay_url) = (
+        fresh_url(Backend::Sqlite).await,
+        fresh_url(Backend::Sqlite).await,
+    );
+    let pay = payments(&server, &pay_url);
+    let mut shop = spawn("shop", &server, &shop_url, &["--quiet", "--sagas", &orders]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for which in ["shop", "payments"] {
+        if let Some(status) = shop.try_wait().unwrap() {
+            panic!("the shop ended ({status}) before a freeze: it failed, or needs more orders");
+        }
+        let frozen = if which == "shop" { &shop } else { &pay };
+        signal(frozen, "STOP");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        signal(frozen, "CONT");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let out = support::wait_bounded(shop, Duration::from_secs(240));
+    assert!(out.status.success(), "the shop failed: {}", out.status);
+    terminate(pay);
+    check_orders(&shop_url, &pay_url, ORDERS).await;
 }
