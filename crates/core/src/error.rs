@@ -126,6 +126,16 @@ pub enum Error {
     )]
     RolledBack,
 
+    /// An exclusive right ([`Store::try_exclusive`](crate::Store::try_exclusive)) could
+    /// not be asked for: a name it cannot have, or its lock file cannot be opened.
+    #[error("exclusive right `{name}`: {reason}")]
+    Exclusive {
+        /// The right's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+
     /// Any other database error.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

@@ -75,8 +75,8 @@ pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
 pub use retry::RetryPolicy;
 pub(crate) use store::Integer;
 pub use store::{
-    Conn, Hop, HopStats, Prefetch, Prefetched, ReadPool, Receipt, Row, Store, StoreConfig,
-    Synchronous, Tx, admin, queue, write,
+    Conn, Exclusive, Hop, HopStats, Prefetch, Prefetched, ReadPool, Receipt, Row, Store,
+    StoreConfig, Synchronous, Tx, admin, queue, write,
 };
 
 /// The embedded migrations of each backend, applied by [`Store::connect`] (for tools

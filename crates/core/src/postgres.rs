@@ -13,6 +13,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod dialect;
+pub(crate) mod exclusive;
 pub(crate) mod kept;
 pub(crate) mod notify;
 pub(crate) mod sets;

@@ -19,6 +19,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod claim;
 pub(crate) mod dialect;
 pub(crate) mod direct;
+pub(crate) mod exclusive;
 pub(crate) mod lane;
 pub(crate) mod open;
 pub(crate) mod statements;

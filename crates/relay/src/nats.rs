@@ -51,6 +51,7 @@ mod config;
 mod counters;
 mod dead;
 mod receiver;
+mod right;
 mod transport;
 mod worker;
 

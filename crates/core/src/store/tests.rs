@@ -4,6 +4,7 @@
 mod admin;
 mod begin;
 mod enqueue_dead;
+mod exclusive;
 mod handover;
 mod hop;
 mod migrations;

@@ -25,6 +25,10 @@ pub struct ReceiverStats {
     /// Times the consumer's session failed (the server away, a request refused) and
     /// was set up again after a backoff.
     pub reconnects: u64,
+    /// Destinations this receiver holds now: it consumes them. Of the processes of
+    /// one service sharing a database, one at a time holds a destination; the others
+    /// stand by (holding none of it) and take over when it goes.
+    pub holding: u64,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +41,7 @@ pub(crate) struct Counters {
     pub(crate) naks: AtomicU64,
     pub(crate) ack_failures: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) holding: AtomicU64,
 }
 
 impl Counters {
@@ -54,6 +59,7 @@ impl Counters {
             naks: self.naks.load(Relaxed),
             ack_failures: self.ack_failures.load(Relaxed),
             reconnects: self.reconnects.load(Relaxed),
+            holding: self.holding.load(Relaxed),
         }
     }
 }

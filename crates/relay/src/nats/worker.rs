@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::NatsError;
 use super::batch::{Batcher, Handled};
+use super::right::{Held, acquire};
 use crate::backoff::Backoff;
 
 /// Extra time past `ack_wait` before a receiver fetches, when it found messages
@@ -91,7 +92,26 @@ impl Worker {
         let mut next = Some(first);
         let mut backoff = Backoff::default();
         let mut failures: u32 = 0;
+        let name = self.consumer.durable_name.as_deref().unwrap_or_default();
+        let right_name = super::right::name(&self.stream, name);
+        let mut right: Option<Held> = None;
         loop {
+            let held = match &mut right {
+                Some(held) => held,
+                None => {
+                    let Some(got) = acquire(
+                        &self.batcher.store,
+                        &right_name,
+                        &self.batcher.counters,
+                        &mut stop,
+                    )
+                    .await
+                    else {
+                        return;
+                    };
+                    right.insert(got)
+                }
+            };
             let attempt = match next.take() {
                 Some(c) => Ok(c),
                 None => {
@@ -105,7 +125,7 @@ impl Worker {
             };
             let why = match attempt {
                 Ok(c) => match self
-                    .session(&c, &mut stop, &mut backoff, &mut failures)
+                    .session(&c, &mut stop, &mut backoff, &mut failures, held)
                     .await
                 {
                     Ok(()) => return,
@@ -113,9 +133,12 @@ impl Worker {
                 },
                 Err(why) => why,
             };
+            if !held.still_held().await {
+                // Asked for again (standing by while another process holds it).
+                right = None;
+            }
             super::counters::Counters::add(&self.batcher.counters.reconnects, 1);
             let delay = backoff.fail(Instant::now());
-            let name = self.consumer.durable_name.as_deref().unwrap_or_default();
             if loud(&mut failures) {
                 tracing::warn!(
                     consumer = name,
@@ -146,6 +169,7 @@ impl Worker {
         stop: &mut watch::Receiver<bool>,
         backoff: &mut Backoff,
         failures: &mut u32,
+        right: &mut Held,
     ) -> Result<(), String> {
         // Messages delivered and not acknowledged (a predecessor died holding them, or
         // this receiver lost its connection) come back after ack_wait; fetched before,
@@ -193,6 +217,15 @@ impl Worker {
                     .and_then(|m| m.info().ok())
                     .map(|i| i.stream_sequence),
             );
+            // Stored only while this process holds the destination: one that lost its
+            // database session may have been taken over; the batch comes back.
+            if !right.still_held().await {
+                return Err(format!(
+                    "lost the right to receive (`{}`: its database session ended); \
+                     another process may receive now",
+                    right.name()
+                ));
+            }
             match tracing::Instrument::instrument(self.batcher.handle(&batch), span).await {
                 Handled::Committed => {
                     backoff.reset();

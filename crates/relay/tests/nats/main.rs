@@ -5,6 +5,7 @@
 mod bad_input;
 mod order;
 mod receiver;
+mod replicas;
 mod server;
 mod transport;
 

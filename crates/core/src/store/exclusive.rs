@@ -1,0 +1,131 @@
+//! A right over the database that one holder has at a time, by name
+//! ([`Store::try_exclusive`]): for work that processes sharing a database must not do
+//! side by side, such as consuming one NATS destination in order.
+//!
+//! - PostgreSQL: a session advisory lock (`pg_try_advisory_lock`) on a connection of
+//!   its own, taken out of the pool. The server releases it when that session ends: on
+//!   [`Exclusive::release`], on drop, or when the holder's process dies or loses the
+//!   connection. [`Exclusive::still_held`] asks that session whether it is alive.
+//! - SQLite: a lock (`flock`) on a file beside the database,
+//!   `<database>-<name>.lock`. The system releases it with the file: on release, on
+//!   drop, or when the process dies. An in-memory database has one process: the right
+//!   is kept by the store, and two holders of one name in it are refused as well.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use super::backend::Backend;
+use super::types::Store;
+use crate::{Error, Result};
+
+/// Held exclusively while it lives (see the [module](self)).
+#[derive(Debug)]
+pub struct Exclusive {
+    name: String,
+    hold: Hold,
+}
+
+#[derive(Debug)]
+enum Hold {
+    /// The locked file: the lock lives as long as it is open.
+    #[cfg(feature = "sqlite")]
+    File(#[allow(dead_code, reason = "held, not read: closing it unlocks")] std::fs::File),
+    /// An in-memory database's names held, this one's among them.
+    Memory(Arc<Mutex<HashSet<String>>>),
+    #[cfg(feature = "postgres")]
+    Session(crate::postgres::exclusive::Session),
+}
+
+/// The names held in in-memory databases, by the process.
+static IN_MEMORY: std::sync::OnceLock<Arc<Mutex<HashSet<String>>>> = std::sync::OnceLock::new();
+
+impl Store {
+    /// Takes the right named `name` (letters, digits, `.`, `_`, `-`; at most 200) if no
+    /// one holds it, in this process or another of the database: `None` if someone
+    /// does.
+    ///
+    /// # Errors
+    /// [`Error::Exclusive`] for a name outside those characters or a lock file that
+    /// cannot be opened; a database error if PostgreSQL cannot be asked.
+    pub async fn try_exclusive(&self, name: &str) -> Result<Option<Exclusive>> {
+        if name.is_empty()
+            || name.len() > 200
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(Error::Exclusive {
+                name: name.to_owned(),
+                reason: "a name is 1 to 200 letters, digits, `.`, `_` or `-`".into(),
+            });
+        }
+        let hold = match &self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => match self.sqlite_file() {
+                Some(db) => {
+                    let path = db.with_file_name(format!(
+                        "{}-{name}.lock",
+                        db.file_name().unwrap_or_default().to_string_lossy()
+                    ));
+                    crate::sqlite::exclusive::try_lock(&path)
+                        .map_err(|e| Error::Exclusive {
+                            name: name.to_owned(),
+                            reason: format!("lock file {}: {e}", path.display()),
+                        })?
+                        .map(Hold::File)
+                }
+                None => {
+                    let held = IN_MEMORY.get_or_init(Arc::default).clone();
+                    let fresh = held.lock().expect("not poisoned").insert(name.to_owned());
+                    fresh.then_some(Hold::Memory(held))
+                }
+            },
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => crate::postgres::exclusive::try_lock(&db.pool, name)
+                .await?
+                .map(Hold::Session),
+        };
+        Ok(hold.map(|hold| Exclusive {
+            name: name.to_owned(),
+            hold,
+        }))
+    }
+}
+
+impl Exclusive {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether it is still held: on PostgreSQL, whether its session answers (a lost
+    /// session has released it, and another may hold it now); elsewhere always, while
+    /// the process lives.
+    pub async fn still_held(&mut self) -> bool {
+        match &mut self.hold {
+            #[cfg(feature = "sqlite")]
+            Hold::File(_) => true,
+            Hold::Memory(_) => true,
+            #[cfg(feature = "postgres")]
+            Hold::Session(s) => s.alive().await,
+        }
+    }
+
+    /// Lets it go now (dropping it does too; on PostgreSQL this also waits for the
+    /// session's end).
+    pub async fn release(mut self) {
+        #[cfg(feature = "postgres")]
+        if let Hold::Session(s) = std::mem::replace(&mut self.hold, Hold::Memory(Arc::default())) {
+            s.close().await;
+        }
+        drop(self);
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        if let Hold::Memory(held) = &self.hold {
+            held.lock().expect("not poisoned").remove(&self.name);
+        }
+    }
+}
