@@ -37,6 +37,7 @@ enum Hold {
 }
 
 /// The names held in in-memory databases, by the process.
+#[cfg(feature = "sqlite")]
 static IN_MEMORY: std::sync::OnceLock<Arc<Mutex<HashSet<String>>>> = std::sync::OnceLock::new();
 
 impl Store {
@@ -113,12 +114,15 @@ impl Exclusive {
 
     /// Lets it go now (dropping it does too; on PostgreSQL this also waits for the
     /// session's end).
-    pub async fn release(mut self) {
+    pub async fn release(self) {
         #[cfg(feature = "postgres")]
-        if let Hold::Session(s) = std::mem::replace(&mut self.hold, Hold::Memory(Arc::default())) {
-            s.close().await;
+        {
+            let mut this = self;
+            let hold = std::mem::replace(&mut this.hold, Hold::Memory(Arc::default()));
+            if let Hold::Session(s) = hold {
+                s.close().await;
+            }
         }
-        drop(self);
     }
 }
 

@@ -80,6 +80,8 @@ async fn an_in_memory_database_has_one_holder_too() {
 // holder finds it no longer holds the right, and another takes it.
 #[cfg(feature = "postgres")]
 #[tokio::test]
+// In a build with PostgreSQL alone, every store is PostgreSQL's.
+#[allow(irrefutable_let_patterns)]
 async fn postgres_a_lost_session_has_lost_the_right() {
     let (a, url) = open(Backend::Postgres).await;
     let b = Store::connect(&url).await.unwrap();
