@@ -25,7 +25,8 @@ pub(crate) struct Cli {
     pub(crate) database_url: Option<String>,
 
     /// A running saga that made no progress for this long counts as stalled (`status`,
-    /// `sagas list --stalled`), as does one with nothing pending or in flight at all.
+    /// `sagas list --stalled`), as does one with nothing pending or in flight at all (a
+    /// command delivered to another service is its answer awaited: not at once).
     #[arg(long, global = true, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
     pub(crate) stalled_after: Duration,
 

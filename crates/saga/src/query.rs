@@ -191,7 +191,11 @@ impl FromStr for Cursor {
 /// What makes a saga stalled: it is running or compensating, not parked at a wait, and
 /// either nothing is pending or in flight for any of its steps (no command, reply or
 /// compensation in the outbox: nothing will move it), or it has made no progress for
-/// longer than `no_progress_for`. A saga whose only live message is a keyless timer
+/// longer than `no_progress_for`. A live step (or compensation) whose message was
+/// delivered and not received here (not in this database's inbox: it went to an agent
+/// in another service, over NATS or HTTP) counts as something on its way, its answer
+/// awaited: such a saga is stalled only past `no_progress_for`. (Received here, its
+/// answer came in the same transaction: if the saga did not move, it was lost.) A saga whose only live message is a keyless timer
 /// (its deadline) counts as stalled by the first rule: its deadline is then the only
 /// thing that will move it. One query, by the `saga_instances` state index, then the
 /// steps' primary key and the outbox's key index.
@@ -252,7 +256,10 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                  WHERE (NOT ?6 OR v.waiting_for IS NOT NULL)
                    AND (?7 IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ?7 OR NOT EXISTS (
                         SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
-                        WHERE s.saga_id = v.id AND o.state IN ('pending', 'in_flight')))))
+                        WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
+                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
+                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
+                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))))
                  ORDER BY v.created_at DESC, v.id DESC LIMIT ?4",
         )
         .bind(id.map(|i| i.to_string()))
@@ -290,7 +297,10 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                    AND ($10::bigint IS NULL OR v.created_at < $10 OR (v.created_at = $10 AND v.id < $11::uuid))
                    AND ($7::bigint IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < $7 OR NOT EXISTS (
                         SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
-                        WHERE s.saga_id = v.id AND o.state IN ('pending', 'in_flight')))))
+                        WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
+                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
+                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
+                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))))
                  ORDER BY v.created_at DESC, v.id DESC LIMIT $4",
         )
         .bind(id.map(|i| *i.as_uuid()))

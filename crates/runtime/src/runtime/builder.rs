@@ -402,8 +402,7 @@ impl RuntimeBuilder {
             None => (None, None),
         };
         let pruner = crate::retention::spawn(store.clone(), self.retention);
-        let stall_watch =
-            crate::stalled::spawn(store.clone(), self.stall_watch, self.remote.clone());
+        let stall_watch = crate::stalled::spawn(store.clone(), self.stall_watch);
         let admission =
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
         report_unregistered(&store, &engine).await;

@@ -137,7 +137,10 @@ pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) 
                    AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
                AND (i.updated_at < ?1 OR NOT EXISTS (
                    SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
-                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
+                   WHERE s.saga_id = i.id AND (o.state IN ('pending', 'in_flight')
+                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
+                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
+                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))",
         )
         .bind(before)
         .fetch_one(reader)
@@ -151,7 +154,10 @@ pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) 
                AND (i.updated_at < to_timestamp($1 / 1000.0) OR NOT EXISTS (
                    SELECT 1 FROM saga_steps s
                    JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
-                   WHERE s.saga_id = i.id AND o.state IN ('pending', 'in_flight')))",
+                   WHERE s.saga_id = i.id AND (o.state IN ('pending', 'in_flight')
+                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
+                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
+                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))",
         )
         .bind(before)
         .fetch_one(pool)

@@ -182,3 +182,41 @@ async fn stalled_sagas_are_found(backend: Backend) {
     assert!(future.is_empty());
 }
 both_backends!(stalled_tests, stalled_sagas_are_found);
+
+// A command delivered and not received here (it went to an agent in another service:
+// no inbox row in this database) is an answer awaited: the saga is not stalled, nor
+// counted, before the threshold, and is past it. Received here, the same saga is at
+// once (its answer came in the same transaction and was lost).
+async fn a_command_to_another_service_is_awaited_until_the_threshold(backend: Backend) {
+    let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+    let engine = Engine::new(vec![trip()]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "trip", &json!({ "trip": 1 }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let command = claim_of(&store, "flight-agent").await.remove(0);
+    store
+        .queue()
+        .mark_delivered("t", &[command.seq])
+        .await
+        .unwrap();
+    let hour = Duration::from_secs(3600);
+    assert!(query::stalled(&store, hour, 0).await.unwrap().is_empty());
+    assert_eq!(query::count_stalled(&store, hour).await.unwrap(), 0);
+    let past = query::stalled(&store, Duration::ZERO, 0).await.unwrap();
+    assert_eq!(past.iter().map(|s| s.id).collect::<Vec<_>>(), [id]);
+
+    // Received here, and its answer lost: stalled at once.
+    let mut tx = store.begin().await.unwrap();
+    tx.receive(&command.destination, command.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let now = query::stalled(&store, hour, 0).await.unwrap();
+    assert_eq!(now.iter().map(|s| s.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(query::count_stalled(&store, hour).await.unwrap(), 1);
+}
+both_backends!(
+    awaited_tests,
+    a_command_to_another_service_is_awaited_until_the_threshold
+);
