@@ -61,6 +61,7 @@ pub struct RuntimeBuilder {
     /// The link to other services, and the destinations sent over it (`linking.rs`).
     #[cfg(feature = "nats")]
     pub(super) nats: Option<crate::NatsLink>,
+    #[cfg(feature = "nats")]
     pub(super) remote: Vec<String>,
 }
 
@@ -89,6 +90,7 @@ impl RuntimeBuilder {
             answers_in_agent_tx: true,
             #[cfg(feature = "nats")]
             nats: None,
+            #[cfg(feature = "nats")]
             remote: Vec::new(),
         }
     }
