@@ -50,12 +50,14 @@ mod batch;
 mod config;
 mod counters;
 mod dead;
+mod lag;
 mod receiver;
 mod transport;
 mod worker;
 
 pub use config::NatsReceiverConfig;
 pub use counters::ReceiverStats;
+pub use lag::{ConsumerLag, consumer_lag};
 pub use receiver::NatsReceiver;
 pub use transport::NatsTransport;
 
