@@ -30,6 +30,15 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
     pub(crate) stalled_after: Duration,
 
+    /// A NATS server with JetStream (`nats://host:4222`): `remote` reads the lag of the
+    /// stream's consumers there, and `status`, `serve` and `mcp` show it too.
+    #[arg(long, global = true, env = "AGENTSAGA_NATS", value_name = "URL")]
+    pub(crate) nats: Option<String>,
+
+    /// With `--nats`: only the consumers of this service (those named `<NAME>_…`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub(crate) service: Option<String>,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -39,6 +48,9 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Outbox counts by state, relay lag, dead letters and sagas by state.
     Status(JsonFlag),
+    /// Destinations served over NATS (`--nats`): per consumer, what the broker holds
+    /// for it and what is in its service's hands, beside this database's rows waiting.
+    Remote(JsonFlag),
     /// Inspect sagas, and abort, retry or skip a stuck one.
     #[command(subcommand)]
     Sagas(SagasCommand),

@@ -4,6 +4,7 @@
 mod dead;
 mod maintenance;
 mod mcp;
+mod remote;
 mod saga_actions;
 mod sagas;
 mod serve;
@@ -28,8 +29,10 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let store = db::open(cli.database_url.as_deref(), missing).await?;
     let console = Console::new(store.clone()).stalled_after(cli.stalled_after);
+    let console = remote::with_broker(console, cli.nats, cli.service);
     let result = match cli.command {
         Command::Status(j) => status::run(&console, j.json).await,
+        Command::Remote(j) => remote::run(&console, j.json).await,
         Command::Sagas(SagasCommand::List(list)) => sagas::list(&console, list).await,
         Command::Sagas(SagasCommand::Signal {
             id,

@@ -1,6 +1,6 @@
 //! `agentsaga serve`: the binary serves the console on a loopback port against a fresh
-//! SQLite database and stops on SIGINT; a non-loopback address without a token is
-//! refused.
+//! SQLite database and stops on SIGINT, with the remote destinations given `--nats`;
+//! a non-loopback address without a token is refused.
 
 mod common;
 
@@ -26,6 +26,7 @@ fn serve_cmd(url: &str, args: &[&str]) -> Command {
         .env_remove("AGENTSAGA_ADMIN_TOKEN")
         .env_remove("AGENTSAGA_ADMIN_READ_TOKEN")
         .env_remove("AGENTSAGA_JAEGER_URL")
+        .env_remove("AGENTSAGA_NATS")
         .args(["--database-url", url, "serve"])
         .args(args);
     cmd
@@ -182,6 +183,39 @@ async fn serves_the_api_and_stops_on_ctrl_c() {
     assert_eq!(json(&body)["error"]["kind"], "unauthorized");
     let (code, body) = server.get("/api/v1/status", Some("s3cret"));
     assert_eq!(code, 200, "{body}");
+    assert_eq!(server.interrupt(), Some(0));
+}
+
+// Given a broker (`--nats`), the served console shows the remote destinations: here
+// one that cannot be reached, said in the documents and on the page, the status
+// answering all the same. Without one, there is no such document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_remote_destinations_given_a_broker() {
+    let url = fresh_url(Backend::Sqlite).await;
+    ok(&url, &["migrate"]);
+    let server = Server::start(&url, &[]);
+    let (code, body) = server.get("/api/v1/remote", None);
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(server.interrupt(), Some(0));
+
+    let server = Server::start(&url, &["--nats", "nats://127.0.0.1:1"]);
+    let (code, body) = server.get("/api/v1/remote", None);
+    assert_eq!(code, 200, "{body}");
+    let doc = json(&body);
+    assert_eq!(
+        doc["broker"], "nats://127.0.0.1:1, stream AGENTSAGA",
+        "{doc}"
+    );
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("unreachable: "), "{doc}");
+    let (code, body) = server.get("/api/v1/status", None);
+    assert_eq!(code, 200, "{body}");
+    let status = json(&body);
+    assert_eq!(status["remote"]["broker"], doc["broker"], "{status}");
+    assert_eq!(status["sagas_total"], 0, "{status}");
+    let (code, page) = server.get("/", None);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("<h2>Remote destinations</h2>"), "{page}");
     assert_eq!(server.interrupt(), Some(0));
 }
 

@@ -31,6 +31,7 @@ use request::{
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/status", get(status))
+        .route("/remote", get(remote))
         .route("/sagas", get(sagas).post(start))
         .route("/sagas/{id}", get(saga))
         .route("/sagas/{id}/abort", post(abort))
@@ -60,6 +61,11 @@ type ApiResult<T> = Result<Json<T>, ApiError>;
 async fn status(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<ops::StatusDoc> {
     Params::parse(q, &[])?;
     Ok(Json(s.console.status().await?))
+}
+
+async fn remote(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<ops::RemoteList> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.remote().await?))
 }
 
 async fn sagas(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<ops::SagaPage> {

@@ -6,7 +6,8 @@
 //! One file a concept: [`status`](Console::status) (`status.rs`), the sagas
 //! (`sagas.rs`) and what they spent, in words (`spending.rs`), the actions on them,
 //! budget raises and signals (`actions.rs`), starts (`starts.rs`),
-//! dead letters (`dead.rs`); the error is the crate's (`error.rs`).
+//! dead letters (`dead.rs`), remote destinations with the broker's figures (`remote.rs`)
+//! and where those come from (`broker.rs`); the error is the crate's (`error.rs`).
 
 use std::time::Duration;
 
@@ -15,7 +16,9 @@ use agentsaga_saga::{Engine, SagaDefinition, SagaId, SagaState};
 use serde_json::Value;
 
 mod actions;
+mod broker;
 mod dead;
+mod remote;
 mod sagas;
 mod spending;
 mod starts;
@@ -23,7 +26,9 @@ mod status;
 
 pub use crate::error::{Error, Result};
 pub use actions::{Action, SignalDoc};
+pub use broker::{BrokerConsumer, RemoteSource};
 pub use dead::{DeadDoc, DeadList, PurgeDoc, RedriveAllDoc, RedriveDoc, Refusal};
+pub use remote::{REMOTE_TIMEOUT, RemoteDoc, RemoteList};
 pub use sagas::{SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
 pub use spending::{budget_text, raise_command, usage_text, waiting_text};
 pub use starts::SetAsideDoc;
@@ -57,6 +62,8 @@ pub struct Console {
     store: Store,
     engine: Engine,
     stalled_after: Duration,
+    /// Where the broker's figures come from (`broker.rs`), if anywhere.
+    remote: Option<broker::Source>,
 }
 
 impl Console {
@@ -67,6 +74,7 @@ impl Console {
             store,
             engine: Engine::new(Vec::<SagaDefinition>::new()).expect("no definitions"),
             stalled_after: DEFAULT_STALLED_AFTER,
+            remote: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /` | overview: sagas by state, outbox and relay lag, dead letters, stalled and stuck sagas; re-fetched every 2 s |
+//! | `GET /` | overview: sagas by state, outbox and relay lag, dead letters, the remote destinations with the broker's figures (given a broker), stalled and stuck sagas; re-fetched every 2 s |
 //! | `GET /fragments/overview` | the overview's live part alone (what the page's script re-fetches) |
 //! | `GET /sagas` | the list, with the API's filters (`state`, `name`, `key`, `waiting`, `stalled`, `cursor`, `limit`) |
 //! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows |
@@ -23,6 +23,7 @@
 mod assets;
 mod html;
 mod params;
+mod remote;
 mod saga;
 mod timeline;
 mod views;

@@ -50,6 +50,7 @@ mod batch;
 mod config;
 mod counters;
 mod dead;
+mod lag;
 mod receiver;
 mod right;
 mod transport;
@@ -57,6 +58,7 @@ mod worker;
 
 pub use config::NatsReceiverConfig;
 pub use counters::ReceiverStats;
+pub use lag::{ConsumerLag, consumer_lag};
 pub use receiver::NatsReceiver;
 pub use transport::NatsTransport;
 

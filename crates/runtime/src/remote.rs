@@ -122,10 +122,16 @@ impl NatsLink {
     }
 }
 
+#[cfg(feature = "console")]
+mod view;
+
 /// What a linked runtime runs for its link: stopped by [`Runtime::shutdown`](crate::Runtime::shutdown).
 pub(crate) struct Linked {
     receiver: NatsReceiver,
     relay: Option<Relay>,
+    /// The broker's figures for its console.
+    #[cfg(feature = "console")]
+    source: std::sync::Arc<view::LinkSource>,
 }
 
 impl Linked {
@@ -168,7 +174,23 @@ impl Linked {
                 .await?,
             )
         };
-        Ok(Self { receiver, relay })
+        Ok(Self {
+            receiver,
+            relay,
+            #[cfg(feature = "console")]
+            source: std::sync::Arc::new(view::LinkSource {
+                transport: link.transport.clone(),
+                url: link.url.clone(),
+                stream: link.stream.clone(),
+                declared: remote.iter().chain(local).cloned().collect(),
+            }),
+        })
+    }
+
+    /// Where this runtime's console reads the broker's figures.
+    #[cfg(feature = "console")]
+    pub(crate) fn source(&self) -> std::sync::Arc<dyn agentsaga_console::ops::RemoteSource> {
+        self.source.clone()
     }
 
     /// Stops taking messages from the broker, then publishing to it.

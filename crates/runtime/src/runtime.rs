@@ -72,7 +72,9 @@ impl Runtime {
     /// your own axum app (`app.merge(runtime.admin_router(config))`). Unlike
     /// `agentsaga serve`, it has the runtime's definitions: `POST /api/v1/sagas` starts
     /// this runtime's sagas and `retry` can re-send a step after the pivot; stalled
-    /// sagas are counted with [`RuntimeBuilder::stalled_after`]'s threshold.
+    /// sagas are counted with [`RuntimeBuilder::stalled_after`]'s threshold. With a
+    /// NATS link (feature `nats`), it shows the destinations the runtime sends to other
+    /// services and those it hosts with the broker's figures (`GET /api/v1/remote`).
     ///
     /// With no token in `config` every request is served: bind it to a loopback
     /// address only.
@@ -81,6 +83,12 @@ impl Runtime {
         let console = agentsaga_console::Console::new(self.store.clone())
             .with_engine(self.engine.clone())
             .stalled_after(self.stalled_after);
+        // A linked runtime's console shows the broker's side of its destinations too.
+        #[cfg(feature = "nats")]
+        let console = match &self.linked {
+            Some(linked) => console.with_remote(linked.source()),
+            None => console,
+        };
         agentsaga_console::http::router(console, config)
     }
 

@@ -84,5 +84,9 @@ pub(super) async fn run(console: &Console, json: bool) -> anyhow::Result<()> {
         outln!();
         outln!("stuck sagas need an operator: `agentsaga sagas list --state stuck`");
     }
+    if let Some(remote) = &doc.remote {
+        outln!();
+        super::remote::print(remote);
+    }
     Ok(())
 }

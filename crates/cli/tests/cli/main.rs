@@ -2,7 +2,7 @@
 //! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
 //!
 //! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `input.rs`, `dead.rs`,
-//! `maintenance.rs`, `starts.rs`, on `documents.rs` and the shared `common/`); the
+//! `maintenance.rs`, `starts.rs`, `remote.rs` with a throwaway NATS server, on `documents.rs` and the shared `common/`); the
 //! tests on both backends are declared here, with the two that need no database.
 
 #[path = "../common/mod.rs"]
@@ -15,6 +15,7 @@ mod documents;
 mod input;
 mod maintenance;
 mod reads;
+mod remote;
 mod starts;
 
 use std::process::Command;

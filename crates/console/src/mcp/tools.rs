@@ -162,7 +162,8 @@ impl McpServer {
     #[tool(
         description = "The database at a glance: outbox counts (pending, in flight, \
                        delivered, dead) and the relay's lag, sagas per state, starts waiting \
-                       for room, and how many sagas are stalled.",
+                       for room, how many sagas are stalled, and (given a broker) the \
+                       remote destinations with the broker's lag.",
         input_schema = schema::<NoArgs>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]

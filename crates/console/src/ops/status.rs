@@ -6,7 +6,7 @@ use agentsaga_saga::SagaState;
 use agentsaga_saga::{Engine, query};
 use serde::Serialize;
 
-use super::{Console, Result, SAGA_STATES};
+use super::{Console, RemoteList, Result, SAGA_STATES};
 
 /// Outbox counts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,10 +45,16 @@ pub struct StatusDoc {
     pub stalled: u64,
     /// The no-progress threshold `stalled` used, in ms.
     pub stalled_after_ms: u64,
+    /// The remote destinations ([`Console::remote`]), only with a broker to read
+    /// (omitted from the JSON otherwise). A broker that cannot be read is said in its
+    /// `error`; the rest of the status answers all the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteList>,
 }
 
 impl Console {
-    /// Outbox counts, relay lag, sagas per state, waiting starts, stalled sagas.
+    /// Outbox counts, relay lag, sagas per state, waiting starts, stalled sagas, and
+    /// the remote destinations if this console has a broker to read.
     ///
     /// Cheap however many finished sagas the database keeps: the sagas under way
     /// (running, compensating, stuck) and the stalled ones are counted through the
@@ -82,7 +88,13 @@ impl Console {
         for (state, n) in &counts {
             *sagas.entry(state.as_str()).or_default() += n;
         }
+        let remote = if self.has_remote() {
+            Some(self.remote().await?)
+        } else {
+            None
+        };
         Ok(StatusDoc {
+            remote,
             backend: self.store.backend(),
             dead_letters: stats.dead,
             sagas_total: sagas.values().sum(),

@@ -137,6 +137,9 @@ async fn overview_html(c: &Console) -> Result<String> {
         out.push('\n');
     }
     out += "</section>\n";
+    if let Some(r) = &st.remote {
+        out += &super::remote::section(r);
+    }
 
     let stuck = c
         .sagas(&SagaQuery {

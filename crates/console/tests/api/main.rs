@@ -3,8 +3,8 @@
 //! filters and cursor pages, each action answering the saga as it now stands, usage and budgets (a person's
 //! raise), tokens
 //! (401 / 403, nothing done), bad requests (400 / 404 / 413, JSON errors, nothing
-//! written), a stalled saga reported, and `Runtime::admin_router` starting a runtime's
-//! saga.
+//! written), a stalled saga reported, `Runtime::admin_router` starting a runtime's
+//! saga, and remote destinations from a fake broker.
 //!
 //! One file a concern, on a shared fixture (`fixture.rs`) and server (`server.rs`); the
 //! tests are declared here, each on both backends.
@@ -19,6 +19,7 @@ mod dead;
 mod finished;
 mod fixture;
 mod reads;
+mod remote;
 mod server;
 mod starts;
 mod tokens;
@@ -31,6 +32,7 @@ use cross_site::rebound_hosts_are_refused;
 use dead::dead_letters_are_paged_by_bytes;
 use finished::finished_counts_follow_every_write;
 use reads::reads_equal_the_console_documents;
+use remote::remote_destinations_join_the_broker_and_the_outbox;
 use starts::starts_with_an_engine;
 use starts::the_runtime_router_starts_its_sagas;
 use tokens::tokens_guard_everything;
@@ -46,3 +48,7 @@ both_backends!(cross_site_tests, cross_site_requests_change_nothing);
 both_backends!(host_tests, rebound_hosts_are_refused);
 both_backends!(children_tests, a_parent_shows_its_children);
 both_backends!(runtime_tests, the_runtime_router_starts_its_sagas);
+both_backends!(
+    remote_tests,
+    remote_destinations_join_the_broker_and_the_outbox
+);

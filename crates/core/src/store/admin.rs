@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Store;
 use super::admin_types::Table;
-pub use super::admin_types::{DeadQuery, DeadRow, Stats};
+pub use super::admin_types::{DeadQuery, DeadRow, DestinationRows, Stats};
 use super::backend::{Dialect, on_backend};
 use crate::{Error, MessageId, Result};
 
@@ -33,6 +33,16 @@ impl Admin<'_> {
     /// [`Error::Database`] on a database error.
     pub async fn stats(&self) -> Result<Stats> {
         on_backend!(&self.store.backend, b => b.stats().await)
+    }
+
+    /// The rows pending or in flight, per destination (those with any), by
+    /// destination: what waits on this side of each (a remote destination's, for the
+    /// link to publish). Reads every row waiting, as [`stats`](Self::stats) does.
+    ///
+    /// # Errors
+    /// [`Error::Database`] on a database error.
+    pub async fn waiting_by_destination(&self) -> Result<Vec<DestinationRows>> {
+        on_backend!(&self.store.backend, b => b.waiting_by_destination().await)
     }
 
     /// Dead letters, newest first, optionally of one destination.

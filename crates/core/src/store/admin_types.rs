@@ -18,6 +18,18 @@ pub struct Stats {
     pub oldest_pending_age_ms: Option<u64>,
 }
 
+/// One destination's rows waiting in the outbox
+/// ([`Admin::waiting_by_destination`](crate::admin::Admin::waiting_by_destination)).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DestinationRows {
+    /// The destination.
+    pub destination: String,
+    /// Its rows waiting for delivery (timers included).
+    pub pending: u64,
+    /// Its rows claimed by a relay.
+    pub in_flight: u64,
+}
+
 /// A dead letter as the operator sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DeadRow {

@@ -101,6 +101,16 @@ impl NatsTransport {
                 reason: e.to_string(),
             })
     }
+
+    /// The consumers of `stream` with their lag, as the broker counts it (see
+    /// [`consumer_lag`](super::consumer_lag)), destinations under this transport's
+    /// prefix.
+    ///
+    /// # Errors
+    /// [`NatsError::Stream`] if the stream cannot be read.
+    pub async fn consumer_lag(&self, stream: &str) -> Result<Vec<super::ConsumerLag>, NatsError> {
+        super::lag::lag_under(&self.js, stream, &self.prefix).await
+    }
 }
 
 #[async_trait::async_trait]

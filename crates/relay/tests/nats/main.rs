@@ -3,6 +3,7 @@
 //! (SQLite files in temp dirs): the transport publishing, the receiver storing.
 
 mod bad_input;
+mod lag;
 mod order;
 mod receiver;
 mod replicas;

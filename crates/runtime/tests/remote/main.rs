@@ -3,8 +3,10 @@
 //! commands and replies cross the broker both ways, every saga ends, every effect
 //! happens once, compensations of the remote step run remotely, and a restart of the
 //! broker or of the agent service loses nothing. `python`: the agent service is a
-//! Python program instead.
+//! Python program instead. `console`: the runtime's console showing the broker's side.
 
+#[cfg(feature = "console")]
+mod console;
 mod python;
 
 use std::time::Duration;

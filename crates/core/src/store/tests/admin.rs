@@ -48,3 +48,26 @@ async fn prune_and_stats(backend: Backend) {
     );
 }
 both_backends!(prune_stats_tests, prune_and_stats);
+
+// The rows waiting per destination: pending and in flight counted, delivered and dead
+// not, destinations without any left out.
+async fn waiting_per_destination(backend: Backend) {
+    let (store, _) = open(backend).await;
+    for d in ["b", "a", "a", "a", "c"] {
+        enqueue_one(&store, &Message::to(d)).await;
+    }
+    enqueue_one(&store, &Message::to("b").delay(Duration::from_secs(3600))).await;
+    let got = claim_n(&store, "r", &dests(&["a", "c"]), 10).await;
+    assert_eq!(got.len(), 4);
+    let c = got.iter().find(|e| e.destination == "c").unwrap();
+    store.queue().mark_delivered("r", &[c.seq]).await.unwrap();
+    let a = got.iter().find(|e| e.destination == "a").unwrap();
+    store.queue().mark_delivered("r", &[a.seq]).await.unwrap();
+    let rows = store.admin().waiting_by_destination().await.unwrap();
+    let rows: Vec<(&str, u64, u64)> = rows
+        .iter()
+        .map(|r| (r.destination.as_str(), r.pending, r.in_flight))
+        .collect();
+    assert_eq!(rows, [("a", 0, 2), ("b", 2, 0)]);
+}
+both_backends!(waiting_tests, waiting_per_destination);

@@ -1,0 +1,137 @@
+//! `agentsaga remote` (and `remote` in `status`, `serve` and `mcp` given `--nats`):
+//! the destinations served over NATS JetStream, with the broker's figures beside this
+//! database's outbox rows waiting for them.
+
+use std::sync::Arc;
+
+use agentsaga_console::Console;
+use agentsaga_console::ops::{BrokerConsumer, RemoteList, RemoteSource};
+use agentsaga_relay::nats::NatsTransport;
+use anyhow::bail;
+use tokio::sync::Mutex;
+
+use crate::format::{Table, print_json};
+
+/// The stream a runtime's `NatsLink` makes and uses.
+const STREAM: &str = "AGENTSAGA";
+
+/// The broker at `url`, connected at its first reading and kept.
+struct Broker {
+    url: String,
+    /// Only the consumers of this service (`<service>_…`).
+    service: Option<String>,
+    transport: Mutex<Option<NatsTransport>>,
+}
+
+#[async_trait::async_trait]
+impl RemoteSource for Broker {
+    fn describe(&self) -> String {
+        match &self.service {
+            Some(s) => format!("{}, stream {STREAM}, service {s}", self.url),
+            None => format!("{}, stream {STREAM}", self.url),
+        }
+    }
+
+    async fn consumers(&self) -> Result<Vec<BrokerConsumer>, String> {
+        let mut held = self.transport.lock().await;
+        let transport = match &*held {
+            Some(t) => t.clone(),
+            None => {
+                let t = NatsTransport::connect(&self.url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                held.insert(t).clone()
+            }
+        };
+        drop(held);
+        let lags = transport
+            .consumer_lag(STREAM)
+            .await
+            .map_err(|e| e.to_string())?;
+        let prefix = self.service.as_ref().map(|s| format!("{s}_"));
+        Ok(lags
+            .into_iter()
+            .filter(|l| prefix.as_ref().is_none_or(|p| l.consumer.starts_with(p)))
+            .filter_map(|l| {
+                Some(BrokerConsumer {
+                    destination: l.destination?,
+                    consumer: l.consumer,
+                    pending: l.pending,
+                    ack_pending: l.ack_pending,
+                    redelivered: l.redelivered,
+                })
+            })
+            .collect())
+    }
+}
+
+/// `console` reading the broker at `url` (`--nats`), if given.
+pub(super) fn with_broker(
+    console: Console,
+    url: Option<String>,
+    service: Option<String>,
+) -> Console {
+    match url {
+        Some(url) => console.with_remote(Arc::new(Broker {
+            url,
+            service,
+            transport: Mutex::new(None),
+        })),
+        None => console,
+    }
+}
+
+pub(super) async fn run(console: &Console, json: bool) -> anyhow::Result<()> {
+    if !console.has_remote() {
+        bail!(
+            "`remote` reads the broker: give it with --nats nats://HOST:PORT (or AGENTSAGA_NATS)"
+        );
+    }
+    let doc = console.remote().await?;
+    if json {
+        print_json(&doc)?;
+    } else {
+        print(&doc);
+    }
+    match &doc.error {
+        Some(e) => bail!("the broker's figures are missing: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// The remote destinations as a table.
+pub(super) fn print(doc: &RemoteList) {
+    outln!("broker: {}", doc.broker);
+    if let Some(e) = &doc.error {
+        outln!("broker {e}: its figures are missing (-)");
+    }
+    if doc.destinations.is_empty() {
+        if doc.error.is_none() {
+            outln!("no consumer on the broker");
+        }
+        return;
+    }
+    let mut table = Table::new(&[
+        "DESTINATION",
+        "CONSUMER",
+        "BROKER PENDING",
+        "IN SERVICE'S HANDS",
+        "REDELIVERED",
+        "OUTBOX PENDING",
+        "OUTBOX IN FLIGHT",
+    ])
+    .right(&[2, 3, 4, 5, 6]);
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    for d in &doc.destinations {
+        table.row(vec![
+            d.destination.clone(),
+            d.consumer.clone().unwrap_or_else(|| "-".into()),
+            n(d.pending),
+            n(d.ack_pending),
+            n(d.redelivered),
+            d.outbox_pending.to_string(),
+            d.outbox_in_flight.to_string(),
+        ]);
+    }
+    out!("{}", table.render());
+}
