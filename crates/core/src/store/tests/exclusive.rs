@@ -41,14 +41,14 @@ async fn wait_until_taken(store: &Store, name: &str) -> crate::Exclusive {
     }
 }
 
-#[tokio::test]
-async fn a_name_outside_its_characters_is_refused() {
-    let store = Store::connect("sqlite::memory:").await.unwrap();
+async fn a_name_outside_its_characters_is_refused(backend: Backend) {
+    let (store, _) = open(backend).await;
     for bad in ["", "a b", "a/b", "ü", &"x".repeat(201)] {
         let err = store.try_exclusive(bad).await.expect_err(bad);
         assert!(matches!(err, Error::Exclusive { .. }), "{bad}: {err}");
     }
 }
+both_backends!(name_tests, a_name_outside_its_characters_is_refused);
 
 #[cfg(feature = "sqlite")]
 #[tokio::test]
