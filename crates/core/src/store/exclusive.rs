@@ -18,7 +18,11 @@ use super::backend::Backend;
 use super::types::Store;
 use crate::{Error, Result};
 
-/// Held exclusively while it lives (see the [module](self)).
+/// A right held exclusively while it lives ([`Store::try_exclusive`]): on PostgreSQL a
+/// session advisory lock on a connection of its own, released when that session ends
+/// (on [`release`](Self::release), on drop, or with the holder's process or
+/// connection); on SQLite a lock on the file `<database>-<name>.lock` beside the
+/// database, released with the file (on release, on drop, or when the process dies).
 #[derive(Debug)]
 pub struct Exclusive {
     name: String,
