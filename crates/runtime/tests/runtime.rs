@@ -209,6 +209,21 @@ async fn builder_refuses_nonsense() {
     ));
     let r = Runtime::builder().database("sqlite::memory:").start().await;
     assert!(matches!(r, Err(Error::Config(m)) if m.contains("nothing to host")));
+    // A refused configuration creates no database (nor its lock file).
+    let url = fresh_url(Backend::Sqlite).await;
+    let file = std::path::PathBuf::from(url.trim_start_matches("sqlite://"));
+    let r = Runtime::builder().database(&url).start().await;
+    assert!(matches!(r, Err(Error::Config(m)) if m.contains("nothing to host")));
+    let r = Runtime::builder()
+        .database(&url)
+        .agent(Stock(Default::default()))
+        .max_in_flight_for("no-such-saga", Some(1))
+        .start()
+        .await;
+    assert!(matches!(r, Err(Error::Config(m)) if m.contains("not a registered saga")));
+    let dir = file.parent().expect("a directory");
+    let made: Vec<_> = std::fs::read_dir(dir).map_or_else(|_| Vec::new(), |d| d.collect());
+    assert!(made.is_empty(), "a refused runtime made {made:?}");
     let r = Runtime::builder()
         .database("mysql://x")
         .agent(Stock(Default::default()))

@@ -281,12 +281,6 @@ impl RuntimeBuilder {
         }
         let calling = self.agents.iter().filter(|a| a.calls_out());
         crate::rate_limit::check(&self.rate_limits, calling.map(|a| a.destination()))?;
-        let store = match (self.store, &self.url) {
-            (Some(s), _) => s,
-            (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
-            (None, None) => Store::connect_with(DEFAULT_DATABASE, self.store_config).await?,
-        };
-        let sqlite_lock = crate::single::lock(&store)?;
         let mut engine = Engine::new(self.sagas)?.with_max_in_flight(self.max_in_flight);
         for (name, bound) in self.max_in_flight_for {
             if !engine.definitions().any(|d| d.name() == name) {
@@ -302,6 +296,13 @@ impl RuntimeBuilder {
         let destinations = super::destinations::hosted(&self.agents, &self.concurrency, &engine)?;
         #[cfg(feature = "nats")]
         super::destinations::check_remote(&self.remote, &destinations, self.nats.as_ref())?;
+        // Only a configuration that can run opens (and may create) its database.
+        let store = match (self.store, &self.url) {
+            (Some(s), _) => s,
+            (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
+            (None, None) => Store::connect_with(DEFAULT_DATABASE, self.store_config).await?,
+        };
+        let sqlite_lock = crate::single::lock(&store)?;
         let (settled, _) = broadcast::channel(1024);
         let sagas =
             (self.answers_in_agent_tx && engine.definitions().next().is_some()).then(|| {
