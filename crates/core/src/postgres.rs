@@ -18,7 +18,6 @@ pub(crate) mod kept;
 pub(crate) mod notify;
 pub(crate) mod sets;
 pub(crate) mod tx;
-pub(crate) mod waiting;
 pub(crate) mod write;
 
 use std::str::FromStr;

@@ -25,7 +25,6 @@ pub(crate) mod open;
 pub(crate) mod statements;
 pub(crate) mod tail;
 pub(crate) mod tx;
-pub(crate) mod waiting;
 pub(crate) mod write;
 
 use std::str::FromStr;

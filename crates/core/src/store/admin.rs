@@ -42,7 +42,25 @@ impl Admin<'_> {
     /// # Errors
     /// [`Error::Database`] on a database error.
     pub async fn waiting_by_destination(&self) -> Result<Vec<DestinationRows>> {
-        on_backend!(&self.store.backend, b => b.waiting_by_destination().await)
+        // One statement both dialects read alike.
+        const SQL: &str = "SELECT destination,
+                sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) AS pending,
+                sum(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END) AS in_flight
+             FROM outbox WHERE state IN ('pending', 'in_flight')
+             GROUP BY destination ORDER BY destination";
+        crate::with_reader!(self.store.reader(), pool => {
+            let rows = sqlx::query(SQL).fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| {
+                    use sqlx::Row;
+                    Ok(DestinationRows {
+                        destination: r.try_get("destination")?,
+                        pending: r.try_get::<i64, _>("pending")?.max(0) as u64,
+                        in_flight: r.try_get::<i64, _>("in_flight")?.max(0) as u64,
+                    })
+                })
+                .collect()
+        })
     }
 
     /// Dead letters, newest first, optionally of one destination.
