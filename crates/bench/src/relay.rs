@@ -243,7 +243,7 @@ async fn drain(
         for relay_side in [relay_first, !relay_first] {
             let url = scratch.copy_of(backend, &template).await?;
             let rate = if relay_side {
-                relay_drain(&url, sizes.backlog, workers).await?
+                relay_drain(&url, sizes.backlog, workers, Arc::new(NoOp)).await?
             } else {
                 outbox::floor_drain_with(backend, &url, sizes.backlog, SQLITE_CLAIM, PG_CLAIM)
                     .await?
@@ -276,13 +276,20 @@ impl Transport for NoOp {
     }
 }
 
-async fn relay_drain(url: &str, backlog: usize, workers: usize) -> anyhow::Result<f64> {
+/// A relay draining the backlog at `url` through `transport`: msgs/s from its start
+/// until its counters say all are delivered (acknowledged and marked).
+async fn relay_drain(
+    url: &str,
+    backlog: usize,
+    workers: usize,
+    transport: Arc<dyn Transport>,
+) -> anyhow::Result<f64> {
     let store = Store::connect(url).await?;
     let start = Instant::now();
     let relay = Relay::start(
         store.clone(),
         vec![DEST.to_owned()],
-        Arc::new(NoOp),
+        transport,
         relay_config(workers),
     )
     .await?;

@@ -9,12 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentsaga_core::{Envelope, Headers, MessageId, Store};
-use agentsaga_relay::Relay;
+use agentsaga_core::{Envelope, Headers, MessageId};
 use agentsaga_relay::nats::NatsTransport;
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
-use super::setup::relay_config;
 use crate::db::{Backend, Scratch};
 use crate::outbox::{self, DEST};
 
@@ -45,7 +43,7 @@ pub(super) async fn publish(
                 .await?;
             let rate = if relay_side {
                 let url = scratch.copy_of(backend, &template).await?;
-                relay_publish(&url, backlog, workers, transport).await?
+                super::relay_drain(&url, backlog, workers, Arc::new(transport)).await?
             } else {
                 floor_publish(&server.url(), backlog, workers).await?
             };
@@ -69,47 +67,6 @@ pub(super) async fn publish(
         }
     }
     Ok((outbox::median(relay_rates), outbox::median(floor_rates)))
-}
-
-/// A relay draining the backlog at `url` into the stream: msgs/s from its start until
-/// its counters say all are delivered (acknowledged by the stream and marked).
-async fn relay_publish(
-    url: &str,
-    backlog: usize,
-    workers: usize,
-    transport: NatsTransport,
-) -> anyhow::Result<f64> {
-    let store = Store::connect(url).await?;
-    let start = Instant::now();
-    let relay = Relay::start(
-        store.clone(),
-        vec![DEST.to_owned()],
-        Arc::new(transport),
-        relay_config(workers),
-    )
-    .await?;
-    let deadline = start + Duration::from_secs(900);
-    let stats = loop {
-        let stats = relay.stats();
-        if stats.delivered >= backlog as u64 {
-            break stats;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the relay published {} of {backlog} rows in 15 minutes",
-                stats.delivered
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    let elapsed = start.elapsed();
-    relay.shutdown().await;
-    store.close().await;
-    ensure!(
-        stats.delivered == backlog as u64 && stats.dead == 0 && stats.retried == 0,
-        "the relay published badly: {stats:?}"
-    );
-    Ok(backlog as f64 / elapsed.as_secs_f64())
 }
 
 /// `workers` tasks, each encoding the next envelope as the transport does and
