@@ -115,13 +115,7 @@ async fn a_message_left_unacknowledged_comes_back_before_later_ones_of_its_key()
     let server = Server::start();
     let b = store().await;
     let _stream = with_stream(&server).await;
-    let subject = format!("agentsaga.{DEST}");
-    let first = envelope(DEST);
-    let second = envelope(DEST);
-    publish_raw(&server, &subject, serde_json::to_vec(&first).unwrap(), &[]).await;
-    // A receiver took the first and died before acknowledging it; the second comes.
-    take_without_ack(&server, 1).await;
-    publish_raw(&server, &subject, serde_json::to_vec(&second).unwrap(), &[]).await;
+    let (first, second) = one_left_unacknowledged(&server, Duration::from_secs(2)).await;
 
     let receiver = start_receiver(&server, &b).await;
     let rows = wait_rows(&b, 2).await;
@@ -137,12 +131,7 @@ async fn a_consumer_made_with_a_longer_ack_wait_is_waited_for_then_updated() {
     let server = Server::start();
     let b = store().await;
     let _stream = with_stream(&server).await;
-    let subject = format!("agentsaga.{DEST}");
-    let first = envelope(DEST);
-    let second = envelope(DEST);
-    publish_raw(&server, &subject, serde_json::to_vec(&first).unwrap(), &[]).await;
-    take_without_ack_within(&server, 1, Duration::from_secs(6)).await;
-    publish_raw(&server, &subject, serde_json::to_vec(&second).unwrap(), &[]).await;
+    let (first, second) = one_left_unacknowledged(&server, Duration::from_secs(6)).await;
 
     // This receiver's ack_wait is 2 s.
     let receiver = start_receiver(&server, &b).await;
@@ -153,6 +142,17 @@ async fn a_consumer_made_with_a_longer_ack_wait_is_waited_for_then_updated() {
         Duration::from_secs(2)
     );
     stop(receiver).await;
+}
+
+/// Two messages of one key to [`DEST`]: a receiver (its consumer made with
+/// `ack_wait`) took the first and died before acknowledging it; then the second came.
+async fn one_left_unacknowledged(server: &Server, ack_wait: Duration) -> (Envelope, Envelope) {
+    let subject = format!("agentsaga.{DEST}");
+    let (first, second) = (envelope(DEST), envelope(DEST));
+    publish_raw(server, &subject, serde_json::to_vec(&first).unwrap(), &[]).await;
+    take_without_ack_within(server, 1, ack_wait).await;
+    publish_raw(server, &subject, serde_json::to_vec(&second).unwrap(), &[]).await;
+    (first, second)
 }
 
 /// A local destination that records what it is handed, in order.
