@@ -20,17 +20,16 @@
 //! No floor exists for the latencies: they are checked against the issue's targets.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use agentsaga_core::{Envelope, Store};
-use agentsaga_relay::{Delivery, Relay, Transport};
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 use crate::common::Common;
 use crate::db::{Backend, Scratch};
-use crate::outbox::{self, BATCH, DEST};
+use crate::outbox::{self, BATCH};
 use crate::report::{Figure, Report, Target};
 
+mod drain;
 mod latency;
 mod nats;
 mod setup;
@@ -38,7 +37,7 @@ mod setup;
 pub(crate) use latency::child;
 use latency::{cross_process, in_process};
 pub(crate) use setup::ChildArgs;
-use setup::{POLL, RATE, Sizes, relay_config};
+use setup::{POLL, RATE, Sizes};
 
 const BENCH: &str = "relay";
 /// Targets from the issue.
@@ -243,7 +242,7 @@ async fn drain(
         for relay_side in [relay_first, !relay_first] {
             let url = scratch.copy_of(backend, &template).await?;
             let rate = if relay_side {
-                relay_drain(&url, sizes.backlog, workers, Arc::new(NoOp)).await?
+                drain::relay_drain(&url, sizes.backlog, workers, Arc::new(drain::NoOp)).await?
             } else {
                 outbox::floor_drain_with(backend, &url, sizes.backlog, SQLITE_CLAIM, PG_CLAIM)
                     .await?
@@ -264,57 +263,6 @@ async fn drain(
         }
     }
     Ok((outbox::median(relay_rates), outbox::median(floor_rates)))
-}
-
-/// Delivers everything, at once.
-struct NoOp;
-
-#[async_trait::async_trait]
-impl Transport for NoOp {
-    async fn deliver(&self, _envelope: &Envelope) -> Delivery {
-        Delivery::Delivered
-    }
-}
-
-/// A relay draining the backlog at `url` through `transport`: msgs/s from its start
-/// until its counters say all are delivered (acknowledged and marked).
-async fn relay_drain(
-    url: &str,
-    backlog: usize,
-    workers: usize,
-    transport: Arc<dyn Transport>,
-) -> anyhow::Result<f64> {
-    let store = Store::connect(url).await?;
-    let start = Instant::now();
-    let relay = Relay::start(
-        store.clone(),
-        vec![DEST.to_owned()],
-        transport,
-        relay_config(workers),
-    )
-    .await?;
-    let deadline = start + Duration::from_secs(900);
-    let stats = loop {
-        let stats = relay.stats();
-        if stats.delivered >= backlog as u64 {
-            break stats;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the relay delivered {} of {backlog} rows in 15 minutes",
-                stats.delivered
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    let elapsed = start.elapsed();
-    relay.shutdown().await;
-    store.close().await;
-    ensure!(
-        stats.delivered == backlog as u64 && stats.dead == 0 && stats.retried == 0,
-        "the relay drained badly: {stats:?}"
-    );
-    Ok(backlog as f64 / elapsed.as_secs_f64())
 }
 
 /// The store's claim (`crates/core/src/store/sqlite.rs`) for one destination, with the

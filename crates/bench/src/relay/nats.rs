@@ -43,7 +43,7 @@ pub(super) async fn publish(
                 .await?;
             let rate = if relay_side {
                 let url = scratch.copy_of(backend, &template).await?;
-                super::relay_drain(&url, backlog, workers, Arc::new(transport)).await?
+                super::drain::relay_drain(&url, backlog, workers, Arc::new(transport)).await?
             } else {
                 floor_publish(&server.url(), backlog, workers).await?
             };
