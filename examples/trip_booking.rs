@@ -72,6 +72,12 @@ struct Args {
     /// Start `business_trip` sagas, each running a `trip_booking` as a child saga.
     #[arg(long)]
     nested: bool,
+    /// Tests: stop at a shared commit (`before:<n>[:<skip>]` or `after:<n>[:<skip>]`) to
+    /// be killed there. The hook exists only in builds with agentsaga-core's `testing`
+    /// feature, as examples are built (with the dev-dependencies); never from the
+    /// environment.
+    #[arg(long, hide = true)]
+    stop_at_shared_commit: Option<String>,
 }
 
 /// The saga's data.
@@ -353,6 +359,9 @@ async fn main() -> anyhow::Result<()> {
     let telemetry = support::init_telemetry("trip_booking")?;
     let common = &args.common;
     common.validate()?;
+    if let Some(spec) = &args.stop_at_shared_commit {
+        agentsaga::core::testing::stop_at_shared_commit(spec).map_err(anyhow::Error::msg)?;
+    }
     let url = common.url("trip_booking.db");
     let (seed, fail_rate) = (common.seed, common.fail_rate);
     // The rental company: the one given, or a stand-in served here.

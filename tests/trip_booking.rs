@@ -186,7 +186,7 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
 
 // Kills the process inside a shared commit (SQLite's lane, whose hops share its single
 // writer's commits; PostgreSQL's set lane, whose hops share a transaction and its
-// statements; `AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT` stops the sixth batch of at least 4
+// statements; `--stop-at-shared-commit` stops the sixth batch of at least 4
 // hops there, with many sagas under way): once with the batch written but not
 // committed, once committed but not yet answered (none of its messages acknowledged).
 // Each batch is redone whole or skipped whole: every saga ends completed or
@@ -194,14 +194,13 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
 async fn survives_kill_9_inside_a_shared_commit(backend: Backend) {
     use std::io::{BufRead, BufReader};
 
-    const HOOK: &str = "AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT";
+    const HOOK: &str = "crash hook:";
     let url = fresh_url(backend).await;
     let store = Store::connect(&url).await.unwrap();
-    let args = ["--sagas", "300", "--fail-rate", "0.2", "--seed", "7"];
     for at in ["before:4:5", "after:4:5"] {
-        let mut child = support::spawn_with("trip_booking", &url, &args, |c| {
-            c.env(HOOK, at);
-        });
+        let args = ["--sagas", "300", "--fail-rate", "0.2", "--seed", "7"];
+        let args = [&args[..], &["--stop-at-shared-commit", at]].concat();
+        let mut child = support::spawn_with("trip_booking", &url, &args, |_| {});
         let stderr = child.stderr.take().expect("piped stderr");
         let (lines, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -120,6 +120,19 @@ pub async fn wait_until(what: &str, within: Duration, mut condition: impl AsyncF
     }
 }
 
+/// Arms the crash tests' hook in this process, from `before:<n>[:<skip>]` or
+/// `after:<n>[:<skip>]`: past the first `skip` shared transactions (SQLite's lane,
+/// PostgreSQL's set lane) holding at least `n` hops, the next one stops its lane just
+/// before (or just after) its commit, forever, and says so on stderr, so that the test
+/// can `kill -9` the process there. A build without the `testing` feature has no such
+/// hook, and nothing arms it from the environment.
+///
+/// # Errors
+/// A `spec` of another form, or a hook armed already.
+pub fn stop_at_shared_commit(spec: &str) -> Result<(), String> {
+    crate::store::crash_hook::arm(spec)
+}
+
 /// Run one async test body against both backends (those this build has).
 ///
 /// `both_backends!(name, body_fn)` expands to a module `name` holding two

@@ -1,12 +1,10 @@
-//! A test hook for crash tests, off unless the environment variable
-//! `AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT` is `before:<n>[:<skip>]` or
-//! `after:<n>[:<skip>]`: past the first `skip` (default 0) shared transactions holding
-//! at least `n` hops, the next one stops its lane just before (or just after) its
-//! commit, forever, and says so on stderr, so that a test can `kill -9` the process
-//! there. Read once; any other value is ignored.
-
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! A test hook for crash tests, compiled only with the `testing` feature and off until a
+//! test program arms it with
+//! [`testing::stop_at_shared_commit`](crate::testing::stop_at_shared_commit): past the
+//! first `skip` shared transactions holding at least `n` hops, the next one stops its
+//! lane just before (or just after) its commit, forever, and says so on stderr, so that
+//! a test can `kill -9` the process there. Nothing reads the environment: in a build
+//! without `testing` the hook is not there at all.
 
 /// Where in the commit to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,41 +13,96 @@ pub(crate) enum At {
     After,
 }
 
-const VAR: &str = "AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT";
+#[cfg(feature = "testing")]
+static ARMED: std::sync::OnceLock<(At, usize, usize)> = std::sync::OnceLock::new();
 
-/// (where, at least this many hops, after skipping this many such commits)
-fn setting() -> Option<(At, usize, usize)> {
-    static SETTING: OnceLock<Option<(At, usize, usize)>> = OnceLock::new();
-    *SETTING.get_or_init(|| {
-        let value = std::env::var(VAR).ok()?;
-        let mut parts = value.split(':');
-        let at = match parts.next()? {
-            "before" => At::Before,
-            "after" => At::After,
-            _ => return None,
-        };
-        let n = parts.next()?.parse().ok()?;
-        let skip = match parts.next() {
-            Some(skip) => skip.parse().ok()?,
-            None => 0,
-        };
-        Some((at, n, skip))
-    })
+/// Arms the hook from `before:<n>[:<skip>]` or `after:<n>[:<skip>]`, once per process.
+#[cfg(feature = "testing")]
+pub(crate) fn arm(spec: &str) -> Result<(), String> {
+    let bad = || format!("`{spec}`: expected before:<n>[:<skip>] or after:<n>[:<skip>]");
+    let mut parts = spec.split(':');
+    let at = match parts.next() {
+        Some("before") => At::Before,
+        Some("after") => At::After,
+        _ => return Err(bad()),
+    };
+    let n = parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+    let skip = match parts.next() {
+        Some(skip) => skip.parse().map_err(|_| bad())?,
+        None => 0,
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    ARMED
+        .set((at, n, skip))
+        .map_err(|_| "the crash hook is armed already".to_owned())
 }
 
-/// Stops forever here if the hook is set for `at` and `hops` reaches its count.
+/// Stops forever here if the hook is armed for `at` and `hops` reaches its count.
 pub(crate) async fn stop_if(at: At, hops: usize) {
-    static SEEN: AtomicUsize = AtomicUsize::new(0);
-    let Some((when, n, skip)) = setting() else {
-        return;
-    };
-    if when != at || hops < n || SEEN.fetch_add(1, Ordering::SeqCst) != skip {
-        return;
+    #[cfg(feature = "testing")]
+    {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SEEN: AtomicUsize = AtomicUsize::new(0);
+        let Some(&(when, n, skip)) = ARMED.get() else {
+            return;
+        };
+        if when != at || hops < n || SEEN.fetch_add(1, Ordering::SeqCst) != skip {
+            return;
+        }
+        let at = match at {
+            At::Before => "before",
+            At::After => "after",
+        };
+        eprintln!("crash hook: stopped {at} the shared commit of {hops} hops");
+        std::future::pending::<()>().await;
     }
-    let at = match at {
-        At::Before => "before",
-        At::After => "after",
-    };
-    eprintln!("{VAR}: stopped {at} the shared commit of {hops} hops");
-    std::future::pending::<()>().await;
+    #[cfg(not(feature = "testing"))]
+    let _ = (at, hops);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    const CHILD: &str = "AGENTSAGA_CRASH_HOOK_CHILD";
+
+    // Whoever can set a process's environment cannot stop it at a commit: the variable
+    // that armed the hook in every build before is read by nothing. The test runs itself
+    // again as a child with that variable set, and the child's shared commit of 4 hops
+    // must go through (bounded wait: a child stopped there is killed and the test fails).
+    #[test]
+    fn the_environment_does_not_stop_a_commit() {
+        if std::env::var_os(CHILD).is_some() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(super::stop_if(super::At::Before, 4));
+            return;
+        }
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "store::crash_hook::tests::the_environment_does_not_stop_a_commit",
+            ])
+            .env(CHILD, "1")
+            .env("AGENTSAGA_TEST_STOP_AT_SHARED_COMMIT", "before:1")
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the environment stopped a commit (the child never finished)");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "the child failed: {status}");
+    }
 }
