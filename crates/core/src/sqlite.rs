@@ -92,13 +92,27 @@ pub(crate) fn is_busy(e: &Error) -> bool {
     false
 }
 
+/// The file `url` names, `None` if in memory or not a SQLite URL this build parses.
+pub(crate) fn file_of(url: &str) -> Option<std::path::PathBuf> {
+    if is_memory(url) {
+        return None;
+    }
+    let options = SqliteConnectOptions::from_str(url).ok()?;
+    let path = options.get_filename();
+    (!path.as_os_str().is_empty()).then(|| path.to_path_buf())
+}
+
+fn is_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
 async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
     let invalid = |e: sqlx::Error| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),
     };
     let base = SqliteConnectOptions::from_str(url).map_err(invalid)?;
-    let memory = url.contains(":memory:") || url.contains("mode=memory");
+    let memory = is_memory(url);
     let options = base
         .create_if_missing(true)
         .journal_mode(if memory {

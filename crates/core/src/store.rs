@@ -142,6 +142,18 @@ impl Store {
         }
     }
 
+    /// The file a SQLite URL names, read from the URL alone, before anything opens or
+    /// creates it: `None` for an in-memory SQLite database, a PostgreSQL URL, or a URL
+    /// this build cannot parse (which [`connect`](Self::connect) then refuses).
+    pub fn sqlite_file_of(url: &str) -> Option<std::path::PathBuf> {
+        #[cfg(feature = "sqlite")]
+        if url.split(':').next() == Some("sqlite") {
+            return crate::sqlite::file_of(url);
+        }
+        let _ = url;
+        None
+    }
+
     /// `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
         match self.backend {

@@ -9,12 +9,18 @@
 //! processes. The CLI and the console open the database without it: they are not
 //! runtimes. The lock is the operating system's (`flock`): it goes with the process,
 //! even after `kill -9`.
+//!
+//! The lock is taken before the database is opened (so a refused runtime has neither
+//! created the file nor migrated it under a live one) and is the file's, not its
+//! name's: its path is the database's canonical path (symlinks, `.` and `..`
+//! resolved), so a second path to the same file finds the same lock. Hard links are not
+//! followed: SQLite itself does not support a database reached by two hard links.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use agentsaga_core::Store;
+use agentsaga_core::{Store, StoreConfig};
 
 use crate::{Error, Result};
 
@@ -34,11 +40,56 @@ impl Drop for SqliteLock {
     }
 }
 
-/// The lock file of database `db`.
-pub(crate) fn lock_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
+/// The lock file of database `db`: beside its canonical path. A file not made yet is
+/// named by its directory's canonical path; `None` if even that does not exist (opening
+/// the database fails then, and says why).
+fn lock_path(db: &Path) -> Option<PathBuf> {
+    let real = match db.canonicalize() {
+        Ok(real) => real,
+        Err(_) => {
+            let dir = match db.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => Path::new("."),
+            };
+            dir.canonicalize().ok()?.join(db.file_name()?)
+        }
+    };
+    let mut name = real.into_os_string();
     name.push("-runtime.lock");
-    PathBuf::from(name)
+    Some(PathBuf::from(name))
+}
+
+/// The runtime's store with its lock: `store` if given (locked once open), else `url`
+/// opened only once its file's lock is held (SQLite), so that nothing is created or
+/// migrated under a live runtime.
+///
+/// # Errors
+/// As [`lock`], and the store's errors.
+pub(crate) async fn open(
+    store: Option<Store>,
+    url: &str,
+    config: StoreConfig,
+) -> Result<(Store, Option<SqliteLock>)> {
+    if let Some(store) = store {
+        let lock = lock(&store)?;
+        return Ok((store, lock));
+    }
+    let early = lock_url(url)?;
+    let store = Store::connect_with(url, config).await?;
+    let lock = match early {
+        Some(lock) => Some(lock),
+        None => lock(&store)?,
+    };
+    Ok((store, lock))
+}
+
+/// Takes the lock of the SQLite file that `url` names, before it is opened: `None` for
+/// PostgreSQL, an in-memory database, or a file whose directory does not exist.
+///
+/// # Errors
+/// As [`lock`].
+pub(crate) fn lock_url(url: &str) -> Result<Option<SqliteLock>> {
+    Store::sqlite_file_of(url).map_or(Ok(None), lock_file)
 }
 
 /// Takes the lock of `store`'s SQLite file, if it has one.
@@ -47,10 +98,13 @@ pub(crate) fn lock_path(db: &Path) -> PathBuf {
 /// [`Error::SqliteInUse`] if another runtime (in this process or another) holds it;
 /// [`Error::Config`] if the lock file cannot be opened.
 pub(crate) fn lock(store: &Store) -> Result<Option<SqliteLock>> {
-    let Some(db) = store.sqlite_file() else {
+    store.sqlite_file().map_or(Ok(None), lock_file)
+}
+
+fn lock_file(db: PathBuf) -> Result<Option<SqliteLock>> {
+    let Some(path) = lock_path(&db) else {
         return Ok(None);
     };
-    let path = lock_path(&db);
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -265,3 +265,62 @@ async fn a_second_runtime_on_one_sqlite_file_is_refused() {
     first.shutdown().await;
     start().await.unwrap().shutdown().await;
 }
+
+// The lock is the file's, not the name's: a second runtime reaching the same SQLite file
+// through a symlink to it, or through a symlink to its directory, is refused as one
+// reaching it by its own name is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_runtime_through_another_path_to_the_file_is_refused() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let file = std::path::PathBuf::from(url.trim_start_matches("sqlite://"));
+    let dir = file.parent().expect("a directory");
+    let start = |url: String| async move {
+        Runtime::builder()
+            .database(&url)
+            .agent(Stock(Default::default()))
+            .start()
+            .await
+    };
+    let first = start(url.clone()).await.unwrap();
+    let linked_file = dir.join("linked.db");
+    std::os::unix::fs::symlink(&file, &linked_file).unwrap();
+    let linked_dir = dir.with_extension("linked");
+    std::os::unix::fs::symlink(dir, &linked_dir).unwrap();
+    let dotted = dir.join(".").join("test.db");
+    for other in [linked_file, linked_dir.join("test.db"), dotted] {
+        let other = format!("sqlite://{}", other.display());
+        match start(other.clone()).await {
+            Ok(_) => panic!("a second runtime started on one SQLite file as {other}"),
+            Err(Error::SqliteInUse { holder, .. }) => {
+                assert_eq!(holder, Some(std::process::id()), "{other}");
+            }
+            Err(e) => panic!("{other}: {e}"),
+        }
+    }
+    first.shutdown().await;
+    let _ = std::fs::remove_file(&linked_dir);
+}
+
+// The lock comes first: a runtime refused because another holds the file's lock has
+// not opened the database (no DDL of a newer version applied under a live older one; no
+// file made where none was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_refused_for_the_lock_has_not_opened_the_database() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let file = std::path::PathBuf::from(url.trim_start_matches("sqlite://"));
+    // Another runtime's lock, held here by hand on a file not yet made.
+    let lock = std::fs::File::create(format!("{}-runtime.lock", file.display())).unwrap();
+    lock.try_lock().unwrap();
+    let r = Runtime::builder()
+        .database(&url)
+        .agent(Stock(Default::default()))
+        .start()
+        .await;
+    assert!(matches!(r, Err(Error::SqliteInUse { .. })), "{:?}", r.err());
+    assert!(
+        !file.exists(),
+        "the refused runtime made {}",
+        file.display()
+    );
+    lock.unlock().unwrap();
+}

@@ -297,12 +297,12 @@ impl RuntimeBuilder {
         #[cfg(feature = "nats")]
         super::destinations::check_remote(&self.remote, &destinations, self.nats.as_ref())?;
         // Only a configuration that can run opens (and may create) its database.
-        let store = match (self.store, &self.url) {
-            (Some(s), _) => s,
-            (None, Some(url)) => Store::connect_with(url, self.store_config).await?,
-            (None, None) => Store::connect_with(DEFAULT_DATABASE, self.store_config).await?,
-        };
-        let sqlite_lock = crate::single::lock(&store)?;
+        let (store, sqlite_lock) = crate::single::open(
+            self.store,
+            self.url.as_deref().unwrap_or(DEFAULT_DATABASE),
+            self.store_config,
+        )
+        .await?;
         let (settled, _) = broadcast::channel(1024);
         let sagas =
             (self.answers_in_agent_tx && engine.definitions().next().is_some()).then(|| {
