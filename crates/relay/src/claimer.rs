@@ -169,7 +169,7 @@ impl Actor for Claimer {
                 }
             }
             ClaimerMsg::Done(done) => self.on_done(&myself, state, done),
-            ClaimerMsg::Adopt(rows) => self.adopt(&myself, state, rows),
+            ClaimerMsg::Adopt(rows, leased_at) => self.adopt(&myself, state, rows, leased_at),
             ClaimerMsg::Flush => {
                 state.flush_queued = false;
                 if matches!(state.stop, Stop::Running) {
@@ -247,13 +247,41 @@ impl Actor for Claimer {
 
 impl Claimer {
     /// Rows handed over on commit: delivered like claimed ones (renewed, acknowledged,
-    /// retried), or, once the relay stops, released to the pool.
-    fn adopt(&self, myself: &ActorRef<ClaimerMsg>, state: &mut ClaimerState, rows: Vec<Envelope>) {
+    /// retried), fenced from `leased_at` (their leases began at their insert, in the
+    /// producer's transaction, not at its commit), or, once the relay stops, released to
+    /// the pool. Rows whose leases ran out before the commit (a transaction open longer
+    /// than the lease) are not delivered here: any relay's claim takes them, so that no
+    /// two deliveries of a row overlap.
+    fn adopt(
+        &self,
+        myself: &ActorRef<ClaimerMsg>,
+        state: &mut ClaimerState,
+        rows: Vec<Envelope>,
+        leased_at: Instant,
+    ) {
+        let held_until = leased_at + held_for(self.config.lease);
+        let expired = held_until <= Instant::now();
+        if expired {
+            self.stats.leases_lost(rows.len());
+            tracing::warn!(
+                rows = rows.len(),
+                open_ms = leased_at.elapsed().as_millis() as u64,
+                lease_ms = self.config.lease.as_millis() as u64,
+                "rows handed over by a transaction open longer than their lease: left to \
+                 the claim (delivered once, by whichever relay claims them)"
+            );
+        }
         for envelope in rows {
             let seq = envelope.seq;
             let destination = envelope.destination.clone();
+            if expired {
+                if let Some(h) = &state.delivering.handoff {
+                    h.done(&destination);
+                }
+                continue;
+            }
             if matches!(state.stop, Stop::Running) {
-                self.dispatch(myself, state, envelope, false);
+                self.dispatch(myself, state, envelope, false, held_until);
             } else {
                 state.outcomes.release(seq);
                 self.queue_flush(myself, state);

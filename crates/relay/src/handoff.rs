@@ -94,12 +94,17 @@ impl Handover for Handoff {
         self.done(destination);
     }
 
-    fn take(&self, rows: Vec<Envelope>) {
+    fn take(&self, rows: Vec<Envelope>, leased_at: std::time::Instant) {
         if rows.is_empty() {
             return;
         }
         let destinations: Vec<String> = rows.iter().map(|r| r.destination.clone()).collect();
-        if self.claimer.cast(ClaimerMsg::Adopt(rows)).is_err() {
+        let leased_at = tokio::time::Instant::from_std(leased_at);
+        if self
+            .claimer
+            .cast(ClaimerMsg::Adopt(rows, leased_at))
+            .is_err()
+        {
             // The relay is gone: the rows come back when their leases expire.
             tracing::debug!("handed-over rows not adopted: the relay stopped");
             for d in &destinations {

@@ -118,6 +118,8 @@ impl Tx {
             let Conn::Postgres(c) = self.conn_clean() else {
                 return Ok(());
             };
+            // Before the statement: its leases begin later (`clock_timestamp()`).
+            let leased_at = std::time::Instant::now();
             let rows = sqlx::query(
                 "INSERT INTO outbox (id, destination, key, payload, headers,
                                      state, attempts, lease_owner, lease_until)
@@ -160,7 +162,7 @@ impl Tx {
             };
             for envelope in envelopes {
                 written.insert(envelope.id);
-                self.push_handed(Arc::clone(to), envelope);
+                self.push_handed(Arc::clone(to), envelope, leased_at);
             }
             for &i in &leased {
                 if !written.contains(&messages[i].id) {
@@ -212,8 +214,9 @@ impl Tx {
         &mut self,
         to: std::sync::Arc<dyn crate::store::Handover>,
         row: crate::Envelope,
+        leased_at: std::time::Instant,
     ) {
-        self.handed.push(to, row);
+        self.handed.push(to, row, leased_at);
     }
 
     /// The set lane checked the transaction itself (see `sets.rs`): no probe needed.

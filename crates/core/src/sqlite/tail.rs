@@ -20,6 +20,8 @@ pub(crate) struct Tail {
     /// Its slots were settled (kept for the rows written leased, given back for the
     /// others); otherwise dropping it gives them all back.
     settled: bool,
+    /// When its leases' `lease_until` was computed: they count from here.
+    leased_at: std::time::Instant,
 }
 
 /// What a tail wrote: its rows written leased, for `to` to take on commit, and whether
@@ -28,6 +30,8 @@ pub(crate) struct Settled {
     pub(crate) handed: Vec<Envelope>,
     pub(crate) to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     pub(crate) pending: bool,
+    /// When their leases began.
+    pub(crate) leased_at: std::time::Instant,
 }
 
 impl std::fmt::Debug for Tail {
@@ -49,6 +53,7 @@ impl Tail {
         leased: &[bool],
         to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     ) -> Result<Self> {
+        let leased_at = std::time::Instant::now();
         let now = now_ms();
         let (owner, until) = match &to {
             Some(to) => (
@@ -67,6 +72,7 @@ impl Tail {
                 .collect(),
             to,
             settled: false,
+            leased_at,
         };
         let mut ours = Vec::new();
         let next_statement = |query: &mut Statements| {
@@ -150,6 +156,7 @@ impl Tail {
             handed,
             to: self.to.clone(),
             pending,
+            leased_at: self.leased_at,
         })
     }
 }

@@ -101,7 +101,8 @@ impl Tx {
         let settled = tail.settle(rows)?;
         if let Some(to) = settled.to {
             for row in settled.handed {
-                self.handed.push(std::sync::Arc::clone(&to), row);
+                self.handed
+                    .push(std::sync::Arc::clone(&to), row, settled.leased_at);
             }
         }
         self.enqueued |= settled.pending;

@@ -14,7 +14,7 @@
 //! messages beyond them stays `pending` in the outbox, not in memory.
 
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Envelope;
 
@@ -30,7 +30,12 @@ pub trait Handover: Send + Sync + 'static {
     /// written leased, or its transaction did not commit).
     fn cancel(&self, destination: &str);
     /// Rows written leased to [`owner`](Self::owner), now committed: deliver them.
-    fn take(&self, rows: Vec<Envelope>);
+    ///
+    /// Their leases began when they were written (`leased_at`, or later), not at the
+    /// commit: a transaction left open longer than the lease commits rows another relay
+    /// may claim at once. The taker's fence must count from `leased_at`, and a row whose
+    /// lease has run out by now must not be delivered by it (the claim takes it).
+    fn take(&self, rows: Vec<Envelope>, leased_at: Instant);
 }
 
 /// The handover installed on a store, shared by its clones.
@@ -69,6 +74,8 @@ impl Slot {
 #[derive(Default)]
 pub(crate) struct Handed {
     rows: Vec<(Arc<dyn Handover>, Envelope)>,
+    /// When the first of them was written leased (at or before its lease began).
+    leased_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Handed {
@@ -80,8 +87,10 @@ impl std::fmt::Debug for Handed {
 }
 
 impl Handed {
-    pub(crate) fn push(&mut self, to: Arc<dyn Handover>, row: Envelope) {
+    /// A row written leased; its lease began at `leased_at` or later.
+    pub(crate) fn push(&mut self, to: Arc<dyn Handover>, row: Envelope, leased_at: Instant) {
         self.rows.push((to, row));
+        self.leased_at = Some(self.leased_at.map_or(leased_at, |at| at.min(leased_at)));
     }
 
     /// How many rows so far: a mark to [`cancel_since`](Self::cancel_since).
@@ -99,6 +108,7 @@ impl Handed {
     /// The transaction committed: hand the rows over.
     pub(crate) fn commit(&mut self) {
         let rows = std::mem::take(&mut self.rows);
+        let leased_at = self.leased_at.take().unwrap_or_else(Instant::now);
         let Some((first, _)) = rows.first() else {
             return;
         };
@@ -107,9 +117,9 @@ impl Handed {
         // meanwhile) go to theirs.
         let (mine, others): (Vec<_>, Vec<_>) =
             rows.into_iter().partition(|(h, _)| Arc::ptr_eq(h, &to));
-        to.take(mine.into_iter().map(|(_, row)| row).collect());
+        to.take(mine.into_iter().map(|(_, row)| row).collect(), leased_at);
         for (h, row) in others {
-            h.take(vec![row]);
+            h.take(vec![row], leased_at);
         }
     }
 }

@@ -166,7 +166,7 @@ impl crate::handover::Handover for FakeHandover {
     fn cancel(&self, _: &str) {
         *self.used.lock().unwrap() -= 1;
     }
-    fn take(&self, rows: Vec<crate::Envelope>) {
+    fn take(&self, rows: Vec<crate::Envelope>, _: std::time::Instant) {
         self.taken.lock().unwrap().extend(rows);
     }
 }

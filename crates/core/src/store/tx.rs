@@ -199,11 +199,13 @@ impl Tx {
                 self.enqueued = true;
             }
             run = i + 1;
+            // Before the statement: the row's lease begins there or later.
+            let leased_at = std::time::Instant::now();
             match store
                 .enqueue_leased(self.conn_marked(), m, to.as_ref())
                 .await
             {
-                Ok(Some(row)) => self.handed.push(std::sync::Arc::clone(to), row),
+                Ok(Some(row)) => self.handed.push(std::sync::Arc::clone(to), row, leased_at),
                 Ok(None) => {
                     // Its key has a live row (it waits its turn) or its id is stored.
                     to.cancel(&m.destination);

@@ -98,8 +98,10 @@ impl Claimer {
             }
         }
         let count = claimed.len();
+        // Fenced from now, the claims answered: their leases began before.
+        let held_until = Instant::now() + held_for(self.config.lease);
         for (envelope, probe) in claimed {
-            self.dispatch(myself, state, envelope, probe);
+            self.dispatch(myself, state, envelope, probe, held_until);
         }
         self.stats.set_in_flight(state.delivering.len());
         if let Some(e) = error {
@@ -146,6 +148,7 @@ impl Claimer {
         state: &mut ClaimerState,
         envelope: Envelope,
         probe: bool,
+        held_until: Instant,
     ) {
         if envelope.attempts > self.config.retry.max_attempts {
             // Claimed more often than the budget allows: relays died delivering it
@@ -161,7 +164,6 @@ impl Claimer {
         }
         let envelope = Arc::new(envelope);
         let seq = envelope.seq;
-        let held_until = Instant::now() + held_for(self.config.lease);
         let task = state.delivering.insert(Arc::clone(&envelope), held_until);
         match state.pool.dispatch(RouteKey::of(&envelope), task) {
             Ok(()) => {}

@@ -191,8 +191,9 @@ impl Delivering {
 }
 
 /// How long after its claim (or renewal) was answered a lease surely still holds: the
-/// lease less a tenth, for the round trip of the claim, and for a row handed over, the
-/// time between its insert (where its lease began) and its commit.
+/// lease less a tenth, for the round trip of the claim. A row handed over is fenced from
+/// the instant before its insert (where its lease began), not from its commit: see
+/// `Claimer::adopt`.
 pub(crate) fn held_for(lease: std::time::Duration) -> std::time::Duration {
     lease - lease / 10
 }

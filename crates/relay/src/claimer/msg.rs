@@ -11,8 +11,10 @@ pub(crate) enum ClaimerMsg {
     Tick,
     /// A worker finished a delivery.
     Done(Done),
-    /// Rows committed leased to this relay (direct handover): deliver them as claimed.
-    Adopt(Vec<Envelope>),
+    /// Rows committed leased to this relay (direct handover), their leases begun at the
+    /// instant given (their insert, in the producer's transaction): deliver them as
+    /// claimed, fenced from that instant.
+    Adopt(Vec<Envelope>, tokio::time::Instant),
     /// Write the collected outcomes, then claim (acknowledgements and claim in one
     /// call).
     Flush,

@@ -121,3 +121,41 @@ async fn a_dead_relays_rows_are_delivered_after_its_lease(backend: Backend) {
     relay.shutdown().await;
 }
 agentsaga_core::both_backends!(dead_relay, a_dead_relays_rows_are_delivered_after_its_lease);
+
+// A row handed over is written leased inside the producer's transaction, so its lease
+// counts from that INSERT. A transaction left open longer than the lease commits a row
+// whose lease has run out: another relay may claim it at once. The relay it was handed
+// to must then not deliver it too (its fence counts from the same moment as the lease):
+// one delivery at a time, the effect once.
+async fn a_row_handed_over_after_a_long_transaction_is_delivered_once(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let one = Store::connect(&url).await.unwrap();
+    let two = Store::connect(&url).await.unwrap();
+    let (t1, t2) = (Scripted::new(), Scripted::new());
+    // Each delivery outlasts the lease: only renewals keep it the relay's.
+    let lease = Duration::from_millis(1000);
+    t1.delay("a", lease * 2);
+    t2.delay("a", lease * 2);
+    let r1 = start(&one, &["a"], &t1, config().lease(lease).handover(true)).await;
+    let r2 = start(&two, &["a"], &t2, config().lease(lease)).await;
+    let mut tx = one.begin().await.unwrap();
+    tx.enqueue(&msg("a", Some("k"), json!(1))).await.unwrap();
+    tokio::time::sleep(lease * 2).await;
+    tx.commit().await.unwrap();
+    wait_until("the row is delivered", || async {
+        one.admin().stats().await.unwrap().delivered == 1
+    })
+    .await;
+    r1.shutdown().await;
+    r2.shutdown().await;
+    let (c1, c2) = (t1.calls().len(), t2.calls().len());
+    assert_eq!(
+        c1 + c2,
+        1,
+        "delivered {c1} time(s) by the relay it was handed to, {c2} by the other"
+    );
+}
+agentsaga_core::both_backends!(
+    long_transaction_handover,
+    a_row_handed_over_after_a_long_transaction_is_delivered_once
+);
