@@ -79,7 +79,8 @@ pub(crate) enum Command {
 pub(crate) struct McpArgs {
     /// Actions the tools may take, comma-separated: start, signal, abort, redrive. None
     /// by default (read-only). Even with `signal`, a wait that is a person's decision
-    /// (an approval) is never signalled through MCP.
+    /// (every wait, unless its saga says agents may signal it) is never signalled
+    /// through MCP.
     #[arg(long, value_name = "ACTIONS", value_delimiter = ',')]
     pub(crate) allow: Vec<agentsaga_console::mcp::McpAction>,
 }

@@ -24,6 +24,7 @@ mod builder;
 mod destinations;
 mod planned;
 pub(crate) mod step;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -117,7 +117,8 @@ pub struct PlanStep {
     pub wait_for: Option<String>,
     /// The wait is a person's decision: its signal is taken only from a person's path,
     /// never from an LLM-facing one (as [`Step::approval`](crate::Step::approval)).
-    /// Only on a wait.
+    /// Only on a wait. Every wait of a plan is one already unless the saga lets agents
+    /// send its signal (`PlannedBuilder::agent_signals`); `true` keeps it one even then.
     #[serde(default, skip_serializing_if = "is_false")]
     pub approval: bool,
     /// How to undo it: a command to a destination, built when the compensation is

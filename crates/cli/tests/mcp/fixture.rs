@@ -10,16 +10,21 @@ use crate::common::{self, json};
 pub(crate) fn mail() -> SagaDefinition {
     Saga::<Value>::builder("mail", 1)
         .step(Step::new("draft", "drafts").nothing_to_undo())
-        .step(Step::wait_for("approval").on_reply(|d: &mut Value, a: Value| d["approved"] = a))
+        .step(
+            Step::wait_for("approval")
+                .agents_may_signal()
+                .on_reply(|d: &mut Value, a: Value| d["approved"] = a),
+        )
         .pivot(Step::new("send", "sender"))
         .build()
         .expect("definition")
 }
 
-/// approve the transfer (a person's decision) → transfer (the pivot).
+/// approve the transfer (a person's decision: a plain wait, not marked, is one) →
+/// transfer (the pivot).
 pub(crate) fn transfer() -> SagaDefinition {
     Saga::<Value>::builder("transfer", 1)
-        .step(Step::approval("sign_off"))
+        .step(Step::wait_for("sign_off"))
         .pivot(Step::new("transfer", "bank"))
         .build()
         .expect("definition")

@@ -366,8 +366,10 @@ async fn a_client_without_allow_cannot_act() {
     store.close().await;
 }
 
-// A wait that is a person's decision is never signalled through MCP, even with
-// `--allow signal`: refused, nothing written; the person's path (the CLI) sends it.
+// A wait is a person's decision unless its definition says agents may signal it (the
+// saga's author had to remember nothing), and a person's decision is never signalled
+// through MCP, even with `--allow signal`: refused, nothing written; the person's path
+// (the CLI) sends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_is_never_signalled_through_mcp() {
     let p = prepare(Backend::Sqlite).await;

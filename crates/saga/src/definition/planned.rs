@@ -46,6 +46,7 @@ impl PlannedSaga {
             version,
             destinations: std::collections::BTreeSet::new(),
             approvals: std::collections::BTreeSet::new(),
+            agent_signals: std::collections::BTreeSet::new(),
             sagas: std::collections::BTreeMap::new(),
             planner: None,
             deadline: None,
@@ -67,6 +68,7 @@ pub struct PlannedBuilder {
     version: i32,
     destinations: std::collections::BTreeSet<String>,
     approvals: std::collections::BTreeSet<String>,
+    agent_signals: std::collections::BTreeSet<String>,
     sagas: std::collections::BTreeMap<String, bool>,
     planner: Option<StepDef>,
     deadline: Option<Duration>,
@@ -119,12 +121,21 @@ impl PlannedBuilder {
         self
     }
 
-    /// Signals that are a person's decision in every plan of this saga: a plan's wait
-    /// for one of them is an approval ([`Step::approval`]) whether the plan says so
-    /// (`"approval": true`) or not. A plan written by an LLM cannot then make a
-    /// person's decision one that an LLM-facing surface may send.
+    /// Signals that are a person's decision in every plan of this saga. Every wait of
+    /// a plan is one already unless [`agent_signals`](Self::agent_signals) names its
+    /// signal; naming it here as well keeps it a person's decision.
     pub fn approvals<S: Into<String>>(mut self, signals: impl IntoIterator<Item = S>) -> Self {
         self.approvals.extend(signals.into_iter().map(Into::into));
+        self
+    }
+
+    /// Signals that an agent (an LLM-facing surface included) may send to this saga's
+    /// plans' waits: outside events, never a person's decision. A wait for any other
+    /// signal is a person's decision ([`Step::wait_for`]), however the plan writes it:
+    /// a plan (an LLM's) can mark a wait `"approval": true`, never lower one.
+    pub fn agent_signals<S: Into<String>>(mut self, signals: impl IntoIterator<Item = S>) -> Self {
+        self.agent_signals
+            .extend(signals.into_iter().map(Into::into));
         self
     }
 
@@ -289,6 +300,7 @@ impl PlannedBuilder {
         let catalog = Arc::new(Catalog {
             destinations: self.destinations,
             approvals: self.approvals,
+            agent_signals: self.agent_signals,
             sagas: self.sagas,
             planner_name: self.planner.as_ref().map(|p| p.name.clone()),
             retry: self.retry,

@@ -33,7 +33,7 @@ pub enum Undoable {}
 #[must_use]
 pub struct Step<D, U = Open> {
     pub(crate) def: StepDef,
-    _marker: PhantomData<fn(D, U)>,
+    pub(super) _marker: PhantomData<fn(D, U)>,
 }
 
 /// How a step is undone.
@@ -318,50 +318,6 @@ impl<D, U> Step<D, U>
 where
     D: Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    /// A step that waits for the signal `name` (a person's approval, an outside event)
-    /// instead of sending a command: the saga parks there, holding nothing, until
-    /// `Runtime::signal(id, name, …)` (or `agentsaga sagas signal`) sends it. An
-    /// approval's payload folds into the data through [`on_reply`](Self::on_reply); a
-    /// rejection fails the step (before the pivot the saga compensates, at or after it
-    /// the saga is stuck), and so does its [`timeout`](Self::timeout), counted from
-    /// when the saga reaches the wait. A signal sent before the saga gets there is kept
-    /// and used when it does. A wait has nothing to undo, so it stands before the pivot
-    /// or after it as it is.
-    pub fn wait_for(name: impl Into<String>) -> Self {
-        let name = name.into();
-        Self {
-            def: StepDef {
-                destination: format!("signal:{name}"),
-                name: name.clone(),
-                command: Arc::new(|_: &Value| Ok(Value::Null)),
-                fold: None,
-                undo: Undo::Nothing,
-                retry: RetryPolicy::default(),
-                timeout: None,
-                start_timeout: None,
-                pivot: false,
-                wait: Some(name),
-                approval: false,
-                child: None,
-                approves: None,
-            },
-            _marker: PhantomData,
-        }
-    }
-
-    /// A wait for the signal `name` that only a person may send: a person's decision
-    /// (approve a payment, an email). It is a [`wait_for`](Self::wait_for) in every
-    /// way, except where its signal may come from: the application's own code
-    /// (`Runtime::signal`), `agentsaga sagas signal` and the console's API and page
-    /// take it; an LLM-facing surface (the MCP tools) never does, whatever it is
-    /// allowed ([`Engine::signal_by`](crate::Engine::signal_by) with
-    /// [`SignalSender::Agent`](crate::SignalSender::Agent) is refused).
-    pub fn approval(name: impl Into<String>) -> Self {
-        let mut step = Self::wait_for(name);
-        step.def.approval = true;
-        step
-    }
-
     /// The command sent to the agent, built from the saga data.
     pub fn command<C, F>(mut self, build: F) -> Self
     where

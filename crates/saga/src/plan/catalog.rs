@@ -23,6 +23,9 @@ pub(crate) struct Catalog {
     /// Signals whose waits are approvals whatever the plan says
     /// (`PlannedBuilder::approvals`).
     pub(crate) approvals: BTreeSet<String>,
+    /// Signals an agent may send (`PlannedBuilder::agent_signals`): a wait for any
+    /// other is a person's decision.
+    pub(crate) agent_signals: BTreeSet<String>,
     /// The sagas its plans may run as children, each with whether its definition has a
     /// pivot (`PlannedBuilder::child_sagas`).
     pub(crate) sagas: BTreeMap<String, bool>,

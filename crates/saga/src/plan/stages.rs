@@ -92,7 +92,11 @@ fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool, gate: Option<Gat
             timeout,
             start_timeout: None,
             pivot: s.pivot,
-            approval: s.approval || approves.is_some() || catalog.approvals.contains(&signal),
+            // A person's decision unless the saga (not the plan) lets agents send it.
+            approval: s.approval
+                || approves.is_some()
+                || catalog.approvals.contains(&signal)
+                || !catalog.agent_signals.contains(&signal),
             wait: Some(signal),
             child: None,
             approves,

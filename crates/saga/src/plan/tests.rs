@@ -15,6 +15,7 @@ fn catalog() -> Catalog {
             .map(String::from)
             .collect(),
         approvals: ["sign_off".to_owned()].into_iter().collect(),
+        agent_signals: std::collections::BTreeSet::new(),
         sagas: std::collections::BTreeMap::new(),
         planner_name: None,
         retry: RetryPolicy::default(),
@@ -82,8 +83,9 @@ fn a_good_plan_passes_and_round_trips() {
     assert!(stages[2][0].pivot && matches!(stages[2][0].undo, Undo::Never));
 }
 
-// A wait is a person's decision when the plan marks it, or when the saga names its
-// signal among its approvals whatever the plan says; a plain wait is not.
+// A wait of a plan is a person's decision, however the plan (an LLM's) writes it:
+// marked, named among the saga's approvals, or plain. Only the saga's definition lets
+// agents signal a wait (`PlannedBuilder::agent_signals`), and a plan cannot lower it.
 #[test]
 fn approvals_are_marked_by_the_plan_or_the_saga() {
     let plan = Plan::new()
@@ -114,13 +116,32 @@ fn approvals_are_marked_by_the_plan_or_the_saga() {
             (None, false),
             (Some("approval"), true),
             (Some("sign_off"), true),
-            (Some("webhook"), false),
+            (Some("webhook"), true),
             (None, false),
         ]
     );
     let mut marked = PlanStep::command("send", "mail", Value::Null).pivot();
     marked.approval = true;
     refused(&Plan::new().then(marked), "`approval` marks a wait");
+
+    // The saga lets agents send `webhook` (an outside event): its plain wait is not a
+    // person's decision; marked by the plan, it is; `sign_off` stays one either way.
+    let mut open = catalog();
+    open.agent_signals = ["webhook", "sign_off"].map(String::from).into();
+    let planned = Planned {
+        catalog: Arc::new(open),
+        planner: None,
+    };
+    let waits = |plan: &Plan| -> Vec<bool> {
+        let data = initial_data(Value::Null, Some(plan)).unwrap();
+        let stages = planned.stages(&data).unwrap();
+        stages.iter().flatten().map(|s| s.approval).collect()
+    };
+    let plain = Plan::new()
+        .then(PlanStep::wait_for("event", "webhook"))
+        .then(PlanStep::wait_for("boss", "sign_off"))
+        .then(PlanStep::approval("marked", "webhook"));
+    assert_eq!(waits(&plain), [false, true, true]);
 }
 
 #[test]
