@@ -12,7 +12,11 @@
 //!   HTTP transport sends it. Its `destination` is the one of its subject.
 //! - **Headers**: the message's own headers (`traceparent`, the saga's id and step, the
 //!   idempotency key…), and `Nats-Msg-Id` set to the message id: JetStream drops a
-//!   second publish of the same id within the stream's duplicate window.
+//!   second publish of the same id within the stream's duplicate window. What NATS
+//!   cannot carry as it is (a line break, a space, non-ASCII, `:` in a name) is
+//!   percent-encoded there, and so is the first letter of a name starting with
+//!   `Nats-` (no header gives the server an instruction); an empty name is left out.
+//!   The envelope in the body holds every header as it is: a receiver reads those.
 //! - **Sending**: the row is marked delivered only once the stream acknowledged the
 //!   publish (a duplicate's acknowledgement counts: the stream has it). The stream
 //!   must exist and cover the subjects ([`NatsTransport::ensure_stream`] makes one);

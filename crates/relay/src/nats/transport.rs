@@ -113,6 +113,31 @@ impl NatsTransport {
     }
 }
 
+/// `s` as NATS carries it in a header: every byte that is not printable ASCII (`!` to
+/// `~`), and `%` (in a name also `:`), written `%XX` (upper-case hex), so that any
+/// percent-decoder gives `s` back. A header NATS carries as it is (`traceparent`, a
+/// message id) is unchanged; one it cannot (a line break in a step name an LLM chose,
+/// a space, non-ASCII) no longer makes the client panic. The envelope in the body holds
+/// every header as it is: a receiver reads them from there.
+///
+/// A name that starts with `Nats-` (any case) has its first letter encoded too: such
+/// headers are the server's instructions (`Nats-Rollup` would purge the stream), which
+/// a saga's header must never give.
+pub(crate) fn percent_encoded(s: &str, name: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    let server_word = name && s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"));
+    for (i, b) in s.bytes().enumerate() {
+        let plain = b.is_ascii_graphic() && b != b'%' && !(name && b == b':');
+        if plain && !(server_word && i == 0) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[async_trait::async_trait]
 impl Transport for NatsTransport {
     async fn deliver(&self, envelope: &Envelope) -> Delivery {
@@ -126,7 +151,10 @@ impl Transport for NatsTransport {
         };
         let mut headers = HeaderMap::new();
         for (k, v) in &envelope.headers {
-            headers.insert(k.as_str(), v.as_str());
+            // An empty name has no place on the wire: the body's envelope keeps it.
+            if !k.is_empty() {
+                headers.insert(percent_encoded(k, true), percent_encoded(v, false));
+            }
         }
         headers.insert(
             async_nats::header::NATS_MESSAGE_ID,
