@@ -34,7 +34,12 @@
 //!   delayed nak would let later messages of its keys pass it), and the receiver waits
 //!   its backoff before it fetches again: nothing after the batch is stored before it.
 //!   A receiver that finds messages delivered but not acknowledged (its predecessor
-//!   died holding them) waits `ack_wait` for their redelivery before it fetches. The
+//!   died holding them) waits `ack_wait` for their redelivery before it fetches. A
+//!   batch goes on as long as its messages keep coming, however slow the link (at most
+//!   about 1 MiB per request); a fetch that ends before the server ended it (nothing
+//!   came for `ack_wait`, the link cut) stores what came, a prefix in stream order,
+//!   and waits out `ack_wait` for the rest, which the server redelivers before
+//!   anything new, before it fetches again (`ReceiverStats::cut_fetches`). The
 //!   local outbox so holds each key's messages in the publisher's order, and its relay
 //!   delivers them to the local agents, whose inbox makes their processing effectively
 //!   once. A lost acknowledgement means a redelivery, which the id makes harmless.
