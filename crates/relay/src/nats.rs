@@ -54,6 +54,11 @@
 //!   is a message id, else an id made from the stream and the sequence number (a
 //!   redelivery is written once). (Only a store whose size limit
 //!   cannot hold even those headers, under 100 bytes, loses it: logged as an error.)
+//!   An envelope dead-lettered so that has a `reply_to` header (a saga's command) is
+//!   answered as the relay answers a local dead letter: a `DeliveryFailed` notice to
+//!   its `reply_to`, in the same transaction (its id made from the message's, so a
+//!   redelivery writes it once), which the service's relay publishes back; the
+//!   sender's saga fails the step with the reason and compensates, at once.
 
 mod batch;
 mod config;

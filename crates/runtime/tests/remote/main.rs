@@ -7,6 +7,7 @@
 
 #[cfg(feature = "console")]
 mod console;
+mod dead_there;
 mod python;
 
 use std::time::Duration;
