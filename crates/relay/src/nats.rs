@@ -4,7 +4,8 @@
 //!
 //! The wire format, for a service in any language:
 //! - **Subject**: `<prefix>.<destination>` (prefix `agentsaga` by default). A destination
-//!   that is not one NATS token chain (empty, or holding a space, `*` or `>`) is refused:
+//!   that is not one NATS token chain (empty, or holding a space, a control character,
+//!   `*` or `>`) is refused:
 //!   the sender dead-letters the message with the reason, a receiver's configuration
 //!   naming one is an error.
 //! - **Payload**: the envelope ([`agentsaga_core::Envelope`]) as JSON (`seq`, `id`,
@@ -141,15 +142,19 @@ pub(crate) fn subject(prefix: &str, destination: &str) -> Result<String, String>
     if !is_subject(destination) {
         return Err(format!(
             "destination `{destination}` is not a NATS subject (tokens separated by \
-             dots, none empty, no space, `*` or `>`)"
+             dots, none empty, no space, control character, `*` or `>`)"
         ));
     }
     Ok(format!("{prefix}.{destination}"))
 }
 
-/// Whether `s` is a chain of NATS subject tokens without wildcards.
+/// Whether `s` is a chain of NATS subject tokens without wildcards (no whitespace or
+/// control character either: the server would not route it to the stream).
 pub(crate) fn is_subject(s: &str) -> bool {
     !s.is_empty()
-        && s.split('.')
-            .all(|t| !t.is_empty() && !t.contains(['*', '>']) && !t.contains(char::is_whitespace))
+        && s.split('.').all(|t| {
+            !t.is_empty()
+                && !t.contains(['*', '>'])
+                && !t.contains(|c: char| c.is_whitespace() || c.is_control())
+        })
 }

@@ -75,7 +75,16 @@ async fn without_a_stream_the_delivery_is_retried() {
 async fn a_destination_that_is_no_subject_is_rejected() {
     let server = Server::start();
     let nats = NatsTransport::connect(&server.url()).await.unwrap();
-    for bad in ["", "pay ments", "pay.*", "pay.>", "pay..ments"] {
+    for bad in [
+        "",
+        "pay ments",
+        "pay.*",
+        "pay.>",
+        "pay..ments",
+        "pay\nments",
+        "pay\u{0}ments",
+        "pay\u{7f}",
+    ] {
         let outcome = nats.deliver(&envelope(bad)).await;
         assert!(
             matches!(outcome, Delivery::Reject { .. }),
