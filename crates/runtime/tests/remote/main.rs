@@ -8,6 +8,7 @@
 #[cfg(feature = "console")]
 mod console;
 mod dead_there;
+mod names;
 mod python;
 
 use std::time::Duration;
