@@ -59,7 +59,9 @@
 //!   answered as the relay answers a local dead letter: a `DeliveryFailed` notice to
 //!   its `reply_to`, in the same transaction (its id made from the message's, so a
 //!   redelivery writes it once), which the service's relay publishes back; the
-//!   sender's saga fails the step with the reason and compensates, at once.
+//!   sender's saga fails the step with the reason and compensates, at once. A body
+//!   that is no envelope is answered so if its NATS headers (percent-decoded) name a
+//!   `reply_to`.
 
 mod batch;
 mod config;

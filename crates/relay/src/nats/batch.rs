@@ -194,7 +194,9 @@ impl Batcher {
                 Err(refused) => (
                     dead::raw(origin, home, &m.payload, limit),
                     refused.to_string(),
-                    None,
+                    m.headers
+                        .as_ref()
+                        .and_then(|h| dead::envelope_of_headers(origin, home, h)),
                 ),
                 Ok(envelope) if envelope.destination != home => (
                     dead::of_envelope(origin, home, &envelope, limit),

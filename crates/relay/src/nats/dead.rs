@@ -139,6 +139,40 @@ pub(crate) fn notice(envelope: &Envelope, why: &str, store: &Store) -> Option<Me
     Some(notice)
 }
 
+/// For a body that is no envelope: an envelope of its NATS headers (percent-decoded,
+/// the server's own `Nats-…` left out), under the id of its dead letter, if they name
+/// a `reply_to`, so that the one waiting for an answer is told (see [`notice`]).
+pub(crate) fn envelope_of_headers(
+    origin: Origin<'_>,
+    destination: &str,
+    nats: &async_nats::HeaderMap,
+) -> Option<Envelope> {
+    use super::transport::percent_decoded;
+    let headers: Headers = nats
+        .iter()
+        .filter(|(k, _)| {
+            let k: &str = k.as_ref();
+            !k.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+        })
+        .filter_map(|(k, v)| {
+            let k: &str = k.as_ref();
+            Some((percent_decoded(k), percent_decoded(v.first()?.as_str())))
+        })
+        .collect();
+    headers
+        .contains_key(agentsaga_core::header::REPLY_TO)
+        .then(|| Envelope {
+            seq: 0,
+            id: origin.id(),
+            destination: destination.to_owned(),
+            key: None,
+            payload: String::new(),
+            headers,
+            attempts: 0,
+            created_at_ms: 0,
+        })
+}
+
 /// The id of the notice about message `id`: its bytes with a fixed mask, as a UUID of
 /// version 8 (never a message's own, which are version 7).
 fn notice_id(id: MessageId) -> MessageId {

@@ -138,6 +138,31 @@ pub(crate) fn percent_encoded(s: &str, name: bool) -> String {
     out
 }
 
+/// `s` percent-decoded, as [`percent_encoded`] wrote it (a `%` not followed by two hex
+/// digits is kept; bytes that are not UTF-8 become U+FFFD).
+pub(crate) fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[async_trait::async_trait]
 impl Transport for NatsTransport {
     async fn deliver(&self, envelope: &Envelope) -> Delivery {
@@ -178,5 +203,36 @@ impl Transport for NatsTransport {
                 self.timeout
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_encoding_round_trips() {
+        for s in [
+            "charge\nnow",
+            "a\r\nb",
+            "é ü",
+            "100%",
+            "a:b",
+            "Nats-Rollup",
+            "%4E",
+            "",
+        ] {
+            for name in [true, false] {
+                let wire = percent_encoded(s, name);
+                assert!(
+                    wire.bytes()
+                        .all(|b| b.is_ascii_graphic() && !(name && b == b':')),
+                    "{wire}"
+                );
+                assert_eq!(percent_decoded(&wire), s);
+            }
+        }
+        assert_eq!(percent_decoded("50%"), "50%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
     }
 }

@@ -139,3 +139,36 @@ async fn a_dead_letter_on_arrival_sends_delivery_failed_to_its_reply_to_once() {
     assert!(reason.contains("over the limit of 2048 bytes"), "{reason}");
     stop(receiver).await;
 }
+
+// A body that is no envelope, published with a saga's headers (another service's
+// publisher, a broken one): its NATS headers, decoded, name the `reply_to` to tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_no_envelope_tells_the_reply_to_of_its_headers() {
+    let server = Server::start();
+    let b = store().await;
+    let _stream = with_stream(&server).await;
+    let id = MessageId::new();
+    publish_raw(
+        &server,
+        &format!("agentsaga.{DEST}"),
+        b"{ broken".to_vec(),
+        &[
+            ("Nats-Msg-Id", &id.to_string()),
+            ("reply_to", "saga.order.v1"),
+            ("kind", "command"),
+            ("step_name", "charge%0Anow"),
+        ],
+    )
+    .await;
+    let receiver = start_receiver(&server, &b).await;
+    let rows = wait_rows(&b, 2).await;
+    assert_eq!((rows[0].id, rows[0].state.as_str()), (id, "dead"));
+    let notice = &rows[1];
+    assert_eq!(notice.destination, "saga.order.v1");
+    assert_eq!(notice.headers["kind"], "delivery_failed");
+    assert_eq!(notice.headers["step_name"], "charge\nnow");
+    assert_eq!(notice.payload["message_id"], id.to_string().as_str());
+    let reason = notice.payload["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("malformed envelope"), "{reason}");
+    stop(receiver).await;
+}
