@@ -4,7 +4,8 @@
 //!
 //! The wire format, for a service in any language:
 //! - **Subject**: `<prefix>.<destination>` (prefix `agentsaga` by default). A destination
-//!   that is not one NATS token chain (empty, or holding a space, `*` or `>`) is refused:
+//!   that is not one NATS token chain (empty, or holding a space, a control character,
+//!   `*` or `>`) is refused:
 //!   the sender dead-letters the message with the reason, a receiver's configuration
 //!   naming one is an error.
 //! - **Payload**: the envelope ([`agentsaga_core::Envelope`]) as JSON (`seq`, `id`,
@@ -12,7 +13,11 @@
 //!   HTTP transport sends it. Its `destination` is the one of its subject.
 //! - **Headers**: the message's own headers (`traceparent`, the saga's id and step, the
 //!   idempotency key…), and `Nats-Msg-Id` set to the message id: JetStream drops a
-//!   second publish of the same id within the stream's duplicate window.
+//!   second publish of the same id within the stream's duplicate window. What NATS
+//!   cannot carry as it is (a line break, a space, non-ASCII, `:` in a name) is
+//!   percent-encoded there, and so is the first letter of a name starting with
+//!   `Nats-` (no header gives the server an instruction); an empty name is left out.
+//!   The envelope in the body holds every header as it is: a receiver reads those.
 //! - **Sending**: the row is marked delivered only once the stream acknowledged the
 //!   publish (a duplicate's acknowledgement counts: the stream has it). The stream
 //!   must exist and cover the subjects ([`NatsTransport::ensure_stream`] makes one);
@@ -30,7 +35,12 @@
 //!   delayed nak would let later messages of its keys pass it), and the receiver waits
 //!   its backoff before it fetches again: nothing after the batch is stored before it.
 //!   A receiver that finds messages delivered but not acknowledged (its predecessor
-//!   died holding them) waits `ack_wait` for their redelivery before it fetches. The
+//!   died holding them) waits `ack_wait` for their redelivery before it fetches. A
+//!   batch goes on as long as its messages keep coming, however slow the link (at most
+//!   about 1 MiB per request); a fetch that ends before the server ended it (nothing
+//!   came for `ack_wait`, the link cut) stores what came, a prefix in stream order,
+//!   and waits out `ack_wait` for the rest, which the server redelivers before
+//!   anything new, before it fetches again (`ReceiverStats::cut_fetches`). The
 //!   local outbox so holds each key's messages in the publisher's order, and its relay
 //!   delivers them to the local agents, whose inbox makes their processing effectively
 //!   once. A lost acknowledgement means a redelivery, which the id makes harmless.
@@ -45,6 +55,13 @@
 //!   is a message id, else an id made from the stream and the sequence number (a
 //!   redelivery is written once). (Only a store whose size limit
 //!   cannot hold even those headers, under 100 bytes, loses it: logged as an error.)
+//!   An envelope dead-lettered so that has a `reply_to` header (a saga's command) is
+//!   answered as the relay answers a local dead letter: a `DeliveryFailed` notice to
+//!   its `reply_to`, in the same transaction (its id made from the message's, so a
+//!   redelivery writes it once), which the service's relay publishes back; the
+//!   sender's saga fails the step with the reason and compensates, at once. A body
+//!   that is no envelope is answered so if its NATS headers (percent-decoded) name a
+//!   `reply_to`.
 
 mod batch;
 mod config;
@@ -127,15 +144,19 @@ pub(crate) fn subject(prefix: &str, destination: &str) -> Result<String, String>
     if !is_subject(destination) {
         return Err(format!(
             "destination `{destination}` is not a NATS subject (tokens separated by \
-             dots, none empty, no space, `*` or `>`)"
+             dots, none empty, no space, control character, `*` or `>`)"
         ));
     }
     Ok(format!("{prefix}.{destination}"))
 }
 
-/// Whether `s` is a chain of NATS subject tokens without wildcards.
+/// Whether `s` is a chain of NATS subject tokens without wildcards (no whitespace or
+/// control character either: the server would not route it to the stream).
 pub(crate) fn is_subject(s: &str) -> bool {
     !s.is_empty()
-        && s.split('.')
-            .all(|t| !t.is_empty() && !t.contains(['*', '>']) && !t.contains(char::is_whitespace))
+        && s.split('.').all(|t| {
+            !t.is_empty()
+                && !t.contains(['*', '>'])
+                && !t.contains(|c: char| c.is_whitespace() || c.is_control())
+        })
 }

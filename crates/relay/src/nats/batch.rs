@@ -30,8 +30,9 @@ pub(crate) enum Handled {
 enum Verdict {
     /// Enqueue it.
     Store(Message),
-    /// Write it to the dead letters with the reason, then terminate it.
-    Dead(Message, String),
+    /// Write it to the dead letters with the reason, with the `DeliveryFailed` notice
+    /// to its `reply_to` if it has one, then terminate it.
+    Dead(Message, String, Option<Message>),
     /// A repeat of an id earlier in the batch: acknowledged with it.
     Repeat,
     /// Not even a dead letter fits the store (a tiny size limit): logged, terminated.
@@ -68,11 +69,18 @@ impl Batcher {
         let dead: Vec<(&Message, &str)> = verdicts
             .iter()
             .filter_map(|v| match v {
-                Verdict::Dead(m, why) => Some((m, why.as_str())),
+                Verdict::Dead(m, why, _) => Some((m, why.as_str())),
                 _ => None,
             })
             .collect();
-        if let Err(e) = self.write(&good, &dead).await {
+        let notices: Vec<Message> = verdicts
+            .iter()
+            .filter_map(|v| match v {
+                Verdict::Dead(_, _, notice) => notice.clone(),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = self.write(&good, &dead, &notices).await {
             return self.nak_all(batch, e).await;
         }
         Counters::add(&self.counters.batches, 1);
@@ -114,11 +122,13 @@ impl Batcher {
         Handled::Committed
     }
 
-    /// Enqueues the good messages and writes the dead letters, in one transaction.
+    /// Enqueues the good messages, writes the dead letters and enqueues their
+    /// `DeliveryFailed` notices, in one transaction.
     async fn write(
         &self,
         good: &[Message],
         dead: &[(&Message, &str)],
+        notices: &[Message],
     ) -> agentsaga_core::Result<()> {
         let mut tx = self.store.begin().await?;
         if !good.is_empty() {
@@ -126,6 +136,9 @@ impl Batcher {
         }
         for (m, why) in dead {
             tx.enqueue_dead(m, why).await?;
+        }
+        if !notices.is_empty() {
+            tx.enqueue_batch(notices).await?;
         }
         tx.commit().await
     }
@@ -171,15 +184,19 @@ impl Batcher {
             .strip_prefix(self.prefix.as_str())
             .and_then(|rest| rest.strip_prefix('.'))
             .filter(|d| self.accepts(d));
-        let (message, why) = match home {
+        let (message, why, envelope) = match home {
             None => (
                 dead::raw(origin, subject, &m.payload, limit),
                 format!("subject `{subject}` is not one of this receiver's destinations"),
+                None,
             ),
             Some(home) => match received::decode(&m.payload) {
                 Err(refused) => (
                     dead::raw(origin, home, &m.payload, limit),
                     refused.to_string(),
+                    m.headers
+                        .as_ref()
+                        .and_then(|h| dead::envelope_of_headers(origin, home, h)),
                 ),
                 Ok(envelope) if envelope.destination != home => (
                     dead::of_envelope(origin, home, &envelope, limit),
@@ -187,6 +204,7 @@ impl Batcher {
                         "the envelope's destination `{}` is not its subject's (`{subject}`)",
                         envelope.destination
                     ),
+                    Some(envelope),
                 ),
                 Ok(envelope) => {
                     match received::message(&envelope, |d| self.accepts(d), &self.store) {
@@ -205,6 +223,7 @@ impl Batcher {
                         Err(refused) => (
                             dead::of_envelope(origin, home, &envelope, limit),
                             refused.to_string(),
+                            Some(envelope),
                         ),
                     }
                 }
@@ -232,6 +251,7 @@ impl Batcher {
             reason = %why,
             "dead-lettered a bad message received over NATS"
         );
-        Verdict::Dead(message, why)
+        let notice = envelope.and_then(|e| dead::notice(&e, &why, &self.store));
+        Verdict::Dead(message, why, notice)
     }
 }

@@ -156,6 +156,15 @@ impl NatsReceiverConfig {
                      (a dot in a destination is `_` in its consumer's name): rename one"
                 ));
             }
+            let right = super::right::name(&self.stream, &name);
+            if right.len() > super::right::MAX_NAME {
+                return bad(format!(
+                    "destination `{d}`: the name of its right to receive, `{right:.60}…`, \
+                     is over {} characters (non-ASCII characters take 6): shorten the \
+                     destination or the durable name",
+                    super::right::MAX_NAME
+                ));
+            }
             subjects.push(s);
         }
         Ok(subjects)
@@ -183,6 +192,7 @@ mod tests {
             good.clone().destinations(["pay ments"]),
             good.clone().destinations(["pay.*"]),
             good.clone().destinations([""]),
+            good.clone().destinations(["é".repeat(40)]),
             NatsReceiverConfig::new("", "d").destinations(["a"]),
             NatsReceiverConfig::new("S.T", "d").destinations(["a"]),
             NatsReceiverConfig::new("S", "d>").destinations(["a"]),

@@ -25,6 +25,10 @@ pub struct ReceiverStats {
     /// Times the consumer's session failed (the server away, a request refused) and
     /// was set up again after a backoff.
     pub reconnects: u64,
+    /// Fetches that ended before the server ended them (nothing came for `ack_wait`:
+    /// a slow or cut link): what came was stored, and the receiver waited out
+    /// `ack_wait` for the rest to come back before it fetched again.
+    pub cut_fetches: u64,
     /// Destinations this receiver holds now: it consumes them. Of the processes of
     /// one service sharing a database, one at a time holds a destination; the others
     /// stand by (holding none of it) and take over when it goes.
@@ -41,6 +45,7 @@ pub(crate) struct Counters {
     pub(crate) naks: AtomicU64,
     pub(crate) ack_failures: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) cut_fetches: AtomicU64,
     pub(crate) holding: AtomicU64,
 }
 
@@ -59,6 +64,7 @@ impl Counters {
             naks: self.naks.load(Relaxed),
             ack_failures: self.ack_failures.load(Relaxed),
             reconnects: self.reconnects.load(Relaxed),
+            cut_fetches: self.cut_fetches.load(Relaxed),
             holding: self.holding.load(Relaxed),
         }
     }

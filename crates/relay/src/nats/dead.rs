@@ -2,7 +2,7 @@
 //! for a message it cannot store as it came, so that the operator sees it with its
 //! reason. Each fits the store (its size limit, a JSON payload) whatever came in.
 
-use agentsaga_core::{Envelope, Headers, Message, MessageId};
+use agentsaga_core::{DeliveryFailed, Envelope, Headers, Message, MessageId, Store};
 
 use super::{HEADER_STREAM_SEQ, HEADER_SUBJECT};
 
@@ -109,6 +109,78 @@ pub(crate) fn of_envelope(
         message = message.key(key.as_str());
     }
     message
+}
+
+/// The `DeliveryFailed` notice for `envelope`, dead-lettered on arrival for `why`, to
+/// its `reply_to` (`None` without one): as the relay sends one for a message it gives
+/// up on, so that the sender's saga learns of it as of a local dead letter (the notice
+/// goes back over the broker to the service that waits). Its id is made from the
+/// envelope's, so that a redelivery of the message writes it once. `None` (logged) if
+/// even the notice does not fit the store.
+pub(crate) fn notice(envelope: &Envelope, why: &str, store: &Store) -> Option<Message> {
+    let mut notice = match DeliveryFailed::notice_for(envelope, why) {
+        Ok(notice) => notice?,
+        Err(e) => {
+            tracing::error!(message.id = %envelope.id, error = %e, "cannot build the DeliveryFailed notice");
+            return None;
+        }
+    };
+    notice.id = notice_id(envelope.id);
+    if let Err(e) = store.check_message(&notice) {
+        tracing::error!(
+            message.id = %envelope.id,
+            reply_to = %notice.destination,
+            error = %e,
+            "the DeliveryFailed notice of a message dead-lettered on arrival does not fit \
+             the store: its sender is not told"
+        );
+        return None;
+    }
+    Some(notice)
+}
+
+/// For a body that is no envelope: an envelope of its NATS headers (percent-decoded,
+/// the server's own `Nats-…` left out), under the id of its dead letter, if they name
+/// a `reply_to`, so that the one waiting for an answer is told (see [`notice`]).
+pub(crate) fn envelope_of_headers(
+    origin: Origin<'_>,
+    destination: &str,
+    nats: &async_nats::HeaderMap,
+) -> Option<Envelope> {
+    use super::transport::percent_decoded;
+    let headers: Headers = nats
+        .iter()
+        .filter(|(k, _)| {
+            let k: &str = k.as_ref();
+            !k.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+        })
+        .filter_map(|(k, v)| {
+            let k: &str = k.as_ref();
+            Some((percent_decoded(k), percent_decoded(v.first()?.as_str())))
+        })
+        .collect();
+    headers
+        .contains_key(agentsaga_core::header::REPLY_TO)
+        .then(|| Envelope {
+            seq: 0,
+            id: origin.id(),
+            destination: destination.to_owned(),
+            key: None,
+            payload: String::new(),
+            headers,
+            attempts: 0,
+            created_at_ms: 0,
+        })
+}
+
+/// The id of the notice about message `id`: its bytes with a fixed mask, as a UUID of
+/// version 8 (never a message's own, which are version 7).
+fn notice_id(id: MessageId) -> MessageId {
+    let mut bytes = *id.as_uuid().as_bytes();
+    for (b, m) in bytes.iter_mut().zip(b"agentsaga notice") {
+        *b ^= m;
+    }
+    uuid::Builder::from_custom_bytes(bytes).into_uuid().into()
 }
 
 #[cfg(test)]

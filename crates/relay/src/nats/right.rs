@@ -43,20 +43,39 @@ impl Drop for Held {
 /// How often a worker standing by asks for the right again.
 const STAND_BY: Duration = Duration::from_secs(1);
 
-/// The right's name for `consumer` of `stream`: `nats.<stream>.<consumer>`, any
-/// character a right's name cannot hold as `-`.
+/// The longest name a right can have.
+pub(crate) const MAX_NAME: usize = 200;
+
+/// The right's name for `consumer` of `stream`, one name per pair (two consumers never
+/// share a right): `nats.<stream>.<consumer>` when both are made of ASCII letters,
+/// digits, `_` and `-` only (the name it always had); else
+/// `nats.x.<stream>.<consumer>`, each byte but ASCII letters, digits and `-` written
+/// `_XX` (hex), so that `orders-eu` and `orders+eu`, or `paiement.é` and `paiement.è`,
+/// get rights of their own. (The first form has three dot-separated parts, the second
+/// four: they never meet.) It may be longer than [`MAX_NAME`]: the configuration
+/// refuses such names.
 pub(crate) fn name(stream: &str, consumer: &str) -> String {
-    format!("nats.{stream}.{consumer}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    };
+    if plain(stream) && plain(consumer) {
+        return format!("nats.{stream}.{consumer}");
+    }
+    let escaped = |s: &str| {
+        use std::fmt::Write as _;
+        let mut out = String::with_capacity(s.len());
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b == b'-' {
+                out.push(char::from(b));
             } else {
-                '-'
+                let _ = write!(out, "_{b:02X}");
             }
-        })
-        .take(200)
-        .collect()
+        }
+        out
+    };
+    format!("nats.x.{}.{}", escaped(stream), escaped(consumer))
 }
 
 /// The right `name`, once granted; `None` if `stop` turns true first.
@@ -109,12 +128,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_name_holds_only_what_a_right_can() {
+    fn a_name_holds_only_what_a_right_can_and_is_one_per_consumer() {
         assert_eq!(
             name("AGENTSAGA", "shop_saga_order_v1"),
             "nats.AGENTSAGA.shop_saga_order_v1"
         );
-        assert_eq!(name("S", "pay/eu ü"), "nats.S.pay-eu--");
-        assert_eq!(name("S", &"x".repeat(300)).len(), 200);
+        assert_eq!(name("S", "pay/eu ü"), "nats.x.S.pay_2Feu_20_C3_BC");
+        let names = [
+            name("S", "svc_orders-eu"),
+            name("S", "svc_orders+eu"),
+            name("S", "svc_orders_2Beu"),
+            name("S", "svc_paiement_é"),
+            name("S", "svc_paiement_è"),
+            name("S", "x.svc"),
+            name("S.x", "svc"),
+            name("x", "S.svc"),
+            name("S", "x_2Esvc"),
+        ];
+        for (i, a) in names.iter().enumerate() {
+            assert!(
+                a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+                "{a}"
+            );
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }

@@ -113,6 +113,56 @@ impl NatsTransport {
     }
 }
 
+/// `s` as NATS carries it in a header: every byte that is not printable ASCII (`!` to
+/// `~`), and `%` (in a name also `:`), written `%XX` (upper-case hex), so that any
+/// percent-decoder gives `s` back. A header NATS carries as it is (`traceparent`, a
+/// message id) is unchanged; one it cannot (a line break in a step name an LLM chose,
+/// a space, non-ASCII) no longer makes the client panic. The envelope in the body holds
+/// every header as it is: a receiver reads them from there.
+///
+/// A name that starts with `Nats-` (any case) has its first letter encoded too: such
+/// headers are the server's instructions (`Nats-Rollup` would purge the stream), which
+/// a saga's header must never give.
+pub(crate) fn percent_encoded(s: &str, name: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    let server_word = name && s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"));
+    for (i, b) in s.bytes().enumerate() {
+        let plain = b.is_ascii_graphic() && b != b'%' && !(name && b == b':');
+        if plain && !(server_word && i == 0) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// `s` percent-decoded, as [`percent_encoded`] wrote it (a `%` not followed by two hex
+/// digits is kept; bytes that are not UTF-8 become U+FFFD).
+pub(crate) fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[async_trait::async_trait]
 impl Transport for NatsTransport {
     async fn deliver(&self, envelope: &Envelope) -> Delivery {
@@ -126,7 +176,10 @@ impl Transport for NatsTransport {
         };
         let mut headers = HeaderMap::new();
         for (k, v) in &envelope.headers {
-            headers.insert(k.as_str(), v.as_str());
+            // An empty name has no place on the wire: the body's envelope keeps it.
+            if !k.is_empty() {
+                headers.insert(percent_encoded(k, true), percent_encoded(v, false));
+            }
         }
         headers.insert(
             async_nats::header::NATS_MESSAGE_ID,
@@ -150,5 +203,36 @@ impl Transport for NatsTransport {
                 self.timeout
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_encoding_round_trips() {
+        for s in [
+            "charge\nnow",
+            "a\r\nb",
+            "é ü",
+            "100%",
+            "a:b",
+            "Nats-Rollup",
+            "%4E",
+            "",
+        ] {
+            for name in [true, false] {
+                let wire = percent_encoded(s, name);
+                assert!(
+                    wire.bytes()
+                        .all(|b| b.is_ascii_graphic() && !(name && b == b':')),
+                    "{wire}"
+                );
+                assert_eq!(percent_decoded(&wire), s);
+            }
+        }
+        assert_eq!(percent_decoded("50%"), "50%");
+        assert_eq!(percent_decoded("%zz%4"), "%zz%4");
     }
 }

@@ -202,7 +202,7 @@ impl Worker {
             let Some(batch) = until_stopped(stop, self.fetch(c, cap)).await else {
                 return Ok(());
             };
-            let batch = batch?;
+            let (batch, cut) = batch?;
             if batch.is_empty() {
                 continue;
             }
@@ -262,6 +262,17 @@ impl Worker {
                     ));
                 }
             }
+            if let Some(why) = cut {
+                // The rest of the fetch is in limbo: the next session waits out ack_wait
+                // for its redelivery (the server redelivers before anything new) before
+                // it fetches again.
+                super::counters::Counters::add(&self.batcher.counters.cut_fetches, 1);
+                return Err(format!(
+                    "a fetch ended before the server ended it ({why}); stored the {} \
+                     messages that came, in order, and wait for the rest to come back",
+                    batch.len()
+                ));
+            }
         }
     }
 
@@ -294,10 +305,18 @@ impl Worker {
         }
     }
 
-    /// The next batch, of at most `cap` messages: waits up to `fetch_wait` for a first
-    /// message, then takes what else is there now (one pull request at a time, so
-    /// nothing beyond the batch is delivered to this receiver). Empty if nothing came.
-    async fn fetch(&self, c: &PullConsumer, cap: usize) -> Result<Vec<jetstream::Message>, String> {
+    /// The next batch, of at most `cap` messages and about [`FETCH_MAX_BYTES`]: waits up
+    /// to `fetch_wait` for a first message, then takes what else is there now (one pull
+    /// request at a time, so nothing beyond the batch is delivered to this receiver).
+    /// Empty if nothing came.
+    ///
+    /// With the batch, why it ended before the server ended it (`Some`), if it did: the
+    /// server sends a request's messages at once, so when no message has come for
+    /// `ack_wait` (a slow or cut link), those still on their way are in limbo: lost with
+    /// the request, they come back after `ack_wait`. What came is a prefix of the
+    /// request's messages in stream order, and may be stored; nothing may be fetched
+    /// before the rest come back.
+    async fn fetch(&self, c: &PullConsumer, cap: usize) -> Result<Fetched, String> {
         let started = Instant::now();
         let mut out = Vec::with_capacity(cap);
         let first = c
@@ -307,49 +326,87 @@ impl Worker {
             .messages()
             .await
             .map_err(|e| format!("fetch: {e}"))?;
-        collect(first, &mut out, self.fetch_wait + Duration::from_secs(2)).await?;
+        // The request expires on the server after fetch_wait: an answer later than this
+        // is not coming (and a message on its way comes back after ack_wait: the
+        // session that follows this error waits for it).
+        let first_limit = self.fetch_wait + Duration::from_secs(2);
+        match collect(first, &mut out, Some(first_limit), first_limit).await {
+            Ended::ByServer(Some(e)) if out.is_empty() => return Err(format!("fetch: {e}")),
+            Ended::Cut(why) if out.is_empty() => return Err(format!("fetch: {why}")),
+            Ended::Cut(why) => return Ok((out, Some(why))),
+            Ended::ByServer(_) => {}
+        }
         if out.is_empty() {
             if started.elapsed() < Duration::from_millis(20) {
                 // A fetch answered at once with nothing: no busy loop on it.
                 return Err("the server ended a fetch at once, with nothing".into());
             }
-            return Ok(out);
+            return Ok((out, None));
         }
         if cap > 1 {
-            let rest = c.fetch().max_messages(cap - 1).messages().await;
-            // What came is stored; a failure here shows again on the next fetch.
-            if let Ok(rest) = rest {
-                let _ = collect(rest, &mut out, self.fetch_wait).await;
+            // Answered at once with what there is (the server ends it with a status, or
+            // when the count is reached): as long as messages keep coming, however slow
+            // the link, the batch goes on.
+            let rest = match c
+                .fetch()
+                .max_messages(cap - 1)
+                .max_bytes(FETCH_MAX_BYTES)
+                .messages()
+                .await
+            {
+                Ok(rest) => rest,
+                // The request may have reached the server: what it sent is in limbo.
+                Err(e) => return Ok((out, Some(format!("fetch: {e}")))),
+            };
+            if let Ended::Cut(why) = collect(rest, &mut out, None, self.ack_wait).await {
+                return Ok((out, Some(why)));
             }
         }
-        Ok(out)
+        Ok((out, None))
     }
 }
 
-/// Reads `batch` into `out` until it ends, an error, or `limit` passes.
+/// A batch, and why it ended before the server ended it, if it did.
+type Fetched = (Vec<jetstream::Message>, Option<String>);
+
+/// At most this many bytes in the second request of a batch (a larger message comes
+/// alone, as the first of the next).
+const FETCH_MAX_BYTES: usize = 1 << 20;
+
+/// How a pull request's messages ended.
+enum Ended {
+    /// The server ended it: all it sent for it came (a status that is an error, said).
+    ByServer(Option<String>),
+    /// This side gave up waiting (why): messages the server sent may be on their way.
+    Cut(String),
+}
+
+/// Reads `batch` into `out` until it ends, `limit` (if any) passes, or no message comes
+/// for `idle`.
 async fn collect(
     mut batch: jetstream::consumer::pull::Batch,
     out: &mut Vec<jetstream::Message>,
-    limit: Duration,
-) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
+    limit: Option<Duration>,
+    idle: Duration,
+) -> Ended {
+    let deadline = limit.map(|l| Instant::now() + l);
     loop {
-        match tokio::time::timeout_at(deadline, batch.next()).await {
+        let now = Instant::now();
+        let mut until = now + idle;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        match tokio::time::timeout_at(until, batch.next()).await {
             Ok(Some(Ok(m))) => out.push(m),
-            Ok(None) => return Ok(()),
-            Ok(Some(Err(e))) => {
-                return if out.is_empty() {
-                    Err(format!("fetch: {e}"))
-                } else {
-                    Ok(())
-                };
-            }
+            Ok(None) => return Ended::ByServer(None),
+            // A status from the server (the request ended: no more messages, its byte
+            // limit reached, …): what it sent for it came before.
+            Ok(Some(Err(e))) => return Ended::ByServer(Some(e.to_string())),
             Err(_) => {
-                return if out.is_empty() {
-                    Err("fetch: no answer from the server".into())
-                } else {
-                    Ok(())
-                };
+                return Ended::Cut(format!(
+                    "nothing from the server for {:?}: a slow or broken link",
+                    until.saturating_duration_since(now)
+                ));
             }
         }
     }

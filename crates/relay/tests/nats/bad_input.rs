@@ -87,3 +87,88 @@ async fn bad_input_is_dead_lettered_with_its_reason_and_the_next_one_stored() {
     assert_eq!((stats.dead_lettered, stats.stored), (4, 1), "{stats:?}");
     stop(receiver).await;
 }
+
+// A message dead-lettered on arrival that names a `reply_to` (a saga's command) is
+// answered as the relay answers a local dead letter: a `DeliveryFailed` notice to its
+// `reply_to`, in the transaction that writes the dead letter, published back by the
+// service's relay. A second copy of the message writes neither twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_on_arrival_sends_delivery_failed_to_its_reply_to_once() {
+    let server = Server::start();
+    let b = store_with(StoreConfig::default().max_message_bytes(2048)).await;
+    let _stream = with_stream(&server).await;
+    let subject = format!("agentsaga.{DEST}");
+    let mut too_large = Envelope {
+        payload: serde_json::json!("x".repeat(4000)).to_string(),
+        ..envelope(DEST)
+    };
+    too_large
+        .headers
+        .insert("reply_to".into(), "saga.order.v1".into());
+    too_large.headers.insert("saga_id".into(), "s-1".into());
+    let body = serde_json::to_vec(&too_large).unwrap();
+    for _ in 0..2 {
+        let msg_id = MessageId::new().to_string();
+        publish_raw(&server, &subject, body.clone(), &[("Nats-Msg-Id", &msg_id)]).await;
+    }
+    let receiver = start_receiver(&server, &b).await;
+    wait_until("both copies taken", DEADLINE, async || {
+        let info = consumer_info(&server).await;
+        info.num_ack_pending == 0 && info.num_pending == 0
+    })
+    .await;
+    let rows = outbox(&b).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows[0].id, rows[0].state.as_str()), (too_large.id, "dead"));
+    let notice = &rows[1];
+    assert_eq!(
+        (notice.destination.as_str(), notice.state.as_str()),
+        ("saga.order.v1", "pending")
+    );
+    assert_eq!(notice.headers["kind"], "delivery_failed");
+    assert_eq!(
+        notice.headers["causation_id"],
+        too_large.id.to_string().as_str()
+    );
+    assert_eq!(notice.headers["saga_id"], "s-1");
+    assert_eq!(
+        notice.payload["message_id"],
+        too_large.id.to_string().as_str()
+    );
+    let reason = notice.payload["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("over the limit of 2048 bytes"), "{reason}");
+    stop(receiver).await;
+}
+
+// A body that is no envelope, published with a saga's headers (another service's
+// publisher, a broken one): its NATS headers, decoded, name the `reply_to` to tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_no_envelope_tells_the_reply_to_of_its_headers() {
+    let server = Server::start();
+    let b = store().await;
+    let _stream = with_stream(&server).await;
+    let id = MessageId::new();
+    publish_raw(
+        &server,
+        &format!("agentsaga.{DEST}"),
+        b"{ broken".to_vec(),
+        &[
+            ("Nats-Msg-Id", &id.to_string()),
+            ("reply_to", "saga.order.v1"),
+            ("kind", "command"),
+            ("step_name", "charge%0Anow"),
+        ],
+    )
+    .await;
+    let receiver = start_receiver(&server, &b).await;
+    let rows = wait_rows(&b, 2).await;
+    assert_eq!((rows[0].id, rows[0].state.as_str()), (id, "dead"));
+    let notice = &rows[1];
+    assert_eq!(notice.destination, "saga.order.v1");
+    assert_eq!(notice.headers["kind"], "delivery_failed");
+    assert_eq!(notice.headers["step_name"], "charge\nnow");
+    assert_eq!(notice.payload["message_id"], id.to_string().as_str());
+    let reason = notice.payload["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("malformed envelope"), "{reason}");
+    stop(receiver).await;
+}

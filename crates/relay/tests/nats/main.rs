@@ -4,7 +4,9 @@
 
 mod bad_input;
 mod lag;
+mod link;
 mod order;
+mod proxy;
 mod receiver;
 mod replicas;
 mod server;

@@ -245,3 +245,41 @@ async fn acknowledged_messages_leave_the_stream_and_a_destination_has_one_servic
     assert!(matches!(err, NatsError::Consumer { .. }), "{err}");
     stop(receiver).await;
 }
+
+// Destinations that differ only in characters a right's name cannot hold used to share
+// one right (`nats.S.svc-b_orders-eu` for both): the second consumer stood by forever,
+// "another process of this service receives the destination".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_alike_but_for_characters_a_right_cannot_hold_are_each_received() {
+    let server = Server::start();
+    let b = store().await;
+    let nats = with_stream(&server).await;
+    let destinations = ["orders-eu", "orders+eu", "paiement.é", "paiement.è"];
+    let mut sent = Vec::new();
+    for d in destinations {
+        let env = envelope(d);
+        assert_eq!(nats.deliver(&env).await, Delivery::Delivered, "{d}");
+        sent.push(env);
+    }
+    let receiver = NatsReceiver::start(
+        &server.url(),
+        b.clone(),
+        receiver_config().destinations(destinations),
+    )
+    .await
+    .expect("start the receiver");
+    let rows = wait_rows(&b, 4).await;
+    for env in &sent {
+        let row = rows.iter().find(|r| r.id == env.id).expect("stored");
+        assert_eq!(
+            (row.destination.as_str(), row.state.as_str()),
+            (env.destination.as_str(), "pending")
+        );
+    }
+    assert_eq!(
+        receiver.stats().holding,
+        4,
+        "each consumer holds its own right"
+    );
+    stop(receiver).await;
+}

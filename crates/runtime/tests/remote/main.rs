@@ -7,6 +7,8 @@
 
 #[cfg(feature = "console")]
 mod console;
+mod dead_there;
+mod names;
 mod python;
 
 use std::time::Duration;

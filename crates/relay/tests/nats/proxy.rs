@@ -1,0 +1,134 @@
+//! A TCP proxy of the tests' own on 127.0.0.1, between a client and `nats-server`:
+//! it can throttle the link (bytes per second, each direction) and cut it (every
+//! connection closed, new ones closed at once) and restore it, so that a test can
+//! put a slow or broken network between a service and its broker.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A proxy to one upstream address; stops (every connection closed) when dropped.
+pub(crate) struct Proxy {
+    addr: SocketAddr,
+    rate: Arc<AtomicU64>,
+    cut: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`127.0.0.1:<port>`), unthrottled, the link up.
+    pub(crate) async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a port");
+        let addr = listener.local_addr().unwrap();
+        let rate = Arc::new(AtomicU64::new(0));
+        let (cut, _) = watch::channel(false);
+        let task = tokio::spawn(accept(listener, upstream, Arc::clone(&rate), cut.clone()));
+        Self {
+            addr,
+            rate,
+            cut,
+            task,
+        }
+    }
+
+    /// A proxy to the server whose URL is `url` (`nats://127.0.0.1:<port>`).
+    pub(crate) async fn to_url(url: &str) -> Self {
+        let host = url.trim_start_matches("nats://");
+        Self::start(host.parse().expect("an address")).await
+    }
+
+    /// The URL a NATS client connects to, through the proxy.
+    pub(crate) fn url(&self) -> String {
+        format!("nats://{}", self.addr)
+    }
+
+    /// At most `bytes_per_second` each way on each connection (0: as fast as it goes).
+    pub(crate) fn throttle(&self, bytes_per_second: u64) {
+        self.rate.store(bytes_per_second, Relaxed);
+    }
+
+    /// Cuts the link: every connection is closed, and new ones are closed at once.
+    pub(crate) fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Restores the link: new connections go through again.
+    pub(crate) fn restore(&self) {
+        self.cut.send_replace(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut.send_replace(true);
+        self.task.abort();
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    rate: Arc<AtomicU64>,
+    cut: watch::Sender<bool>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        if *cut.borrow() {
+            drop(client);
+            continue;
+        }
+        let Ok(server) = TcpStream::connect(upstream).await else {
+            continue;
+        };
+        let (rate, mut cut) = (Arc::clone(&rate), cut.subscribe());
+        tokio::spawn(async move {
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::select! {
+                () = pipe(cr, sw, Arc::clone(&rate)) => {}
+                () = pipe(sr, cw, rate) => {}
+                _ = cut.wait_for(|c| *c) => {}
+            }
+            // Both halves dropped: the connection is closed each way.
+        });
+    }
+}
+
+/// Copies `from` to `to` at most `rate` bytes per second (read now), until either ends.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    rate: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let limit = rate.load(Relaxed);
+        // Small chunks when throttled: at most 1/20 s of the rate at a time.
+        let chunk = if limit == 0 {
+            buf.len()
+        } else {
+            usize::try_from(limit / 20)
+                .unwrap_or(usize::MAX)
+                .clamp(1, buf.len())
+        };
+        let n = match from.read(&mut buf[..chunk]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+        if limit > 0 {
+            let secs = n as f64 / limit as f64;
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        }
+    }
+}
