@@ -63,6 +63,8 @@ pub use error::{Error, Result};
 pub use rate_limit::RateLimit;
 #[cfg(feature = "nats")]
 pub use remote::NatsLink;
+#[cfg(feature = "nats")]
+pub use agentsaga_relay::nats::NatsConnect;
 pub use retention::Retention;
 pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,
