@@ -59,12 +59,12 @@ mod supervisor;
 pub mod telemetry;
 
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
+#[cfg(feature = "nats")]
+pub use agentsaga_relay::nats::NatsConnect;
 pub use error::{Error, Result};
 pub use rate_limit::RateLimit;
 #[cfg(feature = "nats")]
 pub use remote::NatsLink;
-#[cfg(feature = "nats")]
-pub use agentsaga_relay::nats::NatsConnect;
 pub use retention::Retention;
 pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,

@@ -106,7 +106,10 @@ async fn a_runtime_reaches_a_secured_broker_and_shows_no_password() {
     let url = format!("nats://ops:s3cret@127.0.0.1:{}", server.port());
     // A wrong password: refused, named without it.
     let wrong = url.replace("s3cret", "wr0ng-s3cret");
-    let e = NatsLink::connect(&wrong, "shop").await.unwrap_err().to_string();
+    let e = NatsLink::connect(&wrong, "shop")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("nats://ops:***@127.0.0.1"), "{e}");
     assert!(!e.contains("s3cret"), "{e}");
 
