@@ -57,13 +57,15 @@ pub struct NatsReceiver {
 }
 
 impl NatsReceiver {
-    /// Connects to the server as `to` says (a URL or a [`NatsConnect`]), makes (or finds) the consumers, and starts
-    /// consuming into `store`. Once started it does not fail: a server away or a store
-    /// failing is waited out, with backoff.
+    /// Connects to the server as `to` says (a URL or a [`NatsConnect`]), makes (or
+    /// finds) the consumers, and starts consuming into `store`. Once started it does not
+    /// fail: a server away or a store failing is waited out, with backoff.
     ///
     /// # Errors
     /// [`NatsError::Config`] for a configuration that cannot work;
-    /// [`NatsError::Connect`] if the server cannot be reached; [`NatsError::Stream`]
+    /// [`NatsError::Connect`] if the server cannot be reached or refuses the
+    /// credentials; [`NatsError::Credentials`] for a credentials or TLS file that cannot
+    /// be used; [`NatsError::Stream`]
     /// if the stream does not exist; [`NatsError::Consumer`] if a consumer cannot be
     /// made, or exists with another filter.
     pub async fn start(
