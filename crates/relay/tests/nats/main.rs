@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod creds;
 mod lag;
 mod order;
 mod receiver;
