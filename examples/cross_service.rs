@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use agentsaga::prelude::*;
-use agentsaga::runtime::NatsLink;
+use agentsaga::runtime::{NatsConnect, NatsLink};
 use agentsaga::saga::SagaDefinition;
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,8 @@ struct Args {
 enum Role {
     /// The shop: starts `--sagas` orders and waits until every order has ended.
     Shop {
-        /// The NATS server, with JetStream.
+        /// The NATS server, with JetStream (a secured one: `nats://USER:PASSWORD@host`,
+        /// or the `AGENTSAGA_NATS_*` variables of docs/remote.md).
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
         nats: String,
         /// How long the broker waits for this service's acknowledgement before it
@@ -52,7 +53,8 @@ enum Role {
     },
     /// The payments service: serves `payments` until stopped (Ctrl-C, SIGTERM).
     Payments {
-        /// The NATS server, with JetStream.
+        /// The NATS server, with JetStream (a secured one: `nats://USER:PASSWORD@host`,
+        /// or the `AGENTSAGA_NATS_*` variables of docs/remote.md).
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
         nats: String,
         /// Its database (default: a SQLite file in the working directory).
@@ -146,8 +148,10 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
+/// The link to the broker at `nats`, with the credentials and TLS its user info and the
+/// `AGENTSAGA_NATS_*` variables give (docs/remote.md, "A secured broker").
 async fn link(nats: &str, service: &str, ack_wait_ms: u64) -> anyhow::Result<NatsLink> {
-    Ok(NatsLink::connect(nats, service)
+    Ok(NatsLink::connect(NatsConnect::from_env(nats), service)
         .await?
         .ack_wait(Duration::from_millis(ack_wait_ms)))
 }

@@ -12,6 +12,7 @@ It follows docs/remote.md ("The wire format, for a service in another language")
 - input it cannot serve: logged with the reason, kept in `dead`, terminated.
 
 Run: python payments.py --nats nats://127.0.0.1:4222 --db payments.db
+(a secured broker: `nats://USER:PASSWORD@host` or the AGENTSAGA_NATS_* variables)
 It prints `ready` once it consumes; SIGTERM or SIGINT stops it cleanly.
 Tested by crates/runtime/tests/remote/python.rs.
 """
@@ -23,6 +24,7 @@ import json
 import os
 import signal
 import sqlite3
+import ssl
 import sys
 import time
 import uuid
@@ -224,6 +226,27 @@ async def publish(agent, js, stop):
             agent.published(seq)
 
 
+def secured():
+    """What a secured broker asks for, from agentsaga's variables (docs/remote.md): user
+    and password, token, a .creds file, TLS with a CA and a client certificate. A URL's
+    `user:password@` or `token@` nats-py reads itself. Never printed."""
+    def env(name):
+        return os.environ.get(f"AGENTSAGA_NATS_{name}") or None
+    options = {}
+    if env("USER"):
+        options.update(user=env("USER"), password=env("PASSWORD") or "")
+    if env("TOKEN"):
+        options["token"] = env("TOKEN")
+    if env("CREDS"):
+        options["user_credentials"] = env("CREDS")
+    if env("CA") or env("CERT") or (env("TLS") or "").lower() in ("1", "true", "yes"):
+        tls = ssl.create_default_context(cafile=env("CA"))
+        if env("CERT"):
+            tls.load_cert_chain(env("CERT"), env("KEY"))
+        options["tls"] = tls
+    return options
+
+
 async def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="the NATS server")
@@ -241,7 +264,7 @@ async def main():
         loop.add_signal_handler(sig, stop.set)
 
     agent = Payments(args.db)
-    nc = await nats.connect(args.nats, max_reconnect_attempts=-1)
+    nc = await nats.connect(args.nats, max_reconnect_attempts=-1, **secured())
     js = nc.jetstream()
     try:
         await js.stream_info(STREAM)

@@ -1,6 +1,7 @@
 //! The command line, as clap sees it. Values are parsed here (ids, durations, states)
 //! so that a malformed one is refused before the database is touched.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentsaga_core::MessageId;
@@ -30,10 +31,38 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "DUR", default_value = "15m", value_parser = parse_duration)]
     pub(crate) stalled_after: Duration,
 
-    /// A NATS server with JetStream (`nats://host:4222`): `remote` reads the lag of the
-    /// stream's consumers there, and `status`, `serve` and `mcp` show it too.
-    #[arg(long, global = true, env = "AGENTSAGA_NATS", value_name = "URL")]
+    /// A NATS server with JetStream (`nats://host:4222`, `tls://…`): `remote` reads the
+    /// lag of the stream's consumers there, and `status`, `serve` and `mcp` show it too.
+    /// A secured one: `nats://USER:PASSWORD@host:4222` or `nats://TOKEN@host:4222`, or
+    /// AGENTSAGA_NATS_USER and AGENTSAGA_NATS_PASSWORD, AGENTSAGA_NATS_TOKEN; TLS with
+    /// AGENTSAGA_NATS_TLS=1 (and the options below). Shown with its password as `***`.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTSAGA_NATS",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub(crate) nats: Option<String>,
+
+    /// With `--nats`: the `.creds` file (user JWT and NKey seed) to authenticate with
+    /// [env: AGENTSAGA_NATS_CREDS].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) nats_creds: Option<PathBuf>,
+
+    /// With `--nats`: the CA certificates (PEM) the server's certificate is checked
+    /// against instead of the system's roots; requires TLS [env: AGENTSAGA_NATS_CA].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) nats_ca: Option<PathBuf>,
+
+    /// With `--nats`: a client certificate (PEM) for a server that verifies clients,
+    /// with `--nats-key` [env: AGENTSAGA_NATS_CERT].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) nats_cert: Option<PathBuf>,
+
+    /// With `--nats`: the client certificate's key (PEM) [env: AGENTSAGA_NATS_KEY].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) nats_key: Option<PathBuf>,
 
     /// With `--nats`: only the consumers of this service (those named `<NAME>_…`).
     #[arg(long, global = true, value_name = "NAME")]

@@ -12,6 +12,7 @@ mod starts;
 mod status;
 
 use agentsaga_console::{Action, Console};
+use agentsaga_relay::nats::NatsConnect;
 
 use crate::args::{Cli, Command, DeadCommand, SagasCommand, StartsCommand};
 use crate::db::{self, Missing};
@@ -29,7 +30,23 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let store = db::open(cli.database_url.as_deref(), missing).await?;
     let console = Console::new(store.clone()).stalled_after(cli.stalled_after);
-    let console = remote::with_broker(console, cli.nats, cli.service);
+    let broker = cli.nats.as_deref().map(|url| {
+        let mut to = NatsConnect::from_env(url);
+        if let Some(path) = &cli.nats_creds {
+            to = to.credentials_file(path);
+        }
+        if let Some(path) = &cli.nats_ca {
+            to = to.ca(path);
+        }
+        match (&cli.nats_cert, &cli.nats_key) {
+            (None, None) => to,
+            (cert, key) => to.client_cert(
+                cert.clone().unwrap_or_default(),
+                key.clone().unwrap_or_default(),
+            ),
+        }
+    });
+    let console = remote::with_broker(console, broker, cli.service);
     let result = match cli.command {
         Command::Status(j) => status::run(&console, j.json).await,
         Command::Remote(j) => remote::run(&console, j.json).await,

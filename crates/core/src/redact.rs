@@ -1,9 +1,12 @@
-//! Database URLs as they may be printed: without their passwords.
+//! Database and NATS URLs as they may be printed: without their passwords or tokens.
 
 /// `url` with every password in it replaced by `***`: the one in its user info
-/// (`postgres://user:secret@host/db`) and those of its query string
-/// (`?password=secret`, `sslpassword=…`: any parameter whose name holds `password`,
-/// `passwd` or `pwd`). For messages and logs: the CLI, the store's errors, the bench.
+/// (`postgres://user:secret@host/db`, `nats://user:secret@host:4222`), a NATS URL's
+/// token (its user info without a password, `nats://TOKEN@host`, also for `tls://`,
+/// `ws://` and `wss://`), and those of its query string (`?password=secret`,
+/// `sslpassword=…`: any parameter whose name holds `password`, `passwd` or `pwd`).
+/// Each URL of a comma-separated list (`nats://a:p@h1,nats://b:p@h2`) is redacted.
+/// For messages and logs: the CLI, the store's errors, the bench, the NATS link.
 ///
 /// ```
 /// use agentsaga_core::redact::redact_url;
@@ -14,6 +17,21 @@
 /// assert_eq!(redact_url("sqlite://app.db"), "sqlite://app.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
+    let parts: Vec<&str> = url.split(',').collect();
+    // A list of URLs, each with its scheme; a comma elsewhere (in a query's value, a
+    // PostgreSQL URL's host list) stays in its URL.
+    if parts.len() > 1 && parts.iter().all(|p| p.contains("://")) {
+        return parts
+            .iter()
+            .map(|p| redact_one(p))
+            .collect::<Vec<_>>()
+            .join(",");
+    }
+    redact_one(url)
+}
+
+/// One URL, redacted.
+fn redact_one(url: &str) -> String {
     let (head, query) = match url.split_once('?') {
         Some((head, query)) => (head, Some(query)),
         None => (url, None),
@@ -42,6 +60,12 @@ fn redact_user_info(head: &str) -> String {
     match authority.rsplit_once('@') {
         Some((user_info, host)) => match user_info.split_once(':') {
             Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            // NATS reads a user without a password as a token.
+            None if ["nats", "tls", "ws", "wss"]
+                .contains(&scheme.to_ascii_lowercase().as_str()) =>
+            {
+                format!("{scheme}://***@{host}{tail}")
+            }
             None => head.to_owned(),
         },
         None => head.to_owned(),
@@ -86,6 +110,21 @@ mod tests {
                 "postgres://h/db?pwd=***&passwd=***",
             ),
             ("no url at all", "no url at all"),
+            (
+                "nats://ops:secret@127.0.0.1:4222",
+                "nats://ops:***@127.0.0.1:4222",
+            ),
+            ("nats://secret@h:4222", "nats://***@h:4222"),
+            ("TLS://secret@h:4222", "TLS://***@h:4222"),
+            ("nats://h:4222", "nats://h:4222"),
+            (
+                "nats://a:secret@h1:4222,tls://secret@h2:4222",
+                "nats://a:***@h1:4222,tls://***@h2:4222",
+            ),
+            (
+                "postgres://u:secret@h1,h2/db?password=secret,x",
+                "postgres://u:***@h1,h2/db?password=***",
+            ),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
             assert!(!redact_url(url).contains("secret"), "{url}");

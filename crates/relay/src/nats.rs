@@ -65,6 +65,7 @@
 
 mod batch;
 mod config;
+mod connect;
 mod counters;
 mod dead;
 mod lag;
@@ -74,6 +75,7 @@ mod transport;
 mod worker;
 
 pub use config::NatsReceiverConfig;
+pub use connect::NatsConnect;
 pub use counters::ReceiverStats;
 pub use lag::{ConsumerLag, consumer_lag};
 pub use receiver::NatsReceiver;
@@ -94,10 +96,11 @@ pub const HEADER_STREAM_SEQ: &str = "nats_stream_seq";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {
-    /// The server could not be reached.
+    /// The server could not be reached, refused the credentials (`authorization
+    /// violation`) or failed the TLS handshake.
     #[error("cannot connect to NATS at {url}: {source}")]
     Connect {
-        /// Where.
+        /// Where: the URL without its password or token ([`NatsConnect::shown`]).
         url: String,
         /// The client's error.
         source: async_nats::ConnectError,
@@ -120,23 +123,30 @@ pub enum NatsError {
         /// The server's or client's answer.
         reason: String,
     },
+    /// A file of the connection's credentials or TLS could not be read or used (its
+    /// path is shown, never its contents).
+    #[error("NATS {what} `{}`: {reason}", path.display())]
+    Credentials {
+        /// Which: `credentials file`, `CA file`, `client certificate`, `client key`.
+        what: &'static str,
+        /// Its path.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The receiver's configuration cannot work.
     #[error("invalid NATS receiver configuration: {0}")]
     Config(String),
 }
 
-/// A JetStream context on a connection to the server at `url`.
+/// A JetStream context on a connection made as `to` says.
 ///
 /// # Errors
-/// [`NatsError::Connect`] if the server cannot be reached.
-pub(crate) async fn jetstream_at(url: &str) -> Result<async_nats::jetstream::Context, NatsError> {
-    let client = async_nats::connect(url)
-        .await
-        .map_err(|source| NatsError::Connect {
-            url: url.to_owned(),
-            source,
-        })?;
-    Ok(async_nats::jetstream::new(client))
+/// As [`NatsConnect::client`].
+pub(crate) async fn jetstream_at(
+    to: &NatsConnect,
+) -> Result<async_nats::jetstream::Context, NatsError> {
+    Ok(async_nats::jetstream::new(to.client().await?))
 }
 
 /// The subject of `destination` under `prefix`, or why it has none.

@@ -59,6 +59,8 @@ mod supervisor;
 pub mod telemetry;
 
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
+#[cfg(feature = "nats")]
+pub use agentsaga_relay::nats::NatsConnect;
 pub use error::{Error, Result};
 pub use rate_limit::RateLimit;
 #[cfg(feature = "nats")]

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga_core::Store;
-use agentsaga_relay::nats::{NatsReceiver, NatsReceiverConfig, NatsTransport};
+use agentsaga_relay::nats::{NatsConnect, NatsReceiver, NatsReceiverConfig, NatsTransport};
 use agentsaga_relay::{Relay, RelayConfig};
 
 use crate::{Error, Result};
@@ -42,7 +42,8 @@ pub const DEFAULT_STREAM: &str = "AGENTSAGA";
 /// service its own, and keep it across restarts).
 #[derive(Clone)]
 pub struct NatsLink {
-    url: String,
+    /// The server and its credentials (shown redacted).
+    to: NatsConnect,
     service: String,
     stream: String,
     ack_wait: Duration,
@@ -52,7 +53,7 @@ pub struct NatsLink {
 impl std::fmt::Debug for NatsLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsLink")
-            .field("url", &self.url)
+            .field("url", &self.to.shown())
             .field("service", &self.service)
             .field("stream", &self.stream)
             .field("ack_wait", &self.ack_wait)
@@ -61,7 +62,10 @@ impl std::fmt::Debug for NatsLink {
 }
 
 impl NatsLink {
-    /// Connects to the server at `url` (`nats://127.0.0.1:4222`) as `service`, and
+    /// Connects to the server as `to` says (a URL, `nats://127.0.0.1:4222`, with the
+    /// user and password or token its user info holds; or a [`NatsConnect`] with
+    /// credentials and TLS, [`NatsConnect::from_env`] for the `AGENTSAGA_NATS_*`
+    /// variables) as `service`, and
     /// makes the stream [`DEFAULT_STREAM`] over every agentsaga subject (a work queue:
     /// a message leaves it once acknowledged; a duplicate window of 2 minutes) unless
     /// it exists.
@@ -69,8 +73,9 @@ impl NatsLink {
     /// # Errors
     /// [`Error::Config`] for a service name that cannot name a consumer (empty, or
     /// holding a space, `.`, `*` or `>`); [`Error::Remote`] if the server cannot be
-    /// reached or refuses the stream.
-    pub async fn connect(url: &str, service: &str) -> Result<Self> {
+    /// reached, refuses the credentials or the stream (the URL it names redacted).
+    pub async fn connect(to: impl Into<NatsConnect>, service: &str) -> Result<Self> {
+        let to = to.into();
         if service.is_empty()
             || service.contains(['.', '*', '>'])
             || service.contains(char::is_whitespace)
@@ -80,12 +85,12 @@ impl NatsLink {
                  non-empty, without spaces, `.`, `*` or `>`"
             )));
         }
-        let transport = NatsTransport::connect(url).await?;
+        let transport = NatsTransport::connect(&to).await?;
         transport
             .ensure_stream(DEFAULT_STREAM, Duration::from_secs(120))
             .await?;
         Ok(Self {
-            url: url.to_owned(),
+            to,
             service: service.to_owned(),
             stream: DEFAULT_STREAM.to_owned(),
             ack_wait: Duration::from_secs(30),
@@ -103,9 +108,9 @@ impl NatsLink {
         self
     }
 
-    /// The server's URL.
+    /// The server's URL as it may be shown: its password or token as `***`.
     pub fn url(&self) -> &str {
-        &self.url
+        self.to.shown()
     }
 
     /// This service's name.
@@ -146,7 +151,7 @@ impl Linked {
         relay: &RelayConfig,
     ) -> Result<Self> {
         let receiver = NatsReceiver::start(
-            &link.url,
+            &link.to,
             store.clone(),
             NatsReceiverConfig::new(link.stream.clone(), link.service.clone())
                 .destinations(local.iter().cloned())
@@ -180,7 +185,7 @@ impl Linked {
             #[cfg(feature = "console")]
             source: std::sync::Arc::new(view::LinkSource {
                 transport: link.transport.clone(),
-                url: link.url.clone(),
+                url: link.to.shown().to_owned(),
                 stream: link.stream.clone(),
                 declared: remote.iter().chain(local).cloned().collect(),
             }),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use agentsaga_console::Console;
 use agentsaga_console::ops::{BrokerConsumer, RemoteList, RemoteSource};
-use agentsaga_relay::nats::NatsTransport;
+use agentsaga_relay::nats::{NatsConnect, NatsTransport};
 use anyhow::bail;
 use tokio::sync::Mutex;
 
@@ -15,9 +15,10 @@ use crate::format::{Table, print_json};
 /// The stream a runtime's `NatsLink` makes and uses.
 const STREAM: &str = "AGENTSAGA";
 
-/// The broker at `url`, connected at its first reading and kept.
+/// The broker `to` names, connected at its first reading and kept.
 struct Broker {
-    url: String,
+    /// The server and its credentials (shown redacted).
+    to: NatsConnect,
     /// Only the consumers of this service (`<service>_…`).
     service: Option<String>,
     transport: Mutex<Option<NatsTransport>>,
@@ -27,8 +28,8 @@ struct Broker {
 impl RemoteSource for Broker {
     fn describe(&self) -> String {
         match &self.service {
-            Some(s) => format!("{}, stream {STREAM}, service {s}", self.url),
-            None => format!("{}, stream {STREAM}", self.url),
+            Some(s) => format!("{}, stream {STREAM}, service {s}", self.to),
+            None => format!("{}, stream {STREAM}", self.to),
         }
     }
 
@@ -37,7 +38,7 @@ impl RemoteSource for Broker {
         let transport = match &*held {
             Some(t) => t.clone(),
             None => {
-                let t = NatsTransport::connect(&self.url)
+                let t = NatsTransport::connect(&self.to)
                     .await
                     .map_err(|e| e.to_string())?;
                 held.insert(t).clone()
@@ -65,15 +66,15 @@ impl RemoteSource for Broker {
     }
 }
 
-/// `console` reading the broker at `url` (`--nats`), if given.
+/// `console` reading the broker `to` names (`--nats` and its options), if given.
 pub(super) fn with_broker(
     console: Console,
-    url: Option<String>,
+    to: Option<NatsConnect>,
     service: Option<String>,
 ) -> Console {
-    match url {
-        Some(url) => console.with_remote(Arc::new(Broker {
-            url,
+    match to {
+        Some(to) => console.with_remote(Arc::new(Broker {
+            to,
             service,
             transport: Mutex::new(None),
         })),

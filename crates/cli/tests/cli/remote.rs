@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, NatsServer, fresh_url};
 use agentsaga_core::{Message, Store};
-use agentsaga_relay::nats::NatsTransport;
+use agentsaga_relay::nats::{NatsConnect, NatsTransport};
 use async_nats::jetstream;
 use futures_util::StreamExt;
 use serde_json::json;
@@ -148,4 +148,84 @@ async fn an_unreachable_broker_is_said_and_the_status_still_answers() {
     let r = run(&url, &["remote"]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("--nats"), "{r:?}");
+}
+
+/// `agentsaga <args>` on `url` with `vars` set.
+fn run_with(url: &str, args: &[&str], vars: &[(&str, &str)]) -> crate::common::Run {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentsaga"));
+    cmd.env_remove("DATABASE_URL")
+        .env_remove("AGENTSAGA_NATS")
+        .envs(vars.iter().copied())
+        .arg("--database-url")
+        .arg(url)
+        .args(args);
+    crate::common::run_cmd(cmd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_broker_is_read_and_its_password_never_shown() {
+    let server = NatsServer::start_with(&["--user", "ops", "--pass", "s3cret"]);
+    let port = server.port();
+    NatsTransport::connect(NatsConnect::new(&server.url()).user_password("ops", "s3cret"))
+        .await
+        .unwrap()
+        .ensure_stream("AGENTSAGA", Duration::from_secs(120))
+        .await
+        .unwrap();
+    let url = fresh_url(Backend::Sqlite).await;
+    Store::connect(&url).await.unwrap().close().await;
+    let no_secret = |r: &crate::common::Run| {
+        assert!(
+            !r.stdout.contains("s3cret") && !r.stderr.contains("s3cret"),
+            "{r:?}"
+        );
+    };
+
+    // In the URL, given or from AGENTSAGA_NATS.
+    let nats = format!("nats://ops:s3cret@127.0.0.1:{port}");
+    let r = run_with(&url, &["remote", "--nats", &nats], &[]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stdout.contains("broker: nats://ops:***@127.0.0.1:"),
+        "{r:?}"
+    );
+    no_secret(&r);
+    for args in [
+        &["remote", "--json"][..],
+        &["status", "--json"],
+        &["status"],
+    ] {
+        let r = run_with(&url, args, &[("AGENTSAGA_NATS", &nats)]);
+        assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
+        assert!(r.stdout.contains("ops:***@127.0.0.1"), "{args:?}: {r:?}");
+        no_secret(&r);
+        if args.contains(&"--json") {
+            let doc: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+            let remote = doc.get("remote").unwrap_or(&doc);
+            assert_eq!(remote["error"], serde_json::Value::Null, "{doc}");
+        }
+    }
+    // `--help` shows no value of AGENTSAGA_NATS.
+    let r = run_with(&url, &["--help"], &[("AGENTSAGA_NATS", &nats)]);
+    no_secret(&r);
+
+    // The user and password from the environment.
+    let plain = server.url();
+    let r = run_with(
+        &url,
+        &["remote", "--nats", &plain, "--json"],
+        &[
+            ("AGENTSAGA_NATS_USER", "ops"),
+            ("AGENTSAGA_NATS_PASSWORD", "s3cret"),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{r:?}");
+    no_secret(&r);
+
+    // Refused: said, and without the password.
+    let wrong = format!("nats://ops:wr0ng-s3cret@127.0.0.1:{port}");
+    let r = run_with(&url, &["remote", "--nats", &wrong], &[]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("authorization violation"), "{r:?}");
+    no_secret(&r);
 }

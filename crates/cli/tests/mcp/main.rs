@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod fixture;
+mod remote;
 mod server;
 
 use std::process::{Command, Stdio};

@@ -25,13 +25,21 @@ pub(crate) struct Server {
 impl Server {
     /// `agentsaga mcp` with `allow` passed to `--allow` (none: read-only).
     pub(crate) fn spawn(url: &str, allow: &[&str]) -> Self {
-        let mut args = vec!["--database-url", url, "mcp"];
+        Self::spawn_with(url, allow, &[])
+    }
+
+    /// As [`spawn`](Self::spawn), `global` given before `mcp` (`--nats URL`).
+    pub(crate) fn spawn_with(url: &str, allow: &[&str], global: &[&str]) -> Self {
+        let mut args = vec!["--database-url", url];
+        args.extend(global);
+        args.push("mcp");
         let allow = allow.join(",");
         if !allow.is_empty() {
             args.extend(["--allow", &allow]);
         }
         let mut child = Command::new(env!("CARGO_BIN_EXE_agentsaga"))
             .env_remove("DATABASE_URL")
+            .env_remove("AGENTSAGA_NATS")
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

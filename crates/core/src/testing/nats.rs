@@ -13,6 +13,8 @@ pub struct NatsServer {
     child: Child,
     dir: PathBuf,
     port: u16,
+    /// Given to the server besides its port and store (authentication, TLS).
+    args: Vec<String>,
 }
 
 impl NatsServer {
@@ -22,6 +24,16 @@ impl NatsServer {
     /// If no port is free, the binary does not start (the package `nats-server` is
     /// not installed), or it does not listen within 20 s.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts one given `args` besides its port and store (`--user ops --pass …`,
+    /// `--auth TOKEN`, `--tls --tlscert … --tlskey …`), and waits until it listens.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with(args: &[&str]) -> Self {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -32,13 +44,23 @@ impl NatsServer {
             uuid::Uuid::now_v7().simple()
         ));
         std::fs::create_dir_all(&dir).expect("the store dir");
-        let child = spawn(port, &dir);
-        Self { child, dir, port }
+        let child = spawn(port, &dir, &args);
+        Self {
+            child,
+            dir,
+            port,
+            args,
+        }
     }
 
     /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Its port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Kills the server (SIGKILL) and starts it again on the same port and store.
@@ -48,17 +70,18 @@ impl NatsServer {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(self.port, &self.dir);
+        self.child = spawn(self.port, &self.dir, &self.args);
     }
 }
 
-/// Starts `nats-server -js` on `port` with its store in `dir`, and waits until it
-/// listens.
-fn spawn(port: u16, dir: &Path) -> Child {
+/// Starts `nats-server -js` on `port` with its store in `dir` and `args`, and waits
+/// until it listens.
+fn spawn(port: u16, dir: &Path, args: &[String]) -> Child {
     let bin = std::env::var("AGENTSAGA_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
     let child = Command::new(&bin)
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(dir)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -13,7 +13,7 @@ use super::batch::Batcher;
 use super::config::NatsReceiverConfig;
 use super::counters::{Counters, ReceiverStats};
 use super::worker::{Worker, consumer};
-use super::{NatsError, jetstream_at};
+use super::{NatsConnect, NatsError, jetstream_at};
 
 /// Consumes a JetStream stream into the local store (see the module `nats`).
 ///
@@ -57,22 +57,24 @@ pub struct NatsReceiver {
 }
 
 impl NatsReceiver {
-    /// Connects to the server at `url`, makes (or finds) the consumers, and starts
-    /// consuming into `store`. Once started it does not fail: a server away or a store
-    /// failing is waited out, with backoff.
+    /// Connects to the server as `to` says (a URL or a [`NatsConnect`]), makes (or
+    /// finds) the consumers, and starts consuming into `store`. Once started it does not
+    /// fail: a server away or a store failing is waited out, with backoff.
     ///
     /// # Errors
     /// [`NatsError::Config`] for a configuration that cannot work;
-    /// [`NatsError::Connect`] if the server cannot be reached; [`NatsError::Stream`]
+    /// [`NatsError::Connect`] if the server cannot be reached or refuses the
+    /// credentials; [`NatsError::Credentials`] for a credentials or TLS file that cannot
+    /// be used; [`NatsError::Stream`]
     /// if the stream does not exist; [`NatsError::Consumer`] if a consumer cannot be
     /// made, or exists with another filter.
     pub async fn start(
-        url: &str,
+        to: impl Into<NatsConnect>,
         store: Store,
         config: NatsReceiverConfig,
     ) -> Result<Self, NatsError> {
         let subjects = config.subjects()?;
-        let js = jetstream_at(url).await?;
+        let js = jetstream_at(&to.into()).await?;
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
         let mut workers = Vec::with_capacity(subjects.len());

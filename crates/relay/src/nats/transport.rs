@@ -8,7 +8,7 @@ use agentsaga_core::Envelope;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishErrorKind};
 
-use super::{DEFAULT_PREFIX, NatsError, jetstream_at};
+use super::{DEFAULT_PREFIX, NatsConnect, NatsError, jetstream_at};
 use crate::{Delivery, Transport};
 
 /// Delivers envelopes by publishing them to a JetStream stream (see the module).
@@ -29,13 +29,14 @@ impl fmt::Debug for NatsTransport {
 }
 
 impl NatsTransport {
-    /// Connects to the server at `url` (`nats://127.0.0.1:4222`), subjects under
-    /// [`DEFAULT_PREFIX`].
+    /// Connects to the server as `to` says (a URL, `nats://127.0.0.1:4222`, or a
+    /// [`NatsConnect`] with credentials and TLS), subjects under [`DEFAULT_PREFIX`].
     ///
     /// # Errors
-    /// [`NatsError::Connect`] if the server cannot be reached.
-    pub async fn connect(url: &str) -> Result<Self, NatsError> {
-        Ok(Self::new(jetstream_at(url).await?))
+    /// As [`NatsConnect::client`]: [`NatsError::Connect`] if the server cannot be
+    /// reached or refuses the credentials.
+    pub async fn connect(to: impl Into<NatsConnect>) -> Result<Self, NatsError> {
+        Ok(Self::new(jetstream_at(&to.into()).await?))
     }
 
     /// A transport over an existing JetStream context.

@@ -2,7 +2,9 @@
 //! `nats`): a throwaway server per test ([`server::Server`]), and stores of their own
 //! (SQLite files in temp dirs): the transport publishing, the receiver storing.
 
+mod auth;
 mod bad_input;
+mod creds;
 mod lag;
 mod link;
 mod order;

@@ -8,6 +8,7 @@ use agentsaga_relay::nats::NatsTransport;
 /// A runtime's destinations on the broker, read through its link.
 pub(crate) struct LinkSource {
     pub(crate) transport: NatsTransport,
+    /// The broker's URL, redacted.
     pub(crate) url: String,
     pub(crate) stream: String,
     /// Its remote destinations, then the ones it hosts.

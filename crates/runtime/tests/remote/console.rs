@@ -10,6 +10,11 @@ use super::*;
 
 /// `GET /api/v1/remote` of `app`, served on 127.0.0.1 for the call.
 async fn remote(app: &axum::Router) -> Value {
+    serde_json::from_str(&get(app, "/api/v1/remote").await).unwrap()
+}
+
+/// The body of `GET path` of `app`, served on 127.0.0.1 for the call.
+async fn get(app: &axum::Router, path: &str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -20,11 +25,11 @@ async fn remote(app: &axum::Router) -> Value {
         .no_proxy()
         .build()
         .unwrap()
-        .get(format!("http://{addr}/api/v1/remote"))
+        .get(format!("http://{addr}{path}"))
         .send()
         .await
         .unwrap()
-        .json()
+        .text()
         .await
         .unwrap();
     let _ = stop.send(());
@@ -91,6 +96,44 @@ async fn a_linked_runtime_console_shows_its_destinations_on_the_broker() {
         }
         assert!(std::time::Instant::now() < deadline, "{doc}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shop.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_reaches_a_secured_broker_and_shows_no_password() {
+    let server = NatsServer::start_with(&["--user", "ops", "--pass", "s3cret"]);
+    let url = format!("nats://ops:s3cret@127.0.0.1:{}", server.port());
+    // A wrong password: refused, named without it.
+    let wrong = url.replace("s3cret", "wr0ng-s3cret");
+    let e = NatsLink::connect(&wrong, "shop")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nats://ops:***@127.0.0.1"), "{e}");
+    assert!(!e.contains("s3cret"), "{e}");
+
+    let link = NatsLink::connect(&url, "shop").await.unwrap();
+    assert!(!format!("{link:?}").contains("s3cret"), "{link:?}");
+    assert!(!link.url().contains("s3cret"), "{}", link.url());
+    let shop = Runtime::builder()
+        .database(&fresh_url(Backend::Sqlite).await)
+        .agent(Recorder("stock"))
+        .agent(Recorder("ship"))
+        .saga(saga())
+        .remote("payments", &link)
+        .start()
+        .await
+        .unwrap();
+    let app = shop.admin_router(HttpConfig::default());
+    let doc = remote(&app).await;
+    assert_eq!(doc["error"], Value::Null, "connected: {doc}");
+    let broker = doc["broker"].as_str().unwrap();
+    assert!(broker.starts_with("nats://ops:***@127.0.0.1:"), "{doc}");
+    for path in ["/api/v1/remote", "/api/v1/status", "/"] {
+        let body = get(&app, path).await;
+        assert!(body.contains("ops:***@127.0.0.1"), "{path}: {body}");
+        assert!(!body.contains("s3cret"), "{path}: {body}");
     }
     shop.shutdown().await;
 }

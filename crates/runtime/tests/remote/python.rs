@@ -284,3 +284,57 @@ async fn a_python_agent_serves_payments_once_across_a_kill_9() {
     assert_eq!(stats.dead, 0, "the shop's dead letters: {stats:?}");
     shop.shutdown().await;
 }
+
+// The Python agent reaches a broker that asks for a user and password, given by
+// agentsaga's variables (docs/remote.md): it connects, makes its consumer and says
+// `ready`; the broker has its consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_agent_reaches_a_secured_broker() {
+    let server = NatsServer::start_with(&["--user", "ops", "--pass", "s3cret"]);
+    let dir = PathBuf::from(
+        fresh_url(Backend::Sqlite)
+            .await
+            .trim_start_matches("sqlite://"),
+    )
+    .parent()
+    .expect("a fresh directory")
+    .to_owned();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python_agent/payments.py");
+    let mut child = Command::new(python())
+        .arg(script)
+        .args(["--nats", &server.url(), "--db"])
+        .arg(dir.join("payments.db"))
+        .env("AGENTSAGA_NATS_USER", "ops")
+        .env("AGENTSAGA_NATS_PASSWORD", "s3cret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the Python agent starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(BufReader::new(stdout).lines().next());
+    });
+    let first = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(30)));
+    let ready = matches!(&first, Ok(Some(Ok(line))) if line == "ready");
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("its output");
+    assert!(
+        ready,
+        "not ready ({first:?}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let to = agentsaga_relay::nats::NatsConnect::new(&server.url()).user_password("ops", "s3cret");
+    let lags = agentsaga_relay::nats::NatsTransport::connect(to)
+        .await
+        .unwrap()
+        .consumer_lag("AGENTSAGA")
+        .await
+        .unwrap();
+    assert!(
+        lags.iter().any(|l| l.consumer == "python-payments"),
+        "{lags:?}"
+    );
+}
