@@ -168,7 +168,19 @@ impl Engine {
                         inst.state
                     ))
                 } else {
-                    None
+                    // A spent budget holds the step: re-driving it would spend past
+                    // the budget. Once raised, the saga sends the step again itself.
+                    inst.budget
+                        .as_ref()
+                        .and_then(|b| b.limit.spent_by(&inst.usage))
+                        .map(|spent| {
+                            format!(
+                                "budget spent: {spent}: step `{}` waits for an operator to \
+                                 raise the budget (`agentsaga sagas raise-budget`), and the \
+                                 saga then sends it again itself",
+                                row.name
+                            )
+                        })
                 }
             }
             Some((Outbound::Compensation { .. }, row)) => {

@@ -327,3 +327,50 @@ async fn a_sibling_answering_while_stuck_is_kept(backend: Backend) {
     assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
 }
 both_backends!(sibling_tests, a_sibling_answering_while_stuck_is_kept);
+
+// Past the pivot, `p` and `y` spend the budget (2 calls of 2), then `x`'s command is
+// dead-lettered: its resend is held for the spent budget. Re-driving that dead letter
+// would run the command the budget holds: it is moot, saying why. Once the budget is
+// raised the saga sends `x` again itself (a later attempt), and the dead letter stays
+// moot.
+async fn a_dead_letter_held_for_a_spent_budget_is_not_redriven(backend: Backend) {
+    let w = World::new(backend, vec![after_the_pivot()], 7).await;
+    let id = w.start("after", json!({ "trip": 1 })).await;
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle(&w, &p, ok()).await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle(&w, &y, ok()).await;
+    let reason = "x-agent: attempts exhausted";
+    let notice = agentsaga_core::DeliveryFailed::notice_for(&x, reason).unwrap();
+    let dead = agentsaga_core::queue::DeadLetter {
+        seq: x.seq,
+        reason: reason.into(),
+        notice,
+    };
+    w.store.queue().dead_letter("t", &[dead]).await.unwrap();
+    for env in claim_of(&w.store, "saga.after.v1").await {
+        let mut tx = w.store.begin().await.unwrap();
+        w.engine.handle(&mut tx, &env).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert!(
+        spending(&w, id).await.waiting_for_raise,
+        "x's resend is held"
+    );
+    let why = Engine::moot(&w.store, &x)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(why.contains("budget spent: calls 2 of 2"), "{why}");
+    assert!(why.contains("raise"), "{why}");
+
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
+    let again = claim_of(&w.store, "x-agent").await;
+    assert_eq!(again.len(), 1, "the saga sent x again itself");
+    assert!(Engine::moot(&w.store, &x).await.unwrap().is_some());
+}
+both_backends!(
+    held_dead_letter_tests,
+    a_dead_letter_held_for_a_spent_budget_is_not_redriven
+);
