@@ -215,6 +215,10 @@ pub(crate) struct BudgetRecord {
     pub(crate) on_spent: OnBudgetSpent,
     #[serde(default, skip_serializing_if = "Held::is_empty")]
     pub(crate) held: Held,
+    /// Steps of the current stage not sent yet: what the steps on their way are
+    /// expected to use left no room for them. They go as answers leave room.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pending: Vec<usize>,
 }
 
 /// The forward dispatches a spent budget held back: the next stage, and steps whose

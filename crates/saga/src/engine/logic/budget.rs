@@ -124,15 +124,94 @@ impl Ctx<'_> {
         let held = std::mem::take(&mut record.held);
         self.inst.error = None;
         for idx in held.steps {
-            if self.inst.steps.get(&idx).map(|r| r.state) == Some(StepState::Dispatched) {
-                self.dispatch_step(idx, Duration::ZERO)?;
+            match self.inst.steps.get(&idx).map(|r| r.state) {
+                Some(StepState::Dispatched) => self.dispatch_step(idx, Duration::ZERO)?,
+                // Never sent: it goes as the budget has room, with its stage's others.
+                None => record_of(self).pending.push(idx),
+                Some(_) => {}
             }
         }
         if held.next_stage {
-            self.advance_forward()?;
+            self.advance_forward()
+        } else {
+            self.release_pending()
         }
+    }
+
+    /// Sends the current stage's steps that waited for room, as many as fit now. Once
+    /// the budget is spent, they are held (or the saga compensates) as any forward
+    /// dispatch is.
+    pub(super) fn release_pending(&mut self) -> Result<()> {
+        let Some(record) = &mut self.inst.budget else {
+            return Ok(());
+        };
+        if record.pending.is_empty() || self.inst.state != SagaState::Running {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut record.pending);
+        let mut rest = Vec::new();
+        for idx in pending {
+            if !rest.is_empty() {
+                rest.push(idx);
+            } else if self.spent().is_some() {
+                if !self.budget_allows(Dispatch::Again(idx))?
+                    && self.inst.state != SagaState::Running
+                {
+                    return Ok(()); // it compensates: nothing more goes forward
+                }
+            } else if self.room_for_one() {
+                self.dispatch_step(idx, Duration::ZERO)?;
+            } else {
+                rest.push(idx);
+            }
+        }
+        record_of(self).pending = rest;
         Ok(())
     }
+
+    /// Why the saga's budget is spent, if it is.
+    fn spent(&self) -> Option<String> {
+        let record = self.inst.budget.as_ref()?;
+        record.limit.spent_by(&self.inst.usage)
+    }
+
+    /// Is there room in the budget for one more forward step beside those on their
+    /// way? Each step on its way is expected to use one outside call and, of tokens
+    /// and cost, what the saga's answered steps used on average; with none on its way,
+    /// there is room unless the budget is spent. So a stage goes out as far as it fits,
+    /// and a budget is exceeded by at most what the steps on their way use beyond
+    /// that.
+    pub(super) fn room_for_one(&self) -> bool {
+        let Some(record) = &self.inst.budget else {
+            return true;
+        };
+        let rows = self.inst.steps.values();
+        let on_their_way = rows
+            .clone()
+            .filter(|r| r.state == StepState::Dispatched)
+            .count() as u64;
+        let answered = rows.filter(|r| r.replied_at.is_some()).count() as u64;
+        let used = self.inst.usage;
+        let each = |total: u64| total.checked_div(answered).unwrap_or(0);
+        let expected = Usage {
+            tokens_in: each(used.tokens_in),
+            tokens_out: each(used.tokens_out),
+            cost_micros: each(used.cost_micros),
+            calls: each(used.calls).max(1),
+        };
+        let times = |n: u64| n.saturating_mul(on_their_way);
+        let ahead = Usage {
+            tokens_in: times(expected.tokens_in),
+            tokens_out: times(expected.tokens_out),
+            cost_micros: times(expected.cost_micros),
+            calls: times(expected.calls),
+        };
+        record.limit.spent_by(&(used + ahead)).is_none()
+    }
+}
+
+fn record_of<'a>(ctx: &'a mut Ctx<'_>) -> &'a mut BudgetRecord {
+    ctx.inst.budget.get_or_insert_with(BudgetRecord::default)
 }
 
 /// The saga's error while a spent budget holds what it would send.
