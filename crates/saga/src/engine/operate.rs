@@ -1,5 +1,6 @@
 //! What people and operators do to a saga: signals, abort, retry, skip.
 
+use super::tree;
 use super::*;
 
 impl Engine {
@@ -92,7 +93,10 @@ impl Engine {
         id: SagaId,
         raise: crate::Budget,
     ) -> Result<SagaState> {
-        self.operate(tx, id, |c| c.raise_budget(raise)).await
+        let state = self.operate(tx, id, |c| c.raise_budget(raise)).await?;
+        // Child sagas held for this saga's tree budget go on too.
+        tree::wake_held_below(tx, id).await?;
+        Ok(state)
     }
 
     pub(super) async fn operate(
@@ -106,8 +110,10 @@ impl Engine {
             .ok_or(Error::NotFound(id))?;
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
+        let spenders = self.spenders_of(tx, &inst).await?;
         let mut ctx = self.ctx(&mut inst)?;
         ctx.signals = signals;
+        ctx.spenders = spenders;
         op(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);
         self.write(tx, &inst, Some(&before), fx).await?;

@@ -5,6 +5,8 @@
 use super::*;
 use crate::{Budget, OnBudgetSpent, Usage};
 
+mod tree;
+
 /// Three undoable steps one after the other (`a`, `b`, `c`), at most 150 tokens out.
 fn thrifty(on_spent: OnBudgetSpent) -> SagaDefinition {
     let undoable = |n: &str| {

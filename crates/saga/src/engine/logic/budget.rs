@@ -10,6 +10,17 @@ use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
 use crate::protocol;
 use crate::{Error, Result, SagaEvent, SagaState, StepState};
 
+/// An ancestor of the saga (or the saga itself, when it has children) with a budget:
+/// what its whole tree of sagas has used, read when the event's handling began, and
+/// what is added while deciding. A child's spending counts against it as it happens.
+#[derive(Debug, Clone)]
+pub(crate) struct Spender {
+    pub(crate) id: crate::SagaId,
+    pub(crate) limit: Budget,
+    pub(crate) on_spent: OnBudgetSpent,
+    pub(crate) used: Usage,
+}
+
 /// A forward dispatch a spent budget may hold back.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Dispatch {
@@ -35,29 +46,40 @@ impl Ctx<'_> {
         if new.is_zero() {
             return;
         }
+        let child = crate::definition::child_of(&row.destination).is_some();
         row.usage += new;
         self.inst.usage += new;
+        if !child {
+            // A child's usage was counted in the trees above as the child spent it.
+            for s in &mut self.spenders {
+                s.used += new;
+            }
+        }
     }
 
     /// May `what` go out? `false` once the saga's budget is spent: the saga then
     /// compensates (if its budget says so and it is still before its pivot) or holds
     /// `what` until the budget is raised.
     pub(super) fn budget_allows(&mut self, what: Dispatch) -> Result<bool> {
-        let Some(record) = &self.inst.budget else {
-            return Ok(true);
-        };
-        let Some(spent) = record.limit.spent_by(&self.inst.usage) else {
+        let Some((spent, on_spent)) = self.spent() else {
             return Ok(true);
         };
         let why = format!("budget spent: {spent}");
-        if record.on_spent == OnBudgetSpent::Compensate
+        if on_spent == OnBudgetSpent::Compensate
             && !self.past_pivot()
             && self.inst.state == SagaState::Running
         {
             self.begin_compensation(SagaEvent::Abort, why)?;
             return Ok(false);
         }
-        let held = &mut self.inst.budget.as_mut().expect("checked").held;
+        let held = &mut self
+            .inst
+            .budget
+            .get_or_insert_with(|| BudgetRecord {
+                on_spent: OnBudgetSpent::Wait,
+                ..BudgetRecord::default()
+            })
+            .held;
         match what {
             Dispatch::NextStage => held.next_stage = true,
             Dispatch::Again(idx) if !held.steps.contains(&idx) => held.steps.push(idx),
@@ -100,7 +122,7 @@ impl Ctx<'_> {
     /// (or finished) needs it no more.
     pub(super) fn release_held(&mut self) -> Result<()> {
         let state = self.inst.state;
-        let usage = self.inst.usage;
+        let spent = self.spent();
         let Some(record) = &mut self.inst.budget else {
             return self.ignore("budget raised, but the saga has none");
         };
@@ -117,7 +139,7 @@ impl Ctx<'_> {
                 return self.ignore(format!("held dispatches dropped: the saga is {state}"));
             }
         }
-        if let Some(spent) = record.limit.spent_by(&usage) {
+        if let Some((spent, _)) = spent {
             self.inst.error = Some(held_because(&spent));
             return self.ignore(format!("budget raised, still spent: {spent}"));
         }
@@ -169,10 +191,31 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Why the saga's budget is spent, if it is.
-    fn spent(&self) -> Option<String> {
-        let record = self.inst.budget.as_ref()?;
-        record.limit.spent_by(&self.inst.usage)
+    /// Why the saga's budget, or an ancestor's (what its whole tree used), is spent,
+    /// if one is, and what to do then.
+    fn spent(&self) -> Option<(String, OnBudgetSpent)> {
+        self.spent_with(Usage::default())
+    }
+
+    /// [`spent`](Self::spent), counting `ahead` more for the saga and its ancestors.
+    fn spent_with(&self, ahead: Usage) -> Option<(String, OnBudgetSpent)> {
+        let own = self.inst.budget.as_ref().and_then(|r| {
+            r.limit
+                .spent_by(&(self.inst.usage + ahead))
+                .map(|why| (why, r.on_spent))
+        });
+        own.or_else(|| {
+            self.spenders.iter().find_map(|s| {
+                s.limit.spent_by(&(s.used + ahead)).map(|why| {
+                    let whose = if s.id == self.inst.id {
+                        "with its child sagas".to_owned()
+                    } else {
+                        format!("by the tree of saga {}", s.id)
+                    };
+                    (format!("{why} ({whose})"), s.on_spent)
+                })
+            })
+        })
     }
 
     /// Is there room in the budget for one more forward step beside those on their
@@ -182,9 +225,9 @@ impl Ctx<'_> {
     /// and a budget is exceeded by at most what the steps on their way use beyond
     /// that.
     pub(super) fn room_for_one(&self) -> bool {
-        let Some(record) = &self.inst.budget else {
+        if self.inst.budget.is_none() && self.spenders.is_empty() {
             return true;
-        };
+        }
         let rows = self.inst.steps.values();
         let on_their_way = rows
             .clone()
@@ -206,7 +249,7 @@ impl Ctx<'_> {
             cost_micros: times(expected.cost_micros),
             calls: times(expected.calls),
         };
-        record.limit.spent_by(&(used + ahead)).is_none()
+        self.spent_with(ahead).is_none()
     }
 }
 

@@ -1,0 +1,84 @@
+//! A child saga spends against its root's budget as it spends, not once it answers.
+
+use super::*;
+
+/// A child of three undoable steps one after the other (`s0`, `s1`, `s2`), no budget
+/// of its own.
+fn spender() -> SagaDefinition {
+    let undoable = |n: &str| {
+        Step::<D>::new(n, format!("{n}-agent"))
+            .command(|d: &D| d.clone())
+            .compensate(format!("{n}-agent"), |_: &D| json!("undo"))
+            .retry(fast())
+    };
+    Saga::<D>::builder("spender", 1)
+        .step(undoable("s0"))
+        .step(undoable("s1"))
+        .step(undoable("s2"))
+        .build()
+        .unwrap()
+}
+
+/// A root whose one step is a `spender` child, at most 2 outside calls.
+fn root(on_spent: OnBudgetSpent) -> SagaDefinition {
+    Saga::<D>::builder("root", 1)
+        .step(Step::saga("spend", "spender").command(|d: &D| d.clone()))
+        .budget(Budget::new().calls(2), on_spent)
+        .build()
+        .unwrap()
+}
+
+// Each of the child's steps makes one outside call. Once `s0` and `s1` spent the
+// root's 2 calls, the child sends no `s2`: by the root's budget it compensates (the
+// root's step fails, and the root compensates). Before, the child, with no budget of
+// its own, ran all three, and the root learnt of it when the child answered.
+async fn a_child_stops_once_its_roots_budget_is_spent(backend: Backend) {
+    let mut w = World::new(backend, vec![spender(), root(OnBudgetSpent::Compensate)], 7).await;
+    w.usage = Usage::default().with_calls(1);
+    let id = w.start("root", json!({ "trip": 1 })).await;
+    let child = crate::engine::child_id(id, 0);
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    assert_eq!(of(&w.ledger.done, child), [0, 1], "no s2");
+    assert_eq!(of(&w.ledger.undone, child), [1, 0]);
+    let c = query::get(&w.store, child).await.unwrap().unwrap();
+    assert_eq!(c.state, SagaState::Compensated);
+    let error = c.error.unwrap_or_default();
+    assert!(error.contains("budget spent: calls 2 of 2"), "{error}");
+    let r = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(r.state, SagaState::Compensated, "{:?}", r.error);
+    assert_eq!(spending(&w, id).await.usage.calls, 2);
+}
+both_backends!(
+    child_root_tests,
+    a_child_stops_once_its_roots_budget_is_spent
+);
+
+// With `Wait`, the child holds `s2` for the root's spent budget; a raise of the
+// root's budget wakes the child, which goes on: everything completes.
+async fn a_raise_of_the_root_wakes_its_held_child(backend: Backend) {
+    let mut w = World::new(backend, vec![spender(), root(OnBudgetSpent::Wait)], 7).await;
+    w.usage = Usage::default().with_calls(1);
+    let id = w.start("root", json!({ "trip": 1 })).await;
+    let child = crate::engine::child_id(id, 0);
+    let store = w.store.clone();
+    w.pump_until(
+        "the child waits for a raise",
+        async || {
+            query::spending(&store, child)
+                .await
+                .unwrap()
+                .is_some_and(|s| s.waiting_for_raise)
+        },
+        |_, _, _| Some(ok()),
+        |_, _| ok(),
+    )
+    .await;
+    assert_eq!(of(&w.ledger.done, child), [0, 1], "s2 held");
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let r = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(r.state, SagaState::Completed, "{:?}", r.error);
+    assert_eq!(of(&w.ledger.done, child), [0, 1, 2]);
+    assert_eq!(spending(&w, id).await.usage.calls, 3);
+}
+both_backends!(root_raise_tests, a_raise_of_the_root_wakes_its_held_child);
