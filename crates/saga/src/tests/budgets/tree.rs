@@ -82,3 +82,64 @@ async fn a_raise_of_the_root_wakes_its_held_child(backend: Backend) {
     assert_eq!(spending(&w, id).await.usage.calls, 3);
 }
 both_backends!(root_raise_tests, a_raise_of_the_root_wakes_its_held_child);
+
+// A re-planning child (`replan_on_failure`, five turns) whose planner plans one
+// booking each turn, and every booking fails: each planner turn and booking makes one
+// outside call. The root's 4 calls are spent after two turns: the child asks its
+// planner no more and compensates. Before, it re-planned until out of turns, 10 calls
+// against the root's 4.
+async fn a_replanning_child_stops_once_its_roots_budget_is_spent(backend: Backend) {
+    use super::super::recovery::careful;
+    use super::super::replanning::{answers, plan_json, undoable};
+    let root = Saga::<D>::builder("root", 1)
+        .step(Step::saga("think", "careful").command(|_: &D| json!({ "topic": "x" })))
+        .budget(Budget::new().calls(4), OnBudgetSpent::Compensate)
+        .build()
+        .unwrap();
+    let turns: Vec<(String, String)> = (1..=5)
+        .map(|t| {
+            let plan = if t == 1 {
+                "plan".into()
+            } else {
+                format!("plan_{t}")
+            };
+            (plan, format!("book{t}"))
+        })
+        .collect();
+    let plans: Vec<(&str, Value)> = turns
+        .iter()
+        .map(|(plan, book)| {
+            let step = undoable(book, "book", None);
+            (plan.as_str(), plan_json(Plan::new().then(step)))
+        })
+        .collect();
+    let by_turn = answers(&plans);
+    let mut w = World::new(backend, vec![careful(5), root], 7).await;
+    w.usage = Usage::default().with_calls(1);
+    let id = w.start("root", json!({ "trip": 1 })).await;
+    w.pump(
+        &[id],
+        |_, env, _| {
+            let step = env.header(protocol::STEP_NAME).unwrap_or_default();
+            Some(match by_turn.get(step) {
+                Some(answer) => StepOutcome::Ok(answer.clone()),
+                None => StepOutcome::Fatal("fully booked".into()),
+            })
+        },
+        |_, _| ok(),
+    )
+    .await;
+    let child = crate::engine::child_id(id, 0);
+    let c = query::get(&w.store, child).await.unwrap().unwrap();
+    assert_eq!(c.state, SagaState::Compensated, "{:?}", c.error);
+    let error = c.error.unwrap_or_default();
+    assert!(error.contains("budget spent: calls 4 of 4"), "{error}");
+    assert_eq!(spending(&w, child).await.usage.calls, 4, "two turns");
+    let r = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(r.state, SagaState::Compensated, "{:?}", r.error);
+    assert_eq!(spending(&w, id).await.usage.calls, 4);
+}
+both_backends!(
+    replanning_child_tests,
+    a_replanning_child_stops_once_its_roots_budget_is_spent
+);
