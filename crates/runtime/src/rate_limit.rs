@@ -26,93 +26,20 @@ use std::time::Duration;
 use agentsaga_core::sqlx::{self, Row as _};
 use agentsaga_core::{Store, Tx};
 
+mod limit;
 mod pace;
+
+pub(crate) use limit::MAX_PAUSE;
+pub use limit::RateLimit;
 
 use pace::{Pace, Reserved};
 
 /// How long a 429 without a `Retry-After` waits.
 pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The longest a 429 pauses a destination, whatever its `Retry-After` says (as the
-/// HTTP transport caps it).
-pub(crate) const MAX_PAUSE: Duration = Duration::from_secs(3600);
-
 /// Rate-limited calls in a row one delivery makes before it gives its message back to
 /// the relay (one relay attempt, not a step retry).
 pub(crate) const MAX_RATE_LIMITED: u32 = 8;
-
-/// A destination's limits. At least one of requests or tokens per minute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
-    requests_per_minute: Option<u32>,
-    tokens_per_minute: Option<u64>,
-    burst: Duration,
-}
-
-impl RateLimit {
-    /// At most `n` calls a minute (at least 1).
-    pub fn requests_per_minute(n: u32) -> Self {
-        Self {
-            requests_per_minute: Some(n.max(1)),
-            tokens_per_minute: None,
-            burst: Duration::ZERO,
-        }
-    }
-
-    /// At most `n` tokens a minute (at least 1), as calls estimate and report them.
-    pub fn tokens_per_minute(n: u64) -> Self {
-        Self {
-            requests_per_minute: None,
-            tokens_per_minute: Some(n.max(1)),
-            burst: Duration::ZERO,
-        }
-    }
-
-    /// Also at most `n` tokens a minute.
-    #[must_use]
-    pub fn and_tokens_per_minute(mut self, n: u64) -> Self {
-        self.tokens_per_minute = Some(n.max(1));
-        self
-    }
-
-    /// Also at most `n` calls a minute.
-    #[must_use]
-    pub fn and_requests_per_minute(mut self, n: u32) -> Self {
-        self.requests_per_minute = Some(n.max(1));
-        self
-    }
-
-    /// How far calls may run ahead of the pace after a quiet spell (default none:
-    /// evenly spaced). `requests_per_minute(600).burst(1 s)` lets 11 calls go at once,
-    /// then one every 100 ms.
-    #[must_use]
-    pub fn burst(mut self, ahead: Duration) -> Self {
-        self.burst = ahead;
-        self
-    }
-
-    /// Milliseconds between two calls, if requests are limited.
-    fn request_interval(&self) -> Option<f64> {
-        self.requests_per_minute.map(|n| 60_000.0 / f64::from(n))
-    }
-
-    /// Milliseconds a token takes, if tokens are limited.
-    fn token_interval(&self) -> Option<f64> {
-        self.tokens_per_minute.map(|n| 60_000.0 / n as f64)
-    }
-
-    /// `tokens` as one call may count them: at most ten minutes' worth, so that no
-    /// estimate or report (a typo, an overflow) stalls the destination for longer.
-    fn clamp_tokens(&self, tokens: u64) -> u64 {
-        self.tokens_per_minute
-            .map_or(tokens, |n| tokens.min(n.saturating_mul(10)))
-    }
-
-    /// How far ahead of the pace calls may run, ms.
-    fn ahead_ms(&self) -> f64 {
-        self.burst.as_secs_f64() * 1000.0
-    }
-}
 
 /// Every rate-limited destination is one that a calling agent of this runtime
 /// consumes (`calling`: their destinations; a limit elsewhere would limit nothing).

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{MAX_PAUSE, RateLimit};
+use super::limit::{MAX_PAUSE, RateLimit};
 
 /// How long a call that runs without an estimate while nothing is known of the calls
 /// of its destination (see [`Pace::reserve`]) keeps others of its kind waiting, at

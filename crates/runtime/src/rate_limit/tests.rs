@@ -1,6 +1,6 @@
 //! The pace's arithmetic, with the clock in the test's hands.
 
-use super::pace::PROBE_POLL_MS;
+use super::pace::{PROBE_POLL_MS, Pace, Reserved};
 use super::*;
 
 fn run(limit: &RateLimit, calls: &[(f64, u64)]) -> Vec<f64> {

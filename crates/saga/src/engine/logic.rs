@@ -9,7 +9,7 @@
 //! lifecycle table ([`SagaState::on`]); an event it does not allow is an error, and the
 //! engine then writes nothing.
 
-pub(crate) mod budget;
+mod budget;
 mod child;
 mod compensation;
 mod failure;
@@ -62,7 +62,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) signals: BTreeMap<String, StepOutcome>,
     /// The budgets of the saga's tree that its dispatches also count against (loaded
     /// only for a child saga, or one with children).
-    pub(crate) spenders: Vec<budget::Spender>,
+    pub(crate) spenders: Vec<super::model::Spender>,
 }
 
 impl Ctx<'_> {

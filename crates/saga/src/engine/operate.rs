@@ -81,8 +81,9 @@ impl Engine {
     /// Operator: raise saga `id`'s budget to the limits `raise` names (the others
     /// kept; a saga without a budget gets one that waits when spent). A saga that held
     /// back a forward step for its spent budget goes on, now if this engine has its
-    /// definition, else once its orchestrator is woken when `tx` commits. Needs no
-    /// definition (the CLI raises budgets). A person's act: the MCP tools cannot.
+    /// definition, else once its orchestrator is woken when `tx` commits; so do the
+    /// child sagas below it that its tree's spent budget held (woken likewise). Needs
+    /// no definition (the CLI raises budgets). A person's act: the MCP tools cannot.
     ///
     /// # Errors
     /// [`Error::NotFound`]; [`Error::WrongState`] for a finished saga, with nothing

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use agentsaga_core::{Conn, sqlx};
 
-use super::logic::budget::Spender;
+use super::model::Spender;
 use super::*;
 use crate::budget::{BudgetRecord, Usage};
 

@@ -10,17 +10,6 @@ use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
 use crate::protocol;
 use crate::{Error, Result, SagaEvent, SagaState, StepState};
 
-/// An ancestor of the saga (or the saga itself, when it has children) with a budget:
-/// what its whole tree of sagas has used, read when the event's handling began, and
-/// what is added while deciding. A child's spending counts against it as it happens.
-#[derive(Debug, Clone)]
-pub(crate) struct Spender {
-    pub(crate) id: crate::SagaId,
-    pub(crate) limit: Budget,
-    pub(crate) on_spent: OnBudgetSpent,
-    pub(crate) used: Usage,
-}
-
 /// A forward dispatch a spent budget may hold back.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Dispatch {
