@@ -177,3 +177,40 @@ fn a_first_unestimated_call_goes_alone() {
         }
     );
 }
+
+// The stored row: a pace written when the clock said a day later than it says now
+// (it was stepped back a day since), every time of it a second past then. A call
+// reserves its slot at once, not a day later, and the row is rebased on the clock.
+async fn a_stored_pace_from_before_a_clock_step_does_not_block(
+    backend: agentsaga_core::testing::Backend,
+) {
+    let url = agentsaga_core::testing::fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    let day = 86_400_000.0;
+    let mut tx = store.begin().await.unwrap();
+    let (_, now) = read(&mut tx, "llm").await.unwrap();
+    let ahead = now + day;
+    let stored = Pace {
+        requests_at: ahead + 1_000.0,
+        tokens_at: ahead + 1_000.0,
+        paused_until: ahead + 1_000.0,
+        written_at: ahead,
+        ..Pace::default()
+    };
+    write(&mut tx, "llm", stored).await.unwrap();
+    tx.commit().await.unwrap();
+    let limit = RateLimit::requests_per_minute(60);
+    let reserved = reserve(&store, "llm", &limit, 0).await.unwrap();
+    let Reservation::Slot { wait, .. } = reserved else {
+        panic!("{reserved:?}");
+    };
+    assert!(wait <= Duration::from_secs(2), "waits {wait:?}");
+    let mut tx = store.begin().await.unwrap();
+    let (row, now) = read(&mut tx, "llm").await.unwrap();
+    assert!(row.written_at <= now, "{row:?} at {now}");
+    assert!(row.requests_at < now + 60_000.0, "{row:?} at {now}");
+}
+agentsaga_core::both_backends!(
+    stored_pace_tests,
+    a_stored_pace_from_before_a_clock_step_does_not_block
+);
