@@ -143,3 +143,65 @@ both_backends!(
     replanning_child_tests,
     a_replanning_child_stops_once_its_roots_budget_is_spent
 );
+
+/// Claims and handles what waits for `destination` (an orchestrator's or a child
+/// start's).
+async fn handle_all(w: &World, destination: &str) {
+    for env in claim_of(&w.store, destination).await {
+        let mut tx = w.store.begin().await.unwrap();
+        w.engine.handle(&mut tx, &env).await.unwrap();
+        tx.commit().await.unwrap();
+        w.store
+            .queue()
+            .mark_delivered("t", &[env.seq])
+            .await
+            .unwrap();
+    }
+}
+
+// A child with no budget of its own, past its pivot: `y` spends the rest of the root's
+// budget, then `x`'s command is dead-lettered and its resend held for the root's
+// spent budget. Re-driving that dead letter is refused: it is moot, saying why.
+async fn a_dead_letter_held_for_the_roots_budget_is_not_redriven(backend: Backend) {
+    let open = |n: &str| Step::<D>::new(n, format!("{n}-agent")).retry(fast());
+    let kid = Saga::<D>::builder("kid", 1)
+        .pivot(open("p"))
+        .parallel([open("x"), open("y")])
+        .build()
+        .unwrap();
+    let root = Saga::<D>::builder("root", 1)
+        .pivot(
+            Step::saga("k", "kid")
+                .forward_only()
+                .command(|d: &D| d.clone()),
+        )
+        .budget(Budget::new().calls(3), OnBudgetSpent::Wait)
+        .build()
+        .unwrap();
+    let w = World::new(backend, vec![kid, root], 7).await;
+    w.start("root", json!({ "trip": 1 })).await;
+    handle_all(&w, "saga.kid.child").await;
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle_for(&w, &p, (ok(), 1), "saga.kid.v1").await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle_for(&w, &y, (ok(), 2), "saga.kid.v1").await;
+    let reason = "x-agent: attempts exhausted";
+    let notice = agentsaga_core::DeliveryFailed::notice_for(&x, reason).unwrap();
+    let dead = agentsaga_core::queue::DeadLetter {
+        seq: x.seq,
+        reason: reason.into(),
+        notice,
+    };
+    w.store.queue().dead_letter("t", &[dead]).await.unwrap();
+    handle_all(&w, "saga.kid.v1").await;
+    let why = Engine::moot(&w.store, &x)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(why.contains("budget"), "{why}");
+}
+both_backends!(
+    held_by_root_tests,
+    a_dead_letter_held_for_the_roots_budget_is_not_redriven
+);
