@@ -1,5 +1,6 @@
-//! Budgets: what a step's reply used is added to the step and the saga; once the
-//! saga's budget is spent no further forward step goes out. By the budget's option
+//! Budgets: what a step's reply used is added to the step and the saga (and to the
+//! trees of the ancestors with budgets); once the saga's budget, or an ancestor's, is
+//! spent no further forward step goes out. By the budget's option
 //! the saga compensates, or holds what it would have dispatched (the next stage, a
 //! step's retry) until an operator raises the budget.
 
@@ -27,7 +28,8 @@ impl Ctx<'_> {
         let Some(row) = self.inst.steps.get_mut(&idx) else {
             return;
         };
-        let new = if crate::definition::child_of(&row.destination).is_some() {
+        let child = crate::definition::child_of(&row.destination).is_some();
+        let new = if child {
             usage.since(&row.usage)
         } else {
             usage
@@ -35,7 +37,6 @@ impl Ctx<'_> {
         if new.is_zero() {
             return;
         }
-        let child = crate::definition::child_of(&row.destination).is_some();
         row.usage += new;
         self.inst.usage += new;
         if !child {
@@ -46,9 +47,9 @@ impl Ctx<'_> {
         }
     }
 
-    /// May `what` go out? `false` once the saga's budget is spent: the saga then
-    /// compensates (if its budget says so and it is still before its pivot) or holds
-    /// `what` until the budget is raised.
+    /// May `what` go out? `false` once the saga's budget, or an ancestor's, is spent:
+    /// the saga then compensates (if that budget says so and it is still before its
+    /// pivot) or holds `what` until the budget is raised.
     pub(super) fn budget_allows(&mut self, what: Dispatch) -> Result<bool> {
         let Some((spent, on_spent)) = self.spent() else {
             return Ok(true);
