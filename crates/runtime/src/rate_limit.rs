@@ -11,16 +11,28 @@
 //! ahead of the pace after a quiet spell. A call declares its tokens beforehand
 //! ([`CallingAgent::estimate_tokens`](crate::CallingAgent::estimate_tokens)); what it
 //! reports it used ([`CallContext::report_usage`](crate::CallContext::report_usage))
-//! settles the difference. A provider's `429` ([`StepError::RateLimited`](crate::StepError::RateLimited))
-//! pauses the whole destination until its `Retry-After`.
+//! settles the difference; a call without an estimate reserves the running average of
+//! what calls reported, and while none has, it goes alone (see `Pace::reserve`), so
+//! that a limit holds for concurrent calls within one estimate's error. A provider's
+//! `429` ([`StepError::RateLimited`](crate::StepError::RateLimited)) pauses the whole
+//! destination until its `Retry-After`, at most [`MAX_PAUSE`].
 //!
 //! Times are milliseconds: the database's clock on PostgreSQL (processes on several
-//! machines agree on it), the process's on SQLite (one machine).
+//! machines agree on it), the process's on SQLite (one machine). A clock stepped back
+//! since the row was written moves the pace back by as much (`Pace::rebased`).
 
 use std::time::Duration;
 
 use agentsaga_core::sqlx::{self, Row as _};
 use agentsaga_core::{Store, Tx};
+
+mod limit;
+mod pace;
+
+pub(crate) use limit::MAX_PAUSE;
+pub use limit::RateLimit;
+
+use pace::{Pace, Reserved};
 
 /// How long a 429 without a `Retry-After` waits.
 pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -28,79 +40,6 @@ pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Rate-limited calls in a row one delivery makes before it gives its message back to
 /// the relay (one relay attempt, not a step retry).
 pub(crate) const MAX_RATE_LIMITED: u32 = 8;
-
-/// A destination's limits. At least one of requests or tokens per minute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
-    requests_per_minute: Option<u32>,
-    tokens_per_minute: Option<u64>,
-    burst: Duration,
-}
-
-impl RateLimit {
-    /// At most `n` calls a minute (at least 1).
-    pub fn requests_per_minute(n: u32) -> Self {
-        Self {
-            requests_per_minute: Some(n.max(1)),
-            tokens_per_minute: None,
-            burst: Duration::ZERO,
-        }
-    }
-
-    /// At most `n` tokens a minute (at least 1), as calls estimate and report them.
-    pub fn tokens_per_minute(n: u64) -> Self {
-        Self {
-            requests_per_minute: None,
-            tokens_per_minute: Some(n.max(1)),
-            burst: Duration::ZERO,
-        }
-    }
-
-    /// Also at most `n` tokens a minute.
-    #[must_use]
-    pub fn and_tokens_per_minute(mut self, n: u64) -> Self {
-        self.tokens_per_minute = Some(n.max(1));
-        self
-    }
-
-    /// Also at most `n` calls a minute.
-    #[must_use]
-    pub fn and_requests_per_minute(mut self, n: u32) -> Self {
-        self.requests_per_minute = Some(n.max(1));
-        self
-    }
-
-    /// How far calls may run ahead of the pace after a quiet spell (default none:
-    /// evenly spaced). `requests_per_minute(600).burst(1 s)` lets 11 calls go at once,
-    /// then one every 100 ms.
-    #[must_use]
-    pub fn burst(mut self, ahead: Duration) -> Self {
-        self.burst = ahead;
-        self
-    }
-
-    /// Milliseconds between two calls, if requests are limited.
-    fn request_interval(&self) -> Option<f64> {
-        self.requests_per_minute.map(|n| 60_000.0 / f64::from(n))
-    }
-
-    /// Milliseconds a token takes, if tokens are limited.
-    fn token_interval(&self) -> Option<f64> {
-        self.tokens_per_minute.map(|n| 60_000.0 / n as f64)
-    }
-
-    /// `tokens` as one call may count them: at most ten minutes' worth, so that no
-    /// estimate or report (a typo, an overflow) stalls the destination for longer.
-    fn clamp_tokens(&self, tokens: u64) -> u64 {
-        self.tokens_per_minute
-            .map_or(tokens, |n| tokens.min(n.saturating_mul(10)))
-    }
-
-    /// How far ahead of the pace calls may run, ms.
-    fn ahead_ms(&self) -> f64 {
-        self.burst.as_secs_f64() * 1000.0
-    }
-}
 
 /// Every rate-limited destination is one that a calling agent of this runtime
 /// consumes (`calling`: their destinations; a limit elsewhere would limit nothing).
@@ -119,45 +58,29 @@ pub(crate) fn check<'a>(
     Ok(())
 }
 
-/// A destination's row of `rate_limits`: the theoretical times (ms) at which the next
-/// call and the next token are due, and until when a provider's 429 paused it.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Pace {
-    requests_at: f64,
-    tokens_at: f64,
-    paused_until: f64,
+/// A call's reservation: how long to wait for its slot, and what settling its tokens
+/// counts from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Reservation {
+    /// Start after `wait`.
+    Slot {
+        /// How long to wait for the slot.
+        wait: Duration,
+        /// The tokens reserved (what [`settle`] counts the call's report from).
+        tokens: u64,
+        /// The call goes without an estimate to find out what calls use.
+        probe: bool,
+    },
+    /// No slot yet: ask again after this long.
+    Later(Duration),
 }
 
-impl Pace {
-    /// Reserves a slot for a call of `tokens` at or after `now`: the slot's time, and
-    /// the pace after it.
-    fn reserve(self, limit: &RateLimit, tokens: u64, now: f64) -> (f64, Pace) {
-        let ahead = limit.ahead_ms();
-        let tokens = limit.clamp_tokens(tokens);
-        let mut at = now.max(self.paused_until);
-        if limit.request_interval().is_some() {
-            at = at.max(self.requests_at - ahead);
-        }
-        if limit.token_interval().is_some() {
-            at = at.max(self.tokens_at - ahead);
-        }
-        let next = Pace {
-            requests_at: match limit.request_interval() {
-                Some(i) => self.requests_at.max(at) + i,
-                None => self.requests_at,
-            },
-            tokens_at: match limit.token_interval() {
-                Some(i) => self.tokens_at.max(at) + tokens as f64 * i,
-                None => self.tokens_at,
-            },
-            paused_until: self.paused_until,
-        };
-        (at, next)
-    }
+fn duration_ms(ms: f64) -> Duration {
+    Duration::from_secs_f64((ms / 1000.0).max(0.0))
 }
 
-/// Reserves the next slot of `destination` for a call of `tokens` (estimated), in one
-/// transaction: how long to wait for it.
+/// Reserves the next slot of `destination` for a call that estimates `estimate`
+/// tokens (0: none given), in one transaction (see [`Pace::reserve`]).
 ///
 /// # Errors
 /// Store errors.
@@ -165,19 +88,25 @@ pub(crate) async fn reserve(
     store: &Store,
     destination: &str,
     limit: &RateLimit,
-    tokens: u64,
-) -> agentsaga_core::Result<Duration> {
+    estimate: u64,
+) -> agentsaga_core::Result<Reservation> {
     change(store, destination, |pace, now| {
-        let (at, next) = pace.reserve(limit, tokens, now);
-        (
-            next,
-            Duration::from_secs_f64(((at - now) / 1000.0).max(0.0)),
-        )
+        let (reserved, next) = pace.reserve(limit, estimate, now);
+        let out = match reserved {
+            Reserved::At { at, tokens, probe } => Reservation::Slot {
+                wait: duration_ms(at - now),
+                tokens,
+                probe,
+            },
+            Reserved::Later(ms) => Reservation::Later(duration_ms(ms)),
+        };
+        (next, out)
     })
     .await
 }
 
-/// A call reserved `estimated` tokens and used `used`: the pace moves by the difference.
+/// A call whose reservation was `reservation` used `used` tokens: the pace moves by
+/// the difference, and the destination's average takes it in.
 ///
 /// # Errors
 /// Store errors.
@@ -185,26 +114,23 @@ pub(crate) async fn settle(
     store: &Store,
     destination: &str,
     limit: &RateLimit,
-    estimated: u64,
+    reservation: Reservation,
     used: u64,
 ) -> agentsaga_core::Result<()> {
-    let (estimated, used) = (limit.clamp_tokens(estimated), limit.clamp_tokens(used));
-    let Some(interval) = limit.token_interval().filter(|_| estimated != used) else {
+    let Reservation::Slot { tokens, probe, .. } = reservation else {
         return Ok(());
     };
-    let shift = (used as f64 - estimated as f64) * interval;
+    if limit.tokens_per_minute.is_none() && !probe {
+        return Ok(());
+    }
     change(store, destination, |pace, _| {
-        let next = Pace {
-            tokens_at: pace.tokens_at + shift,
-            ..pace
-        };
-        (next, ())
+        (pace.settled(limit, tokens, used, probe), ())
     })
     .await
 }
 
 /// The provider answered 429: no call of `destination` starts before `retry_after`
-/// from now, in any process.
+/// (at most [`MAX_PAUSE`]) from now, in any process.
 ///
 /// # Errors
 /// Store errors.
@@ -214,90 +140,94 @@ pub(crate) async fn pause(
     limit: &RateLimit,
     retry_after: Duration,
 ) -> agentsaga_core::Result<()> {
-    let ms = retry_after.as_secs_f64() * 1000.0;
-    // After the pause the pace starts again from its end, with no burst saved up.
-    let ahead = limit.ahead_ms();
     change(store, destination, |pace, now| {
-        let until = pace.paused_until.max(now + ms);
-        let next = Pace {
-            paused_until: until,
-            requests_at: pace.requests_at.max(until + ahead),
-            tokens_at: pace.tokens_at.max(until + ahead),
-        };
-        (next, ())
+        (pace.paused(limit, retry_after, now), ())
     })
     .await
 }
 
-/// Reads `destination`'s pace (locked) and the clock, writes what `f` makes of them,
-/// commits: one transaction.
+/// Reads `destination`'s pace (locked) and the clock, writes what `f` makes of them
+/// (rebased on the clock, see [`Pace::rebased`]), commits: one transaction.
 async fn change<T>(
     store: &Store,
     destination: &str,
     f: impl FnOnce(Pace, f64) -> (Pace, T),
 ) -> agentsaga_core::Result<T> {
     let mut tx = store.begin().await?;
-    let (pace, now) = read(&mut tx, destination).await?;
-    let (next, out) = f(pace, now);
-    if next != pace {
+    let (stored, now) = read(&mut tx, destination).await?;
+    let pace = stored.rebased(now);
+    let (mut next, out) = f(pace, now);
+    if next != stored {
+        next.written_at = now;
         write(&mut tx, destination, next).await?;
     }
     tx.commit().await?;
     Ok(out)
 }
 
+/// The columns of a pace, in [`Pace`]'s order.
+const COLUMNS: &str = "requests_at, tokens_at, paused_until, written_at, tokens_avg, probe_until";
+
+/// A [`Pace`] from a row that selected [`COLUMNS`] first.
+macro_rules! pace_of {
+    ($r:expr) => {
+        Pace {
+            requests_at: $r.try_get(0)?,
+            tokens_at: $r.try_get(1)?,
+            paused_until: $r.try_get(2)?,
+            written_at: $r.try_get(3)?,
+            tokens_avg: $r.try_get(4)?,
+            probe_until: $r.try_get(5)?,
+        }
+    };
+}
+
 async fn read(tx: &mut Tx, destination: &str) -> agentsaga_core::Result<(Pace, f64)> {
-    let row = agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
+    Ok(agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
         sqlx::query(
             "INSERT INTO rate_limits (destination) VALUES (?1) ON CONFLICT DO NOTHING",
         )
         .bind(destination)
         .execute(&mut *c)
         .await?;
-        let r = sqlx::query(
-            "SELECT requests_at, tokens_at, paused_until FROM rate_limits WHERE destination = ?1",
-        )
+        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM rate_limits WHERE destination = ?1"
+        )))
         .bind(destination)
         .fetch_one(&mut *c)
         .await?;
         let now = agentsaga_core::clock::now_ms() as f64;
-        (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, now)
+        (pace_of!(r), now)
     }, postgres(c) => {
         sqlx::query("INSERT INTO rate_limits (destination) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(destination)
             .execute(&mut *c)
             .await?;
-        let r = sqlx::query(
-            "SELECT requests_at, tokens_at, paused_until,
-                extract(epoch FROM clock_timestamp())::float8 * 1000 AS now
-             FROM rate_limits WHERE destination = $1 FOR UPDATE",
-        )
+        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS}, extract(epoch FROM clock_timestamp())::float8 * 1000 AS now
+             FROM rate_limits WHERE destination = $1 FOR UPDATE"
+        )))
         .bind(destination)
         .fetch_one(&mut *c)
         .await?;
-        (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)
-    });
-    let (requests_at, tokens_at, paused_until, now) = row;
-    Ok((
-        Pace {
-            requests_at,
-            tokens_at,
-            paused_until,
-        },
-        now,
-    ))
+        (pace_of!(r), r.try_get(6)?)
+    }))
 }
 
 async fn write(tx: &mut Tx, destination: &str, pace: Pace) -> agentsaga_core::Result<()> {
     agentsaga_core::with_conn!(tx.conn(), c => {
         sqlx::query(
-            "UPDATE rate_limits SET requests_at = $2, tokens_at = $3, paused_until = $4
+            "UPDATE rate_limits SET requests_at = $2, tokens_at = $3, paused_until = $4,
+                written_at = $5, tokens_avg = $6, probe_until = $7
              WHERE destination = $1",
         )
         .bind(destination)
         .bind(pace.requests_at)
         .bind(pace.tokens_at)
         .bind(pace.paused_until)
+        .bind(pace.written_at)
+        .bind(pace.tokens_avg)
+        .bind(pace.probe_until)
         .execute(&mut *c)
         .await?;
     });
@@ -305,52 +235,4 @@ async fn write(tx: &mut Tx, destination: &str, pace: Pace) -> agentsaga_core::Re
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(limit: &RateLimit, calls: &[(f64, u64)]) -> Vec<f64> {
-        let mut pace = Pace::default();
-        calls
-            .iter()
-            .map(|&(now, tokens)| {
-                let (at, next) = pace.reserve(limit, tokens, now);
-                pace = next;
-                at
-            })
-            .collect()
-    }
-
-    #[test]
-    fn calls_are_spaced_by_the_limit() {
-        let limit = RateLimit::requests_per_minute(600); // one per 100 ms
-        let at = run(&limit, &[(1000.0, 0); 4]);
-        assert_eq!(at, [1000.0, 1100.0, 1200.0, 1300.0]);
-        // After a quiet spell, the pace starts again from now (no credit without burst).
-        let at = run(&limit, &[(1000.0, 0), (5000.0, 0), (5000.0, 0)]);
-        assert_eq!(at, [1000.0, 5000.0, 5100.0]);
-    }
-
-    #[test]
-    fn a_burst_runs_ahead_then_keeps_the_pace() {
-        let limit = RateLimit::requests_per_minute(600).burst(Duration::from_millis(200));
-        let at = run(&limit, &[(1000.0, 0); 5]);
-        assert_eq!(at, [1000.0, 1000.0, 1000.0, 1100.0, 1200.0]);
-    }
-
-    #[test]
-    fn no_call_counts_more_than_ten_minutes_of_tokens() {
-        let limit = RateLimit::tokens_per_minute(60_000); // one token per ms
-        let at = run(&limit, &[(0.0, u64::MAX), (0.0, 0)]);
-        assert_eq!(at, [0.0, 600_000.0]);
-    }
-
-    #[test]
-    fn tokens_pace_by_what_calls_take() {
-        let limit = RateLimit::tokens_per_minute(60_000); // one token per ms
-        let at = run(&limit, &[(0.0, 500), (0.0, 100), (0.0, 0)]);
-        assert_eq!(at, [0.0, 500.0, 600.0]);
-        let both = RateLimit::requests_per_minute(6_000).and_tokens_per_minute(60_000);
-        let at = run(&both, &[(0.0, 0), (0.0, 0), (0.0, 50)]);
-        assert_eq!(at, [0.0, 10.0, 20.0]);
-    }
-}
+mod tests;

@@ -3,6 +3,12 @@
 //! it to the step and the saga in the transaction that applies the reply. Once a
 //! saga's [`Budget`] is spent, no further forward step is dispatched: the saga
 //! compensates, or waits for a person to raise the budget ([`OnBudgetSpent`]).
+//!
+//! Checked before each forward dispatch: a stage goes out step by step as far as the
+//! budget has room beside the steps on their way (one outside call each, and the
+//! saga's average of tokens and cost). A child saga's spending counts against its
+//! ancestors' budgets as it happens. A budget is a ceiling, exceeded by at most what
+//! the calls already on their way when it was reached use.
 
 use std::fmt;
 use std::ops::{Add, AddAssign};
@@ -215,6 +221,10 @@ pub(crate) struct BudgetRecord {
     pub(crate) on_spent: OnBudgetSpent,
     #[serde(default, skip_serializing_if = "Held::is_empty")]
     pub(crate) held: Held,
+    /// Steps of the current stage not sent yet: what the steps on their way are
+    /// expected to use left no room for them. They go as answers leave room.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pending: Vec<usize>,
 }
 
 /// The forward dispatches a spent budget held back: the next stage, and steps whose

@@ -10,6 +10,7 @@ mod operate;
 mod persist;
 mod signals;
 mod start;
+mod tree;
 mod waiting;
 
 use std::collections::{BTreeMap, HashMap};
@@ -274,6 +275,7 @@ impl Engine {
             fx: Effects::default(),
             rng: fastrand::Rng::new(),
             signals: BTreeMap::new(),
+            spenders: Vec::new(),
         })
     }
 

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::*;
 use crate::agent::{Agent, AgentContext, CallContext, CallingAgent, Meter, StepError};
-use crate::rate_limit::{self, MAX_RATE_LIMITED};
+use crate::rate_limit::{self, MAX_RATE_LIMITED, Reservation};
 
 #[async_trait::async_trait]
 impl<A: Agent> AgentRunner for Local<A> {
@@ -130,16 +130,23 @@ impl<A: CallingAgent> Calling<A> {
         let estimate = self.0.estimate_tokens(command);
         let mut limited = 0;
         loop {
-            if let Some(limit) = &hub.limit {
-                let wait = rate_limit::reserve(&hub.store, destination, limit, estimate)
+            let mut reservation = None;
+            while let Some(limit) = hub.limit.as_ref().filter(|_| reservation.is_none()) {
+                match rate_limit::reserve(&hub.store, destination, limit, estimate)
                     .await
-                    .map_err(infra)?;
-                if !wait.is_zero() {
-                    tracing::debug!(
-                        wait_ms = wait.as_millis() as u64,
-                        "waiting for a rate-limit slot"
-                    );
-                    tokio::time::sleep(wait).await;
+                    .map_err(infra)?
+                {
+                    Reservation::Later(wait) => tokio::time::sleep(wait).await,
+                    slot @ Reservation::Slot { wait, .. } => {
+                        if !wait.is_zero() {
+                            tracing::debug!(
+                                wait_ms = wait.as_millis() as u64,
+                                "waiting for a rate-limit slot"
+                            );
+                            tokio::time::sleep(wait).await;
+                        }
+                        reservation = Some(slot);
+                    }
                 }
             }
             let before = used(meter);
@@ -152,11 +159,11 @@ impl<A: CallingAgent> Calling<A> {
                 attempt = env.attempts,
             );
             let result = bounded(deadline, self.0.call(ctx, command).instrument(call_span)).await;
-            if let Some(limit) = &hub.limit {
+            if let Some((limit, reservation)) = hub.limit.as_ref().zip(reservation) {
                 let tokens = |u: Usage| u.tokens_in.saturating_add(u.tokens_out);
                 let spent = tokens(used(meter)).saturating_sub(tokens(before));
                 if let Err(e) =
-                    rate_limit::settle(&hub.store, destination, limit, estimate, spent).await
+                    rate_limit::settle(&hub.store, destination, limit, reservation, spent).await
                 {
                     tracing::warn!(error = %e, "a call's tokens were not settled with its rate limit");
                 }
@@ -167,7 +174,9 @@ impl<A: CallingAgent> Calling<A> {
                     let Some(limit) = &hub.limit else {
                         return Err(finish_failed(hub, env, e, used(meter)).await);
                     };
-                    let after = retry_after.unwrap_or(rate_limit::DEFAULT_RETRY_AFTER);
+                    let after = retry_after
+                        .unwrap_or(rate_limit::DEFAULT_RETRY_AFTER)
+                        .min(rate_limit::MAX_PAUSE);
                     tracing::info!(
                         retry_after_ms = after.as_millis() as u64,
                         "rate limited: the destination pauses"

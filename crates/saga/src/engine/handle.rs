@@ -206,8 +206,10 @@ impl Engine {
         };
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
+        let spenders = self.spenders_of(tx, &inst).await?;
         let mut ctx = self.ctx(&mut inst)?;
         ctx.signals = signals;
+        ctx.spenders = spenders;
         match started_in_time {
             Some(step) => ctx.ignore(format!("step {step} started in time"))?,
             None => ctx.receive(inbound)?,

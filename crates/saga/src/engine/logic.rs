@@ -60,6 +60,9 @@ pub(crate) struct Ctx<'a> {
     /// The signals the saga has received, by wait name (loaded only for a saga whose
     /// definition waits).
     pub(crate) signals: BTreeMap<String, StepOutcome>,
+    /// The budgets of the saga's tree that its dispatches also count against (loaded
+    /// only for a child saga, or one with children).
+    pub(crate) spenders: Vec<super::model::Spender>,
 }
 
 impl Ctx<'_> {

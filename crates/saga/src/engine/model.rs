@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use agentsaga_core::MessageId;
 use serde_json::Value;
 
-use crate::budget::{BudgetRecord, Usage};
+use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
 use crate::{CompensationState, SagaId, SagaState, StepState};
 
 /// A saga instance as stored in `saga_instances`, with its `saga_steps`.
@@ -152,4 +152,15 @@ impl Instance {
             .find(|r| r.compensation_state == Some(CompensationState::Failed))
             .map(|r| r.idx)
     }
+}
+
+/// An ancestor of the saga (or the saga itself, when it has children) with a budget:
+/// what its whole tree of sagas has used, read when the event's handling began, and
+/// what is added while deciding. A child's spending counts against it as it happens.
+#[derive(Debug, Clone)]
+pub(crate) struct Spender {
+    pub(crate) id: crate::SagaId,
+    pub(crate) limit: Budget,
+    pub(crate) on_spent: OnBudgetSpent,
+    pub(crate) used: Usage,
 }

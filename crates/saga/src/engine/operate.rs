@@ -1,5 +1,6 @@
 //! What people and operators do to a saga: signals, abort, retry, skip.
 
+use super::tree;
 use super::*;
 
 impl Engine {
@@ -80,8 +81,9 @@ impl Engine {
     /// Operator: raise saga `id`'s budget to the limits `raise` names (the others
     /// kept; a saga without a budget gets one that waits when spent). A saga that held
     /// back a forward step for its spent budget goes on, now if this engine has its
-    /// definition, else once its orchestrator is woken when `tx` commits. Needs no
-    /// definition (the CLI raises budgets). A person's act: the MCP tools cannot.
+    /// definition, else once its orchestrator is woken when `tx` commits; so do the
+    /// child sagas below it that its tree's spent budget held (woken likewise). Needs
+    /// no definition (the CLI raises budgets). A person's act: the MCP tools cannot.
     ///
     /// # Errors
     /// [`Error::NotFound`]; [`Error::WrongState`] for a finished saga, with nothing
@@ -92,7 +94,10 @@ impl Engine {
         id: SagaId,
         raise: crate::Budget,
     ) -> Result<SagaState> {
-        self.operate(tx, id, |c| c.raise_budget(raise)).await
+        let state = self.operate(tx, id, |c| c.raise_budget(raise)).await?;
+        // Child sagas held for this saga's tree budget go on too.
+        tree::wake_held_below(tx, id).await?;
+        Ok(state)
     }
 
     pub(super) async fn operate(
@@ -106,8 +111,10 @@ impl Engine {
             .ok_or(Error::NotFound(id))?;
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
+        let spenders = self.spenders_of(tx, &inst).await?;
         let mut ctx = self.ctx(&mut inst)?;
         ctx.signals = signals;
+        ctx.spenders = spenders;
         op(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);
         self.write(tx, &inst, Some(&before), fx).await?;

@@ -168,7 +168,23 @@ impl Engine {
                         inst.state
                     ))
                 } else {
-                    None
+                    // A spent budget holds the step: re-driving it would spend past
+                    // the budget. Once raised, the saga sends the step again itself.
+                    // (Held for an ancestor's spent budget: in the held steps.)
+                    inst.budget.as_ref().and_then(|b| {
+                        let spent = b.limit.spent_by(&inst.usage).or_else(|| {
+                            b.held
+                                .steps
+                                .contains(&row.idx)
+                                .then(|| "its saga tree's budget is spent".to_owned())
+                        })?;
+                        Some(format!(
+                            "budget spent: {spent}: step `{}` waits for an operator to \
+                             raise the budget (`agentsaga sagas raise-budget`), and the \
+                             saga then sends it again itself",
+                            row.name
+                        ))
+                    })
                 }
             }
             Some((Outbound::Compensation { .. }, row)) => {

@@ -5,6 +5,8 @@
 use super::*;
 use crate::{Budget, OnBudgetSpent, Usage};
 
+mod tree;
+
 /// Three undoable steps one after the other (`a`, `b`, `c`), at most 150 tokens out.
 fn thrifty(on_spent: OnBudgetSpent) -> SagaDefinition {
     let undoable = |n: &str| {
@@ -209,14 +211,14 @@ async fn a_childs_usage_counts_for_its_parent(backend: Backend) {
 }
 both_backends!(child_tests, a_childs_usage_counts_for_its_parent);
 
-/// A pivot, then two steps in parallel (`x`, `y`), at most 2 outside calls, held when
+/// A pivot, then two steps in parallel (`x`, `y`), at most 3 outside calls, held when
 /// spent.
 fn after_the_pivot() -> SagaDefinition {
     let open = |n: &str| Step::<D>::new(n, format!("{n}-agent")).retry(fast());
     Saga::<D>::builder("after", 1)
         .pivot(open("p"))
         .parallel([open("x"), open("y")])
-        .budget(Budget::new().calls(2), OnBudgetSpent::Wait)
+        .budget(Budget::new().calls(3), OnBudgetSpent::Wait)
         .build()
         .unwrap()
 }
@@ -224,8 +226,19 @@ fn after_the_pivot() -> SagaDefinition {
 /// `command`'s agent answers `outcome`, reporting one outside call; the orchestrator
 /// then handles every reply waiting for it.
 async fn answer_and_handle(w: &World, command: &Envelope, outcome: StepOutcome) {
+    answer_and_handle_for(w, command, (outcome, 1), "saga.after.v1").await;
+}
+
+/// [`answer_and_handle`], reporting `calls` outside calls, for the saga whose
+/// orchestrator is `orchestrator`.
+async fn answer_and_handle_for(
+    w: &World,
+    command: &Envelope,
+    (outcome, calls): (StepOutcome, u64),
+    orchestrator: &str,
+) {
     let reply = protocol::reply(command, &outcome).unwrap().unwrap();
-    let reply = protocol::with_usage(reply, &Usage::default().with_calls(1));
+    let reply = protocol::with_usage(reply, &Usage::default().with_calls(calls));
     let mut tx = w.store.begin().await.unwrap();
     tx.receive(&command.destination, command.id).await.unwrap();
     tx.enqueue(&reply).await.unwrap();
@@ -235,7 +248,7 @@ async fn answer_and_handle(w: &World, command: &Envelope, outcome: StepOutcome) 
         async move { store.queue().mark_delivered("t", &[seq]).await.unwrap() }
     };
     done(command.seq).await;
-    for env in claim_of(&w.store, "saga.after.v1").await {
+    for env in claim_of(&w.store, orchestrator).await {
         let mut tx = w.store.begin().await.unwrap();
         w.engine.handle(&mut tx, &env).await.unwrap();
         tx.commit().await.unwrap();
@@ -254,7 +267,8 @@ async fn a_raise_while_stuck_keeps_what_was_held(backend: Backend) {
     answer_and_handle(&w, &p, ok()).await;
     let x = claim_of(&w.store, "x-agent").await.remove(0);
     let y = claim_of(&w.store, "y-agent").await.remove(0);
-    answer_and_handle(&w, &x, StepOutcome::Retryable("busy".into())).await;
+    let busy = (StepOutcome::Retryable("busy".into()), 2);
+    answer_and_handle_for(&w, &x, busy, "saga.after.v1").await;
     assert!(
         spending(&w, id).await.waiting_for_raise,
         "x's retry is held"
@@ -280,7 +294,7 @@ async fn a_raise_while_stuck_keeps_what_was_held(backend: Backend) {
     answer_and_handle(&w, &x[0], ok()).await;
     answer_and_handle(&w, &y[0], ok()).await;
     assert_eq!(state(&w).await, SagaState::Completed);
-    assert_eq!(spending(&w, id).await.usage.calls, 5);
+    assert_eq!(spending(&w, id).await.usage.calls, 6);
 }
 both_backends!(stuck_raise_tests, a_raise_while_stuck_keeps_what_was_held);
 
@@ -294,7 +308,7 @@ async fn a_late_reply_with_a_bad_usage_is_ignored(backend: Backend) {
     answer_and_handle(&w, &p, ok()).await;
     let x = claim_of(&w.store, "x-agent").await.remove(0);
     answer_and_handle(&w, &x, StepOutcome::Retryable("busy".into())).await;
-    // x was spent out (2 calls of 2): raise, so that its retry goes.
+    // Raise, so that x's retry goes whatever it spent.
     raise(&w, &w.engine, id, Budget::new().calls(10)).await;
     // The first attempt's reply, again, late and with a bad header.
     answer_with_a_bad_usage(&w, &x, "saga.after.v1").await;
@@ -327,3 +341,105 @@ async fn a_sibling_answering_while_stuck_is_kept(backend: Backend) {
     assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
 }
 both_backends!(sibling_tests, a_sibling_answering_while_stuck_is_kept);
+
+// Past the pivot, `p` and `y` spend the budget (3 calls of 3), then `x`'s command is
+// dead-lettered: its resend is held for the spent budget. Re-driving that dead letter
+// would run the command the budget holds: it is moot, saying why. Once the budget is
+// raised the saga sends `x` again itself (a later attempt), and the dead letter stays
+// moot.
+async fn a_dead_letter_held_for_a_spent_budget_is_not_redriven(backend: Backend) {
+    let w = World::new(backend, vec![after_the_pivot()], 7).await;
+    let id = w.start("after", json!({ "trip": 1 })).await;
+    let p = claim_of(&w.store, "p-agent").await.remove(0);
+    answer_and_handle(&w, &p, ok()).await;
+    let x = claim_of(&w.store, "x-agent").await.remove(0);
+    let y = claim_of(&w.store, "y-agent").await.remove(0);
+    answer_and_handle_for(&w, &y, (ok(), 2), "saga.after.v1").await;
+    let reason = "x-agent: attempts exhausted";
+    let notice = agentsaga_core::DeliveryFailed::notice_for(&x, reason).unwrap();
+    let dead = agentsaga_core::queue::DeadLetter {
+        seq: x.seq,
+        reason: reason.into(),
+        notice,
+    };
+    w.store.queue().dead_letter("t", &[dead]).await.unwrap();
+    for env in claim_of(&w.store, "saga.after.v1").await {
+        let mut tx = w.store.begin().await.unwrap();
+        w.engine.handle(&mut tx, &env).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert!(
+        spending(&w, id).await.waiting_for_raise,
+        "x's resend is held"
+    );
+    let why = Engine::moot(&w.store, &x)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(why.contains("budget spent: calls 3 of 3"), "{why}");
+    assert!(why.contains("raise"), "{why}");
+
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
+    let again = claim_of(&w.store, "x-agent").await;
+    assert_eq!(again.len(), 1, "the saga sent x again itself");
+    assert!(Engine::moot(&w.store, &x).await.unwrap().is_some());
+}
+both_backends!(
+    held_dead_letter_tests,
+    a_dead_letter_held_for_a_spent_budget_is_not_redriven
+);
+
+/// One stage of four steps in parallel, at most 2 outside calls, held when spent.
+fn wide() -> SagaDefinition {
+    let open = |n: &str| {
+        Step::<D>::new(n, format!("{n}-agent"))
+            .nothing_to_undo()
+            .retry(fast())
+    };
+    Saga::<D>::builder("wide", 1)
+        .parallel([open("w0"), open("w1"), open("w2"), open("w3")])
+        .budget(Budget::new().calls(2), OnBudgetSpent::Wait)
+        .build()
+        .unwrap()
+}
+
+/// The commands of `wide`'s steps waiting for their agents.
+async fn wide_commands(w: &World) -> Vec<Envelope> {
+    let mut all = Vec::new();
+    for n in 0..4 {
+        all.extend(claim_of(&w.store, &format!("w{n}-agent")).await);
+    }
+    all
+}
+
+// A parallel stage of four steps with room for two calls: two go out (each step on
+// its way is expected to make one call), the others wait. Once the two answered with
+// a call each, the budget is spent: the others are held for a raise; after it, they
+// go, and the saga completes.
+async fn a_parallel_stage_goes_out_as_far_as_it_fits(backend: Backend) {
+    let w = World::new(backend, vec![wide()], 7).await;
+    let id = w.start("wide", json!({ "trip": 1 })).await;
+    let first = wide_commands(&w).await;
+    assert_eq!(first.len(), 2, "only what fits goes out");
+    for c in &first {
+        answer_and_handle_for(&w, c, (ok(), 1), "saga.wide.v1").await;
+    }
+    assert!(wide_commands(&w).await.is_empty(), "the budget is spent");
+    let spent = spending(&w, id).await;
+    assert!(spent.waiting_for_raise, "the other two are held");
+    assert_eq!(spent.usage.calls, 2);
+
+    raise(&w, &w.engine, id, Budget::new().calls(10)).await;
+    let rest = wide_commands(&w).await;
+    assert_eq!(rest.len(), 2, "the held two go after the raise");
+    for c in &rest {
+        answer_and_handle_for(&w, c, (ok(), 1), "saga.wide.v1").await;
+    }
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    assert_eq!(spending(&w, id).await.usage.calls, 4);
+}
+both_backends!(
+    parallel_fit_tests,
+    a_parallel_stage_goes_out_as_far_as_it_fits
+);

@@ -6,7 +6,7 @@ use super::replanning::{answers, plan_json, run_planned, undoable};
 use super::*;
 
 /// A planned saga whose planner is asked again only after a failure, up to `turns`.
-fn careful(turns: u32) -> SagaDefinition {
+pub(super) fn careful(turns: u32) -> SagaDefinition {
     PlannedSaga::builder("careful", 1)
         .destinations(["search", "book", "mail"])
         .planner(

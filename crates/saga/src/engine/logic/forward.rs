@@ -23,7 +23,7 @@ impl Ctx<'_> {
         self.inst.budget = budget.map(|(limit, on_spent)| BudgetRecord {
             limit,
             on_spent,
-            held: Default::default(),
+            ..BudgetRecord::default()
         });
         if let Some(deadline) = deadline {
             let timer = protocol::deadline_timer(
@@ -36,10 +36,16 @@ impl Ctx<'_> {
         self.dispatch_stage(0)
     }
 
+    /// Sends stage `stage`'s steps, as many as the budget has room for while the
+    /// others are on their way (see `room_for_one`); the rest wait for answers.
     fn dispatch_stage(&mut self, stage: usize) -> Result<()> {
         self.inst.stage = stage;
         for idx in self.def()?.stage_range(stage) {
-            self.dispatch_step(idx, Duration::ZERO)?;
+            if self.room_for_one() {
+                self.dispatch_step(idx, Duration::ZERO)?;
+            } else if let Some(record) = &mut self.inst.budget {
+                record.pending.push(idx);
+            }
         }
         Ok(())
     }
@@ -274,6 +280,10 @@ impl Ctx<'_> {
 
     /// Once every step of the current stage succeeded: the next stage, or `completed`.
     pub(super) fn advance_forward(&mut self) -> Result<()> {
+        self.release_pending()?;
+        if self.inst.state != SagaState::Running {
+            return Ok(());
+        }
         let def = self.def()?;
         let range = def.stage_range(self.inst.stage);
         let stages = def.stages.len();

@@ -157,6 +157,7 @@ impl Sim {
             fx: Effects::default(),
             rng: fastrand::Rng::with_seed(self.seed),
             signals: self.signals.clone(),
+            spenders: Vec::new(),
         };
         decide(&mut ctx)?;
         let fx = std::mem::take(&mut ctx.fx);

@@ -1,0 +1,206 @@
+//! A saga tree's budgets: a child saga's spending counts against its ancestors'
+//! budgets (its root's above all) as it happens, not only once the child answers. Before
+//! a child (or a saga with children) decides, the engine reads the budgets above it and
+//! what each one's whole tree has used: each saga's own usage (its `usage` less what it
+//! took from its children's answers, counted where the children spent it), summed over
+//! the tree. Two reads, in the event's transaction; none for a saga without parent or
+//! children.
+
+use std::collections::HashMap;
+
+use agentsaga_core::{Conn, sqlx};
+
+use super::model::Spender;
+use super::*;
+use crate::budget::{BudgetRecord, Usage};
+
+impl Engine {
+    /// The budgets that `inst`'s dispatches count against beside its own: its
+    /// ancestors' with what their trees used, and its own with its children's when it
+    /// has children.
+    pub(super) async fn spenders_of(&self, tx: &mut Tx, inst: &Instance) -> Result<Vec<Spender>> {
+        let has_children = inst
+            .steps
+            .values()
+            .any(|r| crate::definition::child_of(&r.destination).is_some());
+        if inst.parent.is_none() && !has_children {
+            return Ok(Vec::new());
+        }
+        let chain = up(tx.conn(), inst.id).await?;
+        let Some(root) = chain.last().map(|(id, _)| *id) else {
+            return Ok(Vec::new());
+        };
+        let mut spenders: Vec<Spender> = chain
+            .into_iter()
+            .filter(|(id, _)| *id != inst.id || has_children)
+            .filter_map(|(id, record)| {
+                let record = record?;
+                (!record.limit.is_empty()).then(|| Spender {
+                    id,
+                    limit: record.limit,
+                    on_spent: record.on_spent,
+                    used: Usage::default(),
+                })
+            })
+            .collect();
+        if spenders.is_empty() {
+            return Ok(spenders);
+        }
+        let (parents, own) = down(tx.conn(), root).await?;
+        for (saga, used) in own {
+            // Every spender above `saga` (or `saga` itself) counts what it used.
+            let mut at = Some(saga);
+            while let Some(id) = at {
+                if let Some(s) = spenders.iter_mut().find(|s| s.id == id) {
+                    s.used += used;
+                }
+                at = parents.get(&id).copied().flatten();
+            }
+        }
+        Ok(spenders)
+    }
+}
+
+/// After a raise of saga `id`'s budget: wakes, in `tx`, each saga below it whose
+/// dispatches its tree's spent budget held (they go once the budgets allow).
+pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
+    let rows: Vec<(String, String, i64, Option<String>)> = agentsaga_core::match_conn!(tx.conn(),
+        sqlite(c) => sqlx::query_as(
+            "WITH RECURSIVE down(id) AS (
+                SELECT id FROM saga_instances WHERE parent_id = ?1
+                UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+             SELECT i.id, i.name, i.version, i.budget FROM saga_instances i
+             WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
+        )
+        .bind(id.to_string())
+        .fetch_all(&mut *c)
+        .await?,
+        postgres(c) => sqlx::query_as(
+            "WITH RECURSIVE down(id) AS (
+                SELECT id FROM saga_instances WHERE parent_id = $1
+                UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+             SELECT i.id::text, i.name, i.version::int8, i.budget::text FROM saga_instances i
+             WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
+        )
+        .bind(id.as_uuid())
+        .fetch_all(&mut *c)
+        .await?);
+    let mut wake = Vec::new();
+    for (child, name, version, budget) in rows {
+        let Some(record) = budget
+            .map(|b| serde_json::from_str::<BudgetRecord>(&b))
+            .transpose()?
+        else {
+            continue;
+        };
+        if record.held.is_empty() {
+            continue;
+        }
+        let version = i32::try_from(version)
+            .map_err(|_| Error::Corrupt(format!("saga {child}: version {version}")))?;
+        let orchestrator = crate::orchestrator_destination(&name, version);
+        wake.push(protocol::budget_raised(parse_id(&child)?, &orchestrator));
+    }
+    if !wake.is_empty() {
+        tx.enqueue_batch(&wake).await?;
+    }
+    Ok(())
+}
+
+/// Saga `id`, then its parent, up to its root, with their budgets.
+async fn up(conn: Conn<'_>, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetRecord>)>> {
+    let rows: Vec<(String, Option<String>)> = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_as(
+            "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
+                SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = ?1
+                UNION ALL
+                SELECT i.id, i.parent_id, i.budget, up.depth + 1
+                FROM saga_instances i JOIN up ON i.id = up.parent_id
+                WHERE up.depth < 1000)
+             SELECT id, budget FROM up ORDER BY depth",
+        )
+        .bind(id.to_string())
+        .fetch_all(&mut *c)
+        .await?,
+        postgres(c) => sqlx::query_as(
+            "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
+                SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = $1
+                UNION ALL
+                SELECT i.id, i.parent_id, i.budget, up.depth + 1
+                FROM saga_instances i JOIN up ON i.id = up.parent_id
+                WHERE up.depth < 1000)
+             SELECT id::text, budget::text FROM up ORDER BY depth",
+        )
+        .bind(id.as_uuid())
+        .fetch_all(&mut *c)
+        .await?);
+    rows.into_iter()
+        .map(|(id, budget)| {
+            let id = parse_id(&id)?;
+            let record = budget.map(|b| serde_json::from_str(&b)).transpose()?;
+            Ok((id, record))
+        })
+        .collect()
+}
+
+/// The sagas of `root`'s tree: each one's parent, and what it used itself (its usage
+/// less what its child steps took from their children's answers).
+async fn down(
+    conn: Conn<'_>,
+    root: SagaId,
+) -> Result<(HashMap<SagaId, Option<SagaId>>, HashMap<SagaId, Usage>)> {
+    let rows: Vec<(String, String, Option<String>, Option<String>)> = agentsaga_core::match_conn!(conn,
+        sqlite(c) => sqlx::query_as(
+            "WITH RECURSIVE down(id) AS (
+                SELECT ?1 UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+             SELECT 'i', i.id, i.parent_id, i.usage FROM saga_instances i
+                WHERE i.id IN (SELECT id FROM down)
+             UNION ALL
+             SELECT 's', s.saga_id, NULL, s.usage FROM saga_steps s
+                WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
+        )
+        .bind(root.to_string())
+        .fetch_all(&mut *c)
+        .await?,
+        postgres(c) => sqlx::query_as(
+            "WITH RECURSIVE down(id) AS (
+                SELECT $1::uuid UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+             SELECT 'i', i.id::text, i.parent_id::text, i.usage::text FROM saga_instances i
+                WHERE i.id IN (SELECT id FROM down)
+             UNION ALL
+             SELECT 's', s.saga_id::text, NULL::text, s.usage::text FROM saga_steps s
+                WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
+        )
+        .bind(root.as_uuid())
+        .fetch_all(&mut *c)
+        .await?);
+    let mut parents = HashMap::new();
+    let mut total: HashMap<SagaId, Usage> = HashMap::new();
+    let mut taken: HashMap<SagaId, Usage> = HashMap::new();
+    for (kind, id, parent, usage) in rows {
+        let id = parse_id(&id)?;
+        let usage: Usage = match usage.as_deref() {
+            None | Some("") => Usage::default(),
+            Some(u) => serde_json::from_str(u)?,
+        };
+        if kind == "i" {
+            parents.insert(id, parent.as_deref().map(parse_id).transpose()?);
+            *total.entry(id).or_default() += usage;
+        } else {
+            *taken.entry(id).or_default() += usage;
+        }
+    }
+    let own = total
+        .into_iter()
+        .map(|(id, used)| {
+            let taken = taken.get(&id).copied().unwrap_or_default();
+            (id, used.since(&taken))
+        })
+        .collect();
+    Ok((parents, own))
+}
+
+fn parse_id(s: &str) -> Result<SagaId> {
+    s.parse()
+        .map_err(|e| Error::Corrupt(format!("saga id `{s}`: {e}")))
+}
