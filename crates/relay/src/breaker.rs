@@ -4,22 +4,30 @@
 //! Closed --threshold consecutive failures--> Open
 //! Open   --cooldown elapsed-------------------> HalfOpen (one probe delivery)
 //! HalfOpen --probe succeeds-------------------> Closed
-//! HalfOpen --probe fails----------------------> Open
+//! HalfOpen --probe fails----------------------> Open (for twice the last cooldown)
 //! ```
 //!
 //! An open destination is left out of claims, so its rows stay pending (attempts not
-//! spent) and the other destinations keep the workers.
+//! spent) and the other destinations keep the workers. Each failed probe doubles the
+//! cooldown, up to [`MAX_COOLDOWN`] (or the configured cooldown if longer): a long
+//! outage costs one probe a minute, not one a cooldown.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The longest pause between probes of a destination that stays down (unless the
+/// configured cooldown is longer).
+pub(crate) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
+
+/// `trips`: how many times in a row the breaker opened without closing (the pause
+/// doubles with each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Closed { failures: u32 },
-    Open { until: Instant },
-    HalfOpen { probing: bool },
+    Open { until: Instant, trips: u32 },
+    HalfOpen { probing: bool, trips: u32 },
 }
 
 /// What a recorded outcome did to a breaker, for the log.
@@ -67,12 +75,15 @@ impl Breakers {
             };
             match *state {
                 State::Closed { .. } => out.closed.push(d.clone()),
-                State::Open { until } if now >= until => {
-                    *state = State::HalfOpen { probing: false };
+                State::Open { until, trips } if now >= until => {
+                    *state = State::HalfOpen {
+                        probing: false,
+                        trips,
+                    };
                     out.probe.push(d.clone());
                 }
-                State::HalfOpen { probing: false } => out.probe.push(d.clone()),
-                State::Open { .. } | State::HalfOpen { probing: true } => {}
+                State::HalfOpen { probing: false, .. } => out.probe.push(d.clone()),
+                State::Open { .. } | State::HalfOpen { probing: true, .. } => {}
             }
         }
         out
@@ -80,9 +91,27 @@ impl Breakers {
 
     /// A probe row was claimed for `destination`: no more until its outcome.
     pub(crate) fn probing(&mut self, destination: &str, probing: bool) {
-        if let Some(State::HalfOpen { probing: p }) = self.states.get_mut(destination) {
+        if let Some(State::HalfOpen { probing: p, .. }) = self.states.get_mut(destination) {
             *p = probing;
         }
+    }
+
+    /// The pause after `trips` openings in a row: the cooldown doubled each time, up to
+    /// [`MAX_COOLDOWN`] (or the cooldown itself if longer).
+    fn cooldown_after(&self, trips: u32) -> Duration {
+        let cap = MAX_COOLDOWN.max(self.cooldown);
+        self.cooldown
+            .checked_mul(1u32 << trips.min(20))
+            .map_or(cap, |d| d.min(cap))
+    }
+
+    /// The destinations whose breaker is open or half-open (paused, probed one
+    /// delivery at a time).
+    pub(crate) fn paused(&self) -> usize {
+        self.states
+            .values()
+            .filter(|s| !matches!(s, State::Closed { .. }))
+            .count()
     }
 
     /// Records a delivery outcome: `ok` for delivered or rejected (the destination
@@ -91,26 +120,29 @@ impl Breakers {
         if self.threshold == 0 {
             return None;
         }
-        let state = self
+        let before = self
             .states
-            .entry(destination.to_owned())
-            .or_insert(State::Closed { failures: 0 });
-        let before = *state;
-        *state = match (before, ok) {
+            .get(destination)
+            .copied()
+            .unwrap_or(State::Closed { failures: 0 });
+        let after = match (before, ok) {
             (_, true) => State::Closed { failures: 0 },
             (State::Closed { failures }, false) if failures + 1 >= self.threshold => State::Open {
                 until: now + self.cooldown,
+                trips: 1,
             },
             (State::Closed { failures }, false) => State::Closed {
                 failures: failures + 1,
             },
-            (State::HalfOpen { .. }, false) => State::Open {
-                until: now + self.cooldown,
+            (State::HalfOpen { trips, .. }, false) => State::Open {
+                until: now + self.cooldown_after(trips),
+                trips: trips.saturating_add(1),
             },
             // A delivery that started before the breaker opened: keep the cooldown.
             (open @ State::Open { .. }, false) => open,
         };
-        match (before, *state) {
+        self.states.insert(destination.to_owned(), after);
+        match (before, after) {
             (State::Open { .. }, State::Open { .. }) => None,
             (_, State::Open { .. }) => Some(Change::Opened),
             (State::Open { .. } | State::HalfOpen { .. }, State::Closed { .. }) => {
@@ -154,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_probe_reopens_for_a_full_cooldown() {
+    fn a_failed_probe_reopens_for_twice_the_cooldown() {
         let cooldown = Duration::from_secs(1);
         let mut b = Breakers::new(1, cooldown);
         let t0 = Instant::now();
@@ -163,9 +195,9 @@ mod tests {
         assert_eq!(b.claimable(&dests(), t1).probe, vec!["a".to_owned()]);
         b.probing("a", true);
         assert_eq!(b.record("a", false, t1), Some(Change::Opened));
-        assert!(b.claimable(&dests(), t1 + cooldown / 2).probe.is_empty());
+        assert!(b.claimable(&dests(), t1 + cooldown).probe.is_empty());
         assert_eq!(
-            b.claimable(&dests(), t1 + cooldown).probe,
+            b.claimable(&dests(), t1 + 2 * cooldown).probe,
             vec!["a".to_owned()]
         );
     }
@@ -182,6 +214,33 @@ mod tests {
             assert_eq!(off.record("a", false, t), None);
         }
         assert_eq!(off.claimable(&dests(), t).closed, dests());
+    }
+
+    #[test]
+    fn the_pause_doubles_while_probes_fail_up_to_a_minute() {
+        let cooldown = Duration::from_secs(5);
+        let mut b = Breakers::new(1, cooldown);
+        let mut t = Instant::now();
+        assert_eq!(b.record("a", false, t), Some(Change::Opened));
+        assert_eq!(b.paused(), 1);
+        // The first pause is the cooldown, each failed probe doubles it, up to a minute.
+        for secs in [5, 10, 20, 40, 60, 60, 60] {
+            let pause = Duration::from_secs(secs);
+            assert!(
+                b.claimable(&dests(), t + pause - Duration::from_millis(1))
+                    .probe
+                    .is_empty(),
+                "probed before {secs} s"
+            );
+            t += pause;
+            assert_eq!(b.claimable(&dests(), t).probe, vec!["a".to_owned()]);
+            b.probing("a", true);
+            assert_eq!(b.record("a", false, t), Some(Change::Opened));
+        }
+        let t = t + Duration::from_secs(60);
+        assert_eq!(b.claimable(&dests(), t).probe, vec!["a".to_owned()]);
+        assert_eq!(b.record("a", true, t), Some(Change::Closed));
+        assert_eq!(b.paused(), 0);
     }
 
     #[test]

@@ -301,7 +301,10 @@ impl Claimer {
             // or claimed again since: this delivery's outcome is not the row's.
             return;
         };
-        let ok = !matches!(done.delivery, Delivery::Retry { .. });
+        let ok = !matches!(
+            done.delivery,
+            Delivery::Retry { .. } | Delivery::Unavailable { .. }
+        );
         match state
             .breakers
             .record(&envelope.destination, ok, Instant::now())
@@ -319,6 +322,7 @@ impl Claimer {
             }
             None => {}
         }
+        self.stats.set_paused(state.breakers.paused());
         state.outcomes.record(
             &envelope,
             done.delivery,

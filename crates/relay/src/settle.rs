@@ -11,6 +11,10 @@ use crate::stats::StatsCell;
 /// dying while delivering it).
 pub(crate) const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
 
+/// How the `last_error` of a row waiting for a destination that could not be reached
+/// starts (what status, metrics and the console count as waiting for it).
+pub(crate) const UNAVAILABLE: &str = "unavailable: ";
+
 /// A delivered row waiting to be marked delivered.
 #[derive(Debug)]
 pub(crate) struct Ack {
@@ -49,6 +53,14 @@ impl Outcomes {
                 seq: envelope.seq,
                 delay: after.unwrap_or_else(|| policy.backoff(envelope.attempts)),
                 error: reason,
+                spent: true,
+            }),
+            // However long the way is down: the attempt is given back, nothing dies.
+            Delivery::Unavailable { reason, after } => self.retries.push(Retry {
+                seq: envelope.seq,
+                delay: after.unwrap_or_else(|| policy.backoff(envelope.attempts)),
+                error: format!("{UNAVAILABLE}{reason}"),
+                spent: false,
             }),
             Delivery::Reject { reason } => self.give_up(envelope, reason),
         }
@@ -198,6 +210,25 @@ mod tests {
         assert_eq!(o.dead[0].reason, "last");
         let notice = o.dead[0].notice.as_ref().expect("reply_to gets a notice");
         assert_eq!(notice.destination, "orch");
+    }
+
+    #[test]
+    fn an_unreachable_destination_spends_nothing_and_never_dies() {
+        let mut o = Outcomes::default();
+        for attempts in [1, 3, 50] {
+            o.record(
+                &envelope(attempts, Some("orch")),
+                Delivery::unavailable("broker away"),
+                0,
+                &policy(),
+            );
+        }
+        assert!(o.dead.is_empty(), "{:?}", o.dead);
+        assert_eq!(o.retries.len(), 3);
+        for r in &o.retries {
+            assert!(!r.spent);
+            assert_eq!(r.error, "unavailable: broker away");
+        }
     }
 
     #[test]

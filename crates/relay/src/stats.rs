@@ -23,6 +23,9 @@ pub struct RelayStats {
     pub db_errors: u64,
     /// Times a destination's circuit breaker opened.
     pub breaker_trips: u64,
+    /// Destinations paused right now by their circuit breaker (unreachable or
+    /// failing: probed one delivery at a time).
+    pub paused: u64,
     /// Deliveries cancelled because the relay lost their row's lease (it expired and
     /// another delivery took the row, or renewing failed until it ran out).
     pub leases_lost: u64,
@@ -57,6 +60,7 @@ pub(crate) struct StatsCell {
     handed_over: AtomicU64,
     db_errors: AtomicU64,
     breaker_trips: AtomicU64,
+    paused: AtomicU64,
     leases_lost: AtomicU64,
     latency_sum_ms: AtomicU64,
     histogram: Box<[AtomicU64]>,
@@ -73,6 +77,7 @@ impl Default for StatsCell {
             handed_over: AtomicU64::new(0),
             db_errors: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
+            paused: AtomicU64::new(0),
             leases_lost: AtomicU64::new(0),
             latency_sum_ms: AtomicU64::new(0),
             histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
@@ -117,6 +122,10 @@ impl StatsCell {
         self.breaker_trips.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn set_paused(&self, n: usize) {
+        self.paused.store(n as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn latency(&self, ms: u64) {
         self.latency_sum_ms.fetch_add(ms, Ordering::Relaxed);
         self.histogram[bucket(ms)].fetch_add(1, Ordering::Relaxed);
@@ -138,6 +147,7 @@ impl StatsCell {
             handed_over: self.handed_over.load(Ordering::Relaxed),
             db_errors: self.db_errors.load(Ordering::Relaxed),
             breaker_trips: self.breaker_trips.load(Ordering::Relaxed),
+            paused: self.paused.load(Ordering::Relaxed),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             latency_count: total,
             latency_sum_ms: self.latency_sum_ms.load(Ordering::Relaxed),

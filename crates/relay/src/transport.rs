@@ -20,6 +20,21 @@ pub enum Delivery {
         /// The destination's own idea of when to try again (e.g. `Retry-After`).
         after: Option<Duration>,
     },
+    /// The way to the destination is down (a broker away, a service that refuses
+    /// connections): nothing reached it. The row goes back to pending **without
+    /// spending an attempt** (however long the outage, nothing is dead-lettered for
+    /// it), its `last_error` is `unavailable: <reason>`, and the destination's circuit
+    /// breaker counts it as a failure: once open, the destination is paused and probed
+    /// one delivery at a time, the pause growing while the probes fail. Answer this only
+    /// when the destination surely did not act on the message; when it may have, answer
+    /// [`Delivery::Retry`].
+    Unavailable {
+        /// Why; kept as the row's `last_error` after `unavailable: `.
+        reason: String,
+        /// When to try again, if known; else after the relay's backoff for the row's
+        /// attempt.
+        after: Option<Duration>,
+    },
     /// The destination will never take this message (undecodable, unknown type): it is
     /// dead-lettered at once.
     Reject {
@@ -45,6 +60,14 @@ impl Delivery {
         }
     }
 
+    /// [`Delivery::Unavailable`] after the relay's own backoff.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::Unavailable {
+            reason: reason.into(),
+            after: None,
+        }
+    }
+
     /// [`Delivery::Reject`].
     pub fn reject(reason: impl Into<String>) -> Self {
         Self::Reject {
@@ -52,11 +75,13 @@ impl Delivery {
         }
     }
 
-    /// `"delivered"`, `"retry"` or `"reject"`: for logs and span fields.
+    /// `"delivered"`, `"retry"`, `"unavailable"` or `"reject"`: for logs and span
+    /// fields.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Delivered => "delivered",
             Self::Retry { .. } => "retry",
+            Self::Unavailable { .. } => "unavailable",
             Self::Reject { .. } => "reject",
         }
     }

@@ -2,12 +2,14 @@
 //! operator's choosing (loopback by default), fed by the `metrics` crate.
 //!
 //! Series (all prefixed `agentsaga_`): `outbox_pending`, `outbox_in_flight`,
-//! `outbox_dead` (dead letters), `outbox_lag_seconds` (age of the oldest ready pending
-//! row), `sagas{state}` (sagas by state), `saga_starts_waiting` (starts beyond the
+//! `outbox_dead` (dead letters), `outbox_unavailable` (pending rows waiting for a
+//! destination that cannot be reached, a broker away: they spend no attempts),
+//! `outbox_lag_seconds` (age of the oldest ready pending row), `sagas{state}` (sagas by state), `saga_starts_waiting` (starts beyond the
 //! admission bound, not yet started) — sampled from the database —,
 //! `sagas_stalled` and `stalled_warnings_total` (from the stall watch, every 30 s by
 //! default: `RuntimeBuilder::stalled_after`) and, from this
 //! process's relay, `deliveries_total`, `retries_total`, `dead_letters_total`,
+//! `relay_paused_destinations` (destinations its circuit breakers hold back),
 //! `delivery_latency_seconds{quantile="0.5"|"0.99"}` (enqueue commit → delivered);
 //! from this process's orchestrators, `saga_duration_seconds` (a summary of settled
 //! sagas' start → end) and `saga_usage_total{saga,kind}` (what the sagas whose end
@@ -129,6 +131,7 @@ pub(crate) async fn sample(
             metrics::gauge!("agentsaga_outbox_pending").set(s.pending as f64);
             metrics::gauge!("agentsaga_outbox_in_flight").set(s.in_flight as f64);
             metrics::gauge!("agentsaga_outbox_dead").set(s.dead as f64);
+            metrics::gauge!("agentsaga_outbox_unavailable").set(s.unavailable as f64);
             let lag = s.oldest_pending_age_ms.unwrap_or(0) as f64 / 1000.0;
             metrics::gauge!("agentsaga_outbox_lag_seconds").set(lag);
         }
@@ -164,6 +167,7 @@ pub(crate) async fn sample(
         metrics::counter!("agentsaga_deliveries_total").absolute(r.delivered);
         metrics::counter!("agentsaga_retries_total").absolute(r.retried);
         metrics::counter!("agentsaga_dead_letters_total").absolute(r.dead);
+        metrics::gauge!("agentsaga_relay_paused_destinations").set(r.paused as f64);
         for (q, v) in [("0.5", r.latency_p50_ms), ("0.99", r.latency_p99_ms)] {
             if let Some(ms) = v {
                 metrics::gauge!("agentsaga_delivery_latency_seconds", "quantile" => q)

@@ -108,6 +108,16 @@ impl NatsLink {
         self
     }
 
+    /// How long a publish waits for the stream's acknowledgement (10 s unless set).
+    /// A publish not acknowledged in time (the broker away, the connection broken)
+    /// spends no attempt of the relay's retry policy: the row waits in the outbox,
+    /// shown as waiting for the broker, however long the outage lasts.
+    #[must_use]
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.transport = self.transport.timeout(timeout);
+        self
+    }
+
     /// The server's URL as it may be shown: its password or token as `***`.
     pub fn url(&self) -> &str {
         self.to.shown()

@@ -120,8 +120,9 @@ pub(super) fn print(doc: &RemoteList) {
         "REDELIVERED",
         "OUTBOX PENDING",
         "OUTBOX IN FLIGHT",
+        "UNREACHABLE",
     ])
-    .right(&[2, 3, 4, 5, 6]);
+    .right(&[2, 3, 4, 5, 6, 7]);
     let n = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     for d in &doc.destinations {
         table.row(vec![
@@ -132,7 +133,21 @@ pub(super) fn print(doc: &RemoteList) {
             n(d.redelivered),
             d.outbox_pending.to_string(),
             d.outbox_in_flight.to_string(),
+            d.outbox_unavailable.to_string(),
         ]);
     }
     out!("{}", table.render());
+    // Why the broker could not be reached, once per destination waiting for it.
+    let mut said = std::collections::BTreeSet::new();
+    for d in &doc.destinations {
+        if let Some(why) = d.unavailable.as_ref().filter(|_| d.outbox_unavailable > 0)
+            && said.insert(&d.destination)
+        {
+            outln!(
+                "{}: {} rows wait for it (no attempt spent): {why}",
+                d.destination,
+                d.outbox_unavailable
+            );
+        }
+    }
 }

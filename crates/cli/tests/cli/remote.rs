@@ -73,6 +73,7 @@ async fn remote_shows_the_broker_lag_beside_the_outbox() {
             "destination": destination, "consumer": consumer,
             "pending": broker[0], "ack_pending": broker[1], "redelivered": broker[2],
             "outbox_pending": outbox, "outbox_in_flight": 0,
+            "outbox_unavailable": 0, "unavailable": null,
         })
     };
     assert_eq!(doc["error"], serde_json::Value::Null, "{doc}");
@@ -98,12 +99,13 @@ async fn remote_shows_the_broker_lag_beside_the_outbox() {
             "1",
             "0",
             "2",
+            "0",
             "0"
         ]),
         "{out}"
     );
     assert!(
-        lines.contains(&vec!["mailer", "shop_mailer", "1", "0", "0", "0", "0"]),
+        lines.contains(&vec!["mailer", "shop_mailer", "1", "0", "0", "0", "0", "0"]),
         "{out}"
     );
 

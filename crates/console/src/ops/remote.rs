@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentsaga_core::admin::DestinationRows;
 use serde::Serialize;
 
 use super::broker::{BrokerConsumer, RemoteSource, Source};
@@ -36,6 +37,12 @@ pub struct RemoteDoc {
     pub outbox_pending: u64,
     /// This database's rows for it claimed by a relay.
     pub outbox_in_flight: u64,
+    /// Of its pending rows, those waiting because the broker (or the service) could
+    /// not be reached: they spend no attempts while they wait.
+    pub outbox_unavailable: u64,
+    /// Why it could not be reached, as the latest such row says (`None` when none
+    /// waits for that).
+    pub unavailable: Option<String>,
 }
 
 /// `agentsaga remote --json`, `GET /api/v1/remote`, `remote` in `status`.
@@ -90,13 +97,13 @@ impl Console {
                     )),
                 ),
             };
-        let waiting: BTreeMap<String, (u64, u64)> = self
+        let waiting: BTreeMap<String, DestinationRows> = self
             .store
             .admin()
             .waiting_by_destination()
             .await?
             .into_iter()
-            .map(|r| (r.destination, (r.pending, r.in_flight)))
+            .map(|r| (r.destination.clone(), r))
             .collect();
         Ok(RemoteList {
             broker: source.describe(),
@@ -111,35 +118,39 @@ impl Console {
 fn join(
     declared: Vec<String>,
     consumers: Vec<BrokerConsumer>,
-    waiting: &BTreeMap<String, (u64, u64)>,
+    waiting: &BTreeMap<String, DestinationRows>,
 ) -> Vec<RemoteDoc> {
-    let outbox = |d: &str| waiting.get(d).copied().unwrap_or_default();
+    let outbox = |d: &str| waiting.get(d).cloned().unwrap_or_default();
     let mut out: Vec<RemoteDoc> = declared
         .into_iter()
         .filter(|d| !consumers.iter().any(|c| c.destination == *d))
         .map(|destination| {
-            let (pending, in_flight) = outbox(&destination);
+            let rows = outbox(&destination);
             RemoteDoc {
                 destination,
                 consumer: None,
                 pending: None,
                 ack_pending: None,
                 redelivered: None,
-                outbox_pending: pending,
-                outbox_in_flight: in_flight,
+                outbox_pending: rows.pending,
+                outbox_in_flight: rows.in_flight,
+                outbox_unavailable: rows.unavailable,
+                unavailable: rows.unavailable_reason,
             }
         })
         .collect();
     out.extend(consumers.into_iter().map(|c| {
-        let (pending, in_flight) = outbox(&c.destination);
+        let rows = outbox(&c.destination);
         RemoteDoc {
             destination: c.destination,
             consumer: Some(c.consumer),
             pending: Some(c.pending),
             ack_pending: Some(c.ack_pending),
             redelivered: Some(c.redelivered),
-            outbox_pending: pending,
-            outbox_in_flight: in_flight,
+            outbox_pending: rows.pending,
+            outbox_in_flight: rows.in_flight,
+            outbox_unavailable: rows.unavailable,
+            unavailable: rows.unavailable_reason,
         }
     }));
     out.sort_by(|a, b| (&a.destination, &a.consumer).cmp(&(&b.destination, &b.consumer)));

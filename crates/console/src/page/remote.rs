@@ -27,7 +27,7 @@ pub(crate) fn section(r: &RemoteList) -> String {
     }
     out += "<table id=\"remote\">\n<thead><tr><th>Destination</th><th>Consumer</th>\
             <th>Broker pending</th><th>In the service's hands</th><th>Redelivered</th>\
-            <th>Outbox pending</th><th>Outbox in flight</th></tr></thead>\n<tbody>\n";
+            <th>Outbox pending</th><th>Outbox in flight</th><th>Waiting for the broker</th></tr></thead>\n<tbody>\n";
     let n = |v: Option<u64>| v.map_or_else(|| "–".to_owned(), |v| v.to_string());
     for d in &r.destinations {
         let _ = writeln!(
@@ -35,7 +35,7 @@ pub(crate) fn section(r: &RemoteList) -> String {
             "<tr data-destination=\"{dest}\"><td class=\"mono\">{dest}</td><td class=\"mono\">{consumer}</td>\
              <td data-count=\"pending\">{pending}</td><td data-count=\"ack_pending\">{ack}</td>\
              <td data-count=\"redelivered\">{redelivered}</td><td data-count=\"outbox_pending\">{op}</td>\
-             <td data-count=\"outbox_in_flight\">{of}</td></tr>",
+             <td data-count=\"outbox_in_flight\">{of}</td>{away}</tr>",
             dest = esc(&d.destination),
             consumer = esc(d.consumer.as_deref().unwrap_or("none")),
             pending = n(d.pending),
@@ -43,6 +43,14 @@ pub(crate) fn section(r: &RemoteList) -> String {
             redelivered = n(d.redelivered),
             op = d.outbox_pending,
             of = d.outbox_in_flight,
+            away = match &d.unavailable {
+                Some(why) if d.outbox_unavailable > 0 => format!(
+                    "<td data-count=\"outbox_unavailable\" class=\"err\" title=\"{}\">{} (unreachable: no attempt spent)</td>",
+                    esc(why),
+                    d.outbox_unavailable
+                ),
+                _ => "<td data-count=\"outbox_unavailable\">0</td>".to_owned(),
+            },
         );
     }
     out += "</tbody>\n</table>\n";

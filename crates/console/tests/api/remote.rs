@@ -69,6 +69,8 @@ fn row(
         redelivered: broker.map(|b| b[2]),
         outbox_pending: outbox[0],
         outbox_in_flight: outbox[1],
+        outbox_unavailable: 0,
+        unavailable: None,
     }
 }
 

@@ -210,17 +210,20 @@ impl Dialect for Postgres {
         let seqs: Vec<i64> = retries.iter().map(|r| r.seq).collect();
         let delays: Vec<i64> = retries.iter().map(|r| millis(r.delay)).collect();
         let errors: Vec<String> = retries.iter().map(|r| r.error.clone()).collect();
+        let spent: Vec<bool> = retries.iter().map(|r| r.spent).collect();
         let r = sqlx::query(
             "UPDATE outbox o
              SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
-                 last_error = u.e, lease_owner = NULL, lease_until = NULL
-             FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(s, t, e)
+                 last_error = u.e, lease_owner = NULL, lease_until = NULL,
+                 attempts = CASE WHEN u.p THEN o.attempts ELSE greatest(o.attempts - 1, 0) END
+             FROM unnest($1::bigint[], $2::bigint[], $3::text[], $5::bool[]) AS u(s, t, e, p)
              WHERE o.seq = u.s AND o.lease_owner = $4",
         )
         .bind(seqs)
         .bind(delays)
         .bind(errors)
         .bind(owner)
+        .bind(spent)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -319,6 +322,8 @@ impl Dialect for Postgres {
                count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
                count(*) FILTER (WHERE state = 'delivered') AS delivered,
                count(*) FILTER (WHERE state = 'dead') AS dead,
+               count(*) FILTER (WHERE state = 'pending' AND last_error LIKE 'unavailable:%')
+                   AS unavailable,
                (extract(epoch FROM now() - min(available_at)
                     FILTER (WHERE state = 'pending' AND available_at <= now())) * 1000)::bigint
                    AS oldest
@@ -332,6 +337,7 @@ impl Dialect for Postgres {
             in_flight: row.try_get::<i64, _>("in_flight")? as u64,
             delivered: row.try_get::<i64, _>("delivered")? as u64,
             dead: row.try_get::<i64, _>("dead")? as u64,
+            unavailable: row.try_get::<i64, _>("unavailable")? as u64,
             oldest_pending_age_ms: oldest.map(|t| t.max(0) as u64),
         })
     }

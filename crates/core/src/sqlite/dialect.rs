@@ -187,14 +187,15 @@ impl Dialect for Sqlite {
     async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64> {
         let list: Vec<_> = retries
             .iter()
-            .map(|r| serde_json::json!([r.seq, millis(r.delay), r.error]))
+            .map(|r| serde_json::json!([r.seq, millis(r.delay), r.error, i32::from(r.spent)]))
             .collect();
         let r = sqlx::query(
             "UPDATE outbox
              SET state = 'pending', available_at = ?1 + u.delay, last_error = u.error,
-                 lease_owner = NULL, lease_until = NULL
+                 lease_owner = NULL, lease_until = NULL,
+                 attempts = CASE WHEN u.spent THEN attempts ELSE max(attempts - 1, 0) END
              FROM (SELECT json_extract(value, '$[0]') AS seq, json_extract(value, '$[1]') AS delay,
-                          json_extract(value, '$[2]') AS error
+                          json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS spent
                    FROM json_each(?2)) AS u
              WHERE outbox.seq = u.seq AND outbox.state = 'in_flight' AND outbox.lease_owner = ?3",
         )
@@ -303,6 +304,8 @@ impl Dialect for Sqlite {
                (SELECT count(*) FROM outbox WHERE state = 'in_flight') AS in_flight,
                (SELECT count(*) FROM outbox WHERE state = 'delivered') AS delivered,
                (SELECT count(*) FROM outbox WHERE state = 'dead') AS dead,
+               (SELECT count(*) FROM outbox
+                 WHERE state = 'pending' AND last_error LIKE 'unavailable:%') AS unavailable,
                (SELECT min(available_at) FROM outbox
                  WHERE state = 'pending' AND available_at <= ?1) AS oldest",
         )
@@ -315,6 +318,7 @@ impl Dialect for Sqlite {
             in_flight: row.try_get::<i64, _>("in_flight")? as u64,
             delivered: row.try_get::<i64, _>("delivered")? as u64,
             dead: row.try_get::<i64, _>("dead")? as u64,
+            unavailable: row.try_get::<i64, _>("unavailable")? as u64,
             oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0) as u64),
         })
     }

@@ -45,7 +45,11 @@ impl Admin<'_> {
         // One statement both dialects read alike.
         const SQL: &str = "SELECT destination,
                 sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) AS pending,
-                sum(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END) AS in_flight
+                sum(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END) AS in_flight,
+                sum(CASE WHEN state = 'pending' AND last_error LIKE 'unavailable:%'
+                    THEN 1 ELSE 0 END) AS unavailable,
+                max(CASE WHEN state = 'pending' AND last_error LIKE 'unavailable:%'
+                    THEN last_error END) AS unavailable_reason
              FROM outbox WHERE state IN ('pending', 'in_flight')
              GROUP BY destination ORDER BY destination";
         crate::with_reader!(self.store.reader(), pool => {
@@ -57,6 +61,8 @@ impl Admin<'_> {
                         destination: r.try_get("destination")?,
                         pending: r.try_get::<i64, _>("pending")?.max(0) as u64,
                         in_flight: r.try_get::<i64, _>("in_flight")?.max(0) as u64,
+                        unavailable: r.try_get::<i64, _>("unavailable")?.max(0) as u64,
+                        unavailable_reason: r.try_get("unavailable_reason")?,
                     })
                 })
                 .collect()

@@ -13,6 +13,10 @@ pub struct Stats {
     pub delivered: u64,
     /// Dead letters.
     pub dead: u64,
+    /// Of the pending rows, those waiting for a destination that could not be reached
+    /// (a broker away: their `last_error` starts `unavailable:`). They spend no
+    /// attempts while they wait.
+    pub unavailable: u64,
     /// How long the oldest ready pending row has been waiting past its `available_at`
     /// (the relay's lag), in milliseconds.
     pub oldest_pending_age_ms: Option<u64>,
@@ -28,6 +32,11 @@ pub struct DestinationRows {
     pub pending: u64,
     /// Its rows claimed by a relay.
     pub in_flight: u64,
+    /// Of its pending rows, those waiting because it could not be reached (see
+    /// [`Stats::unavailable`]).
+    pub unavailable: u64,
+    /// Why it could not be reached, as its latest such row says.
+    pub unavailable_reason: Option<String>,
 }
 
 /// A dead letter as the operator sees it.

@@ -27,6 +27,10 @@ pub struct Retry {
     pub delay: Duration,
     /// The error, kept as `last_error`.
     pub error: String,
+    /// Whether the attempt counts against the row's budget: `false` when the
+    /// destination could not be reached at all (a broker away), so that an outage of
+    /// any length spends nothing.
+    pub spent: bool,
 }
 
 /// A message given up on.

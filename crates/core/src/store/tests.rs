@@ -23,6 +23,7 @@ mod sqlite;
 mod stress;
 #[cfg(feature = "sqlite")]
 mod tail;
+mod unavailable;
 mod write;
 
 use std::collections::{HashMap, HashSet};

@@ -63,6 +63,22 @@ impl NatsServer {
         self.port
     }
 
+    /// Kills the server (SIGKILL) and leaves it down (a broker away) until
+    /// [`resume`](Self::resume).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server stopped by [`stop`](Self::stop) again, on the same port and
+    /// store.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn resume(&mut self) {
+        self.child = spawn(self.port, &self.dir, &self.args);
+    }
+
     /// Kills the server (SIGKILL) and starts it again on the same port and store.
     ///
     /// # Panics

@@ -29,8 +29,8 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// | answer | outcome |
 /// | --- | --- |
 /// | 2xx | [`Delivery::Delivered`] |
-/// | 429, 503 | [`Delivery::Retry`], no sooner than the `Retry-After` seconds if given (at most an hour) |
-/// | 408, other 5xx, other statuses, timeout, connection refused or reset | [`Delivery::Retry`] |
+/// | 429, 502, 503, connection refused (the service is away or says "not now": it did not act) | [`Delivery::Unavailable`]: no attempt spent, however long it lasts; no sooner than the `Retry-After` seconds if given (at most an hour) |
+/// | 408, other 5xx, other statuses, timeout, connection reset | [`Delivery::Retry`] |
 /// | other 4xx | [`Delivery::Reject`]: dead-lettered at once |
 /// | a destination with no route, or a route that is not an `http://` URL | [`Delivery::Reject`] |
 ///
@@ -194,8 +194,13 @@ async fn outcome(destination: &str, url: &Url, response: reqwest::Response) -> D
     let permanent = status.is_client_error()
         && status != StatusCode::REQUEST_TIMEOUT
         && status != StatusCode::TOO_MANY_REQUESTS;
+    let away = matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
+    );
     match after {
         _ if permanent => Delivery::reject(reason),
+        after if away => Delivery::Unavailable { reason, after },
         Some(after) => Delivery::retry_after(reason, after),
         None => Delivery::retry(reason),
     }
@@ -213,7 +218,7 @@ fn failure(destination: &str, url: &Url, timeout: Duration, e: &reqwest::Error) 
             "{url} (destination {destination}) did not answer within {timeout:?}: {chain}"
         ))
     } else if e.is_connect() {
-        Delivery::retry(format!(
+        Delivery::unavailable(format!(
             "cannot connect to {url} (destination {destination}): {chain}"
         ))
     } else {

@@ -198,8 +198,11 @@ impl Transport for NatsTransport {
             Ok(Err(e)) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
                 Delivery::reject(format!("NATS refused the message: {e}"))
             }
-            Ok(Err(e)) => Delivery::retry(format!("NATS publish: {e}")),
-            Err(_) => Delivery::retry(format!(
+            // The stream did not take it (the broker away, the connection broken, no
+            // stream on the subject yet, too many unacknowledged publishes): the row
+            // waits in the outbox however long that lasts, spending nothing.
+            Ok(Err(e)) => Delivery::unavailable(format!("NATS publish: {e}")),
+            Err(_) => Delivery::unavailable(format!(
                 "NATS publish: no acknowledgement from the stream within {:?}",
                 self.timeout
             )),

@@ -54,22 +54,33 @@ async fn receiver_down_for_a_while(backend: Backend) {
     let transport = HttpTransport::new(TOKEN)
         .route("remote", format!("http://{addr}{OUTBOX_PATH}"))
         .timeout(Duration::from_secs(5));
+    // Three attempts, and no breaker to slow the failures: a receiver away for longer
+    // than the policy spends nothing and kills nothing.
     let config = relay_config(RetryPolicy::new(
+        Duration::from_millis(20),
         Duration::from_millis(50),
-        Duration::from_millis(200),
-        50,
+        3,
     ))
-    .breaker_cooldown(Duration::from_millis(200));
+    .breaker_threshold(0);
     let relay_a = start_relay_with(&a, &["remote"], transport, config).await;
 
     let sent = enqueue_fifty(&a).await;
-    wait_until("deliveries to the absent receiver failed", || async {
-        relay_a.stats().retried >= 10
+    wait_until("every row failed four times over", || async {
+        relay_a.stats().retried >= 200
     })
     .await;
     let sa = a.admin().stats().await.unwrap();
     assert_eq!((sa.delivered, sa.dead), (0, 0), "{sa:?}");
     assert_eq!(sa.pending + sa.in_flight, 50, "{sa:?}");
+    assert!(sa.unavailable > 0, "shown as waiting for it: {sa:?}");
+    let waiting = a.admin().waiting_by_destination().await.unwrap();
+    assert!(
+        waiting[0]
+            .unavailable_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("unavailable: cannot connect")),
+        "{waiting:?}"
+    );
     assert!(rows(&b, "remote").await.is_empty());
 
     // B comes up on that port; everything arrives, once.

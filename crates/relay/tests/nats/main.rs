@@ -8,6 +8,7 @@ mod creds;
 mod lag;
 mod link;
 mod order;
+mod outage;
 mod proxy;
 mod receiver;
 mod replicas;

@@ -61,14 +61,17 @@ async fn a_second_publish_of_one_message_is_kept_once() {
 }
 
 #[tokio::test]
-async fn without_a_stream_the_delivery_is_retried() {
+async fn without_a_stream_the_destination_is_unavailable() {
     let server = Server::start();
     let nats = NatsTransport::connect(&server.url())
         .await
         .unwrap()
         .timeout(Duration::from_secs(3));
     let outcome = nats.deliver(&envelope("payments")).await;
-    assert!(matches!(outcome, Delivery::Retry { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, Delivery::Unavailable { .. }),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test]

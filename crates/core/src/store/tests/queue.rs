@@ -329,6 +329,7 @@ async fn retry_dead_redrive(backend: Backend) {
                     seq: got[0].seq,
                     delay,
                     error: format!("boom {n}"),
+                    spent: true,
                 }],
             )
             .await
