@@ -9,7 +9,9 @@
 mod console;
 mod dead_there;
 mod names;
+mod outage;
 mod python;
+mod python_wire;
 
 use std::time::Duration;
 

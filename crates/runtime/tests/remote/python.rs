@@ -22,7 +22,7 @@ use agentsaga_saga::{SagaId, SagaState};
 use super::{effects, settle, shop, start_orders};
 
 /// A Python with `nats-py`: `AGENTSAGA_PYTHON`, else `target/python-venv/bin/python`.
-fn python() -> PathBuf {
+pub(super) fn python() -> PathBuf {
     let (path, from) = match std::env::var_os("AGENTSAGA_PYTHON") {
         Some(p) => (PathBuf::from(p), "AGENTSAGA_PYTHON"),
         None => (
@@ -40,7 +40,7 @@ fn python() -> PathBuf {
 }
 
 /// The Python agent, a child process; killed when dropped.
-struct PythonAgent {
+pub(super) struct PythonAgent {
     child: Child,
 }
 
@@ -49,6 +49,14 @@ impl PythonAgent {
     /// `ready`. With `crash_before_ack`, it SIGKILLs itself after that many commits,
     /// between the last one's commit and its acknowledgement.
     fn start(nats: &str, db: &Path, log: &Path, crash_before_ack: Option<u32>) -> Self {
+        match crash_before_ack {
+            Some(n) => Self::start_with(nats, db, log, &["--crash-before-ack", &n.to_string()]),
+            None => Self::start_with(nats, db, log, &[]),
+        }
+    }
+
+    /// [`start`](Self::start) with `args` besides (`--fail-writes 1`, `--charge-ms 400`).
+    pub(super) fn start_with(nats: &str, db: &Path, log: &Path, args: &[&str]) -> Self {
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python_agent/payments.py");
         let stderr = std::fs::OpenOptions::new()
@@ -64,9 +72,7 @@ impl PythonAgent {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
-        if let Some(n) = crash_before_ack {
-            command.args(["--crash-before-ack", &n.to_string()]);
-        }
+        command.args(args);
         let mut child = command.spawn().expect("the Python agent starts");
         let stdout = child.stdout.take().expect("its stdout");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -106,7 +112,7 @@ impl PythonAgent {
     }
 
     /// Sends it SIGTERM and waits (bounded) for it to exit.
-    fn stop(mut self, log: &Path) -> ExitStatus {
+    pub(super) fn stop(mut self, log: &Path) -> ExitStatus {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status();
         assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to the agent");
@@ -132,7 +138,7 @@ impl Drop for PythonAgent {
 /// What the agent's database holds: its effects (`saga`, `effect`) in order, the
 /// reasons of its dead letters, and the number of rows of its inbox, its outbox and its
 /// unpublished outbox.
-async fn python_db(db: &Path) -> (Vec<(String, String)>, Vec<String>, [i64; 3]) {
+pub(super) async fn python_db(db: &Path) -> (Vec<(String, String)>, Vec<String>, [i64; 3]) {
     let mut c = SqliteConnectOptions::new()
         .filename(db)
         .read_only(true)
@@ -188,7 +194,7 @@ asyncio.run(main())
 }
 
 /// Whether the agent's `log` says `what`, `times` times or more, within 30 s.
-async fn log_says(log: &Path, what: &str, times: usize) -> bool {
+pub(super) async fn log_says(log: &Path, what: &str, times: usize) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if std::fs::read_to_string(log).is_ok_and(|l| l.matches(what).count() >= times) {
@@ -199,7 +205,7 @@ async fn log_says(log: &Path, what: &str, times: usize) -> bool {
     false
 }
 
-fn of(all: &[(String, String)], id: SagaId) -> Vec<String> {
+pub(super) fn of(all: &[(String, String)], id: SagaId) -> Vec<String> {
     all.iter()
         .filter(|(s, _)| *s == id.to_string())
         .map(|(_, e)| e.clone())
