@@ -1,7 +1,8 @@
 //! A TCP proxy of the tests' own on 127.0.0.1, between a client and `nats-server`:
 //! it can throttle the link (bytes per second, each direction) and cut it (every
-//! connection closed, new ones closed at once) and restore it, so that a test can
-//! put a slow or broken network between a service and its broker.
+//! connection closed, new ones closed at once) and restore it, or take it down (its
+//! port refuses connections, as a host that is away does) and up again, so that a test
+//! can put a slow or broken network between a service and its broker or its peer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use tokio::task::JoinHandle;
 /// A proxy to one upstream address; stops (every connection closed) when dropped.
 pub(crate) struct Proxy {
     addr: SocketAddr,
+    upstream: SocketAddr,
     rate: Arc<AtomicU64>,
     cut: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -31,6 +33,7 @@ impl Proxy {
         let task = tokio::spawn(accept(listener, upstream, Arc::clone(&rate), cut.clone()));
         Self {
             addr,
+            upstream,
             rate,
             cut,
             task,
@@ -61,6 +64,39 @@ impl Proxy {
     /// Restores the link: new connections go through again.
     pub(crate) fn restore(&self) {
         self.cut.send_replace(false);
+    }
+
+    /// Takes the link down: every connection closed, and the port refuses new ones
+    /// (a host away), until [`up`](Self::up).
+    #[allow(dead_code, reason = "the promise suite's, not every binary's")]
+    pub(crate) fn down(&self) {
+        self.cut.send_replace(true);
+        self.task.abort();
+    }
+
+    /// Brings the link up again on the same port.
+    #[allow(dead_code, reason = "the promise suite's, not every binary's")]
+    pub(crate) async fn up(&mut self) {
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                // The aborted accept loop may not have let go of the port yet.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        self.cut.send_replace(false);
+        self.task = tokio::spawn(accept(
+            listener,
+            self.upstream,
+            Arc::clone(&self.rate),
+            self.cut.clone(),
+        ));
+    }
+
+    /// Its address on 127.0.0.1.
+    #[allow(dead_code, reason = "the promise suite's, not every binary's")]
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
     }
 }
 
