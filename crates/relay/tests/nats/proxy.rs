@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +19,7 @@ pub(crate) struct Proxy {
     addr: SocketAddr,
     upstream: SocketAddr,
     rate: Arc<AtomicU64>,
+    frozen: Arc<AtomicBool>,
     cut: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -29,12 +30,22 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a port");
         let addr = listener.local_addr().unwrap();
         let rate = Arc::new(AtomicU64::new(0));
+        let frozen = Arc::new(AtomicBool::new(false));
         let (cut, _) = watch::channel(false);
-        let task = tokio::spawn(accept(listener, upstream, Arc::clone(&rate), cut.clone()));
+        let task = tokio::spawn(accept(
+            listener,
+            upstream,
+            Link {
+                rate: Arc::clone(&rate),
+                frozen: Arc::clone(&frozen),
+            },
+            cut.clone(),
+        ));
         Self {
             addr,
             upstream,
             rate,
+            frozen,
             cut,
             task,
         }
@@ -66,6 +77,20 @@ impl Proxy {
         self.cut.send_replace(false);
     }
 
+    /// Freezes the link, as a peer stopped with `SIGSTOP` looks from the network: the
+    /// connections stay open, nothing goes through either way (new ones are taken and
+    /// held too), until [`thaw`](Self::thaw); then what was held flows on.
+    #[allow(dead_code, reason = "the promise suite's, not every binary's")]
+    pub(crate) fn freeze(&self) {
+        self.frozen.store(true, Relaxed);
+    }
+
+    /// Ends a [`freeze`](Self::freeze).
+    #[allow(dead_code, reason = "the promise suite's, not every binary's")]
+    pub(crate) fn thaw(&self) {
+        self.frozen.store(false, Relaxed);
+    }
+
     /// Takes the link down: every connection closed, and the port refuses new ones
     /// (a host away), until [`up`](Self::up).
     #[allow(dead_code, reason = "the promise suite's, not every binary's")]
@@ -88,7 +113,10 @@ impl Proxy {
         self.task = tokio::spawn(accept(
             listener,
             self.upstream,
-            Arc::clone(&self.rate),
+            Link {
+                rate: Arc::clone(&self.rate),
+                frozen: Arc::clone(&self.frozen),
+            },
             self.cut.clone(),
         ));
     }
@@ -107,12 +135,22 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept(
-    listener: TcpListener,
-    upstream: SocketAddr,
+/// What every connection of a proxy shares: its rate and whether it is frozen.
+#[derive(Clone)]
+struct Link {
     rate: Arc<AtomicU64>,
-    cut: watch::Sender<bool>,
-) {
+    frozen: Arc<AtomicBool>,
+}
+
+impl Link {
+    async fn while_frozen(&self) {
+        while self.frozen.load(Relaxed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, upstream: SocketAddr, link: Link, cut: watch::Sender<bool>) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue;
@@ -124,13 +162,13 @@ async fn accept(
         let Ok(server) = TcpStream::connect(upstream).await else {
             continue;
         };
-        let (rate, mut cut) = (Arc::clone(&rate), cut.subscribe());
+        let (link, mut cut) = (link.clone(), cut.subscribe());
         tokio::spawn(async move {
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
             tokio::select! {
-                () = pipe(cr, sw, Arc::clone(&rate)) => {}
-                () = pipe(sr, cw, rate) => {}
+                () = pipe(cr, sw, link.clone()) => {}
+                () = pipe(sr, cw, link) => {}
                 _ = cut.wait_for(|c| *c) => {}
             }
             // Both halves dropped: the connection is closed each way.
@@ -138,15 +176,17 @@ async fn accept(
     }
 }
 
-/// Copies `from` to `to` at most `rate` bytes per second (read now), until either ends.
+/// Copies `from` to `to` at most the link's rate in bytes per second (read now), holding
+/// what it has while the link is frozen, until either ends.
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    rate: Arc<AtomicU64>,
+    link: Link,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let limit = rate.load(Relaxed);
+        link.while_frozen().await;
+        let limit = link.rate.load(Relaxed);
         // Small chunks when throttled: at most 1/20 s of the rate at a time.
         let chunk = if limit == 0 {
             buf.len()
@@ -159,6 +199,7 @@ async fn pipe(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        link.while_frozen().await;
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }

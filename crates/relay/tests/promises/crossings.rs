@@ -27,6 +27,11 @@ async fn start_relay(
     .expect("start the relay")
 }
 
+/// Waits a moment before binding again (the port not yet let go of).
+async fn port_not_free_yet(_e: &std::io::Error) {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
 const TOKEN: &str = "promise-suite-token-0123";
 
 /// B's HTTP receiver, served until stopped.
@@ -106,9 +111,28 @@ impl Crossing for Http {
     }
 
     async fn back(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.expect("rebind B's port");
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    port_not_free_yet(&e).await;
+                }
+                Err(e) => panic!("rebind B's port: {e}"),
+            }
+        };
         self.served = Some(Served::serve(listener, &self.b));
         self.proxy.up().await;
+    }
+
+    async fn crash_receiver(&mut self) {
+        // Every connection dropped at once, mid-request; the server gone, then back.
+        self.proxy.down();
+        if let Some(s) = self.served.take() {
+            s.task.abort();
+            let _ = s.task.await; // its listener closed
+        }
+        self.back().await;
     }
 
     async fn stop(self) {
@@ -124,8 +148,24 @@ impl Crossing for Http {
 pub(crate) struct Nats {
     server: NatsServer,
     proxy: Proxy,
-    receiver: NatsReceiver,
+    b: Store,
+    receiver: Option<NatsReceiver>,
     relay: Relay,
+}
+
+/// B's receiver, consuming [`DEST`] through `proxy`.
+async fn receive(proxy: &Proxy, b: &Store) -> NatsReceiver {
+    NatsReceiver::start(
+        proxy.url(),
+        b.clone(),
+        NatsReceiverConfig::new("AGENTSAGA", "svc-b")
+            .destinations([DEST])
+            .batch_size(4)
+            .ack_wait(Duration::from_secs(2))
+            .fetch_wait(Duration::from_millis(500)),
+    )
+    .await
+    .expect("start the receiver")
 }
 
 impl Crossing for Nats {
@@ -140,21 +180,12 @@ impl Crossing for Nats {
             .ensure_stream("AGENTSAGA", Duration::from_secs(120))
             .await
             .expect("the stream");
-        let receiver = NatsReceiver::start(
-            proxy.url(),
-            b.clone(),
-            NatsReceiverConfig::new("AGENTSAGA", "svc-b")
-                .destinations([DEST])
-                .batch_size(4)
-                .ack_wait(Duration::from_secs(2))
-                .fetch_wait(Duration::from_millis(500)),
-        )
-        .await
-        .expect("start the receiver");
+        let receiver = Some(receive(&proxy, b).await);
         let relay = start_relay(a, transport, config).await;
         Self {
             server,
             proxy,
+            b: b.clone(),
             receiver,
             relay,
         }
@@ -176,11 +207,20 @@ impl Crossing for Nats {
         self.server.resume();
     }
 
+    async fn crash_receiver(&mut self) {
+        // Its tasks aborted where they stand (a batch committed and not acknowledged,
+        // maybe), its connection with them; a new one on B's store.
+        drop(self.receiver.take());
+        self.receiver = Some(receive(&self.proxy, &self.b).await);
+    }
+
     async fn stop(self) {
         self.relay.shutdown().await;
-        tokio::time::timeout(DEADLINE, self.receiver.stop())
-            .await
-            .expect("the receiver stops");
+        if let Some(r) = self.receiver {
+            tokio::time::timeout(DEADLINE, r.stop())
+                .await
+                .expect("the receiver stops");
+        }
         drop(self.server);
     }
 }

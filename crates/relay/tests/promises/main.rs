@@ -48,12 +48,19 @@ pub(crate) trait Crossing: Sized {
     async fn away(&mut self);
     /// Back from [`away`](Self::away).
     async fn back(&mut self);
+    /// The receiving side dies where it stands (its connections dropped, a batch or a
+    /// request maybe committed and not answered) and starts again on B's store.
+    async fn crash_receiver(&mut self);
     /// Stops everything it started.
     async fn stop(self);
 }
 
 async fn store(backend: Backend) -> Store {
-    Store::connect(&fresh_url(backend).await)
+    store_with(backend, agentsaga_core::StoreConfig::default()).await
+}
+
+async fn store_with(backend: Backend, config: agentsaga_core::StoreConfig) -> Store {
+    Store::connect_with(&fresh_url(backend).await, config)
         .await
         .expect("open the store")
 }
@@ -89,20 +96,26 @@ async fn enqueue(store: &Store, from: usize, n: usize, keys: usize, pad: usize) 
     messages
 }
 
-/// B's rows of [`DEST`]: (id, key), in its order.
+/// B's rows of [`DEST`] (but its dead letters): (id, key), in its order.
 async fn rows(store: &Store) -> Vec<(MessageId, Option<String>)> {
     let rows: Vec<(String, Option<String>)> = match store.reader() {
         ReadPool::Sqlite(reader) => {
-            sqlx::query_as("SELECT id, key FROM outbox WHERE destination = ? ORDER BY seq")
-                .bind(DEST)
-                .fetch_all(reader)
-                .await
+            sqlx::query_as(
+                "SELECT id, key FROM outbox WHERE destination = ? AND state <> 'dead' \
+                 ORDER BY seq",
+            )
+            .bind(DEST)
+            .fetch_all(reader)
+            .await
         }
         ReadPool::Postgres(pool) => {
-            sqlx::query_as("SELECT id::text, key FROM outbox WHERE destination = $1 ORDER BY seq")
-                .bind(DEST)
-                .fetch_all(pool)
-                .await
+            sqlx::query_as(
+                "SELECT id::text, key FROM outbox WHERE destination = $1 AND state <> 'dead' \
+                 ORDER BY seq",
+            )
+            .bind(DEST)
+            .fetch_all(pool)
+            .await
         }
     }
     .expect("read B's outbox");
@@ -170,6 +183,9 @@ promises_of!(crate::crossings::Http => http:
     order_when_the_link_is_cut_and_restored,
     an_outage_longer_than_the_retry_policy_fails_nothing,
     what_cannot_be_carried_is_dead_lettered_with_its_reason,
+    a_frozen_link_past_the_ack_wait_loses_nothing,
+    a_receiver_crash_mid_stream_loses_nothing,
+    what_the_receiver_cannot_store_is_dead_lettered_and_told,
 );
 
 promises_of!(crate::crossings::Nats => nats:
@@ -177,4 +193,7 @@ promises_of!(crate::crossings::Nats => nats:
     order_when_the_link_is_cut_and_restored,
     an_outage_longer_than_the_retry_policy_fails_nothing,
     what_cannot_be_carried_is_dead_lettered_with_its_reason,
+    a_frozen_link_past_the_ack_wait_loses_nothing,
+    a_receiver_crash_mid_stream_loses_nothing,
+    what_the_receiver_cannot_store_is_dead_lettered_and_told,
 );
