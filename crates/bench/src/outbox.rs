@@ -29,7 +29,7 @@ mod measure;
 mod plain;
 mod setup;
 
-pub(crate) use drain::{fill, floor_drain_with, settle};
+pub(crate) use drain::{fill, floor_drain_with, prepare_template};
 use drain::{floor_drain, store_drain};
 use enqueue::{floor_batch, floor_single, store_batch, store_single};
 pub(crate) use measure::median;
@@ -194,7 +194,7 @@ async fn figure(
         Metric::Drain => {
             let url = scratch.fresh_url(backend).await?;
             fill(&url, sizes.backlog).await?;
-            settle(backend, &url).await?;
+            prepare_template(backend, &url).await?;
             backlog_template = Some(url);
         }
     }

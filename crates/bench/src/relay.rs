@@ -235,7 +235,7 @@ async fn drain(
 ) -> anyhow::Result<(f64, f64)> {
     let template = scratch.fresh_url(backend).await?;
     outbox::fill(&template, sizes.backlog).await?;
-    outbox::settle(backend, &template).await?;
+    outbox::prepare_template(backend, &template).await?;
     let (mut relay_rates, mut floor_rates) = (Vec::new(), Vec::new());
     for round in 0..sizes.rounds {
         let relay_first = round % 2 == 1;

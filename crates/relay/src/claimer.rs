@@ -31,9 +31,9 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::breaker::{Breakers, Change};
-use crate::handoff::Handoff;
+use crate::handover::HandoverSlots;
+use crate::outcomes::Outcomes;
 use crate::pacer::{self, Signal, Signals};
-use crate::settle::Outcomes;
 use crate::stats::StatsCell;
 use crate::worker::{PoolRef, spawn_pool};
 use crate::{Delivery, RelayConfig, Transport};
@@ -96,14 +96,14 @@ impl Actor for Claimer {
                     .unwrap_or(self.config.workers);
                 (d.clone(), cap)
             });
-            let handoff = Arc::new(Handoff::new(
+            let handover = Arc::new(HandoverSlots::new(
                 self.config.owner.clone(),
                 self.config.lease,
                 myself,
                 caps,
             ));
-            delivering.installed = Some(self.store.install_handover(Arc::clone(&handoff) as _));
-            delivering.handoff = Some(handoff);
+            delivering.installed = Some(self.store.install_handover(Arc::clone(&handover) as _));
+            delivering.handover = Some(handover);
         }
         Ok(ClaimerState {
             pool,
@@ -275,7 +275,7 @@ impl Claimer {
             let seq = envelope.seq;
             let destination = envelope.destination.clone();
             if expired {
-                if let Some(h) = &state.delivering.handoff {
+                if let Some(h) = &state.delivering.handover {
                     h.done(&destination);
                 }
                 continue;
@@ -288,7 +288,7 @@ impl Claimer {
             }
             if state.delivering.mark_handed(seq) {
                 self.stats.handed_over(1);
-            } else if let Some(h) = &state.delivering.handoff {
+            } else if let Some(h) = &state.delivering.handover {
                 h.done(&destination);
             }
         }

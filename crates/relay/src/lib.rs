@@ -87,18 +87,18 @@ mod breaker;
 mod claimer;
 mod config;
 mod error;
-mod handoff;
+mod handover;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod in_process;
 pub mod lease;
 #[cfg(feature = "nats")]
 pub mod nats;
+mod outcomes;
 mod pacer;
 #[cfg(any(feature = "http", feature = "nats"))]
 mod received;
 mod relay;
-mod settle;
 mod stats;
 mod transport;
 mod worker;

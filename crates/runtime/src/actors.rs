@@ -252,7 +252,7 @@ async fn commit_with(
     match tx.commit().await {
         Ok(()) => {
             if let (Some(handled), Some(sagas)) = (applied, &hub.sagas) {
-                sagas.settle(handled).await;
+                sagas.report_settled(handled).await;
             }
             Delivery::Delivered
         }

@@ -306,7 +306,7 @@ pub trait CallingAgent: Send + Sync + 'static {
     /// The tokens `command`'s call will use, as best known beforehand: what a
     /// destination's tokens-per-minute limit reserves for it
     /// ([`RuntimeBuilder::rate_limit`](crate::RuntimeBuilder::rate_limit)); what the
-    /// call reports it used settles the difference. Default 0: no estimate, and the
+    /// call reports it used reconciles the difference. Default 0: no estimate, and the
     /// call reserves the running average of what the destination's calls reported
     /// (while none has, the first goes alone and the others wait for its report).
     fn estimate_tokens(&self, _command: &Self::Command) -> u64 {

@@ -11,7 +11,7 @@
 //! ahead of the pace after a quiet spell. A call declares its tokens beforehand
 //! ([`CallingAgent::estimate_tokens`](crate::CallingAgent::estimate_tokens)); what it
 //! reports it used ([`CallContext::report_usage`](crate::CallContext::report_usage))
-//! settles the difference; a call without an estimate reserves the running average of
+//! reconciles the difference; a call without an estimate reserves the running average of
 //! what calls reported, and while none has, it goes alone (see `Pace::reserve`), so
 //! that a limit holds for concurrent calls within one estimate's error. A provider's
 //! `429` ([`StepError::RateLimited`](crate::StepError::RateLimited)) pauses the whole
@@ -66,7 +66,7 @@ pub(crate) enum Reservation {
     Slot {
         /// How long to wait for the slot.
         wait: Duration,
-        /// The tokens reserved (what [`settle`] counts the call's report from).
+        /// The tokens reserved (what [`reconcile`] counts the call's report from).
         tokens: u64,
         /// The call goes without an estimate to find out what calls use.
         probe: bool,
@@ -110,7 +110,7 @@ pub(crate) async fn reserve(
 ///
 /// # Errors
 /// Store errors.
-pub(crate) async fn settle(
+pub(crate) async fn reconcile(
     store: &Store,
     destination: &str,
     limit: &RateLimit,
@@ -124,7 +124,7 @@ pub(crate) async fn settle(
         return Ok(());
     }
     change(store, destination, |pace, _| {
-        (pace.settled(limit, tokens, used, probe), ())
+        (pace.reconciled(limit, tokens, used, probe), ())
     })
     .await
 }

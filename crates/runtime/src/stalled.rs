@@ -108,7 +108,7 @@ mod tests {
         (store, engine)
     }
 
-    /// Starts `name`, then settles its command: delivered (to another service, say),
+    /// Starts `name`, then finishes its command: delivered (to another service, say),
     /// or dead-lettered (nothing will move the saga).
     async fn start(store: &Store, engine: &Engine, name: &str, delivered: bool) -> SagaId {
         let mut tx = store.begin().await.unwrap();

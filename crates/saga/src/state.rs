@@ -169,7 +169,7 @@ str_enum!(CompensationState {
 
 impl CompensationState {
     /// Nothing left to do for this compensation.
-    pub fn is_settled(self) -> bool {
+    pub fn is_resolved(self) -> bool {
         matches!(
             self,
             CompensationState::NotNeeded | CompensationState::Done | CompensationState::Skipped

@@ -36,7 +36,7 @@ pub(crate) async fn fill(url: &str, n: usize) -> anyhow::Result<()> {
 /// PostgreSQL (instead of an autovacuum at a random moment during a drain), and no
 /// session left on the template (the store's LISTEN connection goes away within a
 /// second of the store); everything in the main file on SQLite.
-pub(crate) async fn settle(backend: Backend, url: &str) -> anyhow::Result<()> {
+pub(crate) async fn prepare_template(backend: Backend, url: &str) -> anyhow::Result<()> {
     match backend {
         Backend::Sqlite => {
             // The template is copied as its main file alone (`Scratch::copy_of`): every

@@ -53,7 +53,7 @@ use uuid::Uuid;
 use super::batch::{forget, open, probe, terminate, undo};
 use crate::store::crash_hook;
 use crate::store::prefetch::{Prefetch, Prefetched};
-use crate::store::types::{Back, Counts, End, Hop, SetRequest as Request, Turn};
+use crate::store::types::{Admitted, Counts, End, GivenBack, Hop, SetRequest as Request};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -71,24 +71,24 @@ pub(crate) const LANES: usize = 2;
 /// ([`Prefetch::with_set`]) and the configuration allows it (see
 /// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane)), else a transaction of
 /// its own (which reads nothing for it).
-pub(crate) async fn turn(
+pub(crate) async fn admit(
     store: &Store,
     inbox: Option<(String, MessageId)>,
     prefetch: Option<Prefetch>,
-) -> Result<Turn> {
+) -> Result<Admitted> {
     if let (Some((consumer, id)), Some((key, statements))) =
         (inbox, prefetch.as_ref().and_then(|p| p.set))
         && store.config().set_lane
         && store.config().max_pending.is_none()
     {
-        let (turn, mine) = oneshot::channel();
+        let (admitted, mine) = oneshot::channel();
         let request = Request {
             store: store.clone(),
             consumer,
             id,
             key,
             statements,
-            turn,
+            admitted,
         };
         if sender(store, key).send(request).is_err() {
             return Err(Error::SharedCommit("the set lane stopped".into()));
@@ -159,7 +159,7 @@ pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Ar
 
 fn fail(requests: impl IntoIterator<Item = Request>, why: &str) {
     for r in requests {
-        let _ = r.turn.send(Err(Error::SharedCommit(why.to_owned())));
+        let _ = r.admitted.send(Err(Error::SharedCommit(why.to_owned())));
     }
 }
 
@@ -216,9 +216,9 @@ async fn run(
         let hop = Hop::in_lane(tx, back, Arc::clone(counts));
         let consumer = request.consumer.clone();
         let id = request.id;
-        let _ = request.turn.send(Ok((hop, Some(receipt), Some(read))));
+        let _ = request.admitted.send(Ok((hop, Some(receipt), Some(read))));
         let bound = store.config().hop_timeout;
-        let Back { tx: mut t, end } = match tokio::time::timeout(bound, returned).await {
+        let GivenBack { tx: mut t, end } = match tokio::time::timeout(bound, returned).await {
             Ok(Ok(back)) => back,
             Ok(Err(_)) => {
                 fail_kept(kept, "a shared transaction was lost");
@@ -334,7 +334,7 @@ async fn abort(
     current: Request,
     why: &Error,
 ) -> Vec<Request> {
-    let _ = current.turn.send(Err(Error::SharedCommit(format!(
+    let _ = current.admitted.send(Err(Error::SharedCommit(format!(
         "the shared transaction failed: {why}"
     ))));
     abort_unrun(tx, kept, requests, why).await

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::tx::{abort, begin_shared, end_shared, fail_all, undo};
 use crate::store::crash_hook;
 use crate::store::prefetch::{Prefetch, Prefetched};
-use crate::store::types::{Back, Caller, Counts, End, Hop, LaneRequest as Request, Turn};
+use crate::store::types::{Admitted, Caller, Counts, End, GivenBack, Hop, LaneRequest as Request};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
 
@@ -191,7 +191,7 @@ async fn batch_of(
         taken += 1;
         if taken > 2 * MAX_BATCH {
             // Transactions keep failing: let the callers' retries take it from here.
-            let _ = request.turn.send(Err(Error::SharedCommit(
+            let _ = request.admitted.send(Err(Error::SharedCommit(
                 "shared transactions keep failing".into(),
             )));
             break;
@@ -205,7 +205,7 @@ async fn batch_of(
                 }
                 Err(e) => {
                     // Nothing kept yet (a transaction is begun only with none open).
-                    let _ = request.turn.send(Err(e));
+                    let _ = request.admitted.send(Err(e));
                     continue;
                 }
             },
@@ -232,7 +232,7 @@ async fn batch_of(
                     }
                     Err((_, e)) => {
                         // Its inbox record failed: this hop alone fails.
-                        let _ = request.turn.send(Err(e));
+                        let _ = request.admitted.send(Err(e));
                         if savepoint {
                             let mark = t.handed_mark();
                             if let Err(e) = undo(&mut t, mark).await {
@@ -262,7 +262,7 @@ async fn batch_of(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(request.caller);
         // A caller that went away drops the hop it is sent, which gives it back.
-        let _ = request.turn.send(Ok((hop, receipt, read)));
+        let _ = request.admitted.send(Ok((hop, receipt, read)));
         let bound = request.store.config().hop_timeout;
         let mut returned = returned;
         let (returned, late) = match tokio::time::timeout(bound, &mut returned).await {
@@ -280,7 +280,7 @@ async fn batch_of(
                 (returned.await, true)
             }
         };
-        let Ok(Back { tx: mut t, end }) = returned else {
+        let Ok(GivenBack { tx: mut t, end }) = returned else {
             // The transaction was lost with its caller (it cannot be: a hop gives it
             // back when dropped); what was kept is not written.
             fail_all(kept, "a shared transaction was lost");
@@ -352,7 +352,7 @@ async fn batch_of(
                         // failed: that hop alone fails.
                         kept.push(done);
                         if let Some(ahead) = next.take() {
-                            let _ = ahead.turn.send(Err(e));
+                            let _ = ahead.admitted.send(Err(e));
                         }
                         let mark = t.handed_mark();
                         match undo(&mut t, mark).await {
@@ -405,20 +405,20 @@ async fn batch_of(
 
 /// A turn in SQLite's lane (see the `hop` module): queued for the lane's task, started on
 /// the first hop.
-pub(crate) async fn turn(
+pub(crate) async fn admit(
     store: &Store,
     inbox: Option<(String, MessageId)>,
     prefetch: Option<Prefetch>,
-) -> Result<Turn> {
+) -> Result<Admitted> {
     store.not_holding().await?;
     let lanes = store.lanes();
-    let (turn, mine) = oneshot::channel();
+    let (admitted, mine) = oneshot::channel();
     let request = Request {
         store: store.clone(),
         inbox,
         prefetch,
         caller: Caller::current(),
-        turn,
+        admitted,
     };
     let sender = lanes.sqlite.get_or_init(|| {
         let (tx, rx) = mpsc::unbounded_channel();

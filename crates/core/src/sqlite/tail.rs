@@ -26,7 +26,7 @@ pub(crate) struct Tail {
 
 /// What a tail wrote: its rows written leased, for `to` to take on commit, and whether
 /// any message was written pending.
-pub(crate) struct Settled {
+pub(crate) struct Written {
     pub(crate) handed: Vec<Envelope>,
     pub(crate) to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     pub(crate) pending: bool,
@@ -127,7 +127,7 @@ impl Tail {
     /// written leased (to hand over to the handover returned, on commit), and whether
     /// any message was written pending (the relay's to claim). The slots of the messages
     /// not written leased are given back.
-    pub(crate) fn settle(mut self, rows: Vec<(usize, statements::Row)>) -> Result<Settled> {
+    pub(crate) fn written(mut self, rows: Vec<(usize, statements::Row)>) -> Result<Written> {
         let first_ours = self.query.len() - self.ours.len();
         let mut written = vec![None; self.messages.len()];
         for (statement, row) in rows {
@@ -152,7 +152,7 @@ impl Tail {
                 }
             }
         }
-        Ok(Settled {
+        Ok(Written {
             handed,
             to: self.to.clone(),
             pending,

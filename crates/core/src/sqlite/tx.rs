@@ -88,24 +88,24 @@ impl Tx {
         let run = self.open_sqlite(Some(&mut tail), "", 0, None, None);
         let opened = tracing::Instrument::instrument(run, span).await;
         let opened = opened.map_err(|failed| failed.error)?;
-        self.settle(tail, opened.tail_rows)
+        self.take_tail(tail, opened.tail_rows)
     }
 
     /// Takes what a tail wrote: its leased rows to hand over on commit, a wake-up for
     /// its pending ones.
-    fn settle(
+    fn take_tail(
         &mut self,
         tail: crate::sqlite::tail::Tail,
         rows: Vec<(usize, crate::sqlite::statements::Row)>,
     ) -> Result<()> {
-        let settled = tail.settle(rows)?;
-        if let Some(to) = settled.to {
-            for row in settled.handed {
+        let written = tail.written(rows)?;
+        if let Some(to) = written.to {
+            for row in written.handed {
                 self.handed
-                    .push(std::sync::Arc::clone(&to), row, settled.leased_at);
+                    .push(std::sync::Arc::clone(&to), row, written.leased_at);
             }
         }
-        self.enqueued |= settled.pending;
+        self.enqueued |= written.pending;
         Ok(())
     }
 
@@ -153,7 +153,7 @@ impl Tx {
                 if failed.prefix_done == statements
                     && let Some(tail) = tail
                 {
-                    self.settle(tail, failed.tail_rows).map_err(|e| (0, e))?;
+                    self.take_tail(tail, failed.tail_rows).map_err(|e| (0, e))?;
                 }
                 return Err((failed.prefix_done, failed.error));
             }
@@ -161,7 +161,7 @@ impl Tx {
         if let Some(tail) = tail {
             // The tail's statements are the first of the round trip: a failure of
             // its own settling is the ended hop's (none of the prefix).
-            self.settle(tail, opened.tail_rows).map_err(|e| (0, e))?;
+            self.take_tail(tail, opened.tail_rows).map_err(|e| (0, e))?;
         }
         let (recorded, read) = (opened.recorded, opened.read);
         let receipt = recorded.map(|first| {

@@ -59,13 +59,13 @@ use std::sync::atomic::Ordering;
 use tokio::sync::oneshot;
 
 use super::prefetch::{Prefetch, Prefetched};
-use super::types::{Back, Counts, End, Hop, HopStats, Lanes, Turn, Tx};
+use super::types::{Admitted, Counts, End, GivenBack, Hop, HopStats, Lanes, Tx};
 use super::{Receipt, Store};
 use crate::{Error, MessageId, Result};
 
 impl Hop {
     /// A turn in a lane's shared transaction, given back through `back`.
-    pub(crate) fn in_lane(tx: Tx, back: oneshot::Sender<Back>, counts: Arc<Counts>) -> Self {
+    pub(crate) fn in_lane(tx: Tx, back: oneshot::Sender<GivenBack>, counts: Arc<Counts>) -> Self {
         Self {
             tx: Some(tx),
             back: Some(back),
@@ -161,7 +161,7 @@ impl Hop {
             // The lane waits for this; if it is gone, so is the transaction.
             (Some(tx), Some(back)) => {
                 self.let_go();
-                back.send(Back { tx, end }).is_ok()
+                back.send(GivenBack { tx, end }).is_ok()
             }
             // A transaction of its own: dropping it rolls it back.
             (tx, _) => {
@@ -334,15 +334,15 @@ impl Store {
         &self,
         inbox: Option<(String, MessageId)>,
         prefetch: Option<Prefetch>,
-    ) -> Result<Turn> {
+    ) -> Result<Admitted> {
         match self.backend_ref() {
             #[cfg(feature = "sqlite")]
             super::backend::Backend::Sqlite(_) => {
-                crate::sqlite::lane::turn(self, inbox, prefetch).await
+                crate::sqlite::lane::admit(self, inbox, prefetch).await
             }
             #[cfg(feature = "postgres")]
             super::backend::Backend::Postgres(_) => {
-                crate::postgres::sets::turn(self, inbox, prefetch).await
+                crate::postgres::sets::admit(self, inbox, prefetch).await
             }
         }
     }

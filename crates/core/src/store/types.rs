@@ -91,8 +91,9 @@ pub struct Tx {
     pub(crate) unchecked: bool,
 }
 
-/// A caller's turn: its hop, what its inbox record found, the rows its prefetch read.
-pub(crate) type Turn = (Hop, Option<Receipt>, Option<Prefetched>);
+/// A hop admitted to its lane: the hop, what its inbox record found, the rows its
+/// prefetch read.
+pub(crate) type Admitted = (Hop, Option<Receipt>, Option<Prefetched>);
 
 /// How a hop gave its transaction back.
 pub(crate) enum End {
@@ -102,7 +103,7 @@ pub(crate) enum End {
     Rollback,
 }
 
-pub(crate) struct Back {
+pub(crate) struct GivenBack {
     pub(crate) tx: Tx,
     pub(crate) end: End,
 }
@@ -171,7 +172,7 @@ pub struct HopStats {
 pub struct Hop {
     pub(crate) tx: Option<Tx>,
     /// Where the shared transaction goes back to; `None` for a transaction of its own.
-    pub(crate) back: Option<oneshot::Sender<Back>>,
+    pub(crate) back: Option<oneshot::Sender<GivenBack>>,
     pub(crate) counts: Arc<Counts>,
 }
 
@@ -191,7 +192,7 @@ pub(crate) struct LaneRequest {
     pub(crate) prefetch: Option<Prefetch>,
     /// Who asked.
     pub(crate) caller: Caller,
-    pub(crate) turn: oneshot::Sender<Result<Turn>>,
+    pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
 }
 
 #[cfg(feature = "sqlite")]
@@ -210,7 +211,7 @@ pub(crate) struct SetRequest {
     /// The prefetch's key and set statements.
     pub(crate) key: Uuid,
     pub(crate) statements: &'static [&'static str],
-    pub(crate) turn: oneshot::Sender<Result<Turn>>,
+    pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
 }
 
 #[cfg(feature = "postgres")]

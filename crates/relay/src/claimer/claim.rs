@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use super::{Claimer, ClaimerMsg, ClaimerState, held_for};
 use crate::breaker::Claimable;
+use crate::outcomes::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::pacer::Signal;
-use crate::settle::{ATTEMPTS_EXHAUSTED, Ack, Outcomes};
 use crate::worker::RouteKey;
 
 impl Claimer {

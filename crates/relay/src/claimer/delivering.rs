@@ -8,7 +8,7 @@ use std::sync::Arc;
 use agentsaga_core::Envelope;
 use tokio::time::Instant;
 
-use crate::handoff::Handoff;
+use crate::handover::HandoverSlots;
 use crate::worker::Task;
 
 /// Rows handed to the pool and not yet reported back, counted per destination (for
@@ -20,8 +20,8 @@ pub(crate) struct Delivering {
     next: u64,
     per_destination: HashMap<String, usize>,
     /// Direct handover, if on: its slots are given back as handed-over rows finish.
-    pub(super) handoff: Option<Arc<Handoff>>,
-    /// `handoff`, installed on the store: dropped (at the stop), it is removed.
+    pub(super) handover: Option<Arc<HandoverSlots>>,
+    /// `handover`, installed on the store: dropped (at the stop), it is removed.
     pub(super) installed: Option<agentsaga_core::handover::Installed>,
     /// The rows of these that were handed over (not claimed).
     handed: HashSet<i64>,
@@ -156,7 +156,7 @@ impl Delivering {
     /// Gives back the handover slot of `seq`, if it was handed over.
     pub(super) fn unhand(&mut self, seq: i64, destination: &str) {
         if self.handed.remove(&seq)
-            && let Some(h) = &self.handoff
+            && let Some(h) = &self.handover
         {
             h.done(destination);
         }
@@ -164,7 +164,7 @@ impl Delivering {
 
     /// Takes no more handed-over rows, and removes the handover from its store.
     pub(crate) fn stop_handover(&mut self) {
-        if let Some(h) = &self.handoff {
+        if let Some(h) = &self.handover {
             h.close();
         }
         self.installed = None;
@@ -216,7 +216,7 @@ mod tests {
     }
 
     // A row claimed again by the same relay is another delivery: the old one is told
-    // it lost the row, and its outcome does not settle the new one.
+    // it lost the row, and its outcome does not decide the new one's.
     #[test]
     fn a_second_delivery_of_a_row_fences_the_first() {
         let mut d = Delivering::default();

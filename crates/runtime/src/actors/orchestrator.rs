@@ -49,7 +49,7 @@ impl Orchestrator {
                 if let Err(e) = tx.commit().await {
                     return infra(e);
                 }
-                self.settle(handled).await;
+                self.report_settled(handled).await;
                 Delivery::Delivered
             }
             Err(agentsaga_saga::Error::VersionNotRegistered { name, version }) => {
@@ -77,7 +77,7 @@ impl Orchestrator {
                         if let Err(e) = tx.commit().await {
                             return infra(e);
                         }
-                        self.settle(handled).await;
+                        self.report_settled(handled).await;
                         Delivery::Delivered
                     }
                     Err(agentsaga_saga::Error::Store(e)) if e.is_transient() => infra(e),
@@ -89,7 +89,7 @@ impl Orchestrator {
         }
     }
 
-    pub(crate) async fn settle(&self, handled: Handled) {
+    pub(crate) async fn report_settled(&self, handled: Handled) {
         if let Handled::Advanced { saga, state } = handled
             && (state.is_terminal() || state == SagaState::Stuck)
         {

@@ -163,7 +163,7 @@ impl<A: CallingAgent> Calling<A> {
                 let tokens = |u: Usage| u.tokens_in.saturating_add(u.tokens_out);
                 let spent = tokens(used(meter)).saturating_sub(tokens(before));
                 if let Err(e) =
-                    rate_limit::settle(&hub.store, destination, limit, reservation, spent).await
+                    rate_limit::reconcile(&hub.store, destination, limit, reservation, spent).await
                 {
                     tracing::warn!(error = %e, "a call's tokens were not settled with its rate limit");
                 }

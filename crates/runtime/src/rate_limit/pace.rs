@@ -110,7 +110,13 @@ impl Pace {
 
     /// A call that reserved `reserved` tokens used `used`: the pace moves by the
     /// difference, the average takes it in, and a probe's wait is over.
-    pub(super) fn settled(self, limit: &RateLimit, reserved: u64, used: u64, probe: bool) -> Pace {
+    pub(super) fn reconciled(
+        self,
+        limit: &RateLimit,
+        reserved: u64,
+        used: u64,
+        probe: bool,
+    ) -> Pace {
         let mut next = self;
         if probe {
             next.probe_until = 0.0;

@@ -74,7 +74,7 @@ fn unestimated(limit: &RateLimit, n: usize, used: u64) -> Vec<f64> {
             }
         }
         for (tokens, probe) in running {
-            pace = pace.settled(limit, tokens, used, probe);
+            pace = pace.reconciled(limit, tokens, used, probe);
         }
         now += again.unwrap_or(0.0);
     }
@@ -166,7 +166,7 @@ fn a_first_unestimated_call_goes_alone() {
         matches!(estimated, Reserved::At { probe: false, .. }),
         "{estimated:?}"
     );
-    let pace = pace.settled(&limit, 0, 400, true);
+    let pace = pace.reconciled(&limit, 0, 400, true);
     let (second, _) = pace.reserve(&limit, 0, 0.0);
     assert_eq!(
         second,

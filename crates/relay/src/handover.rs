@@ -14,7 +14,7 @@ use crate::claimer::msg::ClaimerMsg;
 
 /// What a relay takes directly: for each of its destinations, up to its cap of rows
 /// handed over and not yet finished.
-pub(crate) struct Handoff {
+pub(crate) struct HandoverSlots {
     owner: String,
     lease: Duration,
     claimer: ActorRef<ClaimerMsg>,
@@ -27,7 +27,7 @@ struct Slots {
     cap: usize,
 }
 
-impl Handoff {
+impl HandoverSlots {
     pub(crate) fn new(
         owner: String,
         lease: Duration,
@@ -67,7 +67,7 @@ impl Handoff {
     }
 }
 
-impl Handover for Handoff {
+impl Handover for HandoverSlots {
     fn owner(&self) -> &str {
         &self.owner
     }
