@@ -19,7 +19,10 @@ use crate::{Delivery, Transport};
 ///
 /// The actor answers with [`Delivery::Delivered`] once the message is safely its own
 /// (typically after its inbox transaction committed), [`Delivery::Retry`] if it cannot
-/// take it now, or [`Delivery::Reject`] if it never will. Not answering (dropping the
+/// take it now, or [`Delivery::Reject`] if it never will. A destination with no actor
+/// registered, or whose actor is gone before the message reached its mailbox, is
+/// [`Delivery::Unavailable`]: nothing reached it, and its rows wait (attempts not
+/// spent) until an actor is registered again. Not answering (dropping the
 /// port, dying, exceeding the transport's timeout) counts as a retry.
 #[derive(Debug)]
 pub struct Deliver {
@@ -167,7 +170,9 @@ impl Transport for InProcessTransport {
         let destination = &envelope.destination;
         // The registry lock is released before the call: never held across an await.
         let Some(actor) = self.pick(envelope) else {
-            return Delivery::retry(format!("no actor for destination {destination}"));
+            // Not reached at all (its actor not started yet, or being restarted): the
+            // row waits, spending nothing, however long that takes.
+            return Delivery::unavailable(format!("no actor for destination {destination}"));
         };
         let envelope = envelope.clone();
         // Dropped with this future (the relay cancels a delivery whose lease it lost):
@@ -193,7 +198,8 @@ impl Transport for InProcessTransport {
             Ok(CallResult::SenderError) => Delivery::retry(format!(
                 "the actor for destination {destination} dropped the reply (it stopped or failed)"
             )),
-            Err(e) => Delivery::retry(format!(
+            // The message never reached its mailbox.
+            Err(e) => Delivery::unavailable(format!(
                 "the actor for destination {destination} is gone: {e}"
             )),
         }
