@@ -116,7 +116,7 @@ def parse(body):
     """The command envelope in `body`, checked, or Malformed with the reason."""
     try:
         env = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
         raise Malformed(f"the body is not JSON: {e}") from None
     if not isinstance(env, dict):
         raise Malformed("the envelope is not a JSON object")
@@ -131,6 +131,15 @@ def parse(body):
         raise Malformed("the envelope has no headers object")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise Malformed("the envelope's headers are not all strings")
+    try:  # a lone surrogate would fail the database, and the publisher, forever
+        for k, v in headers.items():
+            k.encode()
+            v.encode()
+    except UnicodeEncodeError:
+        raise Malformed("a header is not valid Unicode") from None
+    t = headers.get("timeout_ms")
+    if t is not None and not (t.isascii() and t.isdigit() and len(t) <= 19):
+        raise Malformed(f"timeout_ms {t[:40]!r} is not a number of milliseconds")
     if headers.get("kind") not in ("command", "compensate"):
         raise Malformed(f"kind {headers.get('kind')!r} is neither command nor compensate")
     for name in ("reply_to", "saga_id", "step", "step_name"):
@@ -140,7 +149,7 @@ def parse(body):
         raise Malformed(f"reply_to {headers['reply_to']!r} is not a destination")
     try:
         json.loads(env.get("payload"))
-    except (TypeError, json.JSONDecodeError):
+    except (TypeError, ValueError, RecursionError):
         raise Malformed("the envelope's payload is not JSON text") from None
     return env
 
@@ -300,6 +309,10 @@ async def consume(agent, nc, js, args, stop):
                     await msg.term()
                     continue
                 outcome = await agent.handle(env)
+            except Malformed as why:  # found while handling: kept, not retried forever
+                agent.dead(msg.metadata.sequence.stream, str(why), msg.data)
+                await msg.term()
+                continue
             except sqlite3.Error as e:  # nothing was written
                 log(f"message {i + 1} of the batch not stored: {e!r}; it and the "
                     f"{len(batch) - i - 1} after it handed back")

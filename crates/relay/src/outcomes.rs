@@ -56,9 +56,11 @@ impl Outcomes {
                 spent: true,
             }),
             // However long the way is down: the attempt is given back, nothing dies.
+            // Its attempts do not grow, so neither would their backoff: wait as if a few
+            // attempts further on (the breaker, when on, paces the probes anyway).
             Delivery::Unavailable { reason, after } => self.retries.push(Retry {
                 seq: envelope.seq,
-                delay: after.unwrap_or_else(|| policy.backoff(envelope.attempts)),
+                delay: after.unwrap_or_else(|| policy.backoff(envelope.attempts.saturating_add(4))),
                 error: format!("{UNAVAILABLE}{reason}"),
                 spent: false,
             }),

@@ -215,7 +215,7 @@ impl Dialect for Postgres {
             "UPDATE outbox o
              SET state = 'pending', available_at = now() + u.t * interval '1 millisecond',
                  last_error = u.e, lease_owner = NULL, lease_until = NULL,
-                 attempts = CASE WHEN u.p THEN o.attempts ELSE greatest(o.attempts - 1, 0) END
+                 attempts = CASE WHEN u.p = false THEN greatest(o.attempts - 1, 0) ELSE o.attempts END
              FROM unnest($1::bigint[], $2::bigint[], $3::text[], $5::bool[]) AS u(s, t, e, p)
              WHERE o.seq = u.s AND o.lease_owner = $4",
         )

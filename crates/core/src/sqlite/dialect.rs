@@ -193,7 +193,7 @@ impl Dialect for Sqlite {
             "UPDATE outbox
              SET state = 'pending', available_at = ?1 + u.delay, last_error = u.error,
                  lease_owner = NULL, lease_until = NULL,
-                 attempts = CASE WHEN u.spent THEN attempts ELSE max(attempts - 1, 0) END
+                 attempts = CASE WHEN u.spent = 0 THEN max(attempts - 1, 0) ELSE attempts END
              FROM (SELECT json_extract(value, '$[0]') AS seq, json_extract(value, '$[1]') AS delay,
                           json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS spent
                    FROM json_each(?2)) AS u

@@ -29,7 +29,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// | answer | outcome |
 /// | --- | --- |
 /// | 2xx | [`Delivery::Delivered`] |
-/// | 429, 502, 503, connection refused (the service is away or says "not now": it did not act) | [`Delivery::Unavailable`]: no attempt spent, however long it lasts; no sooner than the `Retry-After` seconds if given (at most an hour) |
+/// | 429, 503, connection refused (the service is away or says "not now": it did not act) | [`Delivery::Unavailable`]: no attempt spent, however long it lasts; no sooner than the `Retry-After` seconds if given (at most an hour) |
 /// | 408, other 5xx, other statuses, timeout, connection reset | [`Delivery::Retry`] |
 /// | other 4xx | [`Delivery::Reject`]: dead-lettered at once |
 /// | a destination with no route, or a route that is not an `http://` URL | [`Delivery::Reject`] |
@@ -196,7 +196,7 @@ async fn outcome(destination: &str, url: &Url, response: reqwest::Response) -> D
         && status != StatusCode::TOO_MANY_REQUESTS;
     let away = matches!(
         status,
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
     );
     match after {
         _ if permanent => Delivery::reject(reason),

@@ -201,7 +201,20 @@ impl Transport for NatsTransport {
             // The stream did not take it (the broker away, the connection broken, no
             // stream on the subject yet, too many unacknowledged publishes): the row
             // waits in the outbox however long that lasts, spending nothing.
-            Ok(Err(e)) => Delivery::unavailable(format!("NATS publish: {e}")),
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    PublishErrorKind::BrokenPipe
+                        | PublishErrorKind::TimedOut
+                        | PublishErrorKind::StreamNotFound
+                        | PublishErrorKind::MaxAckPending
+                ) =>
+            {
+                Delivery::unavailable(format!("NATS publish: {e}"))
+            }
+            // The stream answered with an error about this message (too large for its
+            // limits, say): an attempt spent, then a dead letter.
+            Ok(Err(e)) => Delivery::retry(format!("NATS publish: {e}")),
             Err(_) => Delivery::unavailable(format!(
                 "NATS publish: no acknowledgement from the stream within {:?}",
                 self.timeout
