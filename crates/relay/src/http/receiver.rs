@@ -246,12 +246,18 @@ fn store_failure(e: &StoreError, envelope: &Envelope) -> Response {
                 message.id = %envelope.id,
                 message.destination = %envelope.destination,
                 error = %e,
+                transient = e.is_transient(),
                 "cannot store a message received over HTTP; the sender will retry"
             );
-            reason(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot store the message now: {e}"),
-            )
+            // 503 (the sender waits, spending nothing) only when the store is away or
+            // busy; an error about this message (a value the database refuses) is a
+            // 500: the sender spends an attempt, and in the end dead-letters it.
+            let status = if e.is_transient() {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            };
+            reason(status, format!("cannot store the message now: {e}"))
         }
     }
 }

@@ -232,3 +232,17 @@ async fn client_maps_answers(backend: Backend) {
     server.stop().await;
 }
 agentsaga_core::both_backends!(client_answers, client_maps_answers);
+
+// A message the receiving database refuses for what it holds (PostgreSQL's JSONB takes
+// no `\u0000`; a SQLite sender stores it) is a 500, not a 503: the sender spends its
+// attempts and dead-letters it, instead of waiting for it forever as for a store away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_the_database_refuses_is_no_outage() {
+    let b = store(Backend::Postgres).await;
+    let server = Server::bind(http::router(b.clone(), ReceiverConfig::new(TOKEN)).unwrap()).await;
+    let body = serde_json::to_vec(&envelope("remote", r#"{"note":"a\u0000b"}"#)).unwrap();
+    let (status, _, text) = post_raw(&server, Some(&format!("Bearer {TOKEN}")), body).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{text}");
+    assert!(rows(&b, "remote").await.is_empty());
+    server.stop().await;
+}
