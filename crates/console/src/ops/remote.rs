@@ -40,7 +40,7 @@ pub struct RemoteDoc {
     /// Of its pending rows, those waiting because the broker (or the service) could
     /// not be reached: they spend no attempts while they wait.
     pub outbox_unavailable: u64,
-    /// Why it could not be reached, as the latest such row says (`None` when none
+    /// Why it could not be reached, as one such row says (`None` when none
     /// waits for that).
     pub unavailable: Option<String>,
 }

@@ -322,7 +322,7 @@ impl Dialect for Postgres {
                count(*) FILTER (WHERE state = 'in_flight') AS in_flight,
                count(*) FILTER (WHERE state = 'delivered') AS delivered,
                count(*) FILTER (WHERE state = 'dead') AS dead,
-               count(*) FILTER (WHERE state = 'pending' AND last_error LIKE 'unavailable:%')
+               count(*) FILTER (WHERE state = 'pending' AND substr(last_error, 1, 12) = 'unavailable:')
                    AS unavailable,
                (extract(epoch FROM now() - min(available_at)
                     FILTER (WHERE state = 'pending' AND available_at <= now())) * 1000)::bigint

@@ -305,7 +305,7 @@ impl Dialect for Sqlite {
                (SELECT count(*) FROM outbox WHERE state = 'delivered') AS delivered,
                (SELECT count(*) FROM outbox WHERE state = 'dead') AS dead,
                (SELECT count(*) FROM outbox
-                 WHERE state = 'pending' AND last_error LIKE 'unavailable:%') AS unavailable,
+                 WHERE state = 'pending' AND substr(last_error, 1, 12) = 'unavailable:') AS unavailable,
                (SELECT min(available_at) FROM outbox
                  WHERE state = 'pending' AND available_at <= ?1) AS oldest",
         )

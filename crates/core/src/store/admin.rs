@@ -46,9 +46,9 @@ impl Admin<'_> {
         const SQL: &str = "SELECT destination,
                 sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) AS pending,
                 sum(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END) AS in_flight,
-                sum(CASE WHEN state = 'pending' AND last_error LIKE 'unavailable:%'
+                sum(CASE WHEN state = 'pending' AND substr(last_error, 1, 12) = 'unavailable:'
                     THEN 1 ELSE 0 END) AS unavailable,
-                max(CASE WHEN state = 'pending' AND last_error LIKE 'unavailable:%'
+                max(CASE WHEN state = 'pending' AND substr(last_error, 1, 12) = 'unavailable:'
                     THEN last_error END) AS unavailable_reason
              FROM outbox WHERE state IN ('pending', 'in_flight')
              GROUP BY destination ORDER BY destination";

@@ -35,7 +35,8 @@ pub struct DestinationRows {
     /// Of its pending rows, those waiting because it could not be reached (see
     /// [`Stats::unavailable`]).
     pub unavailable: u64,
-    /// Why it could not be reached, as its latest such row says.
+    /// Why it could not be reached, as one of those rows says (the greatest reason,
+    /// text order).
     pub unavailable_reason: Option<String>,
 }
 

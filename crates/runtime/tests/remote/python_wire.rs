@@ -236,3 +236,43 @@ async fn the_agent_makes_agentsagas_stream_and_encodes_its_headers() {
         Some("charge%0Anow%20%C3%A9%20100%25")
     );
 }
+
+// A command it cannot serve (its payload is not JSON) is kept in its dead letters with
+// the reason and answered, as agentsaga's receiver answers: `delivery_failed` to its
+// `reply_to`, with the command's id and the reason, so that its saga moves on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_it_cannot_serve_is_answered_delivery_failed() {
+    let server = NatsServer::start();
+    let (db, log) = dir().await;
+    let mut bad = command("s1", false, &[]);
+    bad.payload = "not json".into();
+    publish(&server, &[bad.clone()]).await;
+    let agent = PythonAgent::start_with(&server.url(), &db, &log, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, dead, [_, outbox, unpublished]) = python_db(&db).await;
+        if dead.len() == 1 && outbox == 1 && unpublished == 0 {
+            assert!(dead[0].contains("payload is not JSON"), "{dead:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not answered: {dead:?} {outbox}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(agent.stop(&log).success());
+    let got = replies(&server, 1).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    let env = &got[0].1;
+    assert_eq!(env.header("kind"), Some("delivery_failed"));
+    assert_eq!(
+        env.header("causation_id"),
+        Some(bad.id.to_string().as_str())
+    );
+    let notice: serde_json::Value = serde_json::from_str(&env.payload).unwrap();
+    assert_eq!(notice["message_id"], bad.id.to_string());
+    assert!(
+        notice["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("payload is not JSON")),
+        "{notice}"
+    );
+}
