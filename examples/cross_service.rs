@@ -96,7 +96,7 @@ impl Agent for Recorder {
         let kind = if ctx.is_compensation() { "undo" } else { "do" };
         support::exec(
             ctx.conn(),
-            "INSERT INTO effects (agent, saga_id, kind) VALUES ($1, $2, $3)",
+            "INSERT INTO effects (agent, saga_id, kind) VALUES (?, ?, ?)",
             &[self.0, &saga, kind],
         )
         .await?;

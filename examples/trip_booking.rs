@@ -145,12 +145,12 @@ impl Agent for BookingAgent {
                 // the row, books nothing twice, and answers the id booked first.
                 let id = format!("{}-{}", self.destination, ctx.message_id());
                 let sql = format!(
-                    "INSERT INTO {} (saga_id, reservation_id, status) VALUES ($1, $2, 'booked') ON CONFLICT (saga_id) DO NOTHING",
+                    "INSERT INTO {} (saga_id, reservation_id, status) VALUES (?, ?, 'booked') ON CONFLICT (saga_id) DO NOTHING",
                     self.table
                 );
                 support::exec(ctx.conn(), &sql, &[&saga, &id]).await?;
                 let sql = format!(
-                    "SELECT reservation_id FROM {} WHERE saga_id = $1",
+                    "SELECT reservation_id FROM {} WHERE saga_id = ?",
                     self.table
                 );
                 support::fetch_text(ctx.conn(), &sql, &[&saga])
@@ -161,7 +161,7 @@ impl Agent for BookingAgent {
                 reservation_id: Some(id),
             } => {
                 let sql = format!(
-                    "UPDATE {} SET status = 'cancelled' WHERE reservation_id = $1",
+                    "UPDATE {} SET status = 'cancelled' WHERE reservation_id = ?",
                     self.table
                 );
                 support::exec(ctx.conn(), &sql, &[&id]).await?;
@@ -174,7 +174,7 @@ impl Agent for BookingAgent {
                 // goes (its command, if it ran at all, ran before this: they share an
                 // ordering key). Nothing booked is success.
                 let sql = format!(
-                    "UPDATE {} SET status = 'cancelled' WHERE saga_id = $1",
+                    "UPDATE {} SET status = 'cancelled' WHERE saga_id = ?",
                     self.table
                 );
                 support::exec(ctx.conn(), &sql, &[&saga]).await?;
@@ -249,13 +249,13 @@ impl CallingAgent for CarRentalAgent {
                 // key, answered the same rental).
                 support::exec(
                     ctx.conn(),
-                    "INSERT INTO trip_cars (saga_id, reservation_id, status) VALUES ($1, $2, 'booked') ON CONFLICT (saga_id) DO NOTHING",
+                    "INSERT INTO trip_cars (saga_id, reservation_id, status) VALUES (?, ?, 'booked') ON CONFLICT (saga_id) DO NOTHING",
                     &[&saga, &id],
                 )
                 .await?;
                 support::fetch_text(
                     ctx.conn(),
-                    "SELECT reservation_id FROM trip_cars WHERE saga_id = $1",
+                    "SELECT reservation_id FROM trip_cars WHERE saga_id = ?",
                     &[&saga],
                 )
                 .await?
@@ -265,7 +265,7 @@ impl CallingAgent for CarRentalAgent {
             (Booking::Cancel { .. }, _) => {
                 support::exec(
                     ctx.conn(),
-                    "UPDATE trip_cars SET status = 'cancelled' WHERE saga_id = $1",
+                    "UPDATE trip_cars SET status = 'cancelled' WHERE saga_id = ?",
                     &[&saga],
                 )
                 .await?;
@@ -303,7 +303,7 @@ impl Agent for PaymentAgent {
         }
         support::exec(
             ctx.conn(),
-            "INSERT INTO trip_payments (saga_id, status, amount_cents) VALUES ($1, 'charged', $2)
+            "INSERT INTO trip_payments (saga_id, status, amount_cents) VALUES (?, 'charged', ?)
              ON CONFLICT (saga_id) DO NOTHING",
             &[&saga, &trip.amount_cents.to_string()],
         )
@@ -337,7 +337,7 @@ impl Agent for ConfirmationAgent {
         }
         support::exec(
             ctx.conn(),
-            "INSERT INTO trip_confirmations (saga_id, status) VALUES ($1, 'sent') ON CONFLICT (saga_id) DO NOTHING",
+            "INSERT INTO trip_confirmations (saga_id, status) VALUES (?, 'sent') ON CONFLICT (saga_id) DO NOTHING",
             &[&saga],
         )
         .await?;

@@ -9,13 +9,13 @@
 //!
 //! Start with `examples/trip_booking.rs`, and `docs/ARCHITECTURE.md`.
 
-pub use agentsaga_core as core;
-pub use agentsaga_relay as relay;
-pub use agentsaga_runtime as runtime;
 /// The operator console (`agentsaga::console::http::HttpConfig` for
 /// `Runtime::admin_router`).
 #[cfg(feature = "console")]
-pub use agentsaga_runtime::console;
+pub use agentsaga_console as console;
+pub use agentsaga_core as core;
+pub use agentsaga_relay as relay;
+pub use agentsaga_runtime as runtime;
 pub use agentsaga_saga as saga;
 
 /// The names most programs need.

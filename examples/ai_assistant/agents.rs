@@ -58,12 +58,12 @@ impl Writing {
         match self {
             Writing::Research => Effect {
                 table: "assistant_research",
-                insert: "INSERT INTO assistant_research (saga_id, status, summary) VALUES ($1, 'done', $2) ON CONFLICT (saga_id) DO NOTHING",
+                insert: "INSERT INTO assistant_research (saga_id, status, summary) VALUES (?, 'done', ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: None,
             },
             Writing::Draft => Effect {
                 table: "assistant_drafts",
-                insert: "INSERT INTO assistant_drafts (saga_id, status, body, draft_id) VALUES ($1, 'drafted', $2, $3) ON CONFLICT (saga_id) DO NOTHING",
+                insert: "INSERT INTO assistant_drafts (saga_id, status, body, draft_id) VALUES (?, 'drafted', ?, ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: Some(("draft_id", "discarded")),
             },
         }
@@ -135,17 +135,17 @@ impl Skill {
         match self {
             Skill::Calendar => Effect {
                 table: "assistant_calendar_slots",
-                insert: "INSERT INTO assistant_calendar_slots (saga_id, status, slot, event_id) VALUES ($1, 'reserved', $2, $3) ON CONFLICT (saga_id) DO NOTHING",
+                insert: "INSERT INTO assistant_calendar_slots (saga_id, status, slot, event_id) VALUES (?, 'reserved', ?, ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: Some(("event_id", "cancelled")),
             },
             Skill::Email => Effect {
                 table: "assistant_emails",
-                insert: "INSERT INTO assistant_emails (saga_id, status, body) VALUES ($1, 'sent', $2) ON CONFLICT (saga_id) DO NOTHING",
+                insert: "INSERT INTO assistant_emails (saga_id, status, body) VALUES (?, 'sent', ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: None,
             },
             Skill::Crm => Effect {
                 table: "assistant_crm_records",
-                insert: "INSERT INTO assistant_crm_records (saga_id, status, note) VALUES ($1, 'created', $2) ON CONFLICT (saga_id) DO NOTHING",
+                insert: "INSERT INTO assistant_crm_records (saga_id, status, note) VALUES (?, 'created', ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: None,
             },
         }

@@ -228,8 +228,8 @@ struct Made {
 #[derive(Clone, Copy)]
 struct Effect {
     table: &'static str,
-    /// The row's `INSERT`, once per saga: `$1` the saga, `$2` the text, and for an
-    /// undoable effect `$3` its id.
+    /// The row's `INSERT`, once per saga: its parameters the saga, the text, and for an
+    /// undoable effect its id.
     insert: &'static str,
     /// An undoable effect: the column of its id, and the status that undoes it.
     undo: Option<(&'static str, &'static str)>,
@@ -250,7 +250,7 @@ impl Effect {
         };
         let id = ctx.message_id().to_string();
         support::exec(ctx.conn(), self.insert, &[saga, &text, &id]).await?;
-        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = $1", self.table);
+        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = ?", self.table);
         let id = support::fetch_text(ctx.conn(), &sql, &[saga]).await?;
         Ok(Made { text, id })
     }
@@ -268,11 +268,11 @@ impl Effect {
             // this saga or nothing.
             let sql = match &id {
                 Some(_) => format!(
-                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1 AND {id_column} = $2",
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ? AND {id_column} = ?",
                     self.table
                 ),
                 None => format!(
-                    "UPDATE {} SET status = '{undone}' WHERE saga_id = $1",
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ?",
                     self.table
                 ),
             };

@@ -433,7 +433,7 @@ impl CallingAgent for Planner {
         let plan = serde_json::to_string(&accepted.plan).map_err(StepError::fatal)?;
         support::exec(
             ctx.conn(),
-            "INSERT INTO assistant_plans (saga_id, steps, plan, answer) VALUES ($1, $2, $3, $4) \
+            "INSERT INTO assistant_plans (saga_id, steps, plan, answer) VALUES (?, ?, ?, ?) \
              ON CONFLICT (saga_id) DO UPDATE SET steps = excluded.steps, plan = excluded.plan, \
              answer = assistant_plans.answer || '\n\n' || excluded.answer \
              WHERE length(excluded.steps) > length(assistant_plans.steps)",

@@ -17,7 +17,7 @@ use agentsaga::prelude::*;
 /// The table (portable DDL).
 pub const DDL: &str = "CREATE TABLE IF NOT EXISTS agent_deliveries (destination TEXT NOT NULL, msg_key TEXT, seq BIGINT NOT NULL, message_id TEXT NOT NULL, started_us BIGINT NOT NULL, finished_us BIGINT NOT NULL)";
 
-const INSERT: &str = "INSERT INTO agent_deliveries (destination, msg_key, seq, message_id, started_us, finished_us) VALUES ($1, $2, CAST($3 AS BIGINT), $4, CAST($5 AS BIGINT), CAST($6 AS BIGINT))";
+const INSERT: &str = "INSERT INTO agent_deliveries (destination, msg_key, seq, message_id, started_us, finished_us) VALUES (?, ?, CAST(? AS BIGINT), ?, CAST(? AS BIGINT), CAST(? AS BIGINT))";
 
 /// Records deliveries, or not.
 #[derive(Debug, Clone, Copy)]

@@ -54,8 +54,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentsaga::core::sqlx;
-use agentsaga::core::{Conn, Store};
+use agentsaga::core::{Sql, Store};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -83,7 +82,8 @@ pub const PLANNER_ROLE: &str = "You are the planning agent of an executive assis
 pub const RESEARCH_PLANNER_ROLE: &str = "You are the planning agent of a research team.";
 /// The table of the requests the stub received (portable DDL).
 pub const CALLS_DDL: &str = "CREATE TABLE IF NOT EXISTS assistant_llm_calls (idempotency_key TEXT NOT NULL, saga_id TEXT NOT NULL, step TEXT NOT NULL, answer TEXT NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)";
-const CALLS_INSERT: &str = "INSERT INTO assistant_llm_calls (idempotency_key, saga_id, step, answer) VALUES ($1, $2, $3, $4)";
+const CALLS_INSERT: &str =
+    "INSERT INTO assistant_llm_calls (idempotency_key, saga_id, step, answer) VALUES (?, ?, ?, ?)";
 
 /// How the stub answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -409,22 +409,11 @@ async fn chat_completions(
 /// Runs `sql` with text parameters in a transaction of its own.
 async fn exec(store: &Store, sql: &'static str, params: &[&str]) -> anyhow::Result<()> {
     let mut tx = store.begin().await?;
-    match tx.conn() {
-        Conn::Sqlite(c) => {
-            let mut q = sqlx::query(sql);
-            for p in params {
-                q = q.bind(*p);
-            }
-            q.execute(c).await?;
-        }
-        Conn::Postgres(c) => {
-            let mut q = sqlx::query(sql);
-            for p in params {
-                q = q.bind(*p);
-            }
-            q.execute(c).await?;
-        }
+    let mut q = Sql::new(sql);
+    for p in params {
+        q = q.bind(*p);
     }
+    q.execute(tx.conn()).await?;
     tx.commit().await?;
     Ok(())
 }

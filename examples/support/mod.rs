@@ -8,8 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::{Conn, RetryPolicy, Store};
+use agentsaga::core::{Conn, RetryPolicy, Sql, Store};
 use agentsaga::relay::RelayConfig;
 use agentsaga::runtime::{Runtime, RuntimeBuilder};
 use agentsaga::saga::{SagaState, query};
@@ -75,50 +74,36 @@ impl CommonArgs {
     }
 }
 
-/// Runs `sql` (with `$1`, `$2` placeholders, which both backends accept) with text
-/// parameters, on whichever backend the connection is.
-pub async fn exec(conn: Conn<'_>, sql: &str, params: &[&str]) -> Result<u64, sqlx::Error> {
-    match conn {
-        Conn::Sqlite(c) => {
-            let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-            for p in params {
-                q = q.bind(*p);
-            }
-            Ok(q.execute(c).await?.rows_affected())
-        }
-        Conn::Postgres(c) => {
-            let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-            for p in params {
-                q = q.bind(*p);
-            }
-            Ok(q.execute(c).await?.rows_affected())
-        }
+/// Runs `sql` (its parameters `?`) with text parameters, on whichever backend the
+/// connection is (see [`Sql`]).
+pub async fn exec(
+    conn: Conn<'_>,
+    sql: &str,
+    params: &[&str],
+) -> Result<u64, agentsaga::core::Error> {
+    let mut q = Sql::new(sql.to_owned());
+    for p in params {
+        q = q.bind(*p);
     }
+    q.execute(conn).await
 }
 
-/// The first column of the row `sql` returns, as text (`None`: no row), on either
-/// backend (`$1`-style parameters, as [`exec`]).
+/// The column `column` of the row `sql` returns, as text (`None`: no row), on either
+/// backend (`?` parameters, as [`exec`]).
 pub async fn fetch_text(
     conn: Conn<'_>,
     sql: &str,
     params: &[&str],
-) -> Result<Option<String>, sqlx::Error> {
-    match conn {
-        Conn::Sqlite(c) => {
-            let mut q = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()));
-            for p in params {
-                q = q.bind(*p);
-            }
-            q.fetch_optional(c).await
-        }
-        Conn::Postgres(c) => {
-            let mut q = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()));
-            for p in params {
-                q = q.bind(*p);
-            }
-            q.fetch_optional(c).await
-        }
+) -> Result<Option<String>, agentsaga::core::Error> {
+    let mut q = Sql::new(sql.to_owned());
+    for p in params {
+        q = q.bind(*p);
     }
+    let Some(row) = q.fetch_optional(conn).await? else {
+        return Ok(None);
+    };
+    let column = row.columns().first().cloned().unwrap_or_default();
+    row.opt_text(&column)
 }
 
 /// Creates the example's tables if missing (portable DDL). Two processes starting

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentsaga::core::Store;
 use agentsaga::core::sqlx;
 use agentsaga::core::testing::{Backend, fresh_url};
-use agentsaga::core::{ReadPool, Store};
 use agentsaga::saga::{Engine, Saga, SagaId, SagaState, Step, query};
 use agentsaga_console::Console;
 use agentsaga_console::http::{HttpConfig, router};

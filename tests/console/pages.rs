@@ -52,7 +52,7 @@ pub(crate) async fn overview_numbers(page: &mut Cdp) -> HashMap<String, String> 
 }
 
 pub(crate) async fn sql_counts(store: &Store, sql: &'static str) -> BTreeMap<String, u64> {
-    let ReadPool::Sqlite(reader) = store.reader() else {
+    let Some(reader) = store.reader().sqlite() else {
         panic!("a SQLite database")
     };
     let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(reader).await.unwrap();

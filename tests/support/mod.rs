@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use agentsaga::core::Store;
 use agentsaga::core::sqlx::{self, AssertSqlSafe};
-use agentsaga::core::{ReadPool, Store};
 use agentsaga::saga::{SagaState, query};
 
 /// The example binary that `cargo test` built beside the test binaries.
@@ -99,10 +99,12 @@ where
         + Unpin,
 {
     let sql = AssertSqlSafe(sql.into());
-    match store.reader() {
-        ReadPool::Sqlite(reader) => sqlx::query_as(sql).fetch_all(reader).await.unwrap(),
-        ReadPool::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+    let reader = store.reader();
+    if let Some(reader) = reader.sqlite() {
+        return sqlx::query_as(sql).fetch_all(reader).await.unwrap();
     }
+    let pool = reader.postgres().expect("a SQLite or PostgreSQL store");
+    sqlx::query_as(sql).fetch_all(pool).await.unwrap()
 }
 
 /// All sagas.

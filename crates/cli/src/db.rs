@@ -1,14 +1,9 @@
 //! Opening the database named on the command line, without ever creating a SQLite
 //! file by accident.
 
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use agentsaga_core::migrate::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
-use agentsaga_core::sqlx::postgres::{PgConnectOptions, PgConnection};
-use agentsaga_core::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use agentsaga_core::sqlx::{self, Connection as _};
+use agentsaga_core::migrate::{self, Probe};
 use agentsaga_core::{Store, StoreConfig};
 use anyhow::{anyhow, bail};
 
@@ -44,16 +39,6 @@ fn has_scheme(url: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
-/// The file a SQLite URL names, or `None` for an in-memory database, another
-/// backend, or a URL the store will refuse anyway.
-fn sqlite_file(url: &str) -> Option<PathBuf> {
-    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
-        return None;
-    }
-    let options = SqliteConnectOptions::from_str(url).ok()?;
-    Some(options.get_filename().to_path_buf())
-}
-
 /// Opens the store at `url`.
 ///
 /// Only `migrate` ([`Missing::Create`]) changes the schema: it creates a missing
@@ -73,25 +58,23 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
         bail!("no database given: pass --database-url URL or set DATABASE_URL");
     };
     let url = normalize(url);
-    let found = if let Some(file) = sqlite_file(&url) {
-        if !file.exists() {
-            if missing == Missing::Refuse {
-                bail!(
-                    "database file `{}` does not exist (nothing was created; `agentsaga \
-                     migrate` creates a new database)",
-                    file.display()
-                );
-            }
-            None
-        } else {
-            Some(sqlite_probe(&url, &file.display().to_string()).await?)
-        }
-    } else if url.starts_with("postgres") {
-        Some(postgres_probe(&url).await?)
-    } else {
+    let file = Store::database_file_of(&url);
+    if let Some(file) = &file
+        && !file.exists()
+        && missing == Missing::Refuse
+    {
+        bail!(
+            "database file `{}` does not exist (nothing was created; `agentsaga \
+             migrate` creates a new database)",
+            file.display()
+        );
+    }
+    let found = if file.as_ref().is_some_and(|f| !f.exists()) {
         None
+    } else {
+        probe(&url).await?
     };
-    let what = || match sqlite_file(&url) {
+    let what = || match &file {
         Some(file) => format!("database file `{}`", file.display()),
         None => format!("the database at {}", redact(&url)),
     };
@@ -105,7 +88,7 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
                 what()
             );
         }
-        if let Some(behind) = found.behind(&url) {
+        if let Some(behind) = behind(found, &url) {
             bail!(
                 "{}: its schema is {behind}; nothing was changed. Run `agentsaga migrate` \
                  to upgrade it (runtimes older than this binary refuse the upgraded schema: \
@@ -124,145 +107,47 @@ pub(crate) async fn open(url: Option<&str>, missing: Missing) -> anyhow::Result<
     })
 }
 
-/// What a read-only look at an existing database found.
-#[derive(Debug)]
-struct Probe {
-    /// It holds the `outbox` table.
-    has_outbox: bool,
-    /// The versions of the migrations applied (`_sqlx_migrations`), in order.
-    applied: Vec<i64>,
-}
-
-impl Probe {
-    /// How the schema is behind the migrations this binary embeds for `url`'s
-    /// backend, if it is: a phrase for the error.
-    fn behind(&self, url: &str) -> Option<String> {
-        let migrator = if url.starts_with("postgres") {
-            &POSTGRES_MIGRATOR
-        } else {
-            &SQLITE_MIGRATOR
-        };
-        let missing: Vec<i64> = migrator
-            .iter()
-            .map(|m| m.version)
-            .filter(|v| !self.applied.contains(v))
-            .collect();
-        let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-        let at = self.applied.last().copied().unwrap_or(0);
-        (!missing.is_empty()).then(|| {
-            format!(
-                "at version {at}, behind this binary's {newest} ({} migration(s) not applied: {})",
-                missing.len(),
-                missing
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
-    }
-}
-
-const HAS_OUTBOX_SQLITE: &str =
-    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox'";
-const HAS_MIGRATIONS_SQLITE: &str =
-    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
-const HAS_OUTBOX_POSTGRES: &str = "SELECT to_regclass('outbox') IS NOT NULL";
-const HAS_MIGRATIONS_POSTGRES: &str = "SELECT to_regclass('_sqlx_migrations') IS NOT NULL";
-const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
-
-/// Looks at the (existing) SQLite file read-only: its `outbox` table, its migrations.
-async fn sqlite_probe(url: &str, file: &str) -> anyhow::Result<Probe> {
-    let Ok(options) = SqliteConnectOptions::from_str(url) else {
-        // The store reports the malformed URL.
-        return Ok(Probe {
-            has_outbox: true,
-            applied: all_versions(&SQLITE_MIGRATOR),
-        });
-    };
-    let options = options.read_only(true).create_if_missing(false);
-    let fail = |e: sqlx::Error| anyhow!("cannot read the database file `{file}`: {e}");
-    let mut conn = SqliteConnection::connect_with(&options)
-        .await
-        .map_err(fail)?;
-    let n: i64 = sqlx::query_scalar(HAS_OUTBOX_SQLITE)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(fail)?;
-    let tracked: i64 = sqlx::query_scalar(HAS_MIGRATIONS_SQLITE)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(fail)?;
-    let applied = if tracked > 0 {
-        sqlx::query_scalar(APPLIED)
-            .fetch_all(&mut conn)
-            .await
-            .map_err(fail)?
-    } else {
-        Vec::new()
-    };
-    let _ = conn.close().await;
-    Ok(Probe {
-        has_outbox: n > 0,
-        applied,
-    })
-}
-
-/// Looks at the database (in its search path): its `outbox` table, its migrations.
-/// One plain connection first also gives a clear error: the pool would only say
-/// "timed out" where the driver says "connection refused" or "password
-/// authentication failed".
-async fn postgres_probe(url: &str) -> anyhow::Result<Probe> {
-    let Ok(options) = PgConnectOptions::from_str(url) else {
-        // The store reports the malformed URL.
-        return Ok(Probe {
-            has_outbox: true,
-            applied: all_versions(&POSTGRES_MIGRATOR),
-        });
-    };
-    let fail = |why: String| {
-        anyhow!(
-            "cannot open the postgres database at {}: {}",
-            redact(url),
-            why.replace(url, &redact(url))
+/// How the schema `found` is behind the migrations this binary embeds for `url`'s
+/// backend, if it is: a phrase for the error.
+fn behind(found: &Probe, url: &str) -> Option<String> {
+    let migrator = migrate::embedded(url)?;
+    let missing: Vec<i64> = migrator
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !found.applied.contains(v))
+        .collect();
+    let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    let at = found.applied.last().copied().unwrap_or(0);
+    (!missing.is_empty()).then(|| {
+        format!(
+            "at version {at}, behind this binary's {newest} ({} migration(s) not applied: {})",
+            missing.len(),
+            missing
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         )
-    };
-    let mut conn =
-        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options)).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(fail(e.to_string())),
-            Err(_) => {
-                return Err(fail(format!(
-                    "no answer within {}s",
-                    CONNECT_TIMEOUT.as_secs()
-                )));
-            }
-        };
-    let has_outbox: bool = sqlx::query_scalar(HAS_OUTBOX_POSTGRES)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let tracked: bool = sqlx::query_scalar(HAS_MIGRATIONS_POSTGRES)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
-    let applied = if tracked {
-        sqlx::query_scalar(APPLIED)
-            .fetch_all(&mut conn)
-            .await
-            .map_err(|e| fail(e.to_string()))?
-    } else {
-        Vec::new()
-    };
-    let _ = conn.close().await;
-    Ok(Probe {
-        has_outbox,
-        applied,
     })
 }
 
-fn all_versions(migrator: &sqlx::migrate::Migrator) -> Vec<i64> {
-    migrator.iter().map(|m| m.version).collect()
+/// Looks at the (existing) database read-only (see [`migrate::probe`]), its errors
+/// told with the URL's passwords hidden.
+async fn probe(url: &str) -> anyhow::Result<Option<Probe>> {
+    migrate::probe(url, CONNECT_TIMEOUT).await.map_err(|e| {
+        let what = match (Store::database_file_of(url), &e) {
+            (Some(file), _) => format!("cannot read the database file `{}`", file.display()),
+            (None, agentsaga_core::Error::Connect { scheme, .. }) => {
+                format!("cannot open the {scheme} database at {}", redact(url))
+            }
+            (None, _) => format!("cannot open the database at {}", redact(url)),
+        };
+        let why = match &e {
+            agentsaga_core::Error::Connect { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        anyhow!("{what}: {}", why.replace(url, &redact(url)))
+    })
 }
 
 /// The versions of the migrations applied to the (existing) database at `url`, read
@@ -273,18 +158,10 @@ pub(crate) async fn applied(url: Option<&str>) -> anyhow::Result<Vec<i64>> {
         return Ok(Vec::new());
     };
     let url = normalize(url);
-    if let Some(file) = sqlite_file(&url) {
-        if !file.exists() {
-            return Ok(Vec::new());
-        }
-        return Ok(sqlite_probe(&url, &file.display().to_string())
-            .await?
-            .applied);
+    if Store::database_file_of(&url).is_some_and(|f| !f.exists()) {
+        return Ok(Vec::new());
     }
-    if url.starts_with("postgres") {
-        return Ok(postgres_probe(&url).await?.applied);
-    }
-    Ok(Vec::new())
+    Ok(probe(&url).await?.map(|p| p.applied).unwrap_or_default())
 }
 
 /// The URL with its passwords (user info and query string) replaced by `***`, for
@@ -310,13 +187,15 @@ mod tests {
 
     #[test]
     fn sqlite_files() {
+        use std::path::PathBuf;
+        let file = Store::database_file_of;
         assert_eq!(
-            sqlite_file("sqlite:///tmp/x.db?mode=rwc"),
+            file("sqlite:///tmp/x.db?mode=rwc"),
             Some(PathBuf::from("/tmp/x.db"))
         );
-        assert_eq!(sqlite_file("sqlite:rel.db"), Some(PathBuf::from("rel.db")));
-        assert_eq!(sqlite_file("sqlite::memory:"), None);
-        assert_eq!(sqlite_file("postgres://h/db"), None);
+        assert_eq!(file("sqlite:rel.db"), Some(PathBuf::from("rel.db")));
+        assert_eq!(file("sqlite::memory:"), None);
+        assert_eq!(file("postgres://h/db"), None);
     }
 
     #[test]

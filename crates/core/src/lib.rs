@@ -51,20 +51,14 @@
 //! # Ok(()) }
 //! ```
 
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-compile_error!("agentsaga-core needs a backend: enable the `sqlite` or the `postgres` feature");
-
 pub mod clock;
+mod drivers;
 mod error;
 mod id;
 mod message;
-#[cfg(feature = "postgres")]
-mod postgres;
 pub mod propagation;
 pub mod redact;
 mod retry;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -75,18 +69,11 @@ pub use message::{DeliveryFailed, Envelope, Headers, Message, header};
 pub use retry::RetryPolicy;
 pub(crate) use store::Integer;
 pub use store::{
-    Conn, Exclusive, Hop, HopStats, Prefetch, Prefetched, ReadPool, Receipt, Row, Store,
-    StoreConfig, Synchronous, Tx, admin, queue, write,
+    Conn, Exclusive, Hop, HopStats, ReadPool, Receipt, Row, Sql, Store, StoreConfig, Synchronous,
+    Tx, admin, queue, read, sql, write,
 };
 
-/// The embedded migrations of each backend, applied by [`Store::connect`] (for tools
-/// that migrate or inspect a database themselves).
-pub mod migrate {
-    #[cfg(feature = "postgres")]
-    pub use crate::postgres::POSTGRES_MIGRATOR;
-    #[cfg(feature = "sqlite")]
-    pub use crate::sqlite::SQLITE_MIGRATOR;
-}
+pub use drivers::migrate;
 
 /// Direct handover: a relay in this process takes the messages a transaction writes
 /// as they commit, leased to it, instead of claiming them (see

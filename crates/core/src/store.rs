@@ -7,10 +7,10 @@
 //! - the relay's protocol: [`queue`], through [`Store::queue`];
 //! - the operator's calls: [`admin`], through [`Store::admin`].
 //!
-//! Each backend is a driver of its own (`crate::sqlite`, `crate::postgres`): its
-//! database, statements, lane and notifications. The store names them in one place,
-//! the [`Backend`](backend::Backend) enum and the macros beside it; everything else
-//! here is written once for both.
+//! Each backend is a driver of its own, in its folder under `drivers/`: its database,
+//! statements, transactions, lane and notifications. The store names none of them:
+//! `crate::drivers` chooses the driver, and everything here is written once, for any
+//! driver, through the traits of [`backend`].
 
 pub mod admin;
 pub(crate) mod admin_types;
@@ -21,49 +21,35 @@ pub(crate) mod crash_hook;
 pub(crate) mod exclusive;
 pub(crate) mod handover;
 pub(crate) mod hop;
-mod macros;
 pub(crate) mod prefetch;
 pub mod queue;
 pub(crate) mod queue_types;
+pub mod read;
 pub(crate) mod row;
 pub(crate) mod schema;
+pub mod sql;
 pub(crate) mod tx;
 pub(crate) mod types;
 pub(crate) mod wake;
 pub mod write;
 
-#[cfg(feature = "postgres")]
-use sqlx::PgPool;
-#[cfg(feature = "sqlite")]
-use sqlx::SqlitePool;
 use tracing::Instrument;
 
 pub use config::{StoreConfig, Synchronous};
 pub(crate) use conn::Integer;
-pub use conn::{Conn, Receipt};
+pub use conn::{Conn, ReadPool, Receipt};
 pub use exclusive::Exclusive;
 pub use handover::Handover;
-pub use prefetch::{Prefetch, Prefetched};
+pub(crate) use prefetch::{Prefetch, Prefetched};
 pub use row::Row;
+pub use sql::Sql;
 pub use types::{Hop, HopStats, Installed, Store, Tx};
 
-use self::backend::{Backend, Dialect, on_backend, on_conn};
+use self::backend::{Dialect, Driver};
 use self::wake::Wakeups;
+use crate::drivers::{Backend, on_backend, on_conn, on_reader};
 use crate::propagation::enqueue_span;
 use crate::{Error, Message, MessageId, Result};
-
-/// A pool to read with, for code that runs its own queries (the saga engine's reports,
-/// the CLI). On a SQLite file its connections are read-only; writes go through
-/// [`Store::begin`], which queues them for the single writer.
-#[derive(Clone, Copy, Debug)]
-pub enum ReadPool<'a> {
-    /// SQLite's readers (the writer itself for `sqlite::memory:`).
-    #[cfg(feature = "sqlite")]
-    Sqlite(&'a SqlitePool),
-    /// PostgreSQL's pool.
-    #[cfg(feature = "postgres")]
-    Postgres(&'a PgPool),
-}
 
 impl Store {
     /// Opens the database at `url` with the default [`StoreConfig`], creating a SQLite
@@ -95,15 +81,10 @@ impl Store {
         })
     }
 
-    /// A pool to read with, for queries of your own. Write through
+    /// A pool to read with, for queries of your own ([`Sql`](crate::Sql)). Write through
     /// [`begin`](Self::begin).
     pub fn reader(&self) -> ReadPool<'_> {
-        match &self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(db) => ReadPool::Sqlite(&db.reader),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => ReadPool::Postgres(&db.pool),
-        }
+        ReadPool(on_backend!(&self.backend, b => b.reader()))
     }
 
     /// Runs `read` on a pooled read connection, outside any transaction: the reads of
@@ -112,56 +93,34 @@ impl Store {
     /// # Errors
     /// [`Error::Database`] if no connection can be had; else what `read` returns.
     pub async fn read<T>(&self, read: impl AsyncFnOnce(Conn<'_>) -> Result<T>) -> Result<T> {
-        match &self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(db) => read(Conn::Sqlite(&mut *db.reader.acquire().await?)).await,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => read(Conn::Postgres(&mut *db.pool.acquire().await?)).await,
-        }
+        on_reader!(self.reader().0, D, p => read(Conn::from(&mut *p.acquire().await?)).await)
     }
 
     pub(crate) fn backend_ref(&self) -> &Backend {
         &self.backend
     }
 
-    /// The file of a SQLite database (`None` on PostgreSQL and for an in-memory one).
-    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
-        match &self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(db) => {
-                // The writer runs in journal mode WAL exactly when the database is a
-                // file (see `sqlite::open_once`); an in-memory one has no file to share.
-                let options = db.writer.connect_options();
-                let path = options.get_filename();
-                let name = path.to_string_lossy();
-                (db.checkpoints.is_some() && !name.is_empty() && !name.contains(":memory:"))
-                    .then(|| path.to_path_buf())
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => None,
-        }
+    /// The file of the database, for a driver whose database is a file (SQLite's;
+    /// `None` on PostgreSQL and for an in-memory database).
+    pub fn database_file(&self) -> Option<std::path::PathBuf> {
+        on_backend!(&self.backend, b => b.file())
     }
 
     /// The file a SQLite URL names, read from the URL alone, before anything opens or
     /// creates it: `None` for an in-memory SQLite database, a PostgreSQL URL, or a URL
     /// this build cannot parse (which [`connect`](Self::connect) then refuses).
-    pub fn sqlite_file_of(url: &str) -> Option<std::path::PathBuf> {
-        #[cfg(feature = "sqlite")]
-        if url.split(':').next() == Some("sqlite") {
-            return crate::sqlite::file_of(url);
-        }
-        let _ = url;
-        None
+    pub fn database_file_of(url: &str) -> Option<std::path::PathBuf> {
+        Backend::file_of(url)
     }
 
-    /// `"sqlite"` or `"postgres"`.
+    /// The migrations this build embeds for its driver, all applied when it opened.
+    pub fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        on_backend!(&self.backend, b => b.migrator())
+    }
+
+    /// The name of its driver: `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
-        match self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => "sqlite",
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => "postgres",
-        }
+        on_backend!(&self.backend, b => b.name())
     }
 
     /// Installs a direct handover (see the [`handover`](crate::handover) module): from
@@ -200,7 +159,7 @@ impl Store {
     ) -> Result<Option<crate::Envelope>> {
         let conn = self.check_backend(conn)?;
         async {
-            on_conn!(conn, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
+            on_conn!(conn.0, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
         }
         .instrument(enqueue_span(std::slice::from_ref(message), true))
         .await
@@ -284,7 +243,7 @@ impl Store {
     async fn enqueue_checked(&self, conn: Conn<'_>, messages: &[Message]) -> Result<()> {
         let conn = self.check_backend(conn)?;
         let max_pending = self.config.max_pending;
-        on_conn!(conn, D, c => {
+        on_conn!(conn.0, D, c => {
             if let Some(limit) = max_pending {
                 let pending = D::count_pending(c, limit).await?;
                 if pending + messages.len() as u64 > limit {
@@ -318,7 +277,7 @@ impl Store {
         message_id: MessageId,
     ) -> Result<Receipt> {
         let conn = self.check_backend(conn.into())?;
-        let inserted = on_conn!(conn, D, c => D::receive(c, consumer, message_id).await?);
+        let inserted = on_conn!(conn.0, D, c => D::receive(c, consumer, message_id).await?);
         Ok(if inserted {
             Receipt::First
         } else {
@@ -352,7 +311,7 @@ impl Store {
             return Ok(0);
         }
         let conn = self.check_backend(conn.into())?;
-        on_conn!(conn, D, c => D::cancel_pending(c, ids).await)
+        on_conn!(conn.0, D, c => D::cancel_pending(c, ids).await)
     }
 
     /// Wakes the relays: call after committing a transaction of your own that enqueued
@@ -362,16 +321,13 @@ impl Store {
     }
 
     fn check_backend<'c>(&self, conn: Conn<'c>) -> Result<Conn<'c>> {
-        #[allow(unreachable_patterns)] // with one backend compiled, every pair matches
-        match (&self.backend, &conn) {
-            #[cfg(feature = "sqlite")]
-            (Backend::Sqlite(_), Conn::Sqlite(_)) => Ok(conn),
-            #[cfg(feature = "postgres")]
-            (Backend::Postgres(_), Conn::Postgres(_)) => Ok(conn),
-            _ => Err(Error::BackendMismatch {
+        if conn.backend() == self.backend() {
+            Ok(conn)
+        } else {
+            Err(Error::BackendMismatch {
                 store: self.backend(),
                 connection: conn.backend(),
-            }),
+            })
         }
     }
 

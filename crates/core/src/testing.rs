@@ -168,7 +168,7 @@ macro_rules! both_backends {
 #[macro_export]
 macro_rules! __backend_test {
     (sqlite, $body:ident, $variant:ident) => {
-        $crate::if_sqlite! {
+        $crate::__if_sqlite! {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 super::$body($crate::testing::Backend::$variant).await
@@ -176,13 +176,44 @@ macro_rules! __backend_test {
         }
     };
     (postgres, $body:ident, $variant:ident) => {
-        $crate::if_postgres! {
+        $crate::__if_postgres! {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 super::$body($crate::testing::Backend::$variant).await
             }
         }
     };
+}
+
+/// Keeps its items in a build with the SQLite backend (of `agentsaga-core`'s
+/// features). Not for use of its own.
+#[doc(hidden)]
+#[cfg(feature = "sqlite")]
+#[macro_export]
+macro_rules! __if_sqlite {
+    ($($item:item)*) => { $($item)* };
+}
+
+#[doc(hidden)]
+#[cfg(not(feature = "sqlite"))]
+#[macro_export]
+macro_rules! __if_sqlite {
+    ($($item:item)*) => {};
+}
+
+/// Keeps its items in a build with the PostgreSQL backend. Not for use of its own.
+#[doc(hidden)]
+#[cfg(feature = "postgres")]
+#[macro_export]
+macro_rules! __if_postgres {
+    ($($item:item)*) => { $($item)* };
+}
+
+#[doc(hidden)]
+#[cfg(not(feature = "postgres"))]
+#[macro_export]
+macro_rules! __if_postgres {
+    ($($item:item)*) => {};
 }
 
 #[cfg(test)]

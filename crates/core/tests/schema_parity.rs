@@ -18,8 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use agentsaga_core::Store;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{ReadPool, Store};
 use sqlx::{PgPool, SqlitePool};
 
 #[path = "schema_parity/intended.rs"]
@@ -39,7 +39,7 @@ async fn both_migration_trees_define_the_same_schema() {
     let store = Store::connect(&pg_url)
         .await
         .unwrap_or_else(|e| panic!("connect {pg_url}: {e}"));
-    let ReadPool::Postgres(pool) = store.reader() else {
+    let Some(pool) = store.reader().postgres() else {
         panic!("{pg_url} did not open PostgreSQL")
     };
     let postgres = postgres_facts(pool).await;
@@ -124,7 +124,7 @@ async fn migrated_sqlite() -> SqlitePool {
     let store = Store::connect("sqlite::memory:")
         .await
         .expect("open sqlite::memory:");
-    let ReadPool::Sqlite(pool) = store.reader() else {
+    let Some(pool) = store.reader().sqlite() else {
         panic!("sqlite::memory: did not open SQLite")
     };
     pool.clone()

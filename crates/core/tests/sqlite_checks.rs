@@ -6,9 +6,9 @@
 // In a build with SQLite alone, every store is SQLite's: the `else` arms are dead there.
 #![allow(irrefutable_let_patterns)]
 
+use agentsaga_core::Store;
 use agentsaga_core::migrate::SQLITE_MIGRATOR;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{Conn, ReadPool, Store};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool};
 
@@ -32,7 +32,7 @@ async fn state_checks_open_no_ephemeral_table() {
     let store = Store::connect("sqlite::memory:")
         .await
         .expect("open sqlite::memory:");
-    let ReadPool::Sqlite(pool) = store.reader() else {
+    let Some(pool) = store.reader().sqlite() else {
         panic!("sqlite::memory: did not open SQLite")
     };
     for sql in WRITES {
@@ -98,7 +98,7 @@ async fn database_at_0008() -> (String, SqlitePool) {
 
 /// Every table and index of the database: kind, name, SQL (sqlx's own table aside).
 async fn schema(store: &Store) -> Vec<(String, String, Option<String>)> {
-    let ReadPool::Sqlite(pool) = store.reader() else {
+    let Some(pool) = store.reader().sqlite() else {
         panic!("not SQLite")
     };
     sqlx::query_as(
@@ -114,7 +114,7 @@ async fn schema(store: &Store) -> Vec<(String, String, Option<String>)> {
 /// One value read on the store's writer (the connection that migrated).
 async fn write_scalar(store: &Store, sql: &str) -> i64 {
     let mut tx = store.begin().await.expect("begin");
-    let Conn::Sqlite(c) = tx.conn() else {
+    let Some(c) = tx.conn().into_sqlite() else {
         panic!("not SQLite")
     };
     let v = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -126,7 +126,7 @@ async fn write_scalar(store: &Store, sql: &str) -> i64 {
 }
 
 async fn scalar(store: &Store, sql: &str) -> i64 {
-    let ReadPool::Sqlite(pool) = store.reader() else {
+    let Some(pool) = store.reader().sqlite() else {
         panic!("not SQLite")
     };
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -138,7 +138,7 @@ async fn scalar(store: &Store, sql: &str) -> i64 {
 /// Runs `sql` in a transaction of the store's writer (the connection that migrated).
 async fn write(store: &Store, sql: &str) -> Result<u64, sqlx::Error> {
     let mut tx = store.begin().await.expect("begin");
-    let Conn::Sqlite(c) = tx.conn() else {
+    let Some(c) = tx.conn().into_sqlite() else {
         panic!("not SQLite")
     };
     let done = sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentsaga_core::{Envelope, Hop, Prefetched, Receipt, Store, header};
+use agentsaga_core::read::Prefetched;
+use agentsaga_core::{Envelope, Hop, Receipt, Store, header};
 use agentsaga_relay::Delivery;
 use agentsaga_saga::{Engine, Handled, SagaId, SagaState, StepOutcome, Usage, protocol};
 
@@ -194,7 +195,7 @@ type Read = Option<(SagaId, Prefetched)>;
 impl Hub {
     /// The saga to read when the hop of `env`'s outcome opens: the one its answer will
     /// be applied to in that hop (see [`Hub::apply`]), if any.
-    fn prefetch(&self, env: &Envelope) -> Option<(SagaId, agentsaga_core::Prefetch)> {
+    fn prefetch(&self, env: &Envelope) -> Option<(SagaId, agentsaga_core::read::Prefetch)> {
         let sagas = self.applies_here(env, env.header(header::REPLY_TO)?)?;
         let saga = protocol::saga_id(env).ok()?;
         Some((saga, sagas.engine.prefetch(saga)?))
@@ -206,9 +207,20 @@ impl Hub {
 /// round trip (SQLite): `Err` with the delivery to answer if that fails or it is a
 /// duplicate.
 async fn begin_received(hub: &Hub, env: &Envelope) -> Result<(Hop, Read), Delivery> {
-    let (saga, prefetch) = hub.prefetch(env).unzip();
-    match hub
-        .store
+    open_hop(&hub.store, env, hub.prefetch(env)).await
+}
+
+/// Opens the hop of `env` (an agent's outcome, or an orchestrator's message): its
+/// turn in the driver's lane, the message recorded in the inbox, `prefetch` (the saga
+/// the hop will advance) read as it opens; `Err` with the delivery to answer if that
+/// fails or the message is a duplicate. The one way both kinds of actor open a hop.
+pub(crate) async fn open_hop(
+    store: &Store,
+    env: &Envelope,
+    prefetch: Option<(SagaId, agentsaga_core::read::Prefetch)>,
+) -> Result<(Hop, Read), Delivery> {
+    let (saga, prefetch) = prefetch.unzip();
+    match store
         .hop_receiving_prefetched(&env.destination, env.id, prefetch)
         .await
     {
@@ -249,9 +261,19 @@ async fn commit_with(
             }
         }
     }
+    commit_hop(tx, applied, hub.sagas.as_deref()).await
+}
+
+/// Commits a hop, then reports the saga it advanced (if any) to `sagas` if it settled:
+/// the delivery's outcome. The one way both kinds of actor end a hop.
+pub(crate) async fn commit_hop(
+    tx: Hop,
+    handled: Option<Handled>,
+    sagas: Option<&Orchestrator>,
+) -> Delivery {
     match tx.commit().await {
         Ok(()) => {
-            if let (Some(handled), Some(sagas)) = (applied, &hub.sagas) {
+            if let (Some(handled), Some(sagas)) = (handled, sagas) {
                 sagas.report_settled(handled).await;
             }
             Delivery::Delivered

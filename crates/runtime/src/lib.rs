@@ -70,9 +70,3 @@ pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,
     DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, RuntimeBuilder,
 };
-
-#[cfg(feature = "console")]
-pub use agentsaga_console as console;
-pub use agentsaga_core as core;
-pub use agentsaga_relay as relay;
-pub use agentsaga_saga as saga;

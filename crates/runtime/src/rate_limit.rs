@@ -23,8 +23,7 @@
 
 use std::time::Duration;
 
-use agentsaga_core::sqlx::{self, Row as _};
-use agentsaga_core::{Store, Tx};
+use agentsaga_core::{Sql, Store, Tx};
 
 mod limit;
 mod pace;
@@ -168,69 +167,51 @@ async fn change<T>(
 /// The columns of a pace, in [`Pace`]'s order.
 const COLUMNS: &str = "requests_at, tokens_at, paused_until, written_at, tokens_avg, probe_until";
 
-/// A [`Pace`] from a row that selected [`COLUMNS`] first.
-macro_rules! pace_of {
-    ($r:expr) => {
-        Pace {
-            requests_at: $r.try_get(0)?,
-            tokens_at: $r.try_get(1)?,
-            paused_until: $r.try_get(2)?,
-            written_at: $r.try_get(3)?,
-            tokens_avg: $r.try_get(4)?,
-            probe_until: $r.try_get(5)?,
-        }
-    };
+/// A [`Pace`] from a row that selected [`COLUMNS`].
+fn pace_of(r: &agentsaga_core::Row) -> agentsaga_core::Result<Pace> {
+    Ok(Pace {
+        requests_at: r.real("requests_at")?,
+        tokens_at: r.real("tokens_at")?,
+        paused_until: r.real("paused_until")?,
+        written_at: r.real("written_at")?,
+        tokens_avg: r.opt_real("tokens_avg")?,
+        probe_until: r.real("probe_until")?,
+    })
 }
 
+/// The destination's pace, its row locked until the transaction ends (where the
+/// database locks rows; SQLite's single writer serialises writers already), and now by
+/// the database's clock (this process's on SQLite).
 async fn read(tx: &mut Tx, destination: &str) -> agentsaga_core::Result<(Pace, f64)> {
-    Ok(agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
-        sqlx::query(
-            "INSERT INTO rate_limits (destination) VALUES (?1) ON CONFLICT DO NOTHING",
-        )
+    Sql::new("INSERT INTO rate_limits (destination) VALUES (?) ON CONFLICT DO NOTHING")
         .bind(destination)
-        .execute(&mut *c)
+        .execute(tx.conn())
         .await?;
-        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM rate_limits WHERE destination = ?1"
-        )))
-        .bind(destination)
-        .fetch_one(&mut *c)
-        .await?;
-        let now = agentsaga_core::clock::now_ms() as f64;
-        (pace_of!(r), now)
-    }, postgres(c) => {
-        sqlx::query("INSERT INTO rate_limits (destination) VALUES ($1) ON CONFLICT DO NOTHING")
-            .bind(destination)
-            .execute(&mut *c)
-            .await?;
-        let r = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS}, extract(epoch FROM clock_timestamp())::float8 * 1000 AS now
-             FROM rate_limits WHERE destination = $1 FOR UPDATE"
-        )))
-        .bind(destination)
-        .fetch_one(&mut *c)
-        .await?;
-        (pace_of!(r), r.try_get(6)?)
-    }))
+    let r = Sql::new(format!(
+        "SELECT {COLUMNS}, {{clock_ms}} AS now FROM rate_limits WHERE destination = ?"
+    ))
+    .bind(destination)
+    .for_update()
+    .fetch_one(tx.conn())
+    .await?;
+    Ok((pace_of(&r)?, r.real("now")?))
 }
 
 async fn write(tx: &mut Tx, destination: &str, pace: Pace) -> agentsaga_core::Result<()> {
-    agentsaga_core::with_conn!(tx.conn(), c => {
-        sqlx::query(
-            "UPDATE rate_limits SET requests_at = $2, tokens_at = $3, paused_until = $4,
-                written_at = $5, tokens_avg = $6, probe_until = $7
-             WHERE destination = $1",
-        )
-        .bind(destination)
-        .bind(pace.requests_at)
-        .bind(pace.tokens_at)
-        .bind(pace.paused_until)
-        .bind(pace.written_at)
-        .bind(pace.tokens_avg)
-        .bind(pace.probe_until)
-        .execute(&mut *c)
-        .await?;
-    });
+    Sql::new(
+        "UPDATE rate_limits SET requests_at = ?, tokens_at = ?, paused_until = ?,
+            written_at = ?, tokens_avg = ?, probe_until = ?
+         WHERE destination = ?",
+    )
+    .bind(pace.requests_at)
+    .bind(pace.tokens_at)
+    .bind(pace.paused_until)
+    .bind(pace.written_at)
+    .bind(pace.tokens_avg)
+    .bind(pace.probe_until)
+    .bind(destination)
+    .execute(tx.conn())
+    .await?;
     Ok(())
 }
 

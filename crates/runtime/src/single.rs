@@ -89,7 +89,7 @@ pub(crate) async fn open(
 /// # Errors
 /// As [`lock`].
 pub(crate) fn lock_url(url: &str) -> Result<Option<SqliteLock>> {
-    Store::sqlite_file_of(url).map_or(Ok(None), lock_file)
+    Store::database_file_of(url).map_or(Ok(None), lock_file)
 }
 
 /// Takes the lock of `store`'s SQLite file, if it has one.
@@ -98,7 +98,7 @@ pub(crate) fn lock_url(url: &str) -> Result<Option<SqliteLock>> {
 /// [`Error::SqliteInUse`] if another runtime (in this process or another) holds it;
 /// [`Error::Config`] if the lock file cannot be opened.
 pub(crate) fn lock(store: &Store) -> Result<Option<SqliteLock>> {
-    store.sqlite_file().map_or(Ok(None), lock_file)
+    store.database_file().map_or(Ok(None), lock_file)
 }
 
 fn lock_file(db: PathBuf) -> Result<Option<SqliteLock>> {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{StoreConfig, both_backends, with_reader};
+use agentsaga_core::{StoreConfig, both_backends};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step};
 use serde::{Deserialize, Serialize};
@@ -94,9 +94,12 @@ async fn start(url: String, in_agent_tx: bool, blob_bytes: usize, config: StoreC
 }
 
 async fn scalar(rt: &Runtime, sql: &'static str) -> i64 {
-    with_reader!(rt.store().reader(), p => {
-        agentsaga_core::sqlx::query_scalar::<_, i64>(sql).fetch_one(p).await.unwrap()
-    })
+    let row = agentsaga_core::Sql::new(sql)
+        .fetch_one(rt.store().reader())
+        .await
+        .unwrap();
+    let column = row.columns()[0].clone();
+    row.int(&column).unwrap()
 }
 
 /// Starts `n` sagas (orders 0..n) and waits for each; returns their end states.

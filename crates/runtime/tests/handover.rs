@@ -7,8 +7,8 @@ use std::time::Duration;
 #[path = "support/echo.rs"]
 mod echo;
 
+use agentsaga_core::both_backends;
 use agentsaga_core::testing::{Backend, fresh_url};
-use agentsaga_core::{both_backends, with_reader};
 use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step};
 use echo::Echo;
@@ -64,15 +64,16 @@ async fn handover_with_claims_past_the_cap(backend: Backend) {
     // saga (the orchestrator's hop of an answer sent through the outbox is gone).
     assert!(hops.hops >= 60 * 2, "one hop per step at least: {hops:?}");
     // Each command processed once: one inbox row per command, for each agent.
-    let inbox: Vec<(String, i64)> = with_reader!(rt.store().reader(), p => {
-        agentsaga_core::sqlx::query_as(
-            "SELECT consumer, count(*) FROM inbox WHERE consumer IN ('wide', 'narrow')
-             GROUP BY consumer ORDER BY consumer",
-        )
-        .fetch_all(p)
-        .await
-        .unwrap()
-    });
+    let inbox: Vec<(String, i64)> = agentsaga_core::Sql::new(
+        "SELECT consumer, count(*) AS n FROM inbox WHERE consumer IN ('wide', 'narrow')
+         GROUP BY consumer ORDER BY consumer",
+    )
+    .fetch_all(rt.store().reader())
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.text("consumer").unwrap(), r.int("n").unwrap()))
+    .collect();
     assert_eq!(inbox, vec![("narrow".into(), 60), ("wide".into(), 60)]);
     rt.shutdown().await;
 }

@@ -16,9 +16,8 @@ mod waiting;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use agentsaga_core::{
-    Envelope, Headers, Message, Prefetch, Prefetched, Receipt, RetryPolicy, Store, Tx,
-};
+use agentsaga_core::read::{Prefetch, Prefetched};
+use agentsaga_core::{Envelope, Headers, Message, Receipt, RetryPolicy, Store, Tx};
 use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;

@@ -128,9 +128,3 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] agentsaga_core::Error),
 }
-
-impl From<agentsaga_core::sqlx::Error> for Error {
-    fn from(e: agentsaga_core::sqlx::Error) -> Self {
-        Error::Store(e.into())
-    }
-}

@@ -2,8 +2,7 @@
 
 use std::str::FromStr;
 
-use agentsaga_core::Store;
-use agentsaga_core::sqlx::{self, Row};
+use agentsaga_core::{Row, Sql, Store};
 use serde::Serialize;
 
 use crate::{CompensationState, Error, Result, SagaId, SagaState, StepState};
@@ -80,48 +79,20 @@ pub struct StepView {
     pub usage: crate::Usage,
 }
 
-fn summary(id: SagaId, r: &impl SummaryRow) -> Result<SagaSummary> {
-    r.summary(id)
-}
-
-trait SummaryRow {
-    fn summary(&self, id: SagaId) -> Result<SagaSummary>;
-}
-
-macro_rules! impl_summary {
-    ($row:ty, $version:ty) => {
-        impl SummaryRow for $row {
-            fn summary(&self, id: SagaId) -> Result<SagaSummary> {
-                let state: String = self.try_get("state")?;
-                Ok(SagaSummary {
-                    id,
-                    name: self.try_get("name")?,
-                    version: self.try_get::<$version, _>("version")? as i32,
-                    state: SagaState::from_str(&state).map_err(Error::Corrupt)?,
-                    error: self.try_get("error")?,
-                    key: self.try_get("key")?,
-                    waiting_for: self.try_get("waiting_for")?,
-                    parent_id: self
-                        .try_get::<Option<String>, _>("parent_id")?
-                        .map(|p| parse_id(&p))
-                        .transpose()?,
-                    created_at_ms: self.try_get("created_at")?,
-                    updated_at_ms: self.try_get("updated_at")?,
-                })
-            }
-        }
-    };
-}
-agentsaga_core::if_sqlite! {
-    impl_summary!(sqlx::sqlite::SqliteRow, i64);
-}
-agentsaga_core::if_postgres! {
-    impl_summary!(sqlx::postgres::PgRow, i32);
-}
-
-fn parse_id(s: &str) -> Result<SagaId> {
-    s.parse()
-        .map_err(|e| Error::Corrupt(format!("saga id `{s}`: {e}")))
+fn summary(r: &Row) -> Result<SagaSummary> {
+    Ok(SagaSummary {
+        id: SagaId::from(r.uuid("id")?),
+        name: r.text("name")?,
+        version: i32::try_from(r.int("version")?)
+            .map_err(|_| Error::Corrupt("a saga version out of range".into()))?,
+        state: SagaState::from_str(&r.text("state")?).map_err(Error::Corrupt)?,
+        error: r.opt_text("error")?,
+        key: r.opt_text("key")?,
+        waiting_for: r.opt_text("waiting_for")?,
+        parent_id: r.opt_uuid("parent_id")?.map(SagaId::from),
+        created_at_ms: r.int("created_at")?,
+        updated_at_ms: r.int("updated_at")?,
+    })
 }
 
 /// Filter for [`list`].
@@ -242,85 +213,62 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     let stalled_before: Option<i64> = f.stalled.map(|t| {
         agentsaga_core::clock::now_ms() - i64::try_from(t.as_millis()).unwrap_or(i64::MAX / 2)
     });
-    agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
-                    i.parent_id, i.created_at, i.updated_at, (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
-                 FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
-                 WHERE (?1 IS NULL OR i.id = ?1) AND (?2 IS NULL OR i.state = ?2)
-                   AND (?3 IS NULL OR i.name = ?3) AND (?5 IS NULL OR k.key = ?5)
-                   AND (?7 IS NULL OR i.state IN ('running', 'compensating'))
-                   AND (?8 IS NULL OR i.created_at >= ?8) AND (?9 IS NULL OR i.created_at < ?9)
-                   AND (?10 IS NULL OR i.created_at < ?10 OR (i.created_at = ?10 AND i.id < ?11))
-                   AND (?12 IS NULL OR i.parent_id = ?12)) AS v
-                 WHERE (NOT ?6 OR v.waiting_for IS NOT NULL)
-                   AND (?7 IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ?7 OR NOT EXISTS (
-                        SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id || ':' || s.idx
-                        WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
-                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
-                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
-                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))))
-                 ORDER BY v.created_at DESC, v.id DESC LIMIT ?4",
-        )
-        .bind(id.map(|i| i.to_string()))
-        .bind(state)
-        .bind(f.name.as_deref())
-        .bind(limit)
-        .bind(f.key.as_deref())
-        .bind(f.waiting)
-        .bind(stalled_before)
-        .bind(f.created_from_ms)
-        .bind(f.created_to_ms)
-        .bind(f.after.map(|c| c.created_at_ms))
-        .bind(f.after.map(|c| c.id.to_string()))
-        .bind(f.parent.map(|p| p.to_string()))
-        .fetch_all(reader)
-        .await?;
-        rows.iter()
-            .map(|r| summary(parse_id(&r.try_get::<String, _>("id")?)?, r))
-            .collect()
-    }, postgres(pool) => {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
-                    i.parent_id::text AS parent_id,
-                    floor(extract(epoch FROM i.created_at) * 1000)::bigint AS created_at,
-                    floor(extract(epoch FROM i.updated_at) * 1000)::bigint AS updated_at,
-                    (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id AND s.state = 'dispatched' AND s.destination LIKE 'signal:%' ORDER BY s.idx LIMIT 1) AS waiting_for
-                 FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
-                 WHERE ($1::uuid IS NULL OR i.id = $1) AND ($2::text IS NULL OR i.state = $2)
-                   AND ($3::text IS NULL OR i.name = $3) AND ($5::text IS NULL OR k.key = $5)
-                   AND ($7::bigint IS NULL OR i.state IN ('running', 'compensating'))
-                   AND ($8::bigint IS NULL OR i.created_at >= to_timestamp($8 / 1000.0))
-                   AND ($9::bigint IS NULL OR i.created_at < to_timestamp($9 / 1000.0))
-                   AND ($12::uuid IS NULL OR i.parent_id = $12)) AS v
-                 WHERE (NOT $6 OR v.waiting_for IS NOT NULL)
-                   AND ($10::bigint IS NULL OR v.created_at < $10 OR (v.created_at = $10 AND v.id < $11::uuid))
-                   AND ($7::bigint IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < $7 OR NOT EXISTS (
-                        SELECT 1 FROM saga_steps s JOIN outbox o ON o.key = s.saga_id::text || ':' || s.idx::text
-                        WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
-                            OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
-                                OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
-                                AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))))
-                 ORDER BY v.created_at DESC, v.id DESC LIMIT $4",
-        )
-        .bind(id.map(|i| *i.as_uuid()))
-        .bind(state)
-        .bind(f.name.as_deref())
-        .bind(limit)
-        .bind(f.key.as_deref())
-        .bind(f.waiting)
-        .bind(stalled_before)
-        .bind(f.created_from_ms)
-        .bind(f.created_to_ms)
-        .bind(f.after.map(|c| c.created_at_ms))
-        .bind(f.after.map(|c| *c.id.as_uuid()))
-        .bind(f.parent.map(|p| *p.as_uuid()))
-        .fetch_all(pool)
-        .await?;
-        rows.iter()
-            .map(|r| summary(SagaId::from(r.try_get::<uuid::Uuid, _>("id")?), r))
-            .collect()
-    })
+    let id = id.map(|i| *i.as_uuid());
+    let name = f.name.as_deref();
+    let key = f.key.as_deref();
+    let cursor = f.after.map(|c| c.created_at_ms);
+    let parent = f.parent.map(|p| *p.as_uuid());
+    // Times as whole Unix milliseconds (`{ms …}`), so that a cursor's time matches
+    // the row it was taken from exactly.
+    let rows = Sql::new(
+        "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+                i.parent_id, {ms i.created_at} AS created_at, {ms i.updated_at} AS updated_at,
+                (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination LIKE 'signal:%'
+                 ORDER BY s.idx LIMIT 1) AS waiting_for
+             FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
+             WHERE (? IS NULL OR i.id = ?) AND (? IS NULL OR i.state = ?)
+               AND (? IS NULL OR i.name = ?) AND (? IS NULL OR k.key = ?)
+               AND (? IS NULL OR i.state IN ('running', 'compensating'))
+               AND (? IS NULL OR i.created_at >= ?) AND (? IS NULL OR i.created_at < ?)
+               AND (? IS NULL OR i.parent_id = ?)) AS v
+         WHERE (NOT ? OR v.waiting_for IS NOT NULL)
+           AND (? IS NULL OR v.created_at < ? OR (v.created_at = ? AND v.id < ?))
+           AND (? IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ? OR NOT EXISTS (
+                SELECT 1 FROM saga_steps s
+                JOIN outbox o ON o.key = CAST(s.saga_id AS TEXT) || ':' || CAST(s.idx AS TEXT)
+                WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
+                    OR (o.state = 'delivered' AND ((s.state = 'dispatched' AND o.id = s.command_id)
+                        OR (s.compensation_state = 'dispatched' AND o.id = s.compensation_message_id))
+                        AND NOT EXISTS (SELECT 1 FROM inbox n WHERE n.consumer = o.destination AND n.message_id = o.id)))))))
+         ORDER BY v.created_at DESC, v.id DESC LIMIT ?",
+    )
+    .bind(id)
+    .bind(id)
+    .bind(state)
+    .bind(state)
+    .bind(name)
+    .bind(name)
+    .bind(key)
+    .bind(key)
+    .bind(stalled_before)
+    .bind_time(f.created_from_ms)
+    .bind_time(f.created_from_ms)
+    .bind_time(f.created_to_ms)
+    .bind_time(f.created_to_ms)
+    .bind(parent)
+    .bind(parent)
+    .bind(f.waiting)
+    .bind(cursor)
+    .bind(cursor)
+    .bind(cursor)
+    .bind(f.after.map(|c| *c.id.as_uuid()))
+    .bind(stalled_before)
+    .bind(stalled_before)
+    .bind(limit)
+    .fetch_all(store.reader())
+    .await?;
+    rows.iter().map(summary).collect()
 }
 
 /// A saga's data as it now stands (for a planned saga: its input, its plan and the
@@ -329,17 +277,12 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
 /// # Errors
 /// Store errors; [`crate::Error::Corrupt`] for data that is not JSON.
 pub async fn data(store: &Store, id: SagaId) -> Result<Option<serde_json::Value>> {
-    let text: Option<String> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        sqlx::query_scalar("SELECT data FROM saga_instances WHERE id = ?1")
-            .bind(id.to_string())
-            .fetch_optional(reader)
-            .await?
-    }, postgres(pool) => {
-        sqlx::query_scalar("SELECT data::text FROM saga_instances WHERE id = $1")
-            .bind(id.as_uuid())
-            .fetch_optional(pool)
-            .await?
-    });
+    let text = Sql::new("SELECT data FROM saga_instances WHERE id = ?")
+        .bind(*id.as_uuid())
+        .fetch_optional(store.reader())
+        .await?
+        .map(|r| r.text("data"))
+        .transpose()?;
     text.map(|t| {
         serde_json::from_str(&t)
             .map_err(|e| crate::Error::Corrupt(format!("saga {id}'s data is not JSON: {e}")))
@@ -352,65 +295,45 @@ pub async fn data(store: &Store, id: SagaId) -> Result<Option<serde_json::Value>
 /// # Errors
 /// Store errors.
 pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
-    macro_rules! view {
-        ($r:expr, $int:ty) => {{
-            let r = $r;
+    let rows = Sql::new(
+        "SELECT idx, stage, name, destination, state, attempts, error,
+                compensation_destination, compensation_payload, compensation_state,
+                compensation_attempts, compensation_error, dispatched_at, replied_at,
+                compensated_at, usage
+             FROM saga_steps WHERE saga_id = ? ORDER BY idx",
+    )
+    .bind(*id.as_uuid())
+    .fetch_all(store.reader())
+    .await?;
+    rows.iter()
+        .map(|r| {
             Ok(StepView {
-                idx: r.try_get::<$int, _>("idx")? as i64,
-                stage: r.try_get::<$int, _>("stage")? as i64,
-                name: r.try_get("name")?,
-                destination: r.try_get("destination")?,
-                state: StepState::from_str(&r.try_get::<String, _>("state")?)
-                    .map_err(Error::Corrupt)?,
-                attempts: r.try_get::<$int, _>("attempts")? as i64,
-                error: r.try_get("error")?,
-                compensation_destination: r.try_get("compensation_destination")?,
-                compensation_payload: r.try_get("compensation_payload")?,
+                idx: r.int("idx")?,
+                stage: r.int("stage")?,
+                name: r.text("name")?,
+                destination: r.text("destination")?,
+                state: StepState::from_str(&r.text("state")?).map_err(Error::Corrupt)?,
+                attempts: r.int("attempts")?,
+                error: r.opt_text("error")?,
+                compensation_destination: r.opt_text("compensation_destination")?,
+                compensation_payload: r.opt_text("compensation_payload")?,
                 compensation_state: r
-                    .try_get::<Option<String>, _>("compensation_state")?
+                    .opt_text("compensation_state")?
                     .map(|s| CompensationState::from_str(&s).map_err(Error::Corrupt))
                     .transpose()?,
-                compensation_attempts: r.try_get::<$int, _>("compensation_attempts")? as i64,
-                compensation_error: r.try_get("compensation_error")?,
-                dispatched_at_ms: r.try_get("dispatched_at")?,
-                replied_at_ms: r.try_get("replied_at")?,
-                compensated_at_ms: r.try_get("compensated_at")?,
+                compensation_attempts: r.int("compensation_attempts")?,
+                compensation_error: r.opt_text("compensation_error")?,
+                dispatched_at_ms: r.opt_int("dispatched_at")?,
+                replied_at_ms: r.opt_int("replied_at")?,
+                compensated_at_ms: r.opt_int("compensated_at")?,
                 usage: r
-                    .try_get::<Option<String>, _>("usage")?
+                    .opt_text("usage")?
                     .map(|u| serde_json::from_str(&u))
                     .transpose()?
                     .unwrap_or_default(),
             })
-        }};
-    }
-    agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        let rows = sqlx::query(
-            "SELECT idx, stage, name, destination, state, attempts, error,
-                    compensation_destination, compensation_payload, compensation_state,
-                    compensation_attempts, compensation_error, dispatched_at, replied_at,
-                    compensated_at, usage
-                 FROM saga_steps WHERE saga_id = ?1 ORDER BY idx",
-        )
-        .bind(id.to_string())
-        .fetch_all(reader)
-        .await?;
-        rows.iter().map(|r| view!(r, i64)).collect()
-    }, postgres(pool) => {
-        let rows = sqlx::query(
-            "SELECT idx, stage, name, destination, state, attempts, error,
-                    compensation_destination, compensation_payload::text AS compensation_payload,
-                    compensation_state, compensation_attempts, compensation_error,
-                    (extract(epoch FROM dispatched_at) * 1000)::bigint AS dispatched_at,
-                    (extract(epoch FROM replied_at) * 1000)::bigint AS replied_at,
-                    (extract(epoch FROM compensated_at) * 1000)::bigint AS compensated_at,
-                    usage::text AS usage
-                 FROM saga_steps WHERE saga_id = $1 ORDER BY idx",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(pool)
-        .await?;
-        rows.iter().map(|r| view!(r, i32)).collect()
-    })
+        })
+        .collect()
 }
 
 /// Sagas not yet terminal (running, compensating or stuck), with name and version.

@@ -89,15 +89,13 @@ async fn completed(store: &agentsaga_core::Store, name: &str) -> anyhow::Result<
     let name = name.to_owned();
     let n = store
         .read(async move |conn| {
-            let n: i64 = agentsaga_core::with_conn!(conn, c => {
-                agentsaga_core::sqlx::query_scalar(
-                    "SELECT count(*) FROM saga_instances WHERE state = 'completed' AND name = $1",
-                )
-                .bind(&name)
-                .fetch_one(c)
-                .await?
-            });
-            Ok(n)
+            agentsaga_core::Sql::new(
+                "SELECT count(*) AS n FROM saga_instances WHERE state = 'completed' AND name = ?",
+            )
+            .bind(&name)
+            .fetch_one(conn)
+            .await?
+            .int("n")
         })
         .await?;
     Ok(n)

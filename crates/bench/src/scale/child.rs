@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentsaga_core::{ReadPool, RetryPolicy};
+use agentsaga_core::{ReadPool, RetryPolicy, Sql};
 use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, SagaState, Step};
 use anyhow::{Context, bail, ensure};
@@ -205,29 +205,20 @@ async fn burst(
     let stats = runtime.relay_stats().unwrap_or_default();
 
     // (id, state, created_at ms, finished_at ms)
-    let rows: Vec<(SagaId, String, i64, Option<i64>)> = match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            let rows: Vec<(String, String, i64, Option<i64>)> =
-                sqlx::query_as("SELECT id, state, created_at, finished_at FROM saga_instances")
-                    .fetch_all(reader)
-                    .await?;
-            rows.into_iter()
-                .map(|(id, s, c, f)| Ok((id.parse()?, s, c, f)))
-                .collect::<anyhow::Result<_>>()?
-        }
-        ReadPool::Postgres(pool) => {
-            let rows: Vec<(uuid::Uuid, String, i64, Option<i64>)> = sqlx::query_as(
-                "SELECT id, state, (extract(epoch FROM created_at) * 1000)::bigint,
-                        (extract(epoch FROM finished_at) * 1000)::bigint
-                 FROM saga_instances",
-            )
-            .fetch_all(pool)
-            .await?;
-            rows.into_iter()
-                .map(|(id, s, c, f)| (SagaId::from(id), s, c, f))
-                .collect()
-        }
-    };
+    let rows: Vec<(SagaId, String, i64, Option<i64>)> =
+        Sql::new("SELECT id, state, created_at, finished_at FROM saga_instances")
+            .fetch_all(store.reader())
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    SagaId::from(r.uuid("id")?),
+                    r.text("state")?,
+                    r.int("created_at")?,
+                    r.opt_int("finished_at")?,
+                ))
+            })
+            .collect::<agentsaga_core::Result<_>>()?;
     ensure!(
         rows.len() == n,
         "{} saga instances for {n} starts",
@@ -271,8 +262,8 @@ async fn burst(
 
 /// The database's size in bytes: SQLite file + WAL, or `pg_database_size`.
 async fn db_size(db: ReadPool<'_>, url: &str) -> anyhow::Result<f64> {
-    match db {
-        ReadPool::Sqlite(_) => {
+    if db.backend() == "sqlite" {
+        {
             let path = url
                 .strip_prefix("sqlite://")
                 .with_context(|| format!("not a sqlite:// URL: {url}"))?;
@@ -282,12 +273,12 @@ async fn db_size(db: ReadPool<'_>, url: &str) -> anyhow::Result<f64> {
             let len = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
             Ok((len(&path) + len(std::path::Path::new(&wal))) as f64)
         }
-        ReadPool::Postgres(pool) => {
-            let size: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
-                .fetch_one(pool)
-                .await?;
-            Ok(size as f64)
-        }
+    } else {
+        let size = Sql::new("SELECT pg_database_size(current_database()) AS size")
+            .fetch_one(db)
+            .await?
+            .int("size")?;
+        Ok(size as f64)
     }
 }
 

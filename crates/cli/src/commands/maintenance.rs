@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use agentsaga_core::Store;
-use agentsaga_core::migrate::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
 use agentsaga_relay::RelayConfig;
 
 use crate::format::compact_duration;
@@ -50,10 +49,7 @@ pub(super) async fn prune(
 /// Opening the store applied the migrations missing from `before` (the versions
 /// applied when `migrate` began): say which, and where the schema is now.
 pub(super) fn migrate(store: &Store, before: &[i64]) -> anyhow::Result<()> {
-    let migrator = match store.backend() {
-        "postgres" => &POSTGRES_MIGRATOR,
-        _ => &SQLITE_MIGRATOR,
-    };
+    let migrator = store.migrator();
     let version = migrator.iter().map(|m| m.version).max().unwrap_or(0);
     let applied: Vec<String> = migrator
         .iter()

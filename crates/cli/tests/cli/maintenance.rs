@@ -16,19 +16,16 @@ pub(crate) async fn exec(
     id: Option<MessageId>,
 ) {
     let mut tx = store.begin().await.unwrap();
-    agentsaga_core::match_conn!(tx.conn(), sqlite(c) => {
-        let mut q = agentsaga_core::sqlx::query(sqlite);
-        if let Some(id) = id {
-            q = q.bind(id);
-        }
-        q.execute(c).await.unwrap();
-    }, postgres(c) => {
-        let mut q = agentsaga_core::sqlx::query(postgres);
-        if let Some(id) = id {
-            q = q.bind(id);
-        }
-        q.execute(c).await.unwrap();
-    });
+    let sql = if store.backend() == "postgres" {
+        postgres
+    } else {
+        sqlite
+    };
+    let mut q = agentsaga_core::Sql::new(sql);
+    if let Some(id) = id {
+        q = q.bind(id);
+    }
+    q.execute(tx.conn()).await.unwrap();
     tx.commit().await.unwrap();
 }
 
@@ -60,8 +57,8 @@ pub(crate) async fn prune_keeps_inbox_records_a_redelivery_can_still_need(backen
     for id in [old, old_live] {
         exec(
             &store,
-            "UPDATE inbox SET received_at = received_at - 86400000 WHERE message_id = ?1",
-            "UPDATE inbox SET received_at = received_at - interval '1 day' WHERE message_id = $1",
+            "UPDATE inbox SET received_at = received_at - 86400000 WHERE message_id = ?",
+            "UPDATE inbox SET received_at = received_at - interval '1 day' WHERE message_id = ?",
             Some(id),
         )
         .await;

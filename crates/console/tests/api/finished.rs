@@ -12,17 +12,10 @@ use crate::fixture::*;
 /// Runs `sql` in a transaction of its own (a write an operator makes by hand).
 pub(crate) async fn by_hand(store: &Store, sql: &'static str) -> u64 {
     let mut tx = store.begin().await.expect("begin");
-    let n = match tx.conn() {
-        agentsaga_core::Conn::Sqlite(c) => agentsaga_core::sqlx::query(sql)
-            .execute(&mut *c)
-            .await
-            .map(|d| d.rows_affected()),
-        agentsaga_core::Conn::Postgres(c) => agentsaga_core::sqlx::query(sql)
-            .execute(&mut *c)
-            .await
-            .map(|d| d.rows_affected()),
-    }
-    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let n = agentsaga_core::Sql::new(sql)
+        .execute(tx.conn())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     tx.commit().await.expect("commit");
     n
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::Store;
 use super::admin_types::Table;
 pub use super::admin_types::{DeadQuery, DeadRow, DestinationRows, Stats};
-use super::backend::{Dialect, on_backend};
+use super::backend::Dialect;
+use super::sql::Sql;
+use crate::drivers::on_backend;
 use crate::{Error, MessageId, Result};
 
 /// Rows deleted per statement when pruning: each batch is its own short write, so
@@ -52,21 +54,18 @@ impl Admin<'_> {
                     THEN last_error END) AS unavailable_reason
              FROM outbox WHERE state IN ('pending', 'in_flight')
              GROUP BY destination ORDER BY destination";
-        crate::with_reader!(self.store.reader(), pool => {
-            let rows = sqlx::query(SQL).fetch_all(pool).await?;
-            rows.iter()
-                .map(|r| {
-                    use sqlx::Row;
-                    Ok(DestinationRows {
-                        destination: r.try_get("destination")?,
-                        pending: r.try_get::<i64, _>("pending")?.max(0) as u64,
-                        in_flight: r.try_get::<i64, _>("in_flight")?.max(0) as u64,
-                        unavailable: r.try_get::<i64, _>("unavailable")?.max(0) as u64,
-                        unavailable_reason: r.try_get("unavailable_reason")?,
-                    })
+        let rows = Sql::new(SQL).fetch_all(self.store.reader()).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DestinationRows {
+                    destination: r.text("destination")?,
+                    pending: r.int("pending")?.max(0) as u64,
+                    in_flight: r.int("in_flight")?.max(0) as u64,
+                    unavailable: r.int("unavailable")?.max(0) as u64,
+                    unavailable_reason: r.opt_text("unavailable_reason")?,
                 })
-                .collect()
-        })
+            })
+            .collect()
     }
 
     /// Dead letters, newest first, optionally of one destination.

@@ -1,107 +1,100 @@
-//! The seam between the store and its drivers.
+//! The seam between the store and its drivers: two traits that each driver implements
+//! (in its folder), so that the compiler keeps the drivers in step.
 //!
-//! [`Backend`] is the open database of one driver or the other (`crate::sqlite`,
-//! `crate::postgres`): the store matches on it here, in [`on_backend!`] and
-//! [`on_conn!`], and in the few places that hand a driver its own work (a hop's turn,
-//! a transaction's begin). [`Dialect`] lists every statement of the cold path; each
-//! driver implements it (`sqlite::dialect`, `postgres::dialect`), and the compiler
-//! keeps them in step: a statement added to one and not the other does not build.
-//! What surrounds the SQL (input checks, spans, transactions, notices, batching loops,
-//! decoding) is written once, in `store.rs`, `queue.rs`, `admin.rs` and here. A third
-//! backend is one more driver folder, one more variant here, its migrations and a
-//! feature.
+//! [`Dialect`] lists every statement of the cold path; [`Driver`] the rest of what a
+//! driver owns: its pools, its transactions (begun, ended, written to), its lane (a
+//! hop's turn) and its exclusive rights. What surrounds the SQL (input checks, spans,
+//! transactions, notices, batching loops, decoding) is written once, in `store.rs`,
+//! `queue.rs`, `admin.rs`, `tx.rs`, `hop.rs` and here. The drivers of a build are
+//! named in `crate::drivers` alone.
 
 use std::time::Duration;
 
 use sqlx::Row;
 
 use super::admin_types::{DeadQuery, DeadRow, Stats, Table};
-use super::config::StoreConfig;
+use super::prefetch::Prefetch;
 use super::queue_types::{Claim, DeadLetter, Retry};
-use super::wake::Wakeups;
+use super::types::{Admitted, Hop, Store, Tx};
+use super::write::Writes;
+use crate::drivers::{ConnOf, HoldOf, ReaderOf};
 use crate::{Envelope, Error, Integer, Message, MessageId, Result};
 
-/// The open database, of one backend or the other.
-#[derive(Clone, Debug)]
-pub(crate) enum Backend {
-    #[cfg(feature = "sqlite")]
-    Sqlite(crate::sqlite::Sqlite),
-    #[cfg(feature = "postgres")]
-    Postgres(crate::postgres::Postgres),
+/// A driver's write transaction: what it does without the store's side of a [`Tx`].
+pub(crate) trait DriverTx {
+    /// Its connection, for statements.
+    fn conn(&mut self) -> ConnOf<'_>;
+    /// The next last write may be deferred: whether the store's side defers it.
+    fn allow_defer(&mut self) -> bool;
+    /// The store ran a statement in it that its lane must guard (its savepoints).
+    fn mark_written(&mut self);
+    /// Runs one plain statement (a savepoint's) in it.
+    async fn execute(&mut self, sql: &'static str) -> Result<()>;
 }
 
-impl Backend {
-    /// Opens the database at `url` with the driver its scheme names, and the wakeups
-    /// of its relays (shared with other processes where the database is).
-    pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<(Self, Wakeups)> {
-        let scheme = url.split(':').next().unwrap_or_default();
-        let unsupported = |reason: String| {
-            Err(Error::InvalidUrl {
-                url: url.to_owned(),
-                reason,
-            })
-        };
-        match scheme {
-            #[cfg(feature = "sqlite")]
-            "sqlite" => Ok((
-                Backend::Sqlite(crate::sqlite::open(url, config).await?),
-                Wakeups::local(),
-            )),
-            #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => {
-                let pg = crate::postgres::open(url, config).await?;
-                let wake = crate::postgres::notify::wakeups(&pg.pool);
-                Ok((Backend::Postgres(pg), wake))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            "sqlite" => {
-                unsupported("this build has no SQLite backend (the `sqlite` feature is off)".into())
-            }
-            #[cfg(not(feature = "postgres"))]
-            "postgres" | "postgresql" => unsupported(
-                "this build has no PostgreSQL backend (the `postgres` feature is off)".into(),
-            ),
-            "" => unsupported("no scheme: expected sqlite:… or postgres://…".into()),
-            other => unsupported(format!(
-                "unsupported scheme `{other}`: expected `sqlite` or `postgres`"
-            )),
-        }
+/// The error of a transaction handed to a driver that is not its own (which the
+/// dispatch in `crate::drivers` never does).
+pub(crate) fn not_mine(driver: &'static str, tx: &Tx) -> Error {
+    Error::BackendMismatch {
+        store: driver,
+        connection: tx.backend(),
     }
 }
 
-/// Runs `$body` with `$b` bound to the backend's dialect, whichever it is.
-macro_rules! on_backend {
-    ($backend:expr, $b:ident => $body:expr) => {
-        match $backend {
-            #[cfg(feature = "sqlite")]
-            $crate::store::backend::Backend::Sqlite($b) => $body,
-            #[cfg(feature = "postgres")]
-            $crate::store::backend::Backend::Postgres($b) => $body,
-        }
-    };
+/// What a driver owns besides its statements: its pools, its transactions, its lane.
+/// Implemented by a driver's open database; the functions on a [`Tx`] are called only
+/// with a transaction of that driver (else they answer [`not_mine`]).
+pub(crate) trait Driver {
+    /// Its name: `"sqlite"`, `"postgres"`.
+    fn name(&self) -> &'static str;
+    /// The pool to read with.
+    fn reader(&self) -> ReaderOf<'_>;
+    /// Its embedded migrations.
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator;
+    /// The file of the database, if it is one.
+    fn file(&self) -> Option<std::path::PathBuf>;
+    /// Begins a write transaction for [`Store::begin`]: a turn in the lane or a
+    /// transaction of its own, as the driver sees fit.
+    async fn begin(&self, store: &Store) -> Result<Hop>;
+    /// Begins a transaction of its own.
+    async fn begin_tx(&self, store: &Store) -> Result<Tx>;
+    /// A hop's turn in the driver's lane (or a transaction of its own).
+    async fn admit(
+        &self,
+        store: &Store,
+        inbox: Option<(String, MessageId)>,
+        prefetch: Option<Prefetch>,
+    ) -> Result<Admitted>;
+    /// A transaction of this database committed.
+    fn committed(&self);
+    /// Takes the right `name` (checked already), or `None` if someone holds it.
+    async fn try_exclusive(&self, store: &Store, name: &str) -> Result<Option<HoldOf>>;
+
+    /// Writes `writes` in it, `last` for a hop's last write.
+    async fn write(tx: &mut Tx, writes: Writes, last: bool) -> Result<()>;
+    /// Enqueues `messages` (validated) while a handover is installed, some of them
+    /// leased to it.
+    async fn enqueue_handing(
+        tx: &mut Tx,
+        store: &Store,
+        to: &std::sync::Arc<dyn super::Handover>,
+        messages: &[Message],
+    ) -> Result<()> {
+        tx.enqueue_handing(store, to, messages).await
+    }
+    /// Marks `delivered` and claims, in the hop `tx` of the driver's lane.
+    async fn ack_and_claim_in(
+        tx: &mut Tx,
+        delivered: &[i64],
+        claim: &Claim<'_>,
+    ) -> Result<(u64, Vec<Envelope>)>;
+    /// Commits it (then the store hands over and wakes).
+    async fn commit(tx: Tx) -> Result<()>;
+    /// Rolls it back.
+    async fn rollback(tx: Tx) -> Result<()>;
 }
 
-/// Runs `$body` with `$c` bound to the connection and `$d` naming its dialect's type.
-macro_rules! on_conn {
-    ($conn:expr, $d:ident, $c:ident => $body:expr) => {
-        match $conn {
-            #[cfg(feature = "sqlite")]
-            $crate::store::conn::Conn::Sqlite($c) => {
-                type $d = $crate::sqlite::Sqlite;
-                $body
-            }
-            #[cfg(feature = "postgres")]
-            $crate::store::conn::Conn::Postgres($c) => {
-                type $d = $crate::postgres::Postgres;
-                $body
-            }
-        }
-    };
-}
-
-pub(crate) use {on_backend, on_conn};
-
-/// Every statement of the store, in one dialect. Statements that join the caller's
+/// Every statement of the cold path, in one driver's dialect. Statements that join the caller's
 /// transaction take its connection; the others run on the dialect's pools.
 pub(crate) trait Dialect {
     /// The connection type of the caller's transactions.

@@ -1,86 +1,55 @@
-//! Connections of either backend, and the values read the same on both.
+//! A borrowed connection of the store's driver, and what an inbox record found.
 
-#[cfg(feature = "postgres")]
-use sqlx::PgConnection;
-#[cfg(feature = "sqlite")]
-use sqlx::SqliteConnection;
+use crate::drivers::{ConnOf, ReaderOf};
 
-/// A borrowed connection of either backend, usually the inside of a transaction.
-/// `&mut *tx` of a `sqlx::Transaction` converts into it, so the outbox joins the
-/// caller's own transaction.
+/// A borrowed connection of the store's driver, usually the inside of a transaction
+/// ([`Tx::conn`](crate::Tx::conn)). A `&mut` connection of sqlx (`&mut *tx` of your own
+/// `sqlx::Transaction`) converts into it, so the outbox joins your transaction; run
+/// your own statements on it with [`Sql`](crate::Sql), or take the driver's
+/// connection back out (`into_sqlite`, `into_postgres`).
 #[derive(Debug)]
-pub enum Conn<'a> {
-    /// A SQLite connection.
-    #[cfg(feature = "sqlite")]
-    Sqlite(&'a mut SqliteConnection),
-    /// A PostgreSQL connection.
-    #[cfg(feature = "postgres")]
-    Postgres(&'a mut PgConnection),
-}
+pub struct Conn<'a>(pub(crate) ConnOf<'a>);
 
 impl Conn<'_> {
-    /// `"sqlite"` or `"postgres"`.
+    /// The same connection, borrowed again: to run statements on it one after
+    /// another.
+    pub fn reborrow(&mut self) -> Conn<'_> {
+        Conn(self.0.reborrow())
+    }
+
+    /// The name of its driver: `"sqlite"` or `"postgres"`.
     pub fn backend(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(_) => "sqlite",
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(_) => "postgres",
-        }
+        crate::drivers::on_conn!(&self.0, D, _c => D::NAME)
+    }
+
+    /// Takes the lock `name` until the transaction ends, so that transactions that
+    /// take it take turns: on PostgreSQL a transaction advisory lock; on SQLite
+    /// nothing, its single writer serialises writers already.
+    ///
+    /// # Errors
+    /// [`Error::Database`](crate::Error::Database) on a database error.
+    pub async fn lock(&mut self, name: &str) -> crate::Result<()> {
+        crate::drivers::on_conn!(self.0.reborrow(), D, c => D::lock(c, name).await)
     }
 }
 
-#[cfg(feature = "sqlite")]
-impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
-    fn from(c: &'a mut SqliteConnection) -> Self {
-        Conn::Sqlite(c)
+/// A pool to read with, for code that runs its own queries (with [`Sql`](crate::Sql),
+/// or the driver's pool taken out: `sqlite`, `postgres`). On a SQLite file its
+/// connections are read-only; writes go through [`Store::begin`](crate::Store::begin).
+#[derive(Clone, Copy, Debug)]
+pub struct ReadPool<'a>(pub(crate) ReaderOf<'a>);
+
+impl ReadPool<'_> {
+    /// The name of its driver: `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        crate::drivers::on_reader!(self.0, D, _p => D::NAME)
     }
 }
 
-#[cfg(feature = "postgres")]
-impl<'a> From<&'a mut PgConnection> for Conn<'a> {
-    fn from(c: &'a mut PgConnection) -> Self {
-        Conn::Postgres(c)
-    }
-}
-
-/// An `integer` column of either backend, as an `i64`: SQLite stores 64 bits,
-/// PostgreSQL's `integer` 32. For decoding a row the same way on both
-/// (`row.try_get::<Integer, _>("attempts")?.0`).
+/// An `integer` column of any driver, as an `i64` (SQLite stores 64 bits, PostgreSQL's
+/// `integer` 32): each driver decodes it (`row.try_get::<Integer, _>("attempts")?.0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Integer(pub(crate) i64);
-
-#[cfg(feature = "sqlite")]
-impl sqlx::Type<sqlx::Sqlite> for Integer {
-    fn type_info() -> sqlx::sqlite::SqliteTypeInfo {
-        <i64 as sqlx::Type<sqlx::Sqlite>>::type_info()
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl<'r> sqlx::Decode<'r, sqlx::Sqlite> for Integer {
-    fn decode(
-        value: sqlx::sqlite::SqliteValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        <i64 as sqlx::Decode<sqlx::Sqlite>>::decode(value).map(Integer)
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl sqlx::Type<sqlx::Postgres> for Integer {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        <i32 as sqlx::Type<sqlx::Postgres>>::type_info()
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Integer {
-    fn decode(
-        value: sqlx::postgres::PgValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        <i32 as sqlx::Decode<sqlx::Postgres>>::decode(value).map(|n| Integer(i64::from(n)))
-    }
-}
 
 /// What [`Store::receive`](crate::Store::receive) found in the inbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,11 +11,9 @@
 //!   drop, or when the process dies. An in-memory database has one process: the right
 //!   is kept by the store, and two holders of one name in it are refused as well.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-
-use super::backend::Backend;
+use super::backend::Driver;
 use super::types::Store;
+use crate::drivers::{HoldOf, on_backend};
 use crate::{Error, Result};
 
 /// A right held exclusively while it lives ([`Store::try_exclusive`]): on PostgreSQL a
@@ -26,23 +24,8 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Exclusive {
     name: String,
-    hold: Hold,
+    hold: HoldOf,
 }
-
-#[derive(Debug)]
-enum Hold {
-    /// The locked file: the lock lives as long as it is open.
-    #[cfg(feature = "sqlite")]
-    File(#[allow(dead_code, reason = "held, not read: closing it unlocks")] std::fs::File),
-    /// An in-memory database's names held, this one's among them.
-    Memory(Arc<Mutex<HashSet<String>>>),
-    #[cfg(feature = "postgres")]
-    Session(crate::postgres::exclusive::Session),
-}
-
-/// The names held in in-memory databases, by the process.
-#[cfg(feature = "sqlite")]
-static IN_MEMORY: std::sync::OnceLock<Arc<Mutex<HashSet<String>>>> = std::sync::OnceLock::new();
 
 impl Store {
     /// Takes the right named `name` (letters, digits, `.`, `_`, `-`; at most 200) if no
@@ -64,32 +47,7 @@ impl Store {
                 reason: "a name is 1 to 200 letters, digits, `.`, `_` or `-`".into(),
             });
         }
-        let hold = match &self.backend {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => match self.sqlite_file() {
-                Some(db) => {
-                    let path = db.with_file_name(format!(
-                        "{}-{name}.lock",
-                        db.file_name().unwrap_or_default().to_string_lossy()
-                    ));
-                    crate::sqlite::exclusive::try_lock(&path)
-                        .map_err(|e| Error::Exclusive {
-                            name: name.to_owned(),
-                            reason: format!("lock file {}: {e}", path.display()),
-                        })?
-                        .map(Hold::File)
-                }
-                None => {
-                    let held = IN_MEMORY.get_or_init(Arc::default).clone();
-                    let fresh = held.lock().expect("not poisoned").insert(name.to_owned());
-                    fresh.then_some(Hold::Memory(held))
-                }
-            },
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => crate::postgres::exclusive::try_lock(&db.pool, name)
-                .await?
-                .map(Hold::Session),
-        };
+        let hold = on_backend!(&self.backend, b => b.try_exclusive(self, name).await?);
         Ok(hold.map(|hold| Exclusive {
             name: name.to_owned(),
             hold,
@@ -107,33 +65,12 @@ impl Exclusive {
     /// session has released it, and another may hold it now); elsewhere always, while
     /// the process lives.
     pub async fn still_held(&mut self) -> bool {
-        match &mut self.hold {
-            #[cfg(feature = "sqlite")]
-            Hold::File(_) => true,
-            Hold::Memory(_) => true,
-            #[cfg(feature = "postgres")]
-            Hold::Session(s) => s.alive().await,
-        }
+        crate::drivers::on_hold!(&mut self.hold, h => h.still_held().await)
     }
 
     /// Lets it go now (dropping it does too; on PostgreSQL this also waits for the
     /// session's end).
     pub async fn release(self) {
-        #[cfg(feature = "postgres")]
-        {
-            let mut this = self;
-            let hold = std::mem::replace(&mut this.hold, Hold::Memory(Arc::default()));
-            if let Hold::Session(s) = hold {
-                s.close().await;
-            }
-        }
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        if let Hold::Memory(held) = &self.hold {
-            held.lock().expect("not poisoned").remove(&self.name);
-        }
+        crate::drivers::on_hold!(self.hold, h => h.release().await);
     }
 }

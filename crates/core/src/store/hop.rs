@@ -25,8 +25,8 @@
 //! SQLite has one lane: its single writer, which writers take turns on anyway. On
 //! PostgreSQL a statement costs its execution, not its commit, so sharing commits buys
 //! little there; what does is statements that serve many hops at once. The hops that
-//! open with a set read ([`Prefetch::with_set`]: an agent's hop that applies its answer
-//! to a saga of this process) go to the set lanes ([`sets`](crate::postgres::sets)), which batch
+//! open with a [`Prefetch`] (an agent's hop that applies its answer
+//! to a saga of this process) go to the set lanes (the driver's `sets.rs`), which batch
 //! their reads and writes as well as their commit. Every other hop on PostgreSQL is a
 //! transaction of its own, on its own pooled connection, as many at once as the pool
 //! allows: shared transactions of hops that lock rows one at a time would hold them
@@ -34,8 +34,8 @@
 //! deadlock (the set lanes lock a batch's sagas in one ordered statement).
 //!
 //! On SQLite the lane runs its statements on the connection directly, not through
-//! sqlx's thread (see [`direct`](crate::sqlite::direct)), and keeps the connection from one
-//! shared transaction to the next while callers keep coming (at most [`HOLD`](crate::sqlite::lane::HOLD)). A hop
+//! sqlx's thread (see the driver's `direct.rs`), and keeps the connection from one
+//! shared transaction to the next while callers keep coming (at most the lane's `HOLD`). A hop
 //! costs as few statement groups as it can: the group that ends a hop (releases its
 //! savepoint) also opens the next one (sets its savepoint, records its message in the
 //! inbox, runs its [`Prefetch`] read), and starts with the ended hop's last write if
@@ -51,16 +51,16 @@
 //! back past the bound (its commit fails) and logs the wait.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
-#[cfg(feature = "sqlite")]
-use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::oneshot;
 
+use super::backend::Driver;
 use super::prefetch::{Prefetch, Prefetched};
 use super::types::{Admitted, Counts, End, GivenBack, Hop, HopStats, Lanes, Tx};
 use super::{Receipt, Store};
+use crate::drivers::on_backend;
 use crate::{Error, MessageId, Result};
 
 impl Hop {
@@ -139,16 +139,15 @@ impl Hop {
         Ok(())
     }
 
-    /// This task no longer holds SQLite's writer through this hop: it may begin again
-    /// at once. (A PostgreSQL store has no holder to clear.)
+    /// This task no longer holds the single writer through this hop (SQLite's): it
+    /// may begin again at once.
     fn let_go(&self) {
-        #[cfg(feature = "sqlite")]
-        {
-            *self
-                .counts
-                .holder
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = None;
+        let mut holder = self
+            .counts
+            .holder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if holder.take().is_some() {
             self.counts.released.notify_waiters();
         }
     }
@@ -233,30 +232,7 @@ impl Store {
     /// shared transaction could not be begun; [`Error::Database`] if no connection can
     /// be had.
     pub async fn begin(&self) -> Result<Hop> {
-        match self.backend_ref() {
-            #[cfg(feature = "sqlite")]
-            super::backend::Backend::Sqlite(_) => {
-                self.not_holding().await?;
-                if self.hops_running() {
-                    return self.hop().await;
-                }
-                let tx = Tx::begin(self).await?;
-                // The single writer is this caller's until the transaction ends.
-                *self
-                    .lanes
-                    .counts
-                    .holder
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) =
-                    Some(super::types::Caller::current());
-                Ok(Hop::own(tx, Arc::clone(&self.lanes.counts)))
-            }
-            #[cfg(feature = "postgres")]
-            super::backend::Backend::Postgres(_) => Ok(Hop::own(
-                Tx::begin(self).await?,
-                Arc::clone(&self.lanes.counts),
-            )),
-        }
+        on_backend!(self.backend_ref(), b => b.begin(self).await)
     }
 
     /// (feature `testing`) A turn in SQLite's lane whatever the load, where
@@ -273,7 +249,6 @@ impl Store {
 
     /// A turn in the lane's shared transaction whatever the load (on PostgreSQL, a
     /// transaction of its own): the relay's statements that join the running hops.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) async fn hop(&self) -> Result<Hop> {
         Ok(self.turn(None, None).await?.0)
     }
@@ -300,14 +275,14 @@ impl Store {
 
     /// A [`hop_receiving`](Self::hop_receiving) that also runs `prefetch` when it
     /// opens, in the same round trip on SQLite: its rows come with the hop (`None`
-    /// without a prefetch: the hop reads for itself). On PostgreSQL a prefetch with a
-    /// set form ([`Prefetch::with_set`]) sends the hop to a set lane (unless
+    /// without a prefetch: the hop reads for itself). On PostgreSQL a prefetch sends
+    /// the hop to a set lane (unless
     /// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane) is off or a
     /// [`max_pending`](crate::StoreConfig::max_pending) limit is set), which reads it
     /// for the whole batch at once and keeps the last writes its hops hand over as data
-    /// ([`Tx::write_last`]); without one, the hop is a transaction of its own
-    /// and reads nothing (`None`). The rows are read after the inbox record, whatever
-    /// it found (on the set lane, only for a first delivery).
+    /// ([`Tx::write_last`]); otherwise the hop is a transaction of its own and reads
+    /// nothing (`None`). The rows are read after the inbox record, whatever it found
+    /// (on the set lane, only for a first delivery).
     ///
     /// # Errors
     /// As [`hop_receiving`](Self::hop_receiving); on SQLite a failed read fails this
@@ -329,22 +304,13 @@ impl Store {
         Ok((hop, receipt, read))
     }
 
-    /// The hop API's one match on the backend: each driver's lane takes the turn.
+    /// The hop API's one match on the driver: each driver's lane takes the turn.
     async fn turn(
         &self,
         inbox: Option<(String, MessageId)>,
         prefetch: Option<Prefetch>,
     ) -> Result<Admitted> {
-        match self.backend_ref() {
-            #[cfg(feature = "sqlite")]
-            super::backend::Backend::Sqlite(_) => {
-                crate::sqlite::lane::admit(self, inbox, prefetch).await
-            }
-            #[cfg(feature = "postgres")]
-            super::backend::Backend::Postgres(_) => {
-                crate::postgres::sets::admit(self, inbox, prefetch).await
-            }
-        }
+        on_backend!(self.backend_ref(), b => b.admit(self, inbox, prefetch).await)
     }
 
     /// The lanes of this store.
@@ -354,23 +320,22 @@ impl Store {
 }
 
 impl Store {
-    /// Does SQLite's lane hold the writer right now (running a batch, or keeping the
-    /// connection between two, see [`HOLD`])? A writer that would wait for it may
-    /// rather join it as a hop.
-    #[cfg(feature = "sqlite")]
+    /// Does a lane hold the single writer right now (SQLite's, running a batch or
+    /// keeping the connection between two)? A writer that would wait for it may
+    /// rather join it as a hop. Never for a driver without a single writer.
     pub(crate) fn hops_running(&self) -> bool {
         self.lanes.counts.busy.load(Ordering::Acquire)
     }
 
     /// Waits until the caller (its task, or its thread outside one) does not hold
-    /// SQLite's writer: a future beside the holding one in the same task (`join!`)
+    /// the single writer: a future beside the holding one in the same task (`join!`)
     /// waits for it to let go; a caller that still holds it after
     /// [`hop_timeout`](crate::StoreConfig::hop_timeout) is nesting (its transaction
     /// waits for this one, which would wait for it).
     ///
     /// # Errors
     /// [`Error::NestedTransaction`] then.
-    #[cfg(feature = "sqlite")]
+    #[allow(dead_code, reason = "for a driver with a single writer")]
     pub(crate) async fn not_holding(&self) -> Result<()> {
         // Nearly every turn: not the holder, no waiter to make.
         if !self.holds_writer() {
@@ -395,9 +360,9 @@ impl Store {
         }
     }
 
-    /// Does the caller (its task, or its thread outside one) hold SQLite's writer (a turn in the lane, or a
-    /// transaction of its own)?
-    #[cfg(feature = "sqlite")]
+    /// Does the caller (its task, or its thread outside one) hold the single writer
+    /// (a turn in the lane, or a transaction of its own)?
+    #[allow(dead_code, reason = "for a driver with a single writer")]
     pub(crate) fn holds_writer(&self) -> bool {
         *self
             .lanes

@@ -10,9 +10,10 @@ mod enqueue_dead;
 use std::time::Duration;
 
 use super::Store;
-use super::backend::{Dialect, on_backend, on_conn};
+use super::backend::{Dialect, Driver};
 pub use super::queue_types::{Claim, DeadLetter, Retry};
 pub use super::wake::Wakeups;
+use crate::drivers::{on_backend, on_conn, on_tx_driver};
 use crate::{Envelope, Message, Result};
 
 /// The relay's side of a [`Store`]: one statement per batch. Cheap to make.
@@ -40,7 +41,6 @@ impl Queue<'_> {
         if claim.destinations.is_empty() || claim.limit == 0 {
             return Ok(Vec::new());
         }
-        #[cfg(feature = "sqlite")]
         if self.shares_the_writer() {
             return self.in_hop(&[], claim).await.map(|(_, rows)| rows);
         }
@@ -53,40 +53,17 @@ impl Queue<'_> {
     /// [`Store::begin`]), the relay's writes join it as a hop rather than wait for the
     /// single writer until it commits; otherwise they run on their own (one statement,
     /// no transaction to begin and commit).
-    /// (Only SQLite has a lane: a PostgreSQL hop is a transaction of its own.)
-    #[cfg(feature = "sqlite")]
+    /// (Only a driver with a single writer, SQLite, has such a lane.)
     fn shares_the_writer(&self) -> bool {
         self.store.hops_running()
     }
 
     /// Marks `delivered` (if any) and claims (if `claim.limit` > 0), in one hop.
-    #[cfg(feature = "sqlite")]
     async fn in_hop(&self, delivered: &[i64], claim: &Claim<'_>) -> Result<(u64, Vec<Envelope>)> {
-        use crate::sqlite::Sqlite;
         let mut hop = self.store.hop().await?;
-        if let Some(done) = hop.lane_ack_and_claim(delivered, claim).await {
-            let (n, mut rows) = done?;
-            hop.commit().await?;
-            rows.sort_by_key(|e| e.seq);
-            return Ok((n, rows));
-        }
-        #[allow(irrefutable_let_patterns)]
-        let super::Conn::Sqlite(c) = hop.conn() else {
-            return Err(crate::Error::BackendMismatch {
-                store: "sqlite",
-                connection: "postgres",
-            });
-        };
-        let n = if delivered.is_empty() {
-            0
-        } else {
-            Sqlite::mark_delivered_on(&mut *c, claim.owner, delivered).await?
-        };
-        let mut rows = if claim.destinations.is_empty() || claim.limit == 0 {
-            Vec::new()
-        } else {
-            Sqlite::claim_on(c, claim).await?
-        };
+        let tx: &mut crate::Tx = &mut hop;
+        let (n, mut rows) =
+            on_tx_driver!(tx.inner, D => D::ack_and_claim_in(tx, delivered, claim).await?);
         hop.commit().await?;
         rows.sort_by_key(|e| e.seq);
         Ok((n, rows))
@@ -109,7 +86,6 @@ impl Queue<'_> {
         if delivered.is_empty() {
             return Ok((0, self.claim(claim).await?));
         }
-        #[cfg(feature = "sqlite")]
         if self.shares_the_writer() {
             return self.in_hop(delivered, claim).await;
         }
@@ -135,7 +111,6 @@ impl Queue<'_> {
         if seqs.is_empty() {
             return Ok(0);
         }
-        #[cfg(feature = "sqlite")]
         if self.shares_the_writer() {
             let claim = Claim {
                 owner,
@@ -171,10 +146,10 @@ impl Queue<'_> {
         }
         let notices: Vec<Message> = dead.iter().filter_map(|d| d.notice.clone()).collect();
         let mut tx = self.store.begin().await?;
-        let n = on_conn!(tx.conn(), D, c => D::dead_letter(c, owner, dead).await?);
+        let n = on_conn!(tx.conn().0, D, c => D::dead_letter(c, owner, dead).await?);
         if n == dead.len() as u64 {
             // Notices skip the pending limit: they report on work already admitted.
-            on_conn!(tx.conn(), D, c => D::enqueue(c, &notices).await?);
+            on_conn!(tx.conn().0, D, c => D::enqueue(c, &notices).await?);
             tx.mark_enqueued();
         } else if dead.len() > 1 && !notices.is_empty() {
             tx.rollback().await?;

@@ -90,6 +90,86 @@ impl Row {
             .ok_or_else(|| self.mismatch(name, "non-NULL text"))
     }
 
+    /// A floating-point column that may be `NULL` (an integer reads as one too).
+    ///
+    /// # Errors
+    /// No such column, or neither a number nor `NULL`.
+    pub fn opt_real(&self, name: &str) -> Result<Option<f64>> {
+        match self.value(name)? {
+            Value::Null => Ok(None),
+            Value::Real(v) => Ok(Some(*v)),
+            #[allow(clippy::cast_precision_loss)] // as the database would
+            Value::Int(v) => Ok(Some(*v as f64)),
+            _ => Err(self.mismatch(name, "a number")),
+        }
+    }
+
+    /// A floating-point column.
+    ///
+    /// # Errors
+    /// No such column, or not a number.
+    pub fn real(&self, name: &str) -> Result<f64> {
+        self.opt_real(name)?
+            .ok_or_else(|| self.mismatch(name, "a non-NULL number"))
+    }
+
+    /// A boolean column (an integer: 0 is false) that may be `NULL`.
+    ///
+    /// # Errors
+    /// No such column, or neither an integer nor `NULL`.
+    pub fn opt_bool(&self, name: &str) -> Result<Option<bool>> {
+        Ok(self.opt_int(name)?.map(|v| v != 0))
+    }
+
+    /// A boolean column.
+    ///
+    /// # Errors
+    /// No such column, or not an integer.
+    pub fn bool(&self, name: &str) -> Result<bool> {
+        Ok(self.int(name)? != 0)
+    }
+
+    /// A UUID column (hyphenated text on SQLite, `uuid` on PostgreSQL) that may be
+    /// `NULL`.
+    ///
+    /// # Errors
+    /// No such column, or neither a UUID nor `NULL`.
+    pub fn opt_uuid(&self, name: &str) -> Result<Option<uuid::Uuid>> {
+        self.opt_text(name)?
+            .map(|t| t.parse().map_err(|_| self.mismatch(name, "a UUID")))
+            .transpose()
+    }
+
+    /// A UUID column.
+    ///
+    /// # Errors
+    /// No such column, or not a UUID.
+    pub fn uuid(&self, name: &str) -> Result<uuid::Uuid> {
+        self.opt_uuid(name)?
+            .ok_or_else(|| self.mismatch(name, "a non-NULL UUID"))
+    }
+
+    /// The columns `rename` keeps, under the names it gives them.
+    pub(crate) fn only<'a>(&'a self, rename: impl Fn(&'a str) -> Option<&'a str>) -> Self {
+        let mut columns = Vec::new();
+        let mut values = Vec::new();
+        for (c, v) in self.columns.iter().zip(&self.values) {
+            if let Some(name) = rename(c) {
+                columns.push(name.to_owned());
+                values.push(v.clone());
+            }
+        }
+        Self {
+            columns: columns.into(),
+            values,
+        }
+    }
+
+    /// The names of its columns, in order.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
     /// A message id column (hyphenated text) that may be `NULL`.
     ///
     /// # Errors
@@ -100,50 +180,12 @@ impl Row {
             .transpose()
     }
 
-    /// A row of sqlx's SQLite driver, column by column.
-    ///
-    /// # Errors
-    /// A column sqlx cannot read as its own type says.
-    #[cfg(feature = "sqlite")]
-    pub fn from_sqlite(row: &sqlx::sqlite::SqliteRow) -> Result<Self> {
-        use sqlx::Row as _;
-        Self::decode(row, |i, ty| {
-            Ok(match ty {
-                "INTEGER" | "BOOLEAN" => Value::Int(row.try_get(i)?),
-                "REAL" => Value::Real(row.try_get(i)?),
-                "BLOB" => Value::Blob(row.try_get(i)?),
-                _ => Value::Text(row.try_get(i)?),
-            })
-        })
-    }
-
-    /// A row of sqlx's PostgreSQL driver, column by column: integers and booleans as
-    /// integers, UUIDs as hyphenated text, anything else as text (cast JSON and times
-    /// in the statement: `data::text`, `extract(epoch …)`).
-    ///
-    /// # Errors
-    /// A column sqlx cannot read as its type says.
-    #[cfg(feature = "postgres")]
-    pub fn from_postgres(row: &sqlx::postgres::PgRow) -> Result<Self> {
-        use sqlx::Row as _;
-        Self::decode(row, |i, ty| {
-            Ok(match ty {
-                "INT2" => Value::Int(i64::from(row.try_get::<i16, _>(i)?)),
-                "INT4" => Value::Int(i64::from(row.try_get::<i32, _>(i)?)),
-                "INT8" => Value::Int(row.try_get(i)?),
-                "BOOL" => Value::Int(i64::from(row.try_get::<bool, _>(i)?)),
-                "FLOAT4" => Value::Real(f64::from(row.try_get::<f32, _>(i)?)),
-                "FLOAT8" => Value::Real(row.try_get(i)?),
-                "BYTEA" => Value::Blob(row.try_get(i)?),
-                "UUID" => Value::Text(row.try_get::<uuid::Uuid, _>(i)?.hyphenated().to_string()),
-                _ => Value::Text(row.try_get(i)?),
-            })
-        })
-    }
-
     /// `row`, each column not NULL read by `value` (given its index and its type's
     /// name).
-    fn decode<R: sqlx::Row>(row: &R, value: impl Fn(usize, &str) -> Result<Value>) -> Result<Self>
+    pub(crate) fn decode<R: sqlx::Row>(
+        row: &R,
+        value: impl Fn(usize, &str) -> Result<Value>,
+    ) -> Result<Self>
     where
         usize: sqlx::ColumnIndex<R>,
     {

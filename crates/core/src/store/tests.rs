@@ -1,6 +1,14 @@
 //! The store's contract, one body per test, run on SQLite and on PostgreSQL; the tests
 //! by concept in `tests/`, the helpers they share here.
 
+/// Runs the same code on a [`Conn`](crate::Conn) of any driver: `$c` is the driver's
+/// `&mut` connection in each arm (statements whose text suits every driver).
+macro_rules! with_conn {
+    ($conn:expr, $c:ident => $body:expr) => {
+        crate::drivers::on_conn!($conn.0, _D, $c => $body)
+    };
+}
+
 mod admin;
 mod begin;
 mod enqueue_dead;
@@ -10,6 +18,7 @@ mod hop;
 mod migrations;
 mod outbox;
 mod queue;
+mod sql;
 // In a build with PostgreSQL alone, every store is PostgreSQL's: its `let … else` arms are dead.
 #[cfg(feature = "postgres")]
 #[allow(irrefutable_let_patterns)]
@@ -30,8 +39,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::backend::Backend as Db;
 use crate::admin::Stats;
+use crate::drivers::Backend as Db;
 use crate::queue::{Claim, DeadLetter, Retry};
 use crate::testing::{Backend, fresh_url};
 use crate::{Error, Message, MessageId, Receipt, Store, StoreConfig, both_backends};
@@ -74,7 +83,7 @@ async fn enqueue_one(store: &Store, msg: &Message) {
 
 async fn exec(store: &Store, sql: &'static str) {
     let mut tx = store.begin().await.unwrap();
-    crate::with_conn!(tx.conn(), c => {
+    with_conn!(tx.conn(), c => {
         sqlx::query(sql).execute(c).await.unwrap();
     });
     tx.commit().await.unwrap();
@@ -198,14 +207,14 @@ async fn commit_poison_tables(store: &Store) {
         "CREATE TABLE parent (id INTEGER PRIMARY KEY)",
         "CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
     ] {
-        crate::with_conn!(tx.conn(), c => { sqlx::query(sql).execute(c).await.unwrap().rows_affected() });
+        with_conn!(tx.conn(), c => sqlx::query(sql).execute(c).await.unwrap().rows_affected());
     }
     tx.commit().await.unwrap();
 }
 
 /// Inserts an orphan `child` row in `tx`: its commit will fail.
 async fn poison_commit(tx: &mut super::Tx) {
-    crate::with_conn!(tx.conn(), c => {
+    with_conn!(tx.conn(), c => {
         sqlx::query("INSERT INTO child (p) VALUES (1)").execute(c).await.unwrap().rows_affected()
     });
 }

@@ -1,65 +1,36 @@
-//! A write transaction of the store, of either backend: what is the same on both (the
+//! A write transaction of the store, of any driver: what is the same on all (the
 //! enqueue and the inbox, handover, the commit and its wake-ups). Each driver adds its
-//! lane's side (`sqlite::tx`, `postgres::tx`).
+//! transaction and its lane's side, in its folder's `tx.rs`, through
+//! [`Driver`](super::backend::Driver).
 
-use super::backend::Backend;
-use super::types::{Inner, Store, Tx};
+use super::backend::{Driver, DriverTx};
+use super::types::{Store, Tx};
 use super::write::Writes;
 use super::{Conn, Receipt};
+use crate::drivers::{TxOf, on_backend, on_tx, on_tx_driver};
 use crate::{Message, MessageId, Result};
 
 impl Tx {
     pub(crate) async fn begin(store: &Store) -> Result<Self> {
-        let inner = match store.backend_ref() {
-            // IMMEDIATE takes the write lock up front: a deferred transaction that later
-            // upgrades can fail with SQLITE_BUSY whatever the busy timeout (another
-            // process writing). In this process the single writer connection already
-            // queues writers.
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(db) => Inner::Sqlite(db.writer.begin_with("BEGIN IMMEDIATE").await?),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => Inner::Postgres(db.pool.begin().await?),
-        };
-        Ok(Self::new(store, inner))
+        on_backend!(store.backend_ref(), b => b.begin_tx(store).await)
     }
 
     /// A transaction of `store` on `inner`, nothing written in it yet.
-    pub(crate) fn new(store: &Store, inner: Inner) -> Self {
+    pub(crate) fn new(store: &Store, inner: TxOf) -> Self {
         Self {
             inner,
             store: store.clone(),
             enqueued: false,
             handed: super::handover::Handed::default(),
             defer: false,
-            #[cfg(feature = "sqlite")]
-            tail: None,
-            #[cfg(feature = "postgres")]
-            sets: None,
             unchecked: false,
-        }
-    }
-
-    /// A hop of SQLite's lane ([`begin_lane`](Self::begin_lane)): its hops may defer
-    /// their last write, and its statements run on the connection directly.
-    pub(crate) fn in_lane(&self) -> bool {
-        #[cfg(feature = "sqlite")]
-        {
-            self.is_lane()
-        }
-        #[cfg(not(feature = "sqlite"))]
-        {
-            false
         }
     }
 
     /// See [`Hop::defer_next_write`](super::Hop::defer_next_write): only a hop may
     /// defer its last write.
     pub(crate) fn defer_next_write(&mut self) {
-        self.defer = self.in_lane();
-        #[cfg(feature = "postgres")]
-        if let Some(kept) = &mut self.sets {
-            kept.deferrable = true;
-        }
+        self.defer = on_tx!(&mut self.inner, t => t.allow_defer());
     }
 
     /// The connection, for the caller's own statements in this transaction.
@@ -76,10 +47,7 @@ impl Tx {
     /// The connection, for the store's own statements that a hop of the set lane
     /// counts as its writes (its savepoints then guard it).
     pub(crate) fn conn_marked(&mut self) -> Conn<'_> {
-        #[cfg(feature = "postgres")]
-        if let Some(kept) = &mut self.sets {
-            kept.dirty = true;
-        }
+        on_tx!(&mut self.inner, t => t.mark_written());
         self.conn_clean()
     }
 
@@ -95,33 +63,13 @@ impl Tx {
     /// The connection, for the store's own statements (not the caller's: a hop of
     /// the set lane stays clean).
     pub(crate) fn conn_clean(&mut self) -> Conn<'_> {
-        #[cfg(feature = "sqlite")]
-        {
-            debug_assert!(
-                self.tail.is_none(),
-                "a statement after a hop's deferred last write"
-            );
-        }
-        match &mut self.inner {
-            #[cfg(feature = "sqlite")]
-            Inner::Sqlite(tx) => Conn::Sqlite(&mut *tx),
-            #[cfg(feature = "sqlite")]
-            // sqlx's thread runs what comes next: the lane's lock given back to it.
-            Inner::Lane(lane) => Conn::Sqlite(lane.sqlx()),
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(tx) => Conn::Postgres(&mut *tx),
-        }
+        Conn(on_tx!(&mut self.inner, t => t.conn()))
     }
 
-    /// `"sqlite"` or `"postgres"`: the backend of this transaction (without taking its
+    /// The name of its driver, `"sqlite"` or `"postgres"` (without taking its
     /// connection, as [`conn`](Self::conn) does).
     pub fn backend(&self) -> &'static str {
-        match &self.inner {
-            #[cfg(feature = "sqlite")]
-            Inner::Sqlite(_) | Inner::Lane(_) => "sqlite",
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(_) => "postgres",
-        }
+        on_tx_driver!(self.inner, D => D::NAME)
     }
 
     /// The store this transaction belongs to.
@@ -154,22 +102,7 @@ impl Tx {
         if let Some(to) = store.handover()
             && messages.iter().any(|m| m.delay.is_zero())
         {
-            // On PostgreSQL, many messages in at most two statements (those handed
-            // over, leased; the rest) instead of one per message handed over.
-            #[cfg(feature = "postgres")]
-            if self.backend() == "postgres"
-                && messages.len() > 1
-                && self.sets.is_none()
-                && store.config().max_pending.is_none()
-            {
-                for m in messages {
-                    store.validate(m)?;
-                }
-                let span = crate::propagation::enqueue_span(messages, true);
-                let write = self.write_messages(&store, messages.to_vec());
-                return tracing::Instrument::instrument(write, span).await;
-            }
-            return self.enqueue_handing(&store, &to, messages).await;
+            return on_tx_driver!(self.inner, D => D::enqueue_handing(self, &store, &to, messages).await);
         }
         store.enqueue_batch(self.conn_marked(), messages).await?;
         self.enqueued = true;
@@ -178,7 +111,7 @@ impl Tx {
 
     /// Enqueues in order, writing each message that `to` takes leased to it (handed
     /// over when this transaction commits), the others `pending`, in runs.
-    async fn enqueue_handing(
+    pub(crate) async fn enqueue_handing(
         &mut self,
         store: &Store,
         to: &std::sync::Arc<dyn super::Handover>,
@@ -271,25 +204,7 @@ impl Tx {
     }
 
     pub(crate) async fn execute(&mut self, sql: &'static str) -> Result<()> {
-        use sqlx::Executor;
-        #[cfg(feature = "sqlite")]
-        if let Inner::Lane(lane) = &mut self.inner
-            && let Some(session) = lane.locked()
-        {
-            // The lane's savepoints, while it holds the connection.
-            return session.run(&crate::sqlite::statements::Statement::plain(sql), |_| {});
-        }
-        match self.conn_clean() {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                c.execute(sql).await?;
-            }
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                c.execute(sql).await?;
-            }
-        }
-        Ok(())
+        on_tx!(&mut self.inner, t => t.execute(sql).await)
     }
 
     pub(crate) fn mark_enqueued(&mut self) {
@@ -301,48 +216,18 @@ impl Tx {
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) if the commit fails; nothing was
     /// written then.
-    pub async fn commit(mut self) -> Result<()> {
-        #[cfg(feature = "sqlite")]
-        if let Inner::Lane(_) = self.inner {
-            return self.end_lane(true).await;
-        }
-        match self.inner {
-            #[cfg(feature = "sqlite")]
-            Inner::Sqlite(tx) => tx.commit().await?,
-            #[cfg(feature = "sqlite")]
-            Inner::Lane(_) => {} // ended above
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(mut tx) => {
-                // PostgreSQL answers the COMMIT of an aborted transaction with the
-                // tag ROLLBACK, and sqlx reports it as success. An aborted transaction
-                // refuses every statement but its end: one is enough to tell.
-                if self.unchecked
-                    && let Err(e) = sqlx::Executor::execute(&mut *tx, "SELECT 1").await
-                {
-                    let _ = tx.rollback().await;
-                    return Err(rolled_back(e));
-                }
-                tx.commit().await?
-            }
-        }
-        Self::after_commit(&self.store, &mut self.handed, self.enqueued);
-        Ok(())
+    pub async fn commit(self) -> Result<()> {
+        on_tx_driver!(self.inner, D => D::commit(self).await)
     }
 
-    /// After a commit: the checkpointer poked (SQLite), the rows written leased handed
+    /// After a commit: the driver told (SQLite's checkpointer), the rows written leased handed
     /// over, the relays woken if anything was enqueued.
     pub(crate) fn after_commit(
         store: &Store,
         handed: &mut super::handover::Handed,
         enqueued: bool,
     ) {
-        #[cfg(feature = "sqlite")]
-        #[allow(irrefutable_let_patterns)]
-        if let Backend::Sqlite(db) = store.backend_ref()
-            && let Some(c) = &db.checkpoints
-        {
-            c.poke();
-        }
+        on_backend!(store.backend_ref(), b => b.committed());
         handed.commit();
         if enqueued {
             store.wake();
@@ -353,34 +238,8 @@ impl Tx {
     ///
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) on a database error.
-    #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
-    pub async fn rollback(mut self) -> Result<()> {
-        #[cfg(feature = "sqlite")]
-        if let Inner::Lane(_) = self.inner {
-            return self.end_lane(false).await;
-        }
-        match self.inner {
-            #[cfg(feature = "sqlite")]
-            Inner::Sqlite(tx) => tx.rollback().await?,
-            #[cfg(feature = "sqlite")]
-            Inner::Lane(_) => {} // ended above
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(tx) => tx.rollback().await?,
-        }
-        Ok(())
-    }
-}
-
-/// The error of a commit whose probe failed: 25P02 (the transaction was aborted by an
-/// earlier statement) is [`Error::RolledBack`]; anything else (the connection lost)
-/// is the database's error, nothing written either way.
-#[cfg(feature = "postgres")]
-fn rolled_back(e: sqlx::Error) -> crate::Error {
-    match &e {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("25P02") => {
-            crate::Error::RolledBack
-        }
-        _ => crate::Error::Database(e),
+    pub async fn rollback(self) -> Result<()> {
+        on_tx_driver!(self.inner, D => D::rollback(self).await)
     }
 }
 
@@ -410,16 +269,9 @@ impl Tx {
         self.write_as(writes, true).await
     }
 
-    /// The one match on the backend of a write: each driver runs it its way.
+    /// The one match on the driver of a write: each driver runs it its way.
     async fn write_as(&mut self, writes: Writes, last: bool) -> Result<()> {
         writes.check()?;
-        match self.inner {
-            #[cfg(feature = "sqlite")]
-            Inner::Sqlite(_) | Inner::Lane(_) => {
-                crate::sqlite::write::write(self, writes, last).await
-            }
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(_) => crate::postgres::write::write(self, writes, last).await,
-        }
+        on_tx_driver!(self.inner, D => D::write(self, writes, last).await)
     }
 }

@@ -1,34 +1,20 @@
 //! The store's handles, declared together because they hold one another: a [`Store`]
 //! keeps its lanes, a lane hands out [`Hop`]s, a hop holds a [`Tx`], and a
 //! transaction holds its store. What each does is beside its kind: the store in
-//! `store.rs`, a transaction in `tx.rs` (and its drivers' sides in `sqlite/tx.rs` and
-//! `postgres/tx.rs`), a hop in `hop.rs`, the lanes in `sqlite/lane.rs` and
-//! `postgres/sets.rs`.
+//! `store.rs`, a transaction in `tx.rs` (and each driver's side in its folder's `tx.rs`),
+//! a hop in `hop.rs`, the lanes in the drivers' folders.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-#[cfg(feature = "postgres")]
-use sqlx::Postgres;
-#[cfg(feature = "sqlite")]
-use sqlx::Sqlite;
-use sqlx::Transaction;
 use tokio::sync::{mpsc, oneshot};
-#[cfg(feature = "postgres")]
-use uuid::Uuid;
 
-use super::backend::Backend;
 use super::config::StoreConfig;
 use super::conn::Receipt;
 use super::handover::{Handed, Handover, Slot};
-#[cfg(feature = "sqlite")]
-use super::prefetch::Prefetch;
-use super::prefetch::Prefetched;
+use super::prefetch::{Prefetch, Prefetched};
 use super::wake::Wakeups;
-#[cfg(feature = "postgres")]
-use crate::postgres::kept::Kept;
-#[cfg(feature = "sqlite")]
-use crate::sqlite::{direct::LaneConn, tail::Tail};
+use crate::drivers::{Backend, TxOf};
 use crate::{MessageId, Result};
 
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.
@@ -55,34 +41,17 @@ pub struct Store {
     pub(crate) handover: Slot,
 }
 
-#[derive(Debug)]
-pub(crate) enum Inner {
-    #[cfg(feature = "sqlite")]
-    Sqlite(Transaction<'static, Sqlite>),
-    /// SQLite's lane: the writer connection, its transactions begun and ended by hand
-    /// (statements run on it directly), kept by the lane from one batch to the next.
-    #[cfg(feature = "sqlite")]
-    Lane(LaneConn),
-    #[cfg(feature = "postgres")]
-    Postgres(Transaction<'static, Postgres>),
-}
-
 /// A write transaction of the store. Dropping it without committing rolls it back.
 #[derive(Debug)]
 #[must_use = "a transaction that is not committed is rolled back"]
 pub struct Tx {
-    pub(crate) inner: Inner,
+    /// The driver's transaction, with what its lane keeps in it.
+    pub(crate) inner: TxOf,
     pub(crate) store: Store,
     pub(crate) enqueued: bool,
     pub(crate) handed: Handed,
     /// The next [`enqueue_batch_after`](Self::enqueue_batch_after) may be deferred.
     pub(crate) defer: bool,
-    /// A deferred last write, run by the lane in the round trip that ends the hop.
-    #[cfg(feature = "sqlite")]
-    pub(crate) tail: Option<Tail>,
-    /// PostgreSQL's set lane: what its hops keep as data, written at the batch's end.
-    #[cfg(feature = "postgres")]
-    pub(crate) sets: Option<Kept>,
     /// A statement may have failed in this transaction unseen by the store: the
     /// connection was lent out ([`conn`](Self::conn)) or a statement of the store's
     /// failed (its error may have been swallowed). On PostgreSQL such a transaction is
@@ -108,16 +77,28 @@ pub(crate) struct GivenBack {
     pub(crate) end: End,
 }
 
-/// The lanes of one store: created on the first hop.
+/// The lanes of one store: the queues of the driver's lanes (started on the first
+/// hop; the lanes themselves are the driver's tasks), and their counts.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Lanes {
-    /// SQLite's lane.
-    #[cfg(feature = "sqlite")]
-    pub(crate) sqlite: Arc<OnceLock<mpsc::UnboundedSender<LaneRequest>>>,
-    /// PostgreSQL's set lanes.
-    #[cfg(feature = "postgres")]
-    pub(crate) sets: Arc<OnceLock<Vec<mpsc::UnboundedSender<SetRequest>>>>,
+    pub(crate) queues: Arc<OnceLock<Vec<mpsc::UnboundedSender<Waiting>>>>,
     pub(crate) counts: Arc<Counts>,
+}
+
+/// A hop waiting for its turn in a lane: who asks, the message its hop records in the
+/// inbox first (if any), the read it opens with (if any), where its turn goes.
+pub(crate) struct Waiting {
+    pub(crate) store: Store,
+    pub(crate) inbox: Option<(String, MessageId)>,
+    pub(crate) prefetch: Option<Prefetch>,
+    pub(crate) caller: Caller,
+    pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting").finish_non_exhaustive()
+    }
 }
 
 /// Hops committed and the commits they took, since the store was opened.
@@ -125,32 +106,29 @@ pub(crate) struct Lanes {
 pub(crate) struct Counts {
     pub(crate) hops: AtomicU64,
     pub(crate) commits: AtomicU64,
-    /// SQLite's lane holds the writer (a batch is running, or it keeps the connection
-    /// between two).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    /// A lane holds the single writer (a batch is running, or it keeps the connection
+    /// between two): SQLite's; a driver without a single writer never sets it.
     pub(crate) busy: std::sync::atomic::AtomicBool,
-    /// Who holds SQLite's writer through a transaction of the store now (a turn in the
-    /// lane, or a transaction of its own), if known: the same caller asking again would
-    /// wait for itself ([`Error::NestedTransaction`](crate::Error)).
-    #[cfg(feature = "sqlite")]
+    /// Who holds the single writer through a transaction of the store now (a turn in
+    /// the lane, or a transaction of its own), if known: the same caller asking again
+    /// would wait for itself ([`Error::NestedTransaction`](crate::Error)).
     pub(crate) holder: std::sync::Mutex<Option<Caller>>,
     /// Signalled when the holder lets go: a caller that found itself the holder (a
     /// future beside the holding one in its task) waits for it.
-    #[cfg(feature = "sqlite")]
     pub(crate) released: tokio::sync::Notify,
 }
 
 /// Who calls: a tokio task, or, outside one (`block_on`, a `#[tokio::main]` function's
 /// body), the thread it runs on, which such a future never leaves.
-#[cfg(feature = "sqlite")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code, reason = "for a driver with a single writer")]
 pub(crate) enum Caller {
     Task(tokio::task::Id),
     Thread(std::thread::ThreadId),
 }
 
-#[cfg(feature = "sqlite")]
 impl Caller {
+    #[allow(dead_code, reason = "for a driver with a single writer")]
     pub(crate) fn current() -> Self {
         tokio::task::try_id().map_or_else(|| Self::Thread(std::thread::current().id()), Self::Task)
     }
@@ -179,45 +157,6 @@ pub struct Hop {
 impl std::fmt::Debug for Hop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hop").finish_non_exhaustive()
-    }
-}
-
-/// A caller waiting for its turn in SQLite's lane.
-#[cfg(feature = "sqlite")]
-pub(crate) struct LaneRequest {
-    pub(crate) store: Store,
-    /// The message the hop records in the inbox first, if any.
-    pub(crate) inbox: Option<(String, MessageId)>,
-    /// The read the hop starts with, if any (SQLite).
-    pub(crate) prefetch: Option<Prefetch>,
-    /// Who asked.
-    pub(crate) caller: Caller,
-    pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
-}
-
-#[cfg(feature = "sqlite")]
-impl std::fmt::Debug for LaneRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LaneRequest")
-    }
-}
-
-/// A hop waiting for the set lane.
-#[cfg(feature = "postgres")]
-pub(crate) struct SetRequest {
-    pub(crate) store: Store,
-    pub(crate) consumer: String,
-    pub(crate) id: MessageId,
-    /// The prefetch's key and set statements.
-    pub(crate) key: Uuid,
-    pub(crate) statements: &'static [&'static str],
-    pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
-}
-
-#[cfg(feature = "postgres")]
-impl std::fmt::Debug for SetRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SetRequest")
     }
 }
 

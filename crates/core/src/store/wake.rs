@@ -15,7 +15,10 @@ pub struct Wakeups {
 
 /// What a wake tells the driver's task that passes wakes on to other processes.
 #[derive(Debug)]
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // built by `with_remote()` only
+#[allow(
+    dead_code,
+    reason = "built by `with_remote()` only, for a driver whose database is shared"
+)]
 pub(crate) struct Remote {
     /// A wake happened since the task last passed one on.
     pub(crate) dirty: AtomicBool,
@@ -24,7 +27,10 @@ pub(crate) struct Remote {
 }
 
 impl Wakeups {
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    #[allow(
+        dead_code,
+        reason = "for a driver whose relays are all in this process"
+    )]
     pub(crate) fn local() -> Self {
         Self {
             tx: Arc::new(watch::channel(0).0),
@@ -35,7 +41,7 @@ impl Wakeups {
     /// Wakeups that also reach other processes: `remote` is told of every wake, for
     /// a driver's task to pass on (see `postgres::notify`), and `tx` is the sender
     /// that driver's listener wakes this process's relays through.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a driver's, PostgreSQL's
+    #[allow(dead_code, reason = "for a driver whose database is shared")]
     pub(crate) fn with_remote() -> (Self, Arc<Remote>) {
         let remote = Arc::new(Remote {
             dirty: AtomicBool::new(false),
@@ -50,7 +56,7 @@ impl Wakeups {
 
     /// The sender of the wakeups, held weakly (a driver's listener stops once the
     /// store is gone).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[allow(dead_code, reason = "for a driver whose database is shared")]
     pub(crate) fn sender(&self) -> std::sync::Weak<watch::Sender<u64>> {
         Arc::downgrade(&self.tx)
     }

@@ -20,11 +20,9 @@
 //! );
 //! let store = agentsaga_core::Store::connect("sqlite::memory:").await?;
 //! let mut tx = store.begin().await?;
-//! agentsaga_core::with_conn!(tx.conn(), c => {
-//!     agentsaga_core::sqlx::query("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT)")
-//!         .execute(c)
-//!         .await?;
-//! });
+//! agentsaga_core::Sql::new("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT)")
+//!     .execute(tx.conn())
+//!     .await?;
 //! let mut writes = Writes::new();
 //! writes.upsert(&NOTES, vec![Datum::from("n1"), Datum::from("hello")]);
 //! writes.upsert(&NOTES, vec![Datum::from("n1"), Datum::from("hello again")]);
@@ -44,9 +42,10 @@ pub struct Table {
     pub(crate) columns: &'static [Column],
     /// How many leading columns are the row's key (the conflict target of an upsert).
     pub(crate) key: usize,
-    /// PostgreSQL's set statements of this table (insert, upsert), rendered once.
-    #[cfg(feature = "postgres")]
-    pub(crate) set_sql: [std::sync::OnceLock<String>; 2],
+    /// Statements a driver renders once for this table (PostgreSQL's set statements:
+    /// insert, upsert).
+    #[allow(dead_code, reason = "for a driver that renders statements per table")]
+    pub(crate) rendered: [std::sync::OnceLock<String>; 2],
     /// `INSERT INTO name (columns) ` and the upsert's conflict clause, rendered once.
     head: std::sync::OnceLock<String>,
     conflict: std::sync::OnceLock<String>,
@@ -59,8 +58,7 @@ impl Table {
             name,
             columns,
             key,
-            #[cfg(feature = "postgres")]
-            set_sql: [std::sync::OnceLock::new(), std::sync::OnceLock::new()],
+            rendered: [std::sync::OnceLock::new(), std::sync::OnceLock::new()],
             head: std::sync::OnceLock::new(),
             conflict: std::sync::OnceLock::new(),
         }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::testing::{self, Backend, fresh_url};
-use agentsaga_core::{Envelope, Message, MessageId, ReadPool, RetryPolicy, Store, sqlx};
+use agentsaga_core::{Envelope, Message, MessageId, RetryPolicy, Sql, Store};
 use agentsaga_relay::http::{self, HttpTransport, OUTBOX_PATH, ReceiverConfig};
 use agentsaga_relay::{Delivery, Error, Relay, RelayConfig, Transport};
 use axum::Router;
@@ -83,21 +83,15 @@ impl Server {
 
 /// The ids and keys of the outbox rows of `destination`.
 async fn rows(store: &Store, destination: &str) -> Vec<(MessageId, Option<String>)> {
-    let rows: Vec<(String, Option<String>)> = match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            sqlx::query_as("SELECT id, key FROM outbox WHERE destination = ? ORDER BY seq")
-                .bind(destination)
-                .fetch_all(reader)
-                .await
-        }
-        ReadPool::Postgres(pool) => {
-            sqlx::query_as("SELECT id::text, key FROM outbox WHERE destination = $1 ORDER BY seq")
-                .bind(destination)
-                .fetch_all(pool)
-                .await
-        }
-    }
-    .expect("read the outbox");
+    let rows = Sql::new("SELECT id, key FROM outbox WHERE destination = ? ORDER BY seq")
+        .bind(destination)
+        .fetch_all(store.reader())
+        .await
+        .expect("read the outbox");
+    let rows: Vec<(String, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.text("id").unwrap(), r.opt_text("key").unwrap()))
+        .collect();
     rows.into_iter()
         .map(|(id, key)| (id.parse().expect("a uuid"), key))
         .collect()

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_core::{Envelope, Message, MessageId, ReadPool, Store, StoreConfig, sqlx};
+use agentsaga_core::{Envelope, Message, MessageId, Store, StoreConfig, sqlx};
 use agentsaga_relay::nats::{NatsError, NatsReceiver, NatsReceiverConfig, NatsTransport};
 use agentsaga_relay::{Delivery, Relay, RelayConfig, Transport};
 use async_nats::jetstream;
@@ -130,7 +130,7 @@ async fn outbox(store: &Store) -> Vec<Row> {
         String,
         Option<String>,
     );
-    let ReadPool::Sqlite(reader) = store.reader() else {
+    let Some(reader) = store.reader().sqlite() else {
         panic!("the tests' stores are SQLite's");
     };
     let rows: Vec<Raw> = sqlx::query_as(

@@ -6,12 +6,13 @@ use super::*;
 
 /// The ids of `store`'s outbox, in its order.
 async fn ids(store: &Store) -> Vec<MessageId> {
-    let rows: Vec<String> = agentsaga_core::with_reader!(store.reader(), p => {
-        sqlx::query_scalar("SELECT CAST(id AS TEXT) FROM outbox ORDER BY seq")
-            .fetch_all(p)
-            .await
-            .expect("read the outbox")
-    });
+    let rows: Vec<String> = agentsaga_core::Sql::new("SELECT id FROM outbox ORDER BY seq")
+        .fetch_all(store.reader())
+        .await
+        .expect("read the outbox")
+        .iter()
+        .map(|r| r.text("id").unwrap())
+        .collect();
     rows.iter().map(|id| id.parse().expect("a uuid")).collect()
 }
 

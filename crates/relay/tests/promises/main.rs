@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_core::{Message, MessageId, ReadPool, RetryPolicy, Store, sqlx};
+use agentsaga_core::{Message, MessageId, RetryPolicy, Sql, Store};
 use agentsaga_relay::{Relay, RelayConfig};
 
 use proxy::Proxy;
@@ -98,26 +98,17 @@ async fn enqueue(store: &Store, from: usize, n: usize, keys: usize, pad: usize) 
 
 /// B's rows of [`DEST`] (but its dead letters): (id, key), in its order.
 async fn rows(store: &Store) -> Vec<(MessageId, Option<String>)> {
-    let rows: Vec<(String, Option<String>)> = match store.reader() {
-        ReadPool::Sqlite(reader) => {
-            sqlx::query_as(
-                "SELECT id, key FROM outbox WHERE destination = ? AND state <> 'dead' \
-                 ORDER BY seq",
-            )
-            .bind(DEST)
-            .fetch_all(reader)
-            .await
-        }
-        ReadPool::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT id::text, key FROM outbox WHERE destination = $1 AND state <> 'dead' \
-                 ORDER BY seq",
-            )
-            .bind(DEST)
-            .fetch_all(pool)
-            .await
-        }
-    }
+    let rows: Vec<(String, Option<String>)> = Sql::new(
+        "SELECT id, key FROM outbox WHERE destination = ? AND state <> 'dead' ORDER BY seq",
+    )
+    .bind(DEST)
+    .fetch_all(store.reader())
+    .await
+    .map(|rows| {
+        rows.iter()
+            .map(|r| (r.text("id").unwrap(), r.opt_text("key").unwrap()))
+            .collect()
+    })
     .expect("read B's outbox");
     rows.into_iter()
         .map(|(id, key)| (id.parse().expect("a uuid"), key))

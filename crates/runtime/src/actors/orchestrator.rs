@@ -27,31 +27,16 @@ impl Orchestrator {
     async fn process_in_span(&self, env: &Envelope) -> Delivery {
         // The hop records the message in the inbox and reads its saga when it opens
         // (on SQLite in one round trip, on PostgreSQL with its batch's set lane).
-        let (saga, prefetch) = self.engine.prefetch_for(env).unzip();
-        let (mut tx, read) = match self
-            .store
-            .hop_receiving_prefetched(&env.destination, env.id, prefetch)
-            .await
-        {
-            Ok((tx, Receipt::First, read)) => (tx, saga.zip(read)),
-            Ok((_, Receipt::Duplicate, _)) => {
-                tracing::debug!("duplicate delivery skipped");
-                return Delivery::Delivered;
-            }
-            Err(e) => return infra(e),
+        let (mut tx, read) = match open_hop(&self.store, env, self.engine.prefetch_for(env)).await {
+            Ok(opened) => opened,
+            Err(delivery) => return delivery,
         };
         // The engine's save and messages end the hop: they may be written in the round
         // trip that ends it (SQLite), or with its batch's statements (PostgreSQL).
         tx.defer_next_write();
         let read = read.as_ref().map(|(id, r)| (*id, r));
         match self.engine.handle_received(&mut tx, env, read).await {
-            Ok(handled) => {
-                if let Err(e) = tx.commit().await {
-                    return infra(e);
-                }
-                self.report_settled(handled).await;
-                Delivery::Delivered
-            }
+            Ok(handled) => commit_hop(tx, Some(handled), Some(self)).await,
             Err(agentsaga_saga::Error::VersionNotRegistered { name, version }) => {
                 // Leave it for a process that has this version; check back later.
                 tracing::warn!(%name, version, "saga version not registered here");
@@ -73,13 +58,7 @@ impl Orchestrator {
                     Err(e) => return infra(e),
                 };
                 match self.engine.fail(&mut tx, env, &reason).await {
-                    Ok(handled) => {
-                        if let Err(e) = tx.commit().await {
-                            return infra(e);
-                        }
-                        self.report_settled(handled).await;
-                        Delivery::Delivered
-                    }
+                    Ok(handled) => commit_hop(tx, Some(handled), Some(self)).await,
                     Err(agentsaga_saga::Error::Store(e)) if e.is_transient() => infra(e),
                     Err(e2) => {
                         Delivery::reject(format!("{reason} (and failing its saga failed: {e2})"))

@@ -17,12 +17,10 @@ impl Agent for SlowOnce {
     }
     async fn handle(&self, ctx: &mut AgentContext<'_>, _: Value) -> Result<u32, StepError> {
         let saga = ctx.saga_id().unwrap().to_string();
-        agentsaga_core::with_conn!(ctx.conn(), c => {
-            agentsaga_core::sqlx::query("INSERT INTO effects (saga) VALUES ($1)")
-                .bind(&saga)
-                .execute(c)
-                .await?;
-        });
+        agentsaga_core::Sql::new("INSERT INTO effects (saga) VALUES (?)")
+            .bind(&saga)
+            .execute(ctx.conn())
+            .await?;
         if self.handled.fetch_add(1, Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
@@ -59,12 +57,12 @@ async fn a_slow_step_sent_again_applies_its_effects_once(backend: Backend) {
     let steps = query::steps(rt.store(), id).await.unwrap();
     assert_eq!(steps[0].attempts, 2, "{steps:?}");
     let mut tx = rt.store().begin().await.unwrap();
-    let rows: i64 = agentsaga_core::with_conn!(tx.conn(), c => {
-        agentsaga_core::sqlx::query_scalar("SELECT count(*) FROM effects")
-            .fetch_one(c)
-            .await
-            .unwrap()
-    });
+    let rows = agentsaga_core::Sql::new("SELECT count(*) AS n FROM effects")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap()
+        .int("n")
+        .unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(rows, 1, "the effects happened once");
     rt.shutdown().await;
@@ -77,9 +75,10 @@ both_backends!(
 /// Runs `sql` (the same text on both backends) in a transaction of `rt`'s store.
 async fn execute(rt: &Runtime, sql: &'static str) -> u64 {
     let mut tx = rt.store().begin().await.unwrap();
-    let n = agentsaga_core::with_conn!(tx.conn(), c => {
-        agentsaga_core::sqlx::query(sql).execute(c).await.unwrap().rows_affected()
-    });
+    let n = agentsaga_core::Sql::new(sql)
+        .execute(tx.conn())
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     n
 }

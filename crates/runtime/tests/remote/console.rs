@@ -2,7 +2,7 @@
 //! listed before any service consumes it and then with the broker's figures, and the
 //! destinations it hosts, with its own consumers.
 
-use agentsaga_runtime::console::http::{self, HttpConfig};
+use agentsaga_console::http::{self, HttpConfig};
 use async_nats::jetstream;
 use serde_json::Value;
 

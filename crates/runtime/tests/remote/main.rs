@@ -16,7 +16,7 @@ mod python_wire;
 use std::time::Duration;
 
 use agentsaga_core::testing::{Backend, NatsServer, fresh_url};
-use agentsaga_core::{Store, with_conn, with_reader};
+use agentsaga_core::{Sql, Store};
 use agentsaga_runtime::{Agent, AgentContext, NatsLink, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaDefinition, SagaId, SagaState, Step};
 use serde::{Deserialize, Serialize};
@@ -46,16 +46,12 @@ impl Agent for Recorder {
             return Err(StepError::fatal("nothing to ship to"));
         }
         let kind = if undo { "undo" } else { "do" };
-        with_conn!(ctx.conn(), c => {
-            agentsaga_core::sqlx::query(
-                "INSERT INTO effects (agent, saga, kind) VALUES ($1, $2, $3)",
-            )
+        Sql::new("INSERT INTO effects (agent, saga, kind) VALUES (?, ?, ?)")
             .bind(self.0)
             .bind(&saga)
             .bind(kind)
-            .execute(c)
+            .execute(ctx.conn())
             .await?;
-        });
         Ok(json!({ "by": self.0 }))
     }
 }
@@ -88,25 +84,22 @@ async fn effects_table(store: &Store) {
          agent TEXT NOT NULL, saga TEXT NOT NULL, kind TEXT NOT NULL)"
     };
     let mut tx = store.begin().await.unwrap();
-    with_conn!(tx.conn(), c => {
-        agentsaga_core::sqlx::query(ddl).execute(c).await.unwrap();
-    });
+    Sql::new(ddl).execute(tx.conn()).await.unwrap();
     tx.commit().await.unwrap();
 }
 
 /// The effects a store holds, `agent/kind` per saga, in the order they were written.
 async fn effects(store: &Store) -> Vec<(String, String)> {
-    with_reader!(store.reader(), p => {
-        agentsaga_core::sqlx::query_as::<_, (String, String, String)>(
-            "SELECT saga, agent, kind FROM effects ORDER BY n",
-        )
-        .fetch_all(p)
+    Sql::new("SELECT saga, agent, kind FROM effects ORDER BY n")
+        .fetch_all(store.reader())
         .await
         .unwrap()
-    })
-    .into_iter()
-    .map(|(saga, agent, kind)| (saga, format!("{agent}/{kind}")))
-    .collect()
+        .iter()
+        .map(|r| {
+            let (agent, kind) = (r.text("agent").unwrap(), r.text("kind").unwrap());
+            (r.text("saga").unwrap(), format!("{agent}/{kind}"))
+        })
+        .collect()
 }
 
 async fn link(server: &NatsServer, service: &str) -> NatsLink {

@@ -14,7 +14,7 @@
 //! root may start is bounded instead by the depth and fan-out limits
 //! ([`Engine::with_child_limits`]), checked before anything of a child is written.
 
-use agentsaga_core::{Conn, header, sqlx};
+use agentsaga_core::{Conn, Sql, header};
 
 use super::model::ParentLink;
 use super::*;
@@ -199,21 +199,15 @@ struct Facts {
 
 /// [`Facts`] of saga `parent`.
 async fn facts(conn: Conn<'_>, parent: SagaId) -> Result<Facts> {
-    let (link, children): (Option<String>, i64) = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_as(
-            "SELECT (SELECT parent FROM saga_instances WHERE id = ?1),
-                    (SELECT count(*) FROM saga_instances WHERE parent_id = ?1)",
-        )
-        .bind(parent.to_string())
-        .fetch_one(&mut *c)
-        .await?,
-        postgres(c) => sqlx::query_as(
-            "SELECT (SELECT parent::text FROM saga_instances WHERE id = $1),
-                    (SELECT count(*) FROM saga_instances WHERE parent_id = $1)",
-        )
-        .bind(parent.as_uuid())
-        .fetch_one(&mut *c)
-        .await?);
+    let row = Sql::new(
+        "SELECT (SELECT parent FROM saga_instances WHERE id = ?) AS link,
+                (SELECT count(*) FROM saga_instances WHERE parent_id = ?) AS children",
+    )
+    .bind(*parent.as_uuid())
+    .bind(*parent.as_uuid())
+    .fetch_one(conn)
+    .await?;
+    let (link, children) = (row.opt_text("link")?, row.int("children")?);
     Ok(Facts {
         parent: link.map(|l| serde_json::from_str(&l)).transpose()?,
         children: children.max(0) as u64,

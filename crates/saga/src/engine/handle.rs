@@ -88,7 +88,7 @@ impl Engine {
         let loaded = |expected: Option<SagaId>| -> Result<Option<Option<Instance>>> {
             match (read, expected) {
                 (Some((saga, read)), Some(expected)) if saga == expected => {
-                    persist::prefetched(saga, read)
+                    persist::prefetched(saga, read).map(Some)
                 }
                 _ => Ok(None),
             }
@@ -130,8 +130,7 @@ impl Engine {
     /// [`Store::hop_receiving_prefetched`](agentsaga_core::Store::hop_receiving_prefetched)),
     /// so that [`apply_local_prefetched`](Self::apply_local_prefetched) needs no load of
     /// its own: on SQLite in the hop's opening round trip, on PostgreSQL by the set lane
-    /// for all the sagas of its batch (see
-    /// [`Prefetch::with_set`](agentsaga_core::Prefetch::with_set)).
+    /// for all the sagas of its batch (see [`Prefetch`]).
     pub fn prefetch(&self, saga: SagaId) -> Option<Prefetch> {
         persist::prefetch(saga)
     }
@@ -155,7 +154,7 @@ impl Engine {
         let env = protocol::envelope(answer);
         let loaded = match read {
             Some((saga, read)) if protocol::saga_id(&env).ok() == Some(saga) => {
-                persist::prefetched(saga, read)?
+                Some(persist::prefetched(saga, read)?)
             }
             _ => None,
         };

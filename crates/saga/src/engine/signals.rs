@@ -2,16 +2,9 @@
 //! it starts; a signal fills in the row's outcome. Read by the engine when a saga
 //! whose definition waits is loaded.
 
-// A build with one backend leaves the other's imports unused.
-#![cfg_attr(
-    not(all(feature = "sqlite", feature = "postgres")),
-    allow(unused_imports, unused_variables)
-)]
-
 use std::collections::BTreeMap;
 
-use agentsaga_core::sqlx::{self, Row};
-use agentsaga_core::{Conn, Message, header};
+use agentsaga_core::{Conn, Message, Sql, header};
 
 use crate::definition::DeclaredWait;
 use crate::protocol::{self, StepOutcome};
@@ -22,57 +15,36 @@ pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait])
     if waits.is_empty() {
         return Ok(());
     }
-    agentsaga_core::match_conn!(conn, sqlite(c) => {
-        for w in waits {
-            sqlx::query(
-                "INSERT INTO saga_signals (saga_id, name, approval) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(id.to_string())
-            .bind(&w.name)
-            .bind(w.approval)
-            .execute(&mut *c)
-            .await?;
-        }
-    }, postgres(c) => {
-        let names: Vec<&str> = waits.iter().map(|w| w.name.as_str()).collect();
-        let approvals: Vec<bool> = waits.iter().map(|w| w.approval).collect();
-        sqlx::query(
-            "INSERT INTO saga_signals (saga_id, name, approval)
-             SELECT $1, n, a FROM unnest($2::text[], $3::bool[]) AS w (n, a)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(id.as_uuid())
-        .bind(names)
-        .bind(approvals)
-        .execute(&mut *c)
-        .await?;
-    });
+    // One statement for all the waits.
+    let mut sql = String::from("INSERT INTO saga_signals (saga_id, name, approval) VALUES ");
+    for i in 0..waits.len() {
+        sql.push_str(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" });
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    let mut insert = Sql::new(sql);
+    for w in waits {
+        insert = insert.bind(*id.as_uuid()).bind(&w.name).bind(w.approval);
+    }
+    insert.execute(conn).await?;
     Ok(())
 }
 
 /// The signals saga `id` has received, by wait name.
 pub(crate) async fn received(conn: Conn<'_>, id: SagaId) -> Result<BTreeMap<String, StepOutcome>> {
-    let rows: Vec<(String, String)> = agentsaga_core::match_conn!(conn, sqlite(c) => {
-        sqlx::query_as(
-            "SELECT name, outcome FROM saga_signals WHERE saga_id = ?1 AND outcome IS NOT NULL",
-        )
-        .bind(id.to_string())
-        .fetch_all(&mut *c)
-        .await?
-    }, postgres(c) => {
-        sqlx::query_as(
-            "SELECT name, outcome::text FROM saga_signals
-             WHERE saga_id = $1 AND outcome IS NOT NULL",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(&mut *c)
-        .await?
-    });
-    Ok(rows
-        .into_iter()
-        .map(|(name, outcome)| (name, StepOutcome::from_payload(&outcome)))
-        .collect())
+    let rows = Sql::new(
+        "SELECT name, outcome FROM saga_signals WHERE saga_id = ? AND outcome IS NOT NULL",
+    )
+    .bind(*id.as_uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.text("name")?,
+                StepOutcome::from_payload(&r.text("outcome")?),
+            ))
+        })
+        .collect()
 }
 
 /// What a signal says to the saga waiting for it.
@@ -119,21 +91,14 @@ pub(crate) async fn record(
     sender: SignalSender,
     now_ms: i64,
 ) -> Result<(SignalReceipt, Option<Message>)> {
-    let saga: Option<(String, i64, String)> = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {
-        sqlx::query_as("SELECT name, version, state FROM saga_instances WHERE id = ?1")
-            .bind(id.to_string())
-            .fetch_optional(&mut **c)
-            .await?
-    }, postgres(c) => {
-        sqlx::query("SELECT name, version, state FROM saga_instances WHERE id = $1")
-            .bind(id.as_uuid())
-            .fetch_optional(&mut **c)
-            .await?
-            .map(|r| -> std::result::Result<_, sqlx::Error> {
-                Ok((r.try_get("name")?, i64::from(r.try_get::<i32, _>("version")?), r.try_get("state")?))
-            })
-            .transpose()?
-    });
+    let saga = Sql::new("SELECT name, version, state FROM saga_instances WHERE id = ?")
+        .bind(*id.as_uuid())
+        .fetch_optional(&mut conn)
+        .await?
+        .map(|r| -> agentsaga_core::Result<_> {
+            Ok((r.text("name")?, r.int("version")?, r.text("state")?))
+        })
+        .transpose()?;
     let Some((saga_name, version, state)) = saga else {
         return Err(Error::NotFound(id));
     };
@@ -148,19 +113,14 @@ pub(crate) async fn record(
     if sender == SignalSender::Agent {
         // Checked before anything is written; the mark is written once, when the saga
         // (or its plan) declares the wait, and never changes.
-        let approval: Option<bool> = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {
-            sqlx::query_scalar("SELECT approval FROM saga_signals WHERE saga_id = ?1 AND name = ?2")
-                .bind(id.to_string())
-                .bind(name)
-                .fetch_optional(&mut **c)
-                .await?
-        }, postgres(c) => {
-            sqlx::query_scalar("SELECT approval FROM saga_signals WHERE saga_id = $1 AND name = $2")
-                .bind(id.as_uuid())
-                .bind(name)
-                .fetch_optional(&mut **c)
-                .await?
-        });
+        let approval = Sql::new("SELECT approval FROM saga_signals WHERE saga_id = ? AND name = ?")
+            .bind(*id.as_uuid())
+            .bind(name)
+            .fetch_optional(&mut conn)
+            .await?
+            .map(|r| r.opt_bool("approval"))
+            .transpose()?
+            .flatten();
         if approval == Some(true) {
             return Err(Error::SignalRefused {
                 saga: id,
@@ -173,46 +133,23 @@ pub(crate) async fn record(
         }
     }
     let payload = serde_json::to_string(outcome)?;
-    let (changed, exists) = agentsaga_core::match_conn!(&mut conn, sqlite(c) => {
-        let changed = sqlx::query(
-            "UPDATE saga_signals SET outcome = ?1, received_at = ?2
-             WHERE saga_id = ?3 AND name = ?4 AND outcome IS NULL",
-        )
-        .bind(&payload)
-        .bind(now_ms)
-        .bind(id.to_string())
-        .bind(name)
-        .execute(&mut **c)
-        .await?
-        .rows_affected();
-        let exists = changed == 1
-            || sqlx::query("SELECT 1 FROM saga_signals WHERE saga_id = ?1 AND name = ?2")
-                .bind(id.to_string())
-                .bind(name)
-                .fetch_optional(&mut **c)
-                .await?
-                .is_some();
-        (changed, exists)
-    }, postgres(c) => {
-        let changed = sqlx::query(
-            "UPDATE saga_signals SET outcome = $1::jsonb, received_at = now()
-             WHERE saga_id = $2 AND name = $3 AND outcome IS NULL",
-        )
-        .bind(&payload)
-        .bind(id.as_uuid())
-        .bind(name)
-        .execute(&mut **c)
-        .await?
-        .rows_affected();
-        let exists = changed == 1
-            || sqlx::query("SELECT 1 FROM saga_signals WHERE saga_id = $1 AND name = $2")
-                .bind(id.as_uuid())
-                .bind(name)
-                .fetch_optional(&mut **c)
-                .await?
-                .is_some();
-        (changed, exists)
-    });
+    let changed = Sql::new(
+        "UPDATE saga_signals SET outcome = ?, received_at = ?
+         WHERE saga_id = ? AND name = ? AND outcome IS NULL",
+    )
+    .bind_json(payload.as_str())
+    .bind_now(now_ms)
+    .bind(*id.as_uuid())
+    .bind(name)
+    .execute(&mut conn)
+    .await?;
+    let exists = changed == 1
+        || Sql::new("SELECT 1 AS one FROM saga_signals WHERE saga_id = ? AND name = ?")
+            .bind(*id.as_uuid())
+            .bind(name)
+            .fetch_optional(&mut conn)
+            .await?
+            .is_some();
     if !exists {
         return Err(Error::SignalRefused {
             saga: id,

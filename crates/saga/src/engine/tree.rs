@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use agentsaga_core::{Conn, sqlx};
+use agentsaga_core::{Conn, Sql};
 
 use super::model::Spender;
 use super::*;
@@ -64,27 +64,26 @@ impl Engine {
 /// After a raise of saga `id`'s budget: wakes, in `tx`, each saga below it whose
 /// dispatches its tree's spent budget held (they go once the budgets allow).
 pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
-    let rows: Vec<(String, String, i64, Option<String>)> = agentsaga_core::match_conn!(tx.conn(),
-        sqlite(c) => sqlx::query_as(
-            "WITH RECURSIVE down(id) AS (
-                SELECT id FROM saga_instances WHERE parent_id = ?1
-                UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
-             SELECT i.id, i.name, i.version, i.budget FROM saga_instances i
-             WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
-        )
-        .bind(id.to_string())
-        .fetch_all(&mut *c)
-        .await?,
-        postgres(c) => sqlx::query_as(
-            "WITH RECURSIVE down(id) AS (
-                SELECT id FROM saga_instances WHERE parent_id = $1
-                UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
-             SELECT i.id::text, i.name, i.version::int8, i.budget::text FROM saga_instances i
-             WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(&mut *c)
-        .await?);
+    let rows = Sql::new(
+        "WITH RECURSIVE down(id) AS (
+            SELECT id FROM saga_instances WHERE parent_id = ?
+            UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+         SELECT i.id, i.name, i.version, i.budget FROM saga_instances i
+         WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
+    )
+    .bind(*id.as_uuid())
+    .fetch_all(tx.conn())
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.text("id")?,
+            r.text("name")?,
+            r.int("version")?,
+            r.opt_text("budget")?,
+        ))
+    })
+    .collect::<agentsaga_core::Result<Vec<_>>>()?;
     let mut wake = Vec::new();
     for (child, name, version, budget) in rows {
         let Some(record) = budget
@@ -109,31 +108,21 @@ pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
 
 /// Saga `id`, then its parent, up to its root, with their budgets.
 async fn up(conn: Conn<'_>, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetRecord>)>> {
-    let rows: Vec<(String, Option<String>)> = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_as(
-            "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
-                SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = ?1
-                UNION ALL
-                SELECT i.id, i.parent_id, i.budget, up.depth + 1
-                FROM saga_instances i JOIN up ON i.id = up.parent_id
-                WHERE up.depth < 1000)
-             SELECT id, budget FROM up ORDER BY depth",
-        )
-        .bind(id.to_string())
-        .fetch_all(&mut *c)
-        .await?,
-        postgres(c) => sqlx::query_as(
-            "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
-                SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = $1
-                UNION ALL
-                SELECT i.id, i.parent_id, i.budget, up.depth + 1
-                FROM saga_instances i JOIN up ON i.id = up.parent_id
-                WHERE up.depth < 1000)
-             SELECT id::text, budget::text FROM up ORDER BY depth",
-        )
-        .bind(id.as_uuid())
-        .fetch_all(&mut *c)
-        .await?);
+    let rows = Sql::new(
+        "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
+            SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = ?
+            UNION ALL
+            SELECT i.id, i.parent_id, i.budget, up.depth + 1
+            FROM saga_instances i JOIN up ON i.id = up.parent_id
+            WHERE up.depth < 1000)
+         SELECT id, budget FROM up ORDER BY depth",
+    )
+    .bind(*id.as_uuid())
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(|r| Ok((r.text("id")?, r.opt_text("budget")?)))
+    .collect::<agentsaga_core::Result<Vec<_>>>()?;
     rows.into_iter()
         .map(|(id, budget)| {
             let id = parse_id(&id)?;
@@ -149,31 +138,28 @@ async fn down(
     conn: Conn<'_>,
     root: SagaId,
 ) -> Result<(HashMap<SagaId, Option<SagaId>>, HashMap<SagaId, Usage>)> {
-    let rows: Vec<(String, String, Option<String>, Option<String>)> = agentsaga_core::match_conn!(conn,
-        sqlite(c) => sqlx::query_as(
-            "WITH RECURSIVE down(id) AS (
-                SELECT ?1 UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
-             SELECT 'i', i.id, i.parent_id, i.usage FROM saga_instances i
-                WHERE i.id IN (SELECT id FROM down)
-             UNION ALL
-             SELECT 's', s.saga_id, NULL, s.usage FROM saga_steps s
-                WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
-        )
-        .bind(root.to_string())
-        .fetch_all(&mut *c)
-        .await?,
-        postgres(c) => sqlx::query_as(
-            "WITH RECURSIVE down(id) AS (
-                SELECT $1::uuid UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
-             SELECT 'i', i.id::text, i.parent_id::text, i.usage::text FROM saga_instances i
-                WHERE i.id IN (SELECT id FROM down)
-             UNION ALL
-             SELECT 's', s.saga_id::text, NULL::text, s.usage::text FROM saga_steps s
-                WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
-        )
-        .bind(root.as_uuid())
-        .fetch_all(&mut *c)
-        .await?);
+    let rows = Sql::new(
+        "WITH RECURSIVE down(id) AS (
+            SELECT ? UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
+         SELECT 'i' AS kind, i.id AS id, i.parent_id AS parent, i.usage AS usage
+            FROM saga_instances i WHERE i.id IN (SELECT id FROM down)
+         UNION ALL
+         SELECT 's', s.saga_id, NULL, s.usage FROM saga_steps s
+            WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
+    )
+    .bind(*root.as_uuid())
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.text("kind")?,
+            r.text("id")?,
+            r.opt_text("parent")?,
+            r.opt_text("usage")?,
+        ))
+    })
+    .collect::<agentsaga_core::Result<Vec<_>>>()?;
     let mut parents = HashMap::new();
     let mut total: HashMap<SagaId, Usage> = HashMap::new();
     let mut taken: HashMap<SagaId, Usage> = HashMap::new();

@@ -1,8 +1,7 @@
 //! Deleting finished sagas (with their steps, dead letters and idempotency keys) in
 //! short batches.
 
-use agentsaga_core::Store;
-use agentsaga_core::sqlx;
+use agentsaga_core::{Sql, Store};
 use serde::Serialize;
 
 use super::fold_finished_counts;
@@ -31,65 +30,27 @@ const PRUNE_BATCH: i64 = 500;
 /// Store errors.
 pub async fn prune_finished(store: &Store, older_than: std::time::Duration) -> Result<Pruned> {
     let older_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
-    // The batch's sagas (`$1` the cutoff, `$2` the batch size) and how a dead letter
-    // names its saga differ per backend; the three deletes are the same.
-    let sqlite = store.backend() == "sqlite";
-    let (pick, dead_of_picked) = if sqlite {
-        (
-            "SELECT id FROM saga_instances c
-             WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < $1
-               AND (parent_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM saga_instances p WHERE p.id = c.parent_id))
-             ORDER BY finished_at, id LIMIT $2",
-            "json_extract(headers, '$.saga_id') IN (PICK)",
-        )
-    } else {
-        (
-            "SELECT id FROM saga_instances c
-             WHERE state IN ('completed', 'compensated', 'aborted')
-               AND finished_at < now() - $1 * interval '1 millisecond'
-               AND (parent_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM saga_instances p WHERE p.id = c.parent_id))
-             ORDER BY finished_at, id LIMIT $2",
-            "headers->>'saga_id' IN (SELECT id::text FROM (PICK) AS p)",
-        )
-    };
+    // The batch's sagas: the cutoff (an age, by the database's clock where it has
+    // one), then the batch size.
+    let pick = "SELECT id FROM saga_instances c
+         WHERE state IN ('completed', 'compensated', 'aborted') AND finished_at < ?
+           AND (parent_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM saga_instances p WHERE p.id = c.parent_id))
+         ORDER BY finished_at, id LIMIT ?";
     let delete_dead = format!(
-        "DELETE FROM outbox WHERE state = 'dead' AND {}",
-        dead_of_picked.replace("PICK", pick)
+        "DELETE FROM outbox WHERE state = 'dead'
+           AND headers->>'saga_id' IN (SELECT CAST(id AS TEXT) FROM ({pick}) AS p)"
     );
     // Their idempotency keys go with them: a later start with one starts anew.
     let delete_keys = format!("DELETE FROM saga_keys WHERE saga_id IN ({pick})");
     let delete_sagas = format!("DELETE FROM saga_instances WHERE id IN ({pick})");
     let mut pruned = Pruned::default();
     loop {
-        // SQLite compares Unix milliseconds from this clock; PostgreSQL, an age.
-        let bound = if sqlite {
-            agentsaga_core::clock::now_ms().saturating_sub(older_ms)
-        } else {
-            older_ms
-        };
+        let run = |sql: &String| Sql::new(sql.clone()).bind_ago(older_ms).bind(PRUNE_BATCH);
         let mut tx = store.begin().await?;
-        let (dead, sagas) = agentsaga_core::with_conn!(tx.conn(), c => {
-            let dead = sqlx::query(sqlx::AssertSqlSafe(delete_dead.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-            sqlx::query(sqlx::AssertSqlSafe(delete_keys.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?;
-            let sagas = sqlx::query(sqlx::AssertSqlSafe(delete_sagas.clone()))
-                .bind(bound)
-                .bind(PRUNE_BATCH)
-                .execute(&mut *c)
-                .await?
-                .rows_affected();
-            (dead, sagas)
-        });
+        let dead = run(&delete_dead).execute(tx.conn()).await?;
+        run(&delete_keys).execute(tx.conn()).await?;
+        let sagas = run(&delete_sagas).execute(tx.conn()).await?;
         tx.commit().await?;
         pruned.sagas += sagas;
         pruned.dead_letters += dead;

@@ -1,7 +1,6 @@
 //! What a saga spent and may spend: its [`Usage`] and its [`Budget`].
 
-use agentsaga_core::Store;
-use agentsaga_core::sqlx;
+use agentsaga_core::{Sql, Store};
 use serde::Serialize;
 
 use crate::budget::BudgetRecord;
@@ -28,17 +27,18 @@ pub struct Spending {
 /// Store errors; [`crate::Error::Data`] for a column that is not what this engine
 /// writes.
 pub async fn spending(store: &Store, id: SagaId) -> Result<Option<Spending>> {
-    let row: Option<(Option<String>, Option<String>, String)> = agentsaga_core::match_reader!(store.reader(), sqlite(reader) => {
-        sqlx::query_as("SELECT usage, budget, state FROM saga_instances WHERE id = ?1")
-            .bind(id.to_string())
-            .fetch_optional(reader)
-            .await?
-    }, postgres(pool) => {
-        sqlx::query_as("SELECT usage::text, budget::text, state FROM saga_instances WHERE id = $1")
-            .bind(id.as_uuid())
-            .fetch_optional(pool)
-            .await?
-    });
+    let row = Sql::new("SELECT usage, budget, state FROM saga_instances WHERE id = ?")
+        .bind(*id.as_uuid())
+        .fetch_optional(store.reader())
+        .await?
+        .map(|r| -> agentsaga_core::Result<_> {
+            Ok((
+                r.opt_text("usage")?,
+                r.opt_text("budget")?,
+                r.text("state")?,
+            ))
+        })
+        .transpose()?;
     let Some((usage, budget, state)) = row else {
         return Ok(None);
     };

@@ -3,7 +3,8 @@
 //! the operator looks ([`Admin::dead_letters`](crate::admin::Admin::dead_letters)),
 //! in the same transaction as the good messages of its batch.
 
-use crate::store::backend::{Dialect, on_conn};
+use crate::drivers::on_conn;
+use crate::store::backend::Dialect;
 use crate::{Message, Result, Tx};
 
 impl Tx {
@@ -21,7 +22,7 @@ impl Tx {
     /// [`Error::Database`](crate::Error::Database) on a database error.
     pub async fn enqueue_dead(&mut self, message: &Message, reason: &str) -> Result<bool> {
         self.store().validate(message)?;
-        let r = on_conn!(self.conn_marked(), D, c => D::enqueue_dead(c, message, reason).await);
+        let r = on_conn!(self.conn_marked().0, D, c => D::enqueue_dead(c, message, reason).await);
         self.suspect(r)
     }
 }

@@ -67,7 +67,7 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
                     hop.enqueue(&Message::to("undone").json(&i).unwrap())
                         .await
                         .unwrap();
-                    let bad: Result<u64, sqlx::Error> = crate::with_conn!(hop.conn(), c => {
+                    let bad: Result<u64, sqlx::Error> = with_conn!(hop.conn(), c => {
                         sqlx::query("INSERT INTO no_such_table VALUES (1)")
                             .execute(c)
                             .await
@@ -101,7 +101,7 @@ async fn hops_share_a_commit_and_roll_back_alone(backend: Backend) {
             };
             store
                 .read(async |c| {
-                    Ok(crate::with_conn!(c, c => {
+                    Ok(with_conn!(c, c => {
                         sqlx::query_scalar::<_, i64>(sql).fetch_one(c).await?
                     }))
                 })
@@ -230,60 +230,87 @@ async fn hops_receiving_record_once(backend: Backend) {
 both_backends!(hop_receiving_tests, hops_receiving_record_once);
 
 // A hop that opens with a read (a prefetch; on SQLite in the round trip of its
-// savepoint and inbox record) gets the rows as the shared transaction stands when it
-// opens: with the writes of the hops kept before it, without those of a hop rolled
-// back, also when its message is a duplicate. A read that fails fails its hop alone.
-// On PostgreSQL nothing is prefetched: the hop reads for itself.
+// savepoint and inbox record, on PostgreSQL by the set lane for its batch) gets the
+// rows as the transaction stands when it opens: with the writes of the hops kept before
+// it (on SQLite, in the shared transaction), without those of a hop rolled back, also
+// when its message is a duplicate.
 async fn hops_open_with_their_prefetch(backend: Backend) {
-    use crate::Prefetch;
+    use crate::read::Load;
+    use crate::read::Prefetch;
+    use crate::write::{Column, Kind, Table};
+    static PARENT: Table = Table::new("load_p", &[Column::new("k", Kind::Id)], 1);
+    static CHILD: Table = Table::new(
+        "load_c",
+        &[Column::new("k", Kind::Id), Column::new("i", Kind::Int)],
+        2,
+    );
+    static LOAD: Load = Load::new(&PARENT, &["k"], &CHILD, &["i"]);
+    static MISSING: Table = Table::new("no_such_table", &[Column::new("k", Kind::Id)], 1);
+    static FAILING: Load = Load::new(&MISSING, &["k"], &CHILD, &["i"]);
     let (store, _) = open(backend).await;
-    let count =
-        || Prefetch::new("SELECT count(*) AS n FROM outbox WHERE destination = ?").bind("out");
-    let ids: Vec<MessageId> = (0..5).map(|_| MessageId::new()).collect();
+    let key = uuid::Uuid::now_v7();
     {
+        let (id, i) = if backend == Backend::Sqlite {
+            ("TEXT", "INTEGER")
+        } else {
+            ("UUID", "INTEGER")
+        };
         let mut tx = store.begin().await.unwrap();
-        tx.enqueue(&Message::to("out").json(&0).unwrap())
+        for sql in [
+            format!("CREATE TABLE load_p (k {id} PRIMARY KEY)"),
+            format!("CREATE TABLE load_c (k {id}, i {i}, PRIMARY KEY (k, i))"),
+        ] {
+            crate::Sql::new(sql).execute(tx.conn()).await.unwrap();
+        }
+        crate::Sql::new("INSERT INTO load_p (k) VALUES (?)")
+            .bind(key)
+            .execute(tx.conn())
+            .await
+            .unwrap();
+        crate::Sql::new("INSERT INTO load_c (k, i) VALUES (?, 0)")
+            .bind(key)
+            .execute(tx.conn())
             .await
             .unwrap();
         tx.commit().await.unwrap();
     }
-    // The first hop holds the lane until every other hop has queued behind it.
-    let first = store.hop().await.unwrap();
-    // (message, read, keep?) in queue order: ids[0] kept; ids[1] rolled back; ids[2]
-    // kept; ids[0] again (a duplicate, dropped; on SQLite opened after the commit);
-    // ids[3] with a read that fails; ids[4].
+    let count = || Prefetch::load(&LOAD, key);
+    let fails = || Prefetch::load(&FAILING, key);
+    let ids: Vec<MessageId> = (0..5).map(|_| MessageId::new()).collect();
+    // The first hop holds the lane until every other hop has queued behind it (on
+    // PostgreSQL, the set lane of `key`).
+    let (first, _, _) = store
+        .hop_receiving_prefetched("holder", MessageId::new(), Some(count()))
+        .await
+        .unwrap();
+    // (message, read, child written, keep?) in queue order: ids[0] kept; ids[1]
+    // rolled back; ids[2] kept; ids[0] again (a duplicate, dropped; opened after the
+    // commit); ids[3] with a read that fails; ids[4].
     let plan = [
-        (ids[0], count(), true),
-        (ids[1], count(), false),
-        (ids[2], count(), true),
-        (ids[0], count(), true),
-        (
-            ids[3],
-            Prefetch::new("SELECT missing FROM no_such_table"),
-            true,
-        ),
-        (ids[4], count(), true),
+        (ids[0], count(), 1, true),
+        (ids[1], count(), 2, false),
+        (ids[2], count(), 3, true),
+        (ids[0], count(), 4, true),
+        (ids[3], fails(), 5, true),
+        (ids[4], count(), 6, true),
     ];
     let results = queued_behind(
         &store,
         first,
         plan,
-        |store, (id, read, keep), queued| async move {
+        |store, (id, read, i, keep), queued| async move {
             let opening = store.hop_receiving_prefetched("agent", id, Some(read));
             let opened = after_queueing(opening, queued).await;
             let (mut hop, receipt, read) = match opened {
                 Ok(opened) => opened,
                 Err(e) => return Err(e.to_string()),
             };
-            let n = read.map(|r| {
-                r.rows()
-                    .iter()
-                    .flatten()
-                    .map(|row| row.int("n").unwrap())
-                    .collect::<Vec<_>>()
-            });
+            let n = read.map(|r| r.loaded().map_or(0, |l| l.children.len() as i64));
             if receipt == Receipt::First {
-                hop.enqueue(&Message::to("out").json(&1).unwrap())
+                crate::Sql::new("INSERT INTO load_c (k, i) VALUES (?, ?)")
+                    .bind(key)
+                    .bind(i64::from(i))
+                    .execute(hop.conn())
                     .await
                     .unwrap();
                 if keep {
@@ -297,8 +324,8 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
     )
     .await;
     use Receipt::{Duplicate, First};
+    let read = |n: i64| Some(n);
     if backend == Backend::Sqlite {
-        let read = |n: i64| Some(vec![n]);
         assert_eq!(results[0], Ok((First, read(1))));
         assert_eq!(results[1], Ok((First, read(2))));
         assert_eq!(
@@ -317,20 +344,33 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
             "the failed hop is undone"
         );
     } else {
-        // Nothing read: a PostgreSQL hop reads for itself (the failing read is never
-        // run either).
-        for (i, r) in results.iter().enumerate() {
-            let (_, n) = r.as_ref().unwrap();
-            assert_eq!(*n, None, "hop {i}");
-        }
+        // The set lane takes one hop of a key per batch: each reads what the batches
+        // before it committed; a duplicate reads nothing; a failed read fails its
+        // batch (this hop alone).
+        assert_eq!(results[0], Ok((First, read(1))));
+        assert_eq!(results[1], Ok((First, read(2))));
+        assert_eq!(
+            results[2],
+            Ok((First, read(2))),
+            "a rolled-back write is not read"
+        );
+        assert_eq!(results[3], Ok((Duplicate, read(0))), "nothing read");
+        let failed = results[4].as_ref().unwrap_err();
+        assert!(failed.contains("no_such_table"), "{failed}");
+        assert_eq!(results[5], Ok((First, read(3))));
     }
-    // ids[0], ids[2] and ids[4] committed their messages (and ids[3] on PostgreSQL,
-    // where its read is not run); ids[1]'s was rolled back.
-    let expected = if backend == Backend::Sqlite { 4 } else { 5 };
-    assert_eq!(store.admin().stats().await.unwrap().pending, expected);
+    let rows = crate::Sql::new("SELECT count(*) AS n FROM load_c")
+        .fetch_one(store.reader())
+        .await
+        .unwrap()
+        .int("n")
+        .unwrap();
+    assert_eq!(
+        rows, 4,
+        "ids[0], ids[2], ids[4] and the seed; ids[1] rolled back"
+    );
 }
 both_backends!(hop_prefetch_tests, hops_open_with_their_prefetch);
-
 // A second delivery of a message whose first hop is not committed yet (on SQLite, kept
 // in the lane's shared transaction) is not answered a duplicate before that commit is
 // known: if the first hop's transaction then fails, the second delivery is the first
@@ -394,7 +434,7 @@ async fn a_duplicate_waits_for_its_first_hops_commit(backend: Backend) {
     assert!(store.seen("agent", id).await.unwrap());
     let effects: i64 = store
         .read(async |c| {
-            Ok(crate::with_conn!(c, c => {
+            Ok(with_conn!(c, c => {
                 sqlx::query_scalar("SELECT count(*) FROM outbox WHERE destination = 'effect'")
                     .fetch_one(c)
                     .await?

@@ -242,14 +242,16 @@ async fn a_swallowed_error_is_not_reported_committed(backend: Backend) {
         let m = Message::to(dest).json(&1).unwrap();
         let mut tx = store.begin().await.unwrap();
         tx.enqueue(&m).await.unwrap();
-        let failed = match tx.conn() {
+        let failed = match tx.conn().0 {
             #[cfg(feature = "sqlite")]
-            crate::Conn::Sqlite(c) => sqlx::query("SELECT * FROM no_such_table")
+            crate::drivers::ConnOf::Sqlite(c) => sqlx::query("SELECT * FROM no_such_table")
                 .execute(c)
                 .await
                 .is_err(),
             #[cfg(feature = "postgres")]
-            crate::Conn::Postgres(c) => sqlx::query("SELECT 1/0").execute(c).await.is_err(),
+            crate::drivers::ConnOf::Postgres(c) => {
+                sqlx::query("SELECT 1/0").execute(c).await.is_err()
+            }
         };
         assert!(failed, "the caller's statement fails");
         let committed = tx.commit().await;
@@ -277,13 +279,13 @@ async fn a_swallowed_error_is_not_reported_committed(backend: Backend) {
     let m = Message::to("direct").json(&2).unwrap();
     let mut tx = store.begin().await.unwrap();
     tx.enqueue(&m).await.unwrap();
-    match tx.conn() {
+    match tx.conn().0 {
         #[cfg(feature = "sqlite")]
-        crate::Conn::Sqlite(c) => {
+        crate::drivers::ConnOf::Sqlite(c) => {
             sqlx::query("SELECT 1").execute(c).await.unwrap();
         }
         #[cfg(feature = "postgres")]
-        crate::Conn::Postgres(c) => {
+        crate::drivers::ConnOf::Postgres(c) => {
             sqlx::query("SELECT 1").execute(c).await.unwrap();
         }
     }

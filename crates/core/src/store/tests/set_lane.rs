@@ -1,7 +1,7 @@
 //! PostgreSQL's set lane: a test table, a prefetch of its rows and a set upsert.
 
 use super::*;
-use crate::Prefetch;
+use crate::read::Prefetch;
 use crate::write::{Column, Datum, Kind, Table, Writes};
 use sqlx::Row as _;
 use uuid::Uuid;
@@ -9,7 +9,7 @@ use uuid::Uuid;
 /// Rows `k` of `set_test`, each with the value `'0'`.
 async fn seed_set_test(store: &Store, k: &[Uuid]) {
     let mut tx = store.begin().await.unwrap();
-    let crate::Conn::Postgres(c) = tx.conn() else {
+    let Some(c) = tx.conn().into_postgres() else {
         unreachable!()
     };
     sqlx::query("INSERT INTO set_test SELECT u, '0' FROM unnest($1::uuid[]) u")
@@ -20,13 +20,19 @@ async fn seed_set_test(store: &Store, k: &[Uuid]) {
     tx.commit().await.unwrap();
 }
 
-static READ: [&str; 1] =
-    ["SELECT k AS prefetch_key, v FROM set_test WHERE k = ANY($1) ORDER BY k FOR UPDATE"];
 static WRITE: Table = Table::new(
     "set_test",
     &[Column::new("k", Kind::Id), Column::new("v", Kind::Text)],
     1,
 );
+/// `set_test`'s children, which no test writes: the load reads none.
+static CHILDREN: Table = Table::new(
+    "set_child",
+    &[Column::new("k", Kind::Id), Column::new("i", Kind::Int)],
+    2,
+);
+static READ: crate::read::Load = crate::read::Load::new(&WRITE, &["v"], &CHILDREN, &["i"]);
+const SET_CHILD: &str = "CREATE TABLE set_child (k UUID, i INTEGER, PRIMARY KEY (k, i))";
 
 /// The hop's last write: `row` of `set_test` and a message with `v`, kept as data
 /// by the set lane.
@@ -40,7 +46,7 @@ async fn keep(hop: &mut crate::Hop, row: Vec<Datum>, v: &str) {
 
 /// `n` keys of the set lane that `of` goes to.
 fn keys_like(of: Uuid, n: usize) -> Vec<Uuid> {
-    let lanes = crate::postgres::sets::LANES as u128;
+    let lanes = crate::drivers::postgres::sets::LANES as u128;
     std::iter::repeat_with(Uuid::now_v7)
         .filter(|k| k.as_u128() % lanes == of.as_u128() % lanes)
         .take(n)
@@ -48,18 +54,16 @@ fn keys_like(of: Uuid, n: usize) -> Vec<Uuid> {
 }
 
 fn read(key: Uuid) -> Prefetch {
-    Prefetch::new("").with_set(key, &READ)
+    Prefetch::load(&READ, key)
 }
 
-fn value(read: Option<crate::Prefetched>) -> Option<String> {
-    let read = read?;
-    let rows = read.rows().first()?;
-    rows.first().map(|r| r.text("v").unwrap())
+fn value(read: Option<crate::read::Prefetched>) -> Option<String> {
+    read?.loaded().map(|l| l.parent.text("v").unwrap())
 }
 
 async fn table_value(store: &Store, key: Uuid) -> String {
     let mut tx = store.begin().await.unwrap();
-    let crate::Conn::Postgres(c) = tx.conn() else {
+    let Some(c) = tx.conn().into_postgres() else {
         unreachable!()
     };
     sqlx::query("SELECT v FROM set_test WHERE k = $1")
@@ -72,7 +76,7 @@ async fn table_value(store: &Store, key: Uuid) -> String {
 
 async fn logged(store: &Store) -> Vec<String> {
     let mut tx = store.begin().await.unwrap();
-    let crate::Conn::Postgres(c) = tx.conn() else {
+    let Some(c) = tx.conn().into_postgres() else {
         unreachable!()
     };
     sqlx::query("SELECT what FROM set_log ORDER BY what")
@@ -132,7 +136,7 @@ async fn batch(
                     }
                 }
                 Do::Swallow(what) => {
-                    let crate::Conn::Postgres(c) = hop.conn() else {
+                    let Some(c) = hop.conn().into_postgres() else {
                         unreachable!()
                     };
                     let failed = sqlx::query("INSERT INTO set_log (what) VALUES ($1)")
@@ -143,7 +147,7 @@ async fn batch(
                     hop.commit().await.map_err(|e| e.to_string())
                 }
                 Do::Write(what, keep) => {
-                    let crate::Conn::Postgres(c) = hop.conn() else {
+                    let Some(c) = hop.conn().into_postgres() else {
                         unreachable!()
                     };
                     sqlx::query("INSERT INTO set_log (what) VALUES ($1)")
@@ -188,6 +192,7 @@ async fn hops_share_statements_and_roll_back_alone() {
         "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",
     )
     .await;
+    exec(&store, SET_CHILD).await;
     exec(&store, "CREATE TABLE set_log (what TEXT PRIMARY KEY)").await;
     let hold = Uuid::now_v7();
     let k = keys_like(hold, 6);
@@ -312,6 +317,7 @@ async fn a_hop_past_its_bound_fails_alone() {
         "CREATE TABLE set_test (k UUID PRIMARY KEY, v TEXT NOT NULL)",
     )
     .await;
+    exec(&store, SET_CHILD).await;
     let k = keys_like(Uuid::now_v7(), 3);
     seed_set_test(&store, &k).await;
     let row = |key: Uuid, v: &str| vec![Datum::Id(key), Datum::from(v)];

@@ -12,7 +12,7 @@ async fn sqlite_wal_is_checkpointed_in_the_background() {
     let (store, url) = open(Backend::Sqlite).await;
     let wal = std::path::PathBuf::from(format!("{}-wal", url.trim_start_matches("sqlite://")));
     let page = 4096u64;
-    let threshold = u64::from(crate::sqlite::checkpoint::WRITER_PAGES) * page;
+    let threshold = u64::from(crate::drivers::sqlite::checkpoint::WRITER_PAGES) * page;
     // A message with a payload of ~64 KiB: 16 pages and more per commit.
     let payload = "x".repeat(64 * 1024);
     let mut written = 0u64;

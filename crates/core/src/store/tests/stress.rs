@@ -10,12 +10,12 @@ type Outcome = (MessageId, bool, u64);
 
 /// An inbox row of consumer `stress` for `id` (twice: a primary key violation), or
 /// one into a table that does not exist.
-fn marker(id: MessageId, how: &str) -> crate::sqlite::statements::Statements {
+fn marker(id: MessageId, how: &str) -> crate::drivers::sqlite::statements::Statements {
     let sql = match how {
         "bad" => "INSERT INTO no_such_table (consumer, message_id, received_at) VALUES ('stress', ",
         _ => "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('stress', ",
     };
-    let mut q = crate::sqlite::statements::Statements::new(sql);
+    let mut q = crate::drivers::sqlite::statements::Statements::new(sql);
     q.push_bind(id).push(", 0)");
     if how == "twice" {
         q.end_statement()
@@ -33,7 +33,7 @@ fn pulse(id: MessageId) -> Message {
 /// A marker written through sqlx on the hop's connection (which gives the lane's lock
 /// back to sqlx's thread).
 async fn sqlx_marker(hop: &mut crate::store::Hop, id: MessageId) -> Result<u64, sqlx::Error> {
-    let crate::Conn::Sqlite(c) = hop.conn() else {
+    let Some(c) = hop.conn().into_sqlite() else {
         unreachable!("a SQLite store")
     };
     sqlx::query("INSERT INTO inbox (consumer, message_id, received_at) VALUES ('stress', ?, 0)")
@@ -93,7 +93,7 @@ async fn one_hop(store: &Store, t: u32, i: u32) -> Outcome {
             let mut hop = store.hop().await.unwrap();
             assert_eq!(sqlx_marker(&mut hop, id).await.unwrap(), 1);
             hop.enqueue_batch_after(
-                crate::sqlite::statements::Statements::new("SELECT 1"),
+                crate::drivers::sqlite::statements::Statements::new("SELECT 1"),
                 &[pulse(id)],
             )
             .await

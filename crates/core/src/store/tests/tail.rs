@@ -14,7 +14,7 @@ async fn statements_then_messages(backend: Backend) {
     let used = || *fake.used.lock().unwrap();
     let marker = MessageId::new();
     let before = || {
-        let mut q = crate::sqlite::statements::Statements::new(
+        let mut q = crate::drivers::sqlite::statements::Statements::new(
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('before', ",
         );
         q.push_bind(marker).push(", 0)");
@@ -71,7 +71,7 @@ async fn statements_then_messages(backend: Backend) {
     *fake.used.lock().unwrap() = 0;
     let mut tx = store.begin().await.unwrap();
     let failing =
-        crate::sqlite::statements::Statements::new("INSERT INTO no_such_table VALUES (1)");
+        crate::drivers::sqlite::statements::Statements::new("INSERT INTO no_such_table VALUES (1)");
     let late = Message::to("direct").json(&9).unwrap();
     let failed = tx.enqueue_batch_after(failing, &[late]).await;
     assert!(failed.is_err());
@@ -91,7 +91,7 @@ async fn deferred_last_writes(backend: Backend) {
     let (store, _) = open(backend).await;
     let fake = FakeHandover::installed(&store, 100, Duration::from_secs(30));
     let marker = |id: MessageId, ok: bool| {
-        let mut q = crate::sqlite::statements::Statements::new(if ok {
+        let mut q = crate::drivers::sqlite::statements::Statements::new(if ok {
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES ('marker', "
         } else {
             "INSERT INTO no_such_table (consumer, message_id, received_at) VALUES ('marker', "

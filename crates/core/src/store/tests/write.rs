@@ -34,7 +34,7 @@ static C: Table = Table::new(
 
 async fn count(store: &Store, sql: &'static str) -> i64 {
     let mut tx = store.begin().await.unwrap();
-    let n: i64 = crate::with_conn!(tx.conn(), c => {
+    let n: i64 = with_conn!(tx.conn(), c => {
         sqlx::query_scalar(sql).fetch_one(c).await.unwrap()
     });
     tx.rollback().await.unwrap();

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use agentsaga_core::Row;
+use agentsaga_core::read::Load;
 use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
 use serde_json::Value;
 
@@ -29,14 +30,39 @@ pub(super) fn json(s: Option<String>) -> Result<Option<Value>> {
         .map_err(Into::into)
 }
 
-/// The columns of a step, as both backends' loads select them (ids as each backend
-/// stores them, JSON as text, times as Unix milliseconds).
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-pub(super) const STEP_SELECT: &str =
-    "idx, stage, name, destination, state, attempts, command_id, timer_id,
-    input, output, error, compensation_destination, compensation_payload,
-    compensation_state, compensation_attempts, compensation_message_id, compensation_error,
-    deadline, dispatched_at, replied_at, compensated_at, usage";
+/// A saga with its steps, as a hop loads it (each driver renders the read: see
+/// [`agentsaga_core::read`]).
+pub(super) static SAGA: Load = Load::new(
+    &INSTANCES,
+    &[
+        "name", "version", "state", "data", "error", "stage", "parent", "usage", "budget",
+    ],
+    &STEPS,
+    &[
+        "idx",
+        "stage",
+        "name",
+        "destination",
+        "state",
+        "attempts",
+        "command_id",
+        "timer_id",
+        "input",
+        "output",
+        "error",
+        "compensation_destination",
+        "compensation_payload",
+        "compensation_state",
+        "compensation_attempts",
+        "compensation_message_id",
+        "compensation_error",
+        "deadline",
+        "dispatched_at",
+        "replied_at",
+        "compensated_at",
+        "usage",
+    ],
+);
 
 /// `saga_instances` as a save writes it, declared once for both backends (each
 /// renders its statements: see [`agentsaga_core::write`]). A save updates what can
@@ -181,7 +207,7 @@ pub(super) fn save_writes(inst: &Instance, changed: &[&StepRow], now: i64) -> Wr
     writes
 }
 
-/// Decodes a step row of either backend (selected as [`STEP_SELECT`] lists).
+/// Decodes a step row (as [`SAGA`] reads it).
 pub(super) fn step_row(r: &Row) -> Result<StepRow> {
     Ok(StepRow {
         idx: r.int("idx")? as usize,
@@ -212,26 +238,25 @@ pub(super) fn step_row(r: &Row) -> Result<StepRow> {
     })
 }
 
-/// Decodes an instance row of either backend (`saga_name, version, saga_state, data,
-/// saga_error, saga_stage, saga_parent`), its steps not yet attached.
+/// Decodes an instance row (as [`SAGA`] reads it), its steps not yet attached.
 pub(super) fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
     Ok(Instance {
         id,
-        name: r.text("saga_name")?,
+        name: r.text("name")?,
         version: r.int("version")? as i32,
-        state: parse(&r.text("saga_state")?, "saga state")?,
+        state: parse(&r.text("state")?, "saga state")?,
         data: serde_json::from_str(&r.text("data")?)?,
-        error: r.opt_text("saga_error")?,
-        stage: r.int("saga_stage")? as usize,
+        error: r.opt_text("error")?,
+        stage: r.int("stage")? as usize,
         steps: BTreeMap::new(),
         finished: false,
         parent: r
-            .opt_text("saga_parent")?
+            .opt_text("parent")?
             .map(|p| serde_json::from_str(&p))
             .transpose()?,
-        usage: json_or_default(r.opt_text("saga_usage")?)?,
+        usage: json_or_default(r.opt_text("usage")?)?,
         budget: r
-            .opt_text("saga_budget")?
+            .opt_text("budget")?
             .map(|b| serde_json::from_str(&b))
             .transpose()?,
     })

@@ -19,12 +19,17 @@ pub(crate) mod checkpoint;
 pub(crate) mod claim;
 pub(crate) mod dialect;
 pub(crate) mod direct;
+pub(crate) mod driver;
 pub(crate) mod exclusive;
+pub(crate) mod held;
 pub(crate) mod lane;
 pub(crate) mod open;
+pub(crate) mod sql;
+pub(crate) use sql::probe;
 pub(crate) mod statements;
 pub(crate) mod tail;
 pub(crate) mod tx;
+pub(crate) mod types;
 pub(crate) mod write;
 
 use std::str::FromStr;
@@ -57,7 +62,7 @@ pub(crate) struct Sqlite {
 /// Processes that open one new file at the same moment race to create it, switch it to
 /// WAL and migrate it, and SQLite answers the loser with `SQLITE_BUSY` at once (its busy
 /// handler would deadlock there), so opening tries again, within the busy timeout.
-pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<Sqlite> {
+pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Sqlite> {
     direct::memory_statistics_off();
     let deadline = tokio::time::Instant::now() + config.busy_timeout;
     let mut delay = std::time::Duration::from_millis(10);

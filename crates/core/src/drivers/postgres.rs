@@ -13,11 +13,17 @@
 
 pub(crate) mod batch;
 pub(crate) mod dialect;
+pub(crate) mod driver;
 pub(crate) mod exclusive;
 pub(crate) mod kept;
 pub(crate) mod notify;
+pub(crate) mod pgtx;
+pub(crate) mod request;
 pub(crate) mod sets;
+pub(crate) mod sql;
+pub(crate) use sql::probe;
 pub(crate) mod tx;
+pub(crate) mod types;
 pub(crate) mod write;
 
 use std::str::FromStr;
@@ -37,7 +43,7 @@ pub(crate) struct Postgres {
     pub(crate) pool: PgPool,
 }
 
-pub(crate) async fn open(url: &str, config: &StoreConfig) -> Result<Postgres> {
+pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres> {
     let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),

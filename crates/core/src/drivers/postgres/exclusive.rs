@@ -29,12 +29,12 @@ pub(crate) async fn try_lock(pool: &PgPool, name: &str) -> Result<Option<Session
 
 impl Session {
     /// Whether the session answers (while it lives, it holds the lock).
-    pub(crate) async fn alive(&mut self) -> bool {
+    pub(crate) async fn still_held(&mut self) -> bool {
         self.0.ping().await.is_ok()
     }
 
     /// Ends the session, which releases the lock.
-    pub(crate) async fn close(self) {
+    pub(crate) async fn release(self) {
         let _ = self.0.close().await;
     }
 }

@@ -93,7 +93,7 @@ pub(crate) fn unique_by_key<T: Clone + Eq + std::hash::Hash>(
 /// The set statement of `table`: every row's values bound as one array per column,
 /// as `unnest` takes them; an upsert's conflict clause if `upsert`.
 pub(crate) fn set_sql(table: &'static Table, upsert: bool) -> &'static str {
-    table.set_sql[usize::from(upsert)].get_or_init(|| {
+    table.rendered[usize::from(upsert)].get_or_init(|| {
         let names = table.column_list();
         let exprs: Vec<String> = table
             .columns

@@ -12,7 +12,7 @@
 //! transaction to the next while callers keep coming (at most [`HOLD`]). A hop costs
 //! as few statement groups as it can: the group that ends a hop (releases its
 //! savepoint) also opens the next one (sets its savepoint, records its message in the
-//! inbox, runs its [`Prefetch`](crate::Prefetch) read), and starts with the ended
+//! inbox, runs its [`Prefetch`](crate::read::Prefetch) read), and starts with the ended
 //! hop's last write if the hop deferred it (its [`tail`](super::tail)). The count of
 //! statements that completed says whose failure a failed group was: the ended hop's
 //! (it alone is undone), the transaction's (abandoned), or the next hop's (it alone
@@ -31,9 +31,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::tx::{abort, begin_shared, end_shared, fail_all, undo};
 use crate::store::crash_hook;
 use crate::store::prefetch::{Prefetch, Prefetched};
-use crate::store::types::{Admitted, Caller, Counts, End, GivenBack, Hop, LaneRequest as Request};
+use crate::store::types::{Admitted, Caller, Counts, End, GivenBack, Hop, Waiting};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
+
+/// A caller waiting for its turn in SQLite's lane.
+type Request = Waiting;
 
 /// Largest number of hops in one transaction: bounds how long a commit keeps the
 /// first hop of a batch waiting.
@@ -420,11 +423,14 @@ pub(crate) async fn admit(
         caller: Caller::current(),
         admitted,
     };
-    let sender = lanes.sqlite.get_or_init(|| {
+    let senders = lanes.queues.get_or_init(|| {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(lane(rx, Arc::clone(&lanes.counts)));
-        tx
+        vec![tx]
     });
+    let Some(sender) = senders.first() else {
+        return Err(Error::SharedCommit("the commit lanes stopped".into()));
+    };
     if sender.send(request).is_err() {
         return Err(Error::SharedCommit("the commit lanes stopped".into()));
     }

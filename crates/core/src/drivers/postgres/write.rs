@@ -8,8 +8,8 @@ use sqlx::QueryBuilder;
 
 use super::kept::{SetValue, stamped, unique_by_key};
 use crate::Result;
+use crate::store::Tx;
 use crate::store::write::{Kind, Table, Writes};
-use crate::store::{Conn, Tx};
 
 /// Largest number of bound values in one statement (PostgreSQL takes 65,535).
 const MAX_BINDS: usize = 20_000;
@@ -109,7 +109,7 @@ async fn write_rows(tx: &mut Tx, rows: Vec<crate::store::write::RowWrite>) -> Re
                 q.push(table.on_conflict());
             }
         }
-        let Conn::Postgres(c) = tx.conn_marked() else {
+        let Some(c) = tx.conn_marked().into_postgres() else {
             return Ok(());
         };
         q.build().execute(&mut *c).await?;

@@ -10,15 +10,16 @@ use std::collections::{HashMap, HashSet};
 use sqlx::Row as _;
 use uuid::Uuid;
 
-use crate::store::backend::Backend;
+use super::request::Request;
+use crate::drivers::Backend;
+use crate::read::{Load, Loaded};
 use crate::store::prefetch::Prefetched;
-use crate::store::types::SetRequest as Request;
-use crate::store::{Conn, Receipt, Row, Store, Tx};
+use crate::store::{Receipt, Row, Store, Tx};
 use crate::{Error, MessageId, Result};
 
 /// Fails if the transaction is failed (a statement in it failed).
 pub(crate) async fn probe(t: &mut Tx) -> Result<()> {
-    let Conn::Postgres(c) = t.conn_clean() else {
+    let Some(c) = t.conn_clean().into_postgres() else {
         return Ok(());
     };
     sqlx::query("SELECT 1").execute(c).await?;
@@ -33,7 +34,7 @@ pub(crate) async fn undo(t: &mut Tx) -> Result<()> {
 
 /// Deletes the inbox record of a hop that rolled back (the batch wrote it first).
 pub(crate) async fn forget(t: &mut Tx, consumer: &str, id: MessageId) -> Result<()> {
-    let Conn::Postgres(c) = t.conn_clean() else {
+    let Some(c) = t.conn_clean().into_postgres() else {
         return Ok(());
     };
     sqlx::query("DELETE FROM inbox WHERE consumer = $1 AND message_id = $2")
@@ -67,7 +68,7 @@ pub(crate) async fn open(
     tx: &mut Tx,
     batch: &[Request],
 ) -> Result<(i32, Vec<(Receipt, Prefetched)>)> {
-    let Conn::Postgres(c) = tx.conn_clean() else {
+    let Some(c) = tx.conn_clean().into_postgres() else {
         return Err(Error::BackendMismatch {
             store: "postgres",
             connection: "sqlite",
@@ -109,38 +110,45 @@ pub(crate) async fn open(
             }
         })
         .collect();
-    // The reads, once per kind of prefetch, for the first deliveries' keys.
+    // The reads, once per load, for the first deliveries' keys.
     let mut reads: Vec<Prefetched> = batch.iter().map(|_| Prefetched::default()).collect();
-    let mut kinds: Vec<&'static [&'static str]> = Vec::new();
+    let mut loads: Vec<&'static Load> = Vec::new();
     for (r, receipt) in batch.iter().zip(&receipts) {
-        if *receipt == Receipt::First && !kinds.iter().any(|k| std::ptr::eq(*k, r.statements)) {
-            kinds.push(r.statements);
+        if *receipt == Receipt::First && !loads.iter().any(|l| std::ptr::eq(*l, r.load)) {
+            loads.push(r.load);
         }
     }
-    for kind in kinds {
+    for load in loads {
+        let mine = |r: &Request, receipt: &Receipt| {
+            *receipt == Receipt::First && std::ptr::eq(r.load, load)
+        };
         let mut keys: Vec<Uuid> = batch
             .iter()
             .zip(&receipts)
-            .filter(|(r, receipt)| **receipt == Receipt::First && std::ptr::eq(r.statements, kind))
+            .filter(|(r, receipt)| mine(r, receipt))
             .map(|(r, _)| r.key)
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        for (n, sql) in kind.iter().enumerate() {
-            let mut by_key: HashMap<Uuid, Vec<Row>> = HashMap::new();
-            for row in sqlx::query(*sql).bind(&keys).fetch_all(&mut *c).await? {
+        let [parents, children] = crate::drivers::postgres::Postgres::load_sql(load, true);
+        let mut by_key: HashMap<Uuid, (Option<Row>, Vec<Row>)> = HashMap::new();
+        for (n, sql) in [parents, children].into_iter().enumerate() {
+            for row in sqlx::query(sql).bind(&keys).fetch_all(&mut *c).await? {
                 let key: Uuid = row.try_get("prefetch_key")?;
-                by_key
-                    .entry(key)
-                    .or_default()
-                    .push(Row::from_postgres(&row)?);
-            }
-            for ((r, receipt), read) in batch.iter().zip(&receipts).zip(reads.iter_mut()) {
-                if *receipt == Receipt::First && std::ptr::eq(r.statements, kind) {
-                    let rows = by_key.remove(&r.key).unwrap_or_default();
-                    read.rows.resize_with(n, Vec::new);
-                    read.rows.push(rows);
+                let row = Row::from_postgres(&row)?.only(|c| (c != "prefetch_key").then_some(c));
+                let entry = by_key.entry(key).or_default();
+                if n == 0 {
+                    entry.0 = Some(row);
+                } else {
+                    entry.1.push(row);
                 }
+            }
+        }
+        for ((r, receipt), read) in batch.iter().zip(&receipts).zip(reads.iter_mut()) {
+            if mine(r, receipt) {
+                // A batch holds one hop per key (it puts a key's second hop back).
+                let (parent, children) = by_key.remove(&r.key).unwrap_or_default();
+                read.loaded = parent.map(|parent| Loaded { parent, children });
             }
         }
     }

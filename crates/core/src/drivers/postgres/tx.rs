@@ -9,11 +9,29 @@ use std::sync::Arc;
 
 use super::dialect::MessageRows;
 use super::kept::{Column, Kept, SetValue, set_sql, unique_by_key};
+use super::pgtx::PgTx;
+use crate::drivers::TxOf;
 use crate::store::write::Table;
-use crate::store::{Conn, Store, Tx};
+use crate::store::{Store, Tx};
 use crate::{Error, Message, MessageId, Result};
 
+impl PgTx {
+    pub(crate) fn of(tx: sqlx::Transaction<'static, sqlx::Postgres>) -> TxOf {
+        TxOf::Postgres(Self { tx, sets: None })
+    }
+}
+
 impl Tx {
+    /// PostgreSQL's side of this transaction (`None` for another driver's).
+    #[allow(irrefutable_let_patterns)] // a PostgreSQL-only build has no other
+    pub(crate) fn pg(&mut self) -> Option<&mut PgTx> {
+        if let TxOf::Postgres(t) = &mut self.inner {
+            Some(t)
+        } else {
+            None
+        }
+    }
+
     /// Writes what the batch's hops kept: each set statement's rows (in the order the
     /// statements first came, a key's last row), then the messages.
     pub(crate) async fn flush_sets(&mut self) -> Result<()> {
@@ -77,7 +95,7 @@ impl Tx {
                 Column::Bool(v) => q.bind(v),
             };
         }
-        let Conn::Postgres(c) = self.conn_clean() else {
+        let Some(c) = self.conn_clean().into_postgres() else {
             return Ok(());
         };
         q.execute(c).await?;
@@ -115,7 +133,7 @@ impl Tx {
             && !leased.is_empty()
         {
             let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
-            let Conn::Postgres(c) = self.conn_clean() else {
+            let Some(c) = self.conn_clean().into_postgres() else {
                 return Ok(());
             };
             // Before the statement: its leases begin later (`clock_timestamp()`).
@@ -176,7 +194,7 @@ impl Tx {
         if rows.ids.is_empty() {
             return Ok(());
         }
-        let Conn::Postgres(c) = self.conn_clean() else {
+        let Some(c) = self.conn_clean().into_postgres() else {
             return Ok(());
         };
         rows.insert_pending(c).await?;
@@ -191,22 +209,24 @@ impl Tx {
     /// with the batch's. Elsewhere `false`: write it as usual. Either way the
     /// permission is used up.
     pub(crate) fn take_set_deferral(&mut self) -> bool {
-        self.sets
-            .as_mut()
+        self.pg()
+            .and_then(|t| t.sets.as_mut())
             .is_some_and(|kept| std::mem::take(&mut kept.deferrable))
     }
 
     /// This transaction becomes the set lane's: its hops may keep their writes.
     pub(crate) fn start_sets(&mut self) {
-        self.sets = Some(Kept::default());
+        if let Some(t) = self.pg() {
+            t.sets = Some(Kept::default());
+        }
     }
 
     pub(crate) fn kept_mut(&mut self) -> Option<&mut Kept> {
-        self.sets.as_mut()
+        self.pg()?.sets.as_mut()
     }
 
     pub(crate) fn take_kept(&mut self) -> Option<Kept> {
-        self.sets.take()
+        self.pg()?.sets.take()
     }
 
     /// A row written leased, handed over when this transaction commits.
@@ -222,5 +242,15 @@ impl Tx {
     /// The set lane checked the transaction itself (see `sets.rs`): no probe needed.
     pub(crate) fn checked(&mut self) {
         self.unchecked = false;
+    }
+}
+
+/// The error of a commit whose probe failed: 25P02 (the transaction was aborted by an
+/// earlier statement) is [`Error::RolledBack`]; anything else (the connection lost)
+/// is the database's error, nothing written either way.
+pub(crate) fn rolled_back(e: sqlx::Error) -> Error {
+    match &e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("25P02") => Error::RolledBack,
+        _ => Error::Database(e),
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! 1. records all their messages in the inbox in one statement (`unnest`), which says
 //!    which are first deliveries;
-//! 2. runs each [`Prefetch`](crate::store::Prefetch)'s set statements once for all the
+//! 2. runs each [`Prefetch`](crate::read::Prefetch)'s load once for all the
 //!    batch's keys (the saga engine's: lock the sagas in id order, then read their
 //!    steps), and gives each hop its rows;
 //! 3. hands the transaction to each hop in turn. A hop that writes only through
@@ -51,11 +51,30 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::batch::{forget, open, probe, terminate, undo};
+pub(crate) use super::request::Request;
 use crate::store::crash_hook;
 use crate::store::prefetch::{Prefetch, Prefetched};
-use crate::store::types::{Admitted, Counts, End, GivenBack, Hop, SetRequest as Request};
+use crate::store::types::{Admitted, Caller, Counts, End, GivenBack, Hop, Waiting};
 use crate::store::{Receipt, Store, Tx};
 use crate::{Error, MessageId, Result};
+
+/// The next hop waiting for the lane, as its request.
+async fn recv(queue: &mut mpsc::UnboundedReceiver<Waiting>) -> Option<Request> {
+    loop {
+        if let Some(r) = Request::of(queue.recv().await?) {
+            return Some(r);
+        }
+    }
+}
+
+/// The next hop already waiting for the lane, if any, as its request.
+fn try_recv(queue: &mut mpsc::UnboundedReceiver<Waiting>) -> Option<Request> {
+    loop {
+        if let Some(r) = Request::of(queue.try_recv().ok()?) {
+            return Some(r);
+        }
+    }
+}
 
 /// Largest number of hops in one transaction.
 const MAX_BATCH: usize = 64;
@@ -68,7 +87,7 @@ const MAX_BATCH: usize = 64;
 pub(crate) const LANES: usize = 2;
 
 /// A turn of a hop on PostgreSQL: in a set lane if it opens with a set read
-/// ([`Prefetch::with_set`]) and the configuration allows it (see
+/// ([`Prefetch`], a [`Load`](crate::read::Load)) and the configuration allows it (see
 /// [`StoreConfig::set_lane`](crate::StoreConfig::set_lane)), else a transaction of
 /// its own (which reads nothing for it).
 pub(crate) async fn admit(
@@ -76,21 +95,23 @@ pub(crate) async fn admit(
     inbox: Option<(String, MessageId)>,
     prefetch: Option<Prefetch>,
 ) -> Result<Admitted> {
-    if let (Some((consumer, id)), Some((key, statements))) =
-        (inbox, prefetch.as_ref().and_then(|p| p.set))
-        && store.config().set_lane
+    if let (Some((consumer, id)), Some((key, load))) = (
+        inbox,
+        prefetch
+            .filter(|p| p.load.check().is_ok())
+            .map(|p| (p.key, p.load)),
+    ) && store.config().set_lane
         && store.config().max_pending.is_none()
     {
         let (admitted, mine) = oneshot::channel();
-        let request = Request {
+        let request = Waiting {
             store: store.clone(),
-            consumer,
-            id,
-            key,
-            statements,
+            inbox: Some((consumer, id)),
+            prefetch: Some(Prefetch::load(load, key)),
+            caller: Caller::current(),
             admitted,
         };
-        if sender(store, key).send(request).is_err() {
+        if sender(store, key).is_none_or(|s| s.send(request).is_err()) {
             return Err(Error::SharedCommit("the set lane stopped".into()));
         }
         return mine
@@ -103,9 +124,9 @@ pub(crate) async fn admit(
 
 /// The set lane of saga `key`: always the same one, so that a saga's hops never
 /// wait for another lane's batch.
-fn sender(store: &Store, key: Uuid) -> &mpsc::UnboundedSender<Request> {
+fn sender(store: &Store, key: Uuid) -> Option<&mpsc::UnboundedSender<Waiting>> {
     let lanes = store.lanes();
-    let senders = lanes.sets.get_or_init(|| {
+    let senders = lanes.queues.get_or_init(|| {
         (0..LANES)
             .map(|_| {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -114,12 +135,12 @@ fn sender(store: &Store, key: Uuid) -> &mpsc::UnboundedSender<Request> {
             })
             .collect()
     });
-    &senders[(key.as_u128() % senders.len() as u128) as usize]
+    senders.get((key.as_u128() % senders.len().max(1) as u128) as usize)
 }
 
 /// The set lane: takes the waiting hops, a batch at a time, until the store is
 /// dropped.
-pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Arc<Counts>) {
+pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Waiting>, counts: Arc<Counts>) {
     // Hops put back: another of their saga or message was in the batch.
     let mut held: VecDeque<Request> = VecDeque::new();
     // Consumers seen running statements of their own: their hops get savepoints.
@@ -127,7 +148,7 @@ pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Ar
     loop {
         let first = match held.pop_front() {
             Some(first) => first,
-            None => match queue.recv().await {
+            None => match recv(&mut queue).await {
                 Some(first) => first,
                 None => break,
             },
@@ -137,7 +158,7 @@ pub(crate) async fn lane(mut queue: mpsc::UnboundedReceiver<Request>, counts: Ar
         let mut batch = vec![first];
         let mut again = VecDeque::new();
         while batch.len() < MAX_BATCH {
-            let Some(r) = held.pop_front().or_else(|| queue.try_recv().ok()) else {
+            let Some(r) = held.pop_front().or_else(|| try_recv(&mut queue)) else {
                 break;
             };
             if sagas.contains(&r.key) || messages.contains(&(r.consumer.clone(), r.id)) {

@@ -8,11 +8,38 @@ pub(crate) use super::direct::LaneConn;
 
 use tokio::sync::oneshot;
 
+use super::held::{Held, SqliteTx};
 use crate::Error;
-use crate::store::backend::Backend;
-use crate::store::types::Inner;
-use crate::store::{Conn, Receipt, Store, Tx};
+use crate::drivers::{Backend, TxOf};
+use crate::store::{Receipt, Store, Tx};
 use crate::{Message, MessageId, Result};
+
+impl SqliteTx {
+    pub(crate) fn of(held: Held) -> TxOf {
+        TxOf::Sqlite(Self { held, tail: None })
+    }
+}
+
+impl Tx {
+    /// SQLite's side of this transaction (`None` for another driver's).
+    #[allow(irrefutable_let_patterns, clippy::unnecessary_wraps)] // a SQLite-only build has no other
+    pub(crate) fn lite(&mut self) -> Option<&mut SqliteTx> {
+        if let TxOf::Sqlite(t) = &mut self.inner {
+            Some(t)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn lite_ref(&self) -> Option<&SqliteTx> {
+        #[allow(irrefutable_let_patterns)]
+        if let TxOf::Sqlite(t) = &self.inner {
+            Some(t)
+        } else {
+            None
+        }
+    }
+}
 
 impl Tx {
     /// Runs `before` (`before_statements` statements of the caller's, built on SQLite),
@@ -34,7 +61,7 @@ impl Tx {
     #[cfg(test)]
     pub(crate) async fn enqueue_batch_after(
         &mut self,
-        before: crate::sqlite::statements::Statements,
+        before: crate::drivers::sqlite::statements::Statements,
         messages: &[Message],
     ) -> Result<()> {
         self.statements_then_messages(before, messages, true).await
@@ -45,7 +72,7 @@ impl Tx {
     #[allow(irrefutable_let_patterns)] // a SQLite-only build has no other connection
     pub(crate) async fn statements_then_messages(
         &mut self,
-        before: crate::sqlite::statements::Statements,
+        before: crate::drivers::sqlite::statements::Statements,
         messages: &[Message],
         may_defer: bool,
     ) -> Result<()> {
@@ -61,7 +88,7 @@ impl Tx {
         // An earlier deferred write goes first.
         self.flush_tail().await?;
         if store.config().max_pending.is_some() {
-            if let Conn::Sqlite(c) = self.conn() {
+            if let Some(c) = self.conn().into_sqlite() {
                 sqlx::Executor::execute(&mut *c, before.to_sqlx().build()).await?;
             }
             return self.enqueue_batch(messages).await;
@@ -79,10 +106,10 @@ impl Tx {
             .collect();
         // The messages' headers carry the enqueue span's context: built in it.
         let span = crate::propagation::enqueue_span(messages, leased.contains(&true));
-        let mut tail =
-            span.in_scope(|| crate::sqlite::tail::Tail::new(before, messages, &leased, to))?;
-        if defer {
-            self.tail = Some(tail);
+        let mut tail = span
+            .in_scope(|| crate::drivers::sqlite::tail::Tail::new(before, messages, &leased, to))?;
+        if defer && let Some(t) = self.lite() {
+            t.tail = Some(tail);
             return Ok(());
         }
         let run = self.open_sqlite(Some(&mut tail), "", 0, None, None);
@@ -95,8 +122,8 @@ impl Tx {
     /// its pending ones.
     fn take_tail(
         &mut self,
-        tail: crate::sqlite::tail::Tail,
-        rows: Vec<(usize, crate::sqlite::statements::Row)>,
+        tail: crate::drivers::sqlite::tail::Tail,
+        rows: Vec<(usize, crate::drivers::sqlite::statements::Row)>,
     ) -> Result<()> {
         let written = tail.written(rows)?;
         if let Some(to) = written.to {
@@ -112,7 +139,9 @@ impl Tx {
     /// Drops a deferred last write (its hop is undone): its handover slots are given
     /// back.
     pub(crate) fn drop_tail(&mut self) {
-        self.tail = None;
+        if let Some(t) = self.lite() {
+            t.tail = None;
+        }
     }
 
     /// Runs a deferred last write now, in a round trip of its own.
@@ -120,7 +149,7 @@ impl Tx {
     /// # Errors
     /// The database's; the hop that deferred it must then be undone.
     pub(crate) async fn flush_tail(&mut self) -> Result<()> {
-        if self.tail.is_some() {
+        if self.lite_ref().is_some_and(|t| t.tail.is_some()) {
             self.open_hop("", 0, None, None).await.map_err(|(_, e)| e)?;
         }
         Ok(())
@@ -140,7 +169,7 @@ impl Tx {
         (Option<Receipt>, Option<crate::store::Prefetched>),
         (usize, crate::Error),
     > {
-        let mut tail = self.tail.take();
+        let mut tail = self.lite().and_then(|t| t.tail.take());
         let opened = self
             .open_sqlite(tail.as_mut(), prefix, statements, inbox, prefetch)
             .await;
@@ -185,34 +214,31 @@ impl Tx {
         if !self.is_lane() {
             return None;
         }
-        Some(
-            self.session()
-                .await
-                .and_then(|s| crate::sqlite::Sqlite::ack_and_claim_direct(s, delivered, claim)),
-        )
+        Some(self.session().await.and_then(|s| {
+            crate::drivers::sqlite::Sqlite::ack_and_claim_direct(s, delivered, claim)
+        }))
     }
 
     /// A transaction of SQLite's lane, begun by [`begin_lane`](Self::begin_lane).
     pub(crate) fn is_lane(&self) -> bool {
-        matches!(self.inner, Inner::Lane(_))
+        self.lite_ref()
+            .is_some_and(|t| matches!(t.held, Held::Lane(_)))
     }
 
     /// The SQLite connection, for sqlx (on the lane, its session ended first: see
     /// [`LaneConn::sqlx`]).
-    fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => Some(tx),
-            Inner::Lane(lane) => Some(lane.sqlx()),
-            #[cfg(feature = "postgres")]
-            Inner::Postgres(_) => None,
-        }
+    pub(crate) fn sqlite_conn(&mut self) -> Option<&mut SqliteConnection> {
+        Some(match &mut self.lite()?.held {
+            Held::Own(tx) => tx,
+            Held::Lane(lane) => lane.sqlx(),
+        })
     }
 
     /// The connection locked for statements run directly (SQLite's lane), locked now
     /// if need be.
-    async fn session(&mut self) -> Result<&mut crate::sqlite::direct::Session> {
-        match &mut self.inner {
-            Inner::Lane(lane) => lane.session().await,
+    pub(crate) async fn session(&mut self) -> Result<&mut crate::drivers::sqlite::direct::Session> {
+        match self.lite().map(|t| &mut t.held) {
+            Some(Held::Lane(lane)) => lane.session().await,
             _ => Err(crate::Error::BackendMismatch {
                 store: "sqlite (lane)",
                 connection: "a transaction of its own",
@@ -232,10 +258,14 @@ impl Tx {
                     return Self::begin(store).await;
                 };
                 let conn = db.writer.acquire().await?;
-                Self::new(store, Inner::Lane(LaneConn::new(conn)))
+                Self::new(store, SqliteTx::of(Held::Lane(LaneConn::new(conn))))
             }
         };
-        if let Inner::Lane(lane) = &mut t.inner {
+        if let Some(SqliteTx {
+            held: Held::Lane(lane),
+            ..
+        }) = t.lite()
+        {
             lane.open = true;
         }
         t.lane_statement("BEGIN IMMEDIATE").await?;
@@ -256,12 +286,15 @@ impl Tx {
             if begin {
                 session.busy_timeout(std::time::Duration::ZERO);
             }
-            let ran = session.run(&crate::sqlite::statements::Statement::plain(sql), |_| {});
+            let ran = session.run(
+                &crate::drivers::sqlite::statements::Statement::plain(sql),
+                |_| {},
+            );
             if begin {
                 session.busy_timeout(busy_timeout);
             }
             match ran {
-                Err(e) if begin && crate::sqlite::is_busy(&e) => {}
+                Err(e) if begin && crate::drivers::sqlite::is_busy(&e) => {}
                 ran => return ran,
             }
         }
@@ -277,7 +310,7 @@ impl Tx {
     /// error the transaction may still be open: drop the `Tx` (its connection is
     /// closed, which rolls back).
     pub(crate) async fn end_lane(&mut self, commit: bool) -> Result<()> {
-        self.tail = None;
+        self.drop_tail();
         self.defer = false;
         if commit {
             self.lane_statement("COMMIT").await?;
@@ -287,39 +320,50 @@ impl Tx {
             self.handed.cancel_since(0);
         }
         self.enqueued = false;
-        if let Inner::Lane(lane) = &mut self.inner {
+        if let Some(SqliteTx {
+            held: Held::Lane(lane),
+            ..
+        }) = self.lite()
+        {
             lane.open = false;
         }
         Ok(())
     }
 
-    /// Runs a hop's opening round trip on SQLite (see [`crate::sqlite::Sqlite::open_hop`]):
+    /// Runs a hop's opening round trip on SQLite (see [`crate::drivers::sqlite::Sqlite::open_hop`]):
     /// in the lane on the connection directly, elsewhere through sqlx.
     async fn open_sqlite(
         &mut self,
-        tail: Option<&mut crate::sqlite::tail::Tail>,
+        tail: Option<&mut crate::drivers::sqlite::tail::Tail>,
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
         prefetch: Option<&crate::store::Prefetch>,
-    ) -> std::result::Result<crate::sqlite::open::Opened, crate::sqlite::open::OpenFailed> {
-        let failed = |error| crate::sqlite::open::OpenFailed {
+    ) -> std::result::Result<
+        crate::drivers::sqlite::open::Opened,
+        crate::drivers::sqlite::open::OpenFailed,
+    > {
+        let failed = |error| crate::drivers::sqlite::open::OpenFailed {
             prefix_done: 0,
             error,
             tail_rows: Vec::new(),
         };
-        if !self.in_lane() {
+        if !self.is_lane() {
             let Some(c) = self.sqlite_conn() else {
                 return Err(failed(crate::Error::BackendMismatch {
                     store: "sqlite",
                     connection: "postgres",
                 }));
             };
-            return crate::sqlite::Sqlite::open_hop(c, tail, prefix, statements, inbox, prefetch)
-                .await;
+            return crate::drivers::sqlite::Sqlite::open_hop(
+                c, tail, prefix, statements, inbox, prefetch,
+            )
+            .await;
         }
         let session = self.session().await.map_err(failed)?;
-        crate::sqlite::Sqlite::open_hop_direct(session, tail, prefix, statements, inbox, prefetch)
+        crate::drivers::sqlite::Sqlite::open_hop_direct(
+            session, tail, prefix, statements, inbox, prefetch,
+        )
     }
 }
 

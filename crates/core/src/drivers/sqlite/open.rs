@@ -105,12 +105,11 @@ impl Sqlite {
             q.push(";\n");
         }
         if let Some(read) = prefetch {
-            // The read's `?`s, bound in order.
-            let mut parts = read.sql.split('?');
+            // The load's one `?`, its key.
+            let mut parts = Sqlite::load_sql(read.load).split('?');
             q.push(parts.next().unwrap_or_default());
-            let mut binds = read.binds.iter();
             for part in parts {
-                q.push_bind(binds.next().cloned());
+                q.push_bind(read.key.hyphenated().to_string());
                 q.push(part);
             }
         }
@@ -157,7 +156,12 @@ impl Sqlite {
             }
         }
         opened.recorded = inbox.map(|_| recorded);
-        opened.read = prefetch.map(|_| Prefetched::of_rows(rows));
+        if let Some(read) = prefetch {
+            match Sqlite::split(read.load, rows) {
+                Ok(loaded) => opened.read = Some(Prefetched { loaded }),
+                Err(e) => return Err(failed(done, e, opened.tail_rows)),
+            }
+        }
         Ok(opened)
     }
 
@@ -214,12 +218,18 @@ impl Sqlite {
             opened.recorded = Some(recorded);
         }
         if let Some(read) = prefetch {
-            let st = Statement::with(&read.sql, read.binds.iter().cloned().map(Value::Text));
+            let st = Statement::with(
+                Sqlite::load_sql(read.load),
+                [Value::Text(read.key.hyphenated().to_string())],
+            );
             let mut rows = Vec::new();
             if let Err(e) = session.run(&st, |row| rows.push(row)) {
                 return Err(failed(statements, e, opened));
             }
-            opened.read = Some(Prefetched::of_rows(rows));
+            match Sqlite::split(read.load, rows) {
+                Ok(loaded) => opened.read = Some(Prefetched { loaded }),
+                Err(e) => return Err(failed(statements, e, opened)),
+            }
         }
         Ok(opened)
     }

@@ -1,0 +1,206 @@
+//! SQLite's rendering of a [`Sql`] statement: parameters stay `?`, a UUID binds as
+//! hyphenated text, JSON as text, a time and "now" as Unix milliseconds by this
+//! process's clock (SQLite has no other), a row lock as nothing (the single writer
+//! serialises writers already).
+
+use sqlx::sqlite::SqliteArguments;
+use sqlx::{Arguments, Executor};
+
+use super::Sqlite;
+use crate::Result;
+use crate::store::row::Row;
+use crate::store::sql::{P, Part, Sql, parts};
+
+/// `sql`'s text and arguments, as SQLite takes them.
+fn render(sql: &Sql) -> Result<(String, SqliteArguments)> {
+    let mut text = String::with_capacity(sql.text.len());
+    let mut args = SqliteArguments::default();
+    let mut binds = sql.binds.iter();
+    let now = crate::clock::now_ms();
+    for part in parts(&sql.text) {
+        match part {
+            Part::Text(t) => text.push_str(t),
+            Part::Ms(e) => {
+                text.push('(');
+                text.push_str(e);
+                text.push(')');
+            }
+            Part::NowMs => {
+                text.push('?');
+                args.add(now).map_err(sqlx::Error::Encode)?;
+            }
+            Part::ClockMs => {
+                text.push('?');
+                #[allow(clippy::cast_precision_loss)] // milliseconds fit a float's 53 bits
+                args.add(now as f64).map_err(sqlx::Error::Encode)?;
+            }
+            Part::Param => {
+                text.push('?');
+                let Some(p) = binds.next() else {
+                    return Err(too_few(sql));
+                };
+                match &p.0 {
+                    P::Null(_) => args.add(None::<i64>),
+                    P::Int(v) | P::Time(v) | P::Now(v) => args.add(*v),
+                    P::Ago(ms) => args.add(now.saturating_sub(*ms)),
+                    P::Real(v) => args.add(*v),
+                    P::Text(v) | P::Json(v) => args.add(v.clone()),
+                    P::Bool(v) => args.add(*v),
+                    P::Id(v) => args.add(v.hyphenated().to_string()),
+                }
+                .map_err(sqlx::Error::Encode)?;
+            }
+        }
+    }
+    if binds.next().is_some() {
+        return Err(too_few(sql));
+    }
+    Ok((text, args))
+}
+
+/// A statement whose `?`s and values do not pair up.
+fn too_few(sql: &Sql) -> crate::Error {
+    crate::Error::Database(sqlx::Error::Protocol(format!(
+        "a statement's parameters and its {} values do not pair up: {}",
+        sql.binds.len(),
+        sql.text
+    )))
+}
+
+impl Sqlite {
+    /// Runs `sql`: the rows it changed.
+    pub(crate) async fn execute_sql<'e, E>(on: E, sql: &Sql) -> Result<u64>
+    where
+        E: Executor<'e, Database = sqlx::Sqlite>,
+    {
+        let (text, args) = render(sql)?;
+        let done = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+            .execute(on)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Runs `sql`: its rows.
+    pub(crate) async fn fetch_sql<'e, E>(on: E, sql: &Sql) -> Result<Vec<Row>>
+    where
+        E: Executor<'e, Database = sqlx::Sqlite>,
+    {
+        let (text, args) = render(sql)?;
+        let rows = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
+            .fetch_all(on)
+            .await?;
+        rows.iter().map(Row::from_sqlite).collect()
+    }
+}
+
+impl Sqlite {
+    /// Splits the rows of the statement that joins the two tables (the parent's
+    /// columns named `p.<column>`, one row per child, or one with a `NULL` order for
+    /// none) into what was loaded.
+    pub(crate) fn split(
+        load: &crate::read::Load,
+        rows: Vec<Row>,
+    ) -> Result<Option<crate::read::Loaded>> {
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let parent = first.only(|c| c.strip_prefix("p."));
+        let (_, order) = load.child_key();
+        let mut children = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.value(order)? == &crate::store::row::Value::Null {
+                continue; // no children: one row, its child's columns NULL
+            }
+            children.push(row.only(|c| (!c.starts_with("p.")).then_some(c)));
+        }
+        Ok(Some(crate::read::Loaded { parent, children }))
+    }
+
+    /// `load`'s statement: the parent joined with its children, its parameter the key
+    /// (one `?`), rendered once.
+    pub(crate) fn load_sql(load: &'static crate::read::Load) -> &'static str {
+        load.rendered[0].get_or_init(|| {
+            let (fk, order) = load.child_key();
+            let mut cols: Vec<String> = load
+                .parent_columns
+                .iter()
+                .map(|c| format!("p.{c} AS \"p.{c}\""))
+                .collect();
+            cols.extend(load.child_columns.iter().map(|c| format!("c.{c} AS {c}")));
+            format!(
+                "SELECT {} FROM {} p LEFT JOIN {} c ON c.{fk} = p.{key} \
+                 WHERE p.{key} = ? ORDER BY c.{order}",
+                cols.join(", "),
+                load.parent.name,
+                load.child.name,
+                key = load.key(),
+            )
+        })
+    }
+
+    /// Reads `load` of `key` through sqlx.
+    pub(crate) async fn load(
+        c: &mut sqlx::SqliteConnection,
+        load: &'static crate::read::Load,
+        key: uuid::Uuid,
+    ) -> Result<Option<crate::read::Loaded>> {
+        let rows = sqlx::query(Self::load_sql(load))
+            .bind(key.hyphenated().to_string())
+            .fetch_all(c)
+            .await?;
+        let rows = rows
+            .iter()
+            .map(Row::from_sqlite)
+            .collect::<Result<Vec<_>>>()?;
+        Self::split(load, rows)
+    }
+}
+
+impl Sqlite {
+    /// Takes the lock `name` until the transaction ends: nothing to take, the single
+    /// writer serialises SQLite's writers already.
+    #[allow(clippy::unused_async)] // the same call as other drivers'
+    pub(crate) async fn lock(_c: &mut sqlx::SqliteConnection, _name: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Looks at the SQLite file of `url` read-only: its `outbox` table, its migrations
+/// (see [`migrate::probe`](crate::migrate::probe)); a file that does not exist is an
+/// error (nothing is created).
+pub(crate) async fn probe(url: &str) -> Result<Option<crate::migrate::Probe>> {
+    use sqlx::Connection as _;
+    use std::str::FromStr as _;
+    if super::file_of(url).is_none() {
+        return Ok(None);
+    }
+    let Ok(options) = sqlx::sqlite::SqliteConnectOptions::from_str(url) else {
+        return Ok(None); // the store reports the malformed URL
+    };
+    let options = options.read_only(true).create_if_missing(false);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .map_err(|source| crate::Error::Connect {
+            scheme: "sqlite",
+            source,
+        })?;
+    let table = |name: &'static str| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+        )
+        .bind(name)
+    };
+    let has_outbox = table("outbox").fetch_one(&mut conn).await? > 0;
+    let applied = if table("_sqlx_migrations").fetch_one(&mut conn).await? > 0 {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(&mut conn)
+            .await?
+    } else {
+        Vec::new()
+    };
+    let _ = conn.close().await;
+    Ok(Some(crate::migrate::Probe {
+        has_outbox,
+        applied,
+    }))
+}
