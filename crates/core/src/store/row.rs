@@ -20,6 +20,32 @@ pub(crate) enum Value {
     Blob(Vec<u8>),
 }
 
+/// Some columns of the rows of one statement, renamed ([`Row::pick`]).
+#[derive(Debug)]
+pub(crate) struct Pick {
+    columns: Arc<[String]>,
+    at: Vec<usize>,
+}
+
+impl Pick {
+    /// The picked columns of `row` (a row of the statement picked from), moved out.
+    pub(crate) fn take(&self, row: &mut Row) -> Row {
+        let values = self
+            .at
+            .iter()
+            .map(|&i| {
+                row.values
+                    .get_mut(i)
+                    .map_or(Value::Null, |v| std::mem::replace(v, Value::Null))
+            })
+            .collect();
+        Row {
+            columns: Arc::clone(&self.columns),
+            values,
+        }
+    }
+}
+
 /// A row read by a statement: its columns by name.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -149,20 +175,27 @@ impl Row {
             .ok_or_else(|| self.mismatch(name, "a non-NULL UUID"))
     }
 
-    /// The columns `rename` keeps, under the names it gives them.
-    pub(crate) fn only<'a>(&'a self, rename: impl Fn(&'a str) -> Option<&'a str>) -> Self {
+    /// Which of its columns `rename` keeps, under the names it gives them: for the
+    /// rows of one statement (the same columns), taken with [`Pick::take`], their
+    /// names shared.
+    pub(crate) fn pick<'a>(&'a self, rename: impl Fn(&'a str) -> Option<&'a str>) -> Pick {
         let mut columns = Vec::new();
-        let mut values = Vec::new();
-        for (c, v) in self.columns.iter().zip(&self.values) {
+        let mut at = Vec::new();
+        for (i, c) in self.columns.iter().enumerate() {
             if let Some(name) = rename(c) {
                 columns.push(name.to_owned());
-                values.push(v.clone());
+                at.push(i);
             }
         }
-        Self {
+        Pick {
             columns: columns.into(),
-            values,
+            at,
         }
+    }
+
+    /// The value of the column at `i`, if there is one.
+    pub(crate) fn value_at(&self, i: usize) -> Option<&Value> {
+        self.values.get(i)
     }
 
     /// The names of its columns, in order.

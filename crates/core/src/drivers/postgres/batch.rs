@@ -133,9 +133,13 @@ pub(crate) async fn open(
         let [parents, children] = crate::drivers::postgres::Postgres::load_sql(load, true);
         let mut by_key: HashMap<Uuid, (Option<Row>, Vec<Row>)> = HashMap::new();
         for (n, sql) in [parents, children].into_iter().enumerate() {
+            let mut pick = None;
             for row in sqlx::query(sql).bind(&keys).fetch_all(&mut *c).await? {
                 let key: Uuid = row.try_get("prefetch_key")?;
-                let row = Row::from_postgres(&row)?.only(|c| (c != "prefetch_key").then_some(c));
+                let mut row = Row::from_postgres(&row)?;
+                let pick =
+                    pick.get_or_insert_with(|| row.pick(|c| (c != "prefetch_key").then_some(c)));
+                let row = pick.take(&mut row);
                 let entry = by_key.entry(key).or_default();
                 if n == 0 {
                     entry.0 = Some(row);

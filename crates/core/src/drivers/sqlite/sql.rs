@@ -101,17 +101,25 @@ impl Sqlite {
         load: &crate::read::Load,
         rows: Vec<Row>,
     ) -> Result<Option<crate::read::Loaded>> {
-        let Some(first) = rows.first() else {
+        let mut rows = rows.into_iter();
+        let Some(mut first) = rows.next() else {
             return Ok(None);
         };
-        let parent = first.only(|c| c.strip_prefix("p."));
         let (_, order) = load.child_key();
-        let mut children = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if row.value(order)? == &crate::store::row::Value::Null {
+        let order = first
+            .columns()
+            .iter()
+            .position(|c| c == order)
+            .ok_or_else(|| crate::Error::Database(sqlx::Error::ColumnNotFound(order.into())))?;
+        let parent = first.pick(|c| c.strip_prefix("p."));
+        let child = first.pick(|c| (!c.starts_with("p.")).then_some(c));
+        let mut children = Vec::with_capacity(rows.len() + 1);
+        let parent = parent.take(&mut first);
+        for mut row in std::iter::once(first).chain(rows) {
+            if row.value_at(order) == Some(&crate::store::row::Value::Null) {
                 continue; // no children: one row, its child's columns NULL
             }
-            children.push(row.only(|c| (!c.starts_with("p.")).then_some(c)));
+            children.push(child.take(&mut row));
         }
         Ok(Some(crate::read::Loaded { parent, children }))
     }
