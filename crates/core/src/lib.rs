@@ -22,6 +22,7 @@
 //! use agentsaga_core::{Message, Receipt, Store, queue::Claim};
 //! use std::time::Duration;
 //!
+//! # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), agentsaga_core::Error> {
 //! let store = Store::connect("sqlite::memory:").await?;
@@ -49,6 +50,8 @@
 //! store.queue().mark_delivered("relay-1", &[batch[0].seq]).await?;
 //! assert_eq!(store.admin().stats().await?.delivered, 1);
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
 //! ```
 
 pub mod clock;

@@ -133,6 +133,17 @@ pub fn stop_at_shared_commit(spec: &str) -> Result<(), String> {
     crate::store::crash_hook::arm(spec)
 }
 
+/// The backends this build has (of `agentsaga-core`'s features), SQLite first: for a
+/// test that runs one body on each in turn.
+pub fn backends() -> &'static [Backend] {
+    &[
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite,
+        #[cfg(feature = "postgres")]
+        Backend::Postgres,
+    ]
+}
+
 /// Run one async test body against both backends (those this build has).
 ///
 /// `both_backends!(name, body_fn)` expands to a module `name` holding two

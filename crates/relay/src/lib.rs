@@ -53,6 +53,7 @@
 //!     }
 //! }
 //!
+//! # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = Store::connect("sqlite::memory:").await?;
@@ -80,6 +81,8 @@
 //! assert_eq!(store.admin().stats().await?.delivered, 1);
 //! relay.shutdown().await;
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
 //! ```
 
 mod backoff;

@@ -25,6 +25,7 @@
 //!     }
 //! }
 //!
+//! # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let order = Saga::<Order>::builder("order", 1)
@@ -40,6 +41,8 @@
 //! assert_eq!(runtime.wait(id).await?, SagaState::Completed);
 //! runtime.shutdown().await;
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
 //! ```
 
 mod actors;

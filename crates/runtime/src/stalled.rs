@@ -85,7 +85,7 @@ async fn look(
 #[cfg(test)]
 mod tests {
     use agentsaga_core::queue::DeadLetter;
-    use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+    use agentsaga_core::testing::{backends, fresh_url, wait_until};
     use agentsaga_saga::{Engine, Saga, Step};
     use serde_json::{Value, json};
 
@@ -94,7 +94,7 @@ mod tests {
     /// A store with the sagas `here` (its step at `stock`) and `there` (at
     /// `payments`), each of one step.
     async fn store_and_engine() -> (Store, Engine) {
-        let store = Store::connect(&fresh_url(Backend::Sqlite).await)
+        let store = Store::connect(&fresh_url(backends()[0]).await)
             .await
             .unwrap();
         let one_step = |name: &str, to: &str| {

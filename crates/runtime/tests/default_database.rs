@@ -1,6 +1,9 @@
 //! A runtime given no database opens the default one: a SQLite file in the working
 //! directory. (Its own test binary: it changes the process's working directory.)
 
+// The default database is a SQLite file.
+#![cfg(feature = "sqlite")]
+
 use agentsaga_runtime::{AgentContext, DEFAULT_DATABASE, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
 

@@ -7,7 +7,7 @@ mod scrape;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_core::testing::{backends, fresh_url, wait_until};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step, Usage, query};
 use scrape::scrape;
@@ -41,7 +41,7 @@ async fn metrics_match_the_database() {
         .build()
         .unwrap();
     let runtime = Runtime::builder()
-        .database(fresh_url(Backend::Sqlite).await)
+        .database(fresh_url(backends()[0]).await)
         .agent(Flaky)
         .saga(saga)
         .metrics("127.0.0.1:0".parse().unwrap())

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{Backend, backends, fresh_url};
 use agentsaga_core::{RetryPolicy, both_backends};
 use agentsaga_relay::RelayConfig;
 use agentsaga_runtime::{Agent, AgentContext, Error, Runtime, StepError};
@@ -185,7 +185,7 @@ both_backends!(crash_tests, crashed_agent_is_restarted);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_saga_name_is_a_typed_error() {
-    let (rt, _, _) = runtime(Backend::Sqlite, 0).await;
+    let (rt, _, _) = runtime(backends()[0], 0).await;
     match rt.start_saga("no-such-saga", &json!({})).await {
         Err(Error::Saga(agentsaga_saga::Error::UnknownSaga(name))) => {
             assert_eq!(name, "no-such-saga")
@@ -201,6 +201,8 @@ async fn unknown_saga_name_is_a_typed_error() {
     rt.shutdown().await;
 }
 
+// SQLite's file (one runtime per file) and its in-memory database.
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn builder_refuses_nonsense() {
     assert!(matches!(
@@ -239,6 +241,8 @@ async fn builder_refuses_nonsense() {
 // names PostgreSQL, not left to degrade (no wake-ups across processes, an unfair busy
 // handler starving the other's lease renewals). The CLI's connections are not runtimes
 // and are not refused; once the first runtime is gone, another may start.
+// SQLite's file (one runtime per file) and its in-memory database.
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_runtime_on_one_sqlite_file_is_refused() {
     let url = fresh_url(Backend::Sqlite).await;
@@ -269,6 +273,8 @@ async fn a_second_runtime_on_one_sqlite_file_is_refused() {
 // The lock is the file's, not the name's: a second runtime reaching the same SQLite file
 // through a symlink to it, or through a symlink to its directory, is refused as one
 // reaching it by its own name is.
+// SQLite's file (one runtime per file) and its in-memory database.
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_runtime_through_another_path_to_the_file_is_refused() {
     let url = fresh_url(Backend::Sqlite).await;
@@ -304,6 +310,8 @@ async fn a_second_runtime_through_another_path_to_the_file_is_refused() {
 // The lock comes first: a runtime refused because another holds the file's lock has
 // not opened the database (no DDL of a newer version applied under a live older one; no
 // file made where none was).
+// SQLite's file (one runtime per file) and its in-memory database.
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_refused_for_the_lock_has_not_opened_the_database() {
     let url = fresh_url(Backend::Sqlite).await;

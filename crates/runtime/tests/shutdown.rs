@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{backends, fresh_url};
 use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step};
 use serde_json::{Value, json};
@@ -51,7 +51,7 @@ async fn a_shutdown_kills_no_actor() {
             .build()
             .unwrap();
         let mut builder = Runtime::builder()
-            .database(fresh_url(Backend::Sqlite).await)
+            .database(fresh_url(backends()[0]).await)
             .saga(saga);
         for d in ["a", "b", "c", "d", "e", "f", "g", "h"] {
             builder = builder.agent(Echo(d));

@@ -8,7 +8,7 @@ mod scrape;
 
 use std::time::Duration;
 
-use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_core::testing::{backends, fresh_url, wait_until};
 use agentsaga_runtime::Runtime;
 use agentsaga_saga::{Saga, SagaState, Step, query};
 use echo::Echo;
@@ -22,7 +22,7 @@ async fn a_stalled_saga_is_reported_once() {
     use agentsaga_core::{Store, header, testing};
     use agentsaga_saga::testing::{answer, dead_letter};
     use agentsaga_saga::{Engine, protocol};
-    let url = fresh_url(Backend::Sqlite).await;
+    let url = fresh_url(backends()[0]).await;
     let saga = || {
         Saga::<Value>::builder("lost", 1)
             .step(Step::new("a", "flaky").compensate("flaky", |_: &Value| json!("undo")))

@@ -9,7 +9,7 @@ mod settle;
 
 use std::collections::{HashMap, HashSet};
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{Backend, backends, fresh_url};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
 use echo::Echo;
@@ -75,18 +75,19 @@ async fn one_saga_with_a_compensation_is_one_trace() {
         )
         .build()
         .unwrap();
-    one_trace(Backend::Sqlite, &exporter, &provider, saga.clone()).await;
     // On PostgreSQL the replies are applied in the set lane, which writes the saga's
     // next messages at the end of its batch, in its own task: they still carry the
     // trace context of the hop that produced them.
-    exporter.reset();
-    one_trace(Backend::Postgres, &exporter, &provider, saga.clone()).await;
+    for &backend in backends() {
+        exporter.reset();
+        one_trace(backend, &exporter, &provider, saga.clone()).await;
+    }
 
     // Sagas started in one batch (`start_sagas_in`: one statement for all their first
     // commands) are still one trace each, rooted at their saga.start, their commands
     // under an outbox.enqueue of their own.
     exporter.reset();
-    let runtime = flights_and_hotels(Backend::Sqlite, saga).await;
+    let runtime = flights_and_hotels(backends()[0], saga).await;
     let mut tx = runtime.store().begin().await.unwrap();
     let batch = runtime
         .start_sagas_in(
@@ -136,7 +137,7 @@ async fn one_saga_with_a_compensation_is_one_trace() {
     }
 
     // A child saga's spans are in its parent's trace: one trace per root saga.
-    for backend in [Backend::Sqlite, Backend::Postgres] {
+    for &backend in backends() {
         exporter.reset();
         child_in_its_parents_trace(backend, &exporter, &provider).await;
     }

@@ -16,6 +16,7 @@
 //!
 //! ```
 //! use agentsaga_core::{Sql, Store};
+//! # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), agentsaga_core::Error> {
 //! let store = Store::connect("sqlite::memory:").await?;
@@ -30,6 +31,8 @@
 //! let rows = Sql::new("SELECT body FROM notes WHERE id = ?").bind("n1").fetch_all(store.reader()).await?;
 //! assert_eq!(rows[0].text("body")?, "hello");
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
 //! ```
 
 use std::borrow::Cow;

@@ -20,6 +20,7 @@ use crate::{MessageId, Result};
 /// A handle to the database holding the outbox and the inbox. Cheap to clone.
 ///
 /// ```
+/// # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), agentsaga_core::Error> {
 /// use agentsaga_core::{Message, Store};
@@ -31,6 +32,8 @@ use crate::{MessageId, Result};
 /// tx.commit().await?; // the message exists now, and not a moment before
 /// assert_eq!(store.admin().stats().await?.pending, 1);
 /// # Ok(()) }
+/// # #[cfg(not(feature = "sqlite"))]
+/// # fn main() {}
 /// ```
 #[derive(Clone, Debug)]
 pub struct Store {

@@ -11,6 +11,7 @@
 //!
 //! ```
 //! use agentsaga_core::write::{Column, Datum, Kind, Table, Writes};
+//! # #[cfg(feature = "sqlite")] // the example runs on an in-memory SQLite database
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), agentsaga_core::Error> {
 //! static NOTES: Table = Table::new(
@@ -29,6 +30,8 @@
 //! tx.write(writes).await?;
 //! tx.commit().await?;
 //! # Ok(()) }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
 //! ```
 
 use uuid::Uuid;

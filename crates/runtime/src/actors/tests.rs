@@ -50,7 +50,8 @@ async fn claimed(store: &Store, msg: Message) -> Envelope {
 // call: the world is not asked twice for what the inbox already has.
 #[tokio::test]
 async fn a_processed_message_is_not_called_again() {
-    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let url = agentsaga_core::testing::fresh_url(agentsaga_core::testing::backends()[0]).await;
+    let store = Store::connect(&url).await.unwrap();
     let calls = Arc::new(AtomicU32::new(0));
     let agent = Calling(Counting(Arc::clone(&calls)));
     let env = claimed(
@@ -88,7 +89,8 @@ async fn a_processed_message_is_not_called_again() {
 // A message with no idempotency key header uses its own id as the key.
 #[tokio::test]
 async fn the_key_defaults_to_the_message_id() {
-    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let url = agentsaga_core::testing::fresh_url(agentsaga_core::testing::backends()[0]).await;
+    let store = Store::connect(&url).await.unwrap();
     let env = claimed(&store, Message::to("outside").json(&1).unwrap()).await;
     assert_eq!(CallContext::new(&env).idempotency_key(), env.id.to_string());
     let env = claimed(

@@ -18,7 +18,7 @@ use std::time::Duration;
 #[path = "../support/echo.rs"]
 mod echo;
 
-use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_core::testing::{Backend, backends, fresh_url};
 use agentsaga_core::{MessageId, RetryPolicy, both_backends};
 use agentsaga_relay::RelayConfig;
 use agentsaga_runtime::{

@@ -209,7 +209,7 @@ both_backends!(pause_tests, a_429_pauses_the_whole_destination);
 #[tokio::test]
 async fn a_limit_without_its_agent_is_refused() {
     let err = Runtime::builder()
-        .database(fresh_url(Backend::Sqlite).await)
+        .database(fresh_url(backends()[0]).await)
         .rate_limit("nobody", RateLimit::requests_per_minute(1))
         .start()
         .await
