@@ -40,7 +40,7 @@ pub(crate) use conn::Integer;
 pub use conn::{Conn, ReadPool, Receipt};
 pub use exclusive::Exclusive;
 pub use handover::Handover;
-pub(crate) use prefetch::{Prefetch, Prefetched};
+
 pub use row::Row;
 pub use sql::Sql;
 pub use types::{Hop, HopStats, Installed, Store, Tx};

@@ -111,3 +111,29 @@ pub(crate) async fn finished_counts_follow_every_write(backend: Backend) {
     assert_eq!(after, before - pruned.sagas);
     assert_eq!(query::fold_finished_counts(&store).await.expect("fold"), 0);
 }
+
+// A fold takes the deltas a chunk at a time and counts each once, however many a
+// prune (or an operator) appended: here more than one chunk's worth, written by hand.
+pub(crate) async fn a_fold_takes_any_number_of_deltas(backend: Backend) {
+    let url = agentsaga_core::testing::fresh_url(backend).await;
+    let store = Store::connect(&url).await.unwrap();
+    let before = query::count_finished(&store).await.unwrap();
+    by_hand(
+        &store,
+        "INSERT INTO saga_finished_deltas (completed, compensated, aborted)
+         SELECT 1, 0, 0 FROM (WITH RECURSIVE n(i) AS
+             (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10005) SELECT i FROM n) AS x",
+    )
+    .await;
+    assert_eq!(query::fold_finished_counts(&store).await.unwrap(), 10_005);
+    assert_eq!(query::fold_finished_counts(&store).await.unwrap(), 0);
+    let after = query::count_finished(&store).await.unwrap();
+    let completed = |counts: &[(SagaState, u64)]| {
+        counts
+            .iter()
+            .find(|(s, _)| *s == SagaState::Completed)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(completed(&after), completed(&before) + 10_005);
+    store.close().await;
+}

@@ -30,7 +30,7 @@ use children::a_parent_shows_its_children;
 use cross_site::cross_site_requests_change_nothing;
 use cross_site::rebound_hosts_are_refused;
 use dead::dead_letters_are_paged_by_bytes;
-use finished::finished_counts_follow_every_write;
+use finished::{a_fold_takes_any_number_of_deltas, finished_counts_follow_every_write};
 use reads::reads_equal_the_console_documents;
 use remote::remote_destinations_join_the_broker_and_the_outbox;
 use starts::starts_with_an_engine;
@@ -38,6 +38,7 @@ use starts::the_runtime_router_starts_its_sagas;
 use tokens::tokens_guard_everything;
 
 both_backends!(finished_count_tests, finished_counts_follow_every_write);
+both_backends!(fold_tests, a_fold_takes_any_number_of_deltas);
 both_backends!(read_tests, reads_equal_the_console_documents);
 both_backends!(action_tests, actions_answer_the_saga_as_it_now_stands);
 both_backends!(budget_tests, budgets_show_and_a_person_raises_them);

@@ -266,7 +266,7 @@ pub(crate) enum Part<'a> {
     ClockMs,
 }
 
-/// Splits `text` into its parts.
+/// Splits `text` into its parts. A `{` that opens no token is text.
 pub(crate) fn parts(text: &str) -> Vec<Part<'_>> {
     let mut out = Vec::new();
     let mut rest = text;
@@ -274,27 +274,27 @@ pub(crate) fn parts(text: &str) -> Vec<Part<'_>> {
         if i > 0 {
             out.push(Part::Text(&rest[..i]));
         }
-        if rest[i..].starts_with('?') {
+        let here = &rest[i..];
+        if here.starts_with('?') {
             out.push(Part::Param);
             rest = &rest[i + 1..];
-            continue;
-        }
-        let Some(end) = rest[i..].find('}') else {
-            out.push(Part::Text(&rest[i..]));
-            rest = "";
-            break;
-        };
-        let token = &rest[i + 1..i + end];
-        if token == "clock_ms" {
+        } else if let Some(after) = here.strip_prefix("{clock_ms}") {
             out.push(Part::ClockMs);
-        } else if token == "now_ms" {
+            rest = after;
+        } else if let Some(after) = here.strip_prefix("{now_ms}") {
             out.push(Part::NowMs);
-        } else if let Some(expr) = token.strip_prefix("ms ") {
+            rest = after;
+        } else if let Some((expr, after)) = here
+            .strip_prefix("{ms ")
+            .and_then(|t| t.split_once('}'))
+            .filter(|(expr, _)| !expr.contains(['?', '{']))
+        {
             out.push(Part::Ms(expr));
+            rest = after;
         } else {
-            out.push(Part::Text(&rest[i..=i + end]));
+            out.push(Part::Text("{"));
+            rest = &rest[i + 1..];
         }
-        rest = &rest[i + end + 1..];
     }
     if !rest.is_empty() {
         out.push(Part::Text(rest));
@@ -318,8 +318,20 @@ mod tests {
                 Part::Text(" AND b < "),
                 Part::ClockMs,
                 Part::Text(" AND j = '"),
-                Part::Text("{}"),
-                Part::Text("'"),
+                Part::Text("{"),
+                Part::Text("}'"),
+            ]
+        );
+        // A `{` that opens no token keeps the `?`s after it.
+        assert_eq!(
+            parts("SET j = '{' || ? || '}' WHERE id = ?"),
+            vec![
+                Part::Text("SET j = '"),
+                Part::Text("{"),
+                Part::Text("' || "),
+                Part::Param,
+                Part::Text(" || '}' WHERE id = "),
+                Part::Param,
             ]
         );
     }

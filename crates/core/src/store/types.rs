@@ -94,6 +94,7 @@ pub(crate) struct Waiting {
     pub(crate) store: Store,
     pub(crate) inbox: Option<(String, MessageId)>,
     pub(crate) prefetch: Option<Prefetch>,
+    #[allow(dead_code, reason = "for a driver with a single writer")]
     pub(crate) caller: Caller,
     pub(crate) admitted: oneshot::Sender<Result<Admitted>>,
 }

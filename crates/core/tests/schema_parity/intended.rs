@@ -10,11 +10,6 @@ pub(crate) enum Only {
 /// Intended differences: (the side it is on, the fact, why).
 pub(crate) const INTENDED: &[(Only, &str, &str)] = &[
     (
-        Only::Sqlite,
-        "primary key saga_finished_deltas ()",
-        "0018 (SQLite), 0013 (PostgreSQL): the deltas have no key on either; SQLite reports a table's rowid as an empty one",
-    ),
-    (
         Only::Postgres,
         "check outbox (lease_owner, state)",
         "0004_queue_plans: lease owner iff in flight, enforced for PostgreSQL's claim plans only",

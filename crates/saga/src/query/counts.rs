@@ -66,8 +66,8 @@ pub async fn count_finished(store: &Store) -> Result<Vec<(SagaState, u64)>> {
 
 /// Folds the `saga_finished_deltas` (a row per saga that finished or was deleted,
 /// appended by PostgreSQL's triggers; SQLite's update the counts directly and leave it
-/// empty) into `saga_finished_counts`, in one transaction; returns how many deltas it
-/// folded. The runtime calls it every few seconds and
+/// empty) into `saga_finished_counts`, a chunk of them per transaction; returns how
+/// many deltas it folded. The runtime calls it every few seconds and
 /// [`prune_finished`](super::prune_finished) after it deletes, so that
 /// [`count_finished`] reads few rows; concurrent folds are safe (each delta is
 /// deleted, and counted, once).
@@ -82,31 +82,46 @@ pub async fn fold_finished_counts(store: &Store) -> Result<u64> {
     if !any {
         return Ok(0);
     }
-    let mut tx = store.begin().await?;
-    let deltas =
-        Sql::new("DELETE FROM saga_finished_deltas RETURNING completed, compensated, aborted")
-            .fetch_all(tx.conn())
-            .await?;
-    let mut sums = [0i64; 3];
-    for d in &deltas {
-        sums[0] += d.int("completed")?;
-        sums[1] += d.int("compensated")?;
-        sums[2] += d.int("aborted")?;
-    }
-    if !deltas.is_empty() {
-        Sql::new(
-            "UPDATE saga_finished_counts SET completed = completed + ?,
-                compensated = compensated + ?, aborted = aborted + ? WHERE shard = 0",
+    let mut folded = 0;
+    loop {
+        // A chunk at a time, each in a transaction of its own: a bounded read and a
+        // bounded set of row locks, however many deltas a prune appended.
+        let mut tx = store.begin().await?;
+        let deltas = Sql::new(
+            "DELETE FROM saga_finished_deltas WHERE id IN
+                 (SELECT id FROM saga_finished_deltas ORDER BY id LIMIT ?)
+             RETURNING completed, compensated, aborted",
         )
-        .bind(sums[0])
-        .bind(sums[1])
-        .bind(sums[2])
-        .execute(tx.conn())
+        .bind(FOLD_CHUNK)
+        .fetch_all(tx.conn())
         .await?;
+        let mut sums = [0i64; 3];
+        for d in &deltas {
+            for (sum, column) in sums.iter_mut().zip(["completed", "compensated", "aborted"]) {
+                *sum = sum.saturating_add(d.int(column)?);
+            }
+        }
+        if !deltas.is_empty() {
+            Sql::new(
+                "UPDATE saga_finished_counts SET completed = completed + ?,
+                    compensated = compensated + ?, aborted = aborted + ? WHERE shard = 0",
+            )
+            .bind(sums[0])
+            .bind(sums[1])
+            .bind(sums[2])
+            .execute(tx.conn())
+            .await?;
+        }
+        tx.commit().await?;
+        folded += deltas.len() as u64;
+        if (deltas.len() as i64) < FOLD_CHUNK {
+            return Ok(folded);
+        }
     }
-    tx.commit().await?;
-    Ok(deltas.len() as u64)
 }
+
+/// Deltas folded per transaction.
+const FOLD_CHUNK: i64 = 10_000;
 
 /// The sagas in each of `states`, each counted through the state index: cheap for
 /// the few running, compensating or stuck sagas of a database that keeps many finished

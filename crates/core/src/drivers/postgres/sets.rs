@@ -237,7 +237,9 @@ async fn run(
         let hop = Hop::in_lane(tx, back, Arc::clone(counts));
         let consumer = request.consumer.clone();
         let id = request.id;
-        let _ = request.admitted.send(Ok((hop, Some(receipt), Some(read))));
+        // A duplicate read nothing: it gets no read (which would say "no such row").
+        let read = (receipt == Receipt::First).then_some(read);
+        let _ = request.admitted.send(Ok((hop, Some(receipt), read)));
         let bound = store.config().hop_timeout;
         let GivenBack { tx: mut t, end } = match tokio::time::timeout(bound, returned).await {
             Ok(Ok(back)) => back,

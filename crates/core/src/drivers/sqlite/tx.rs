@@ -164,9 +164,9 @@ impl Tx {
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
-        prefetch: Option<&crate::store::Prefetch>,
+        prefetch: Option<&crate::store::prefetch::Prefetch>,
     ) -> std::result::Result<
-        (Option<Receipt>, Option<crate::store::Prefetched>),
+        (Option<Receipt>, Option<crate::store::prefetch::Prefetched>),
         (usize, crate::Error),
     > {
         let mut tail = self.lite().and_then(|t| t.tail.take());
@@ -338,7 +338,7 @@ impl Tx {
         prefix: &'static str,
         statements: usize,
         inbox: Option<(&str, MessageId)>,
-        prefetch: Option<&crate::store::Prefetch>,
+        prefetch: Option<&crate::store::prefetch::Prefetch>,
     ) -> std::result::Result<
         crate::drivers::sqlite::open::Opened,
         crate::drivers::sqlite::open::OpenFailed,

@@ -354,7 +354,7 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
             Ok((First, read(2))),
             "a rolled-back write is not read"
         );
-        assert_eq!(results[3], Ok((Duplicate, read(0))), "nothing read");
+        assert_eq!(results[3], Ok((Duplicate, None)), "nothing read");
         let failed = results[4].as_ref().unwrap_err();
         assert!(failed.contains("no_such_table"), "{failed}");
         assert_eq!(results[5], Ok((First, read(3))));
