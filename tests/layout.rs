@@ -90,7 +90,8 @@ fn no_source_file_is_over_the_limit() {
     );
 }
 
-/// The Rust files under `dir` (relative to the repository), but tests.
+/// The Rust files under `dir` (relative to the repository), but tests: their code,
+/// without comments.
 fn files_under(dir: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     sources()
@@ -105,7 +106,13 @@ fn files_under(dir: &str) -> Vec<(String, String)> {
             (name.starts_with(dir) && !test).then(|| {
                 let text = std::fs::read_to_string(&path)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                (name, text)
+                // Code only: comments (and doc comments' examples, which may run on
+                // the database they name) are words.
+                let code: Vec<&str> = text
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .collect();
+                (name, code.join("\n"))
             })
         })
         .collect()
