@@ -57,22 +57,25 @@ pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres>
             scheme: "postgres",
             source: e,
         })?;
-    check_schema(&applied(&pool).await?, &POSTGRES_MIGRATOR)?;
+    check_schema(
+        &applied(&mut *pool.acquire().await?).await?,
+        &POSTGRES_MIGRATOR,
+    )?;
     POSTGRES_MIGRATOR.run(&pool).await?;
     Ok(Postgres { pool })
 }
 
 /// The versions of the migrations applied, in order (none before the first).
-async fn applied(pool: &PgPool) -> Result<Vec<i64>> {
+pub(crate) async fn applied(c: &mut sqlx::PgConnection) -> Result<Vec<i64>> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-        .fetch_one(pool)
+        .fetch_one(&mut *c)
         .await?;
     if !exists {
         return Ok(Vec::new());
     }
     Ok(
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(pool)
+            .fetch_all(&mut *c)
             .await?,
     )
 }

@@ -162,7 +162,10 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
         .connect_with(options.clone())
         .await
         .map_err(connect)?;
-    check_schema(&applied(&writer).await?, &SQLITE_MIGRATOR)?;
+    check_schema(
+        &applied(&mut *writer.acquire().await?).await?,
+        &SQLITE_MIGRATOR,
+    )?;
     migrate(&writer).await?;
     foreign_keys_on(&writer).await?;
     let reader = if memory {
@@ -194,10 +197,12 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
 /// run, another process is migrating: run again, and skip what it applied.
 async fn migrate(writer: &SqlitePool) -> Result<()> {
     for _ in 0..=SQLITE_MIGRATOR.iter().count() {
-        let before = applied(writer).await?;
+        let before = applied(&mut *writer.acquire().await?).await?;
         match SQLITE_MIGRATOR.run(writer).await {
             Ok(()) => return Ok(()),
-            Err(e) if applied(writer).await? == before => return Err(e.into()),
+            Err(e) if applied(&mut *writer.acquire().await?).await? == before => {
+                return Err(e.into());
+            }
             Err(e) => tracing::debug!(error = %e, "another process is migrating; running again"),
         }
     }
@@ -225,18 +230,18 @@ async fn foreign_keys_on(writer: &SqlitePool) -> Result<()> {
 }
 
 /// The versions of the migrations applied, in order (none before the first).
-async fn applied(pool: &SqlitePool) -> Result<Vec<i64>> {
+pub(crate) async fn applied(c: &mut sqlx::SqliteConnection) -> Result<Vec<i64>> {
     let exists: Option<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
     )
-    .fetch_optional(pool)
+    .fetch_optional(&mut *c)
     .await?;
     if exists.is_none() {
         return Ok(Vec::new());
     }
     Ok(
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(pool)
+            .fetch_all(&mut *c)
             .await?,
     )
 }

@@ -213,6 +213,15 @@ impl Sql {
         self
     }
 
+    /// The error of a statement whose `?`s and values do not pair up (nothing run).
+    pub(crate) fn unpaired(&self) -> crate::Error {
+        crate::Error::Database(sqlx::Error::Protocol(format!(
+            "a statement's parameters and its {} values do not pair up: {}",
+            self.binds.len(),
+            self.text
+        )))
+    }
+
     /// Runs it: how many rows it changed.
     ///
     /// # Errors

@@ -35,7 +35,7 @@ fn render(sql: &Sql) -> Result<(String, PgArguments)> {
             }
             Part::Param => {
                 let Some(p) = binds.next() else {
-                    return Err(too_few(sql));
+                    return Err(sql.unpaired());
                 };
                 let added = match &p.0 {
                     // A NULL binds as its type's Rust type: sqlx prepares a statement
@@ -105,21 +105,12 @@ fn render(sql: &Sql) -> Result<(String, PgArguments)> {
         }
     }
     if binds.next().is_some() {
-        return Err(too_few(sql));
+        return Err(sql.unpaired());
     }
     if sql.for_update {
         text.push_str(" FOR UPDATE");
     }
     Ok((text, args))
-}
-
-/// A statement whose `?`s and values do not pair up.
-fn too_few(sql: &Sql) -> crate::Error {
-    crate::Error::Database(sqlx::Error::Protocol(format!(
-        "a statement's parameters and its {} values do not pair up: {}",
-        sql.binds.len(),
-        sql.text
-    )))
 }
 
 impl Postgres {
@@ -273,17 +264,10 @@ pub(crate) async fn probe(
             });
         }
     };
-    let table = |name: &'static str| {
-        sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL").bind(name)
-    };
-    let has_outbox = table("outbox").fetch_one(&mut conn).await?;
-    let applied = if table("_sqlx_migrations").fetch_one(&mut conn).await? {
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(&mut conn)
-            .await?
-    } else {
-        Vec::new()
-    };
+    let has_outbox: bool = sqlx::query_scalar("SELECT to_regclass('outbox') IS NOT NULL")
+        .fetch_one(&mut conn)
+        .await?;
+    let applied = super::applied(&mut conn).await?;
     let _ = conn.close().await;
     Ok(Some(crate::migrate::Probe {
         has_outbox,

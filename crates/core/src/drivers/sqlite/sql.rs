@@ -37,7 +37,7 @@ fn render(sql: &Sql) -> Result<(String, SqliteArguments)> {
             Part::Param => {
                 text.push('?');
                 let Some(p) = binds.next() else {
-                    return Err(too_few(sql));
+                    return Err(sql.unpaired());
                 };
                 match &p.0 {
                     P::Null(_) => args.add(None::<i64>),
@@ -53,18 +53,9 @@ fn render(sql: &Sql) -> Result<(String, SqliteArguments)> {
         }
     }
     if binds.next().is_some() {
-        return Err(too_few(sql));
+        return Err(sql.unpaired());
     }
     Ok((text, args))
-}
-
-/// A statement whose `?`s and values do not pair up.
-fn too_few(sql: &Sql) -> crate::Error {
-    crate::Error::Database(sqlx::Error::Protocol(format!(
-        "a statement's parameters and its {} values do not pair up: {}",
-        sql.binds.len(),
-        sql.text
-    )))
 }
 
 impl Sqlite {
@@ -192,20 +183,13 @@ pub(crate) async fn probe(url: &str) -> Result<Option<crate::migrate::Probe>> {
             scheme: "sqlite",
             source,
         })?;
-    let table = |name: &'static str| {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        )
-        .bind(name)
-    };
-    let has_outbox = table("outbox").fetch_one(&mut conn).await? > 0;
-    let applied = if table("_sqlx_migrations").fetch_one(&mut conn).await? > 0 {
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-            .fetch_all(&mut conn)
-            .await?
-    } else {
-        Vec::new()
-    };
+    let has_outbox: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    let has_outbox = has_outbox > 0;
+    let applied = super::applied(&mut conn).await?;
     let _ = conn.close().await;
     Ok(Some(crate::migrate::Probe {
         has_outbox,
