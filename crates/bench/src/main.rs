@@ -61,6 +61,7 @@
 
 mod agents;
 mod common;
+mod cpu;
 mod db;
 mod outbox;
 mod quick;

@@ -83,6 +83,18 @@ pub(crate) struct Args {
     /// against the in-process runtime's, run in alternation).
     #[arg(long, value_enum, default_value_t = crate::common::TransportChoice::InProcess)]
     transport: crate::common::TransportChoice,
+    /// Which shapes to run (comma-separated): `happy`, `compensating`, `nested`. All
+    /// three by default; one alone is for profiling a shape (`perf`, CPU per saga).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Shape::Happy, Shape::Compensating, Shape::Nested])]
+    shapes: Vec<Shape>,
+}
+
+/// The `--shapes` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Shape {
+    Happy,
+    Compensating,
+    Nested,
 }
 
 /// The `--sqlite-synchronous` values.
@@ -119,6 +131,13 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
         };
         let mut flat_happy = 0.0;
         for scenario in [Scenario::Happy, Scenario::Compensating] {
+            let shape = match scenario {
+                Scenario::Happy => Shape::Happy,
+                Scenario::Compensating => Shape::Compensating,
+            };
+            if !args.shapes.contains(&shape) {
+                continue;
+            }
             let (runtime, floor, batched, sets) = figure(
                 backend,
                 scenario,
@@ -202,10 +221,12 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                 ));
             }
         }
-        let (nested, note) =
-            nested::figure(backend, sizes, args.workers, scratch, flat_happy).await?;
-        report.figures.push(nested);
-        report.notes.push(note);
+        if args.shapes.contains(&Shape::Nested) {
+            let (nested, note) =
+                nested::figure(backend, sizes, args.workers, scratch, flat_happy).await?;
+            report.figures.push(nested);
+            report.notes.push(note);
+        }
     }
     let rounds = if sizes.rounds == 1 {
         "one run per side and scenario (--quick: a smoke run, not a measurement)".to_owned()

@@ -27,17 +27,39 @@ pub(super) struct Run {
     pub(super) hops_per_commit: Option<f64>,
     /// The runtime's deliveries taken by direct handover, of all its deliveries.
     pub(super) handed_share: Option<f64>,
+    /// CPU per saga, ms: the machine's (this process, the database server, anything
+    /// else) and this process's, from the first start to the last saga's end.
+    pub(super) cpu_per_saga: Option<(f64, f64)>,
+}
+
+/// A driven run: how long it took and the CPU it used.
+pub(super) struct Driven {
+    pub(super) elapsed: Duration,
+    pub(super) cpu: Option<crate::cpu::Used>,
+}
+
+impl Driven {
+    /// The rate of `n` sagas.
+    pub(super) fn rate(&self, n: usize) -> f64 {
+        n as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU per saga of `n` sagas, ms (machine, this process).
+    pub(super) fn cpu_per_saga(&self, n: usize) -> Option<(f64, f64)> {
+        let per = |d: Duration| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
+        self.cpu.map(|u| (per(u.machine), per(u.process)))
+    }
 }
 
 /// Starts sagas `START_BATCH` at a time while at most `WINDOW - START_BATCH` are
 /// unfinished, until `n` are started and none is unfinished. `start(first, count)`
 /// starts sagas `first..first + count` in one transaction; `unfinished(started)`
-/// counts those not terminal. Returns the elapsed time.
+/// counts those not terminal. Returns the elapsed time and the CPU used.
 pub(super) async fn drive<S, SF, U, UF>(
     n: usize,
     mut start: S,
     mut unfinished: U,
-) -> anyhow::Result<Duration>
+) -> anyhow::Result<Driven>
 where
     S: FnMut(usize, usize) -> SF,
     SF: Future<Output = anyhow::Result<()>>,
@@ -45,6 +67,7 @@ where
     UF: Future<Output = anyhow::Result<usize>>,
 {
     let begin = Instant::now();
+    let cpu = crate::cpu::Cpu::now();
     let deadline = begin + Duration::from_secs(600);
     let mut started = 0;
     loop {
@@ -56,7 +79,10 @@ where
             continue;
         }
         if started == n && open == 0 {
-            return Ok(begin.elapsed());
+            return Ok(Driven {
+                elapsed: begin.elapsed(),
+                cpu: cpu.since(),
+            });
         }
         if Instant::now() > deadline {
             bail!("{open} sagas still unfinished after 10 minutes ({started} of {n} started)");

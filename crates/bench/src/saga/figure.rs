@@ -67,7 +67,7 @@ pub(super) async fn figure(
                 }
             };
             eprintln!(
-                "{:<8} {:<12} round {}/{}  {:<7} {:>8.0} sagas/s  p50 {:>6.1} ms  p99 {:>6.1} ms",
+                "{:<8} {:<12} round {}/{}  {:<7} {:>8.0} sagas/s  p50 {:>6.1} ms  p99 {:>6.1} ms{}",
                 backend.name(),
                 scenario.name(),
                 round + 1,
@@ -81,6 +81,9 @@ pub(super) async fn figure(
                 run.rate,
                 percentile(&run.latencies, 50.0),
                 percentile(&run.latencies, 99.0),
+                run.cpu_per_saga
+                    .map(|(m, p)| format!("  cpu/saga {m:.3} ms (this process {p:.3})"))
+                    .unwrap_or_default(),
             );
             match side {
                 Side::Runtime => runs.0.push(run),
@@ -103,6 +106,8 @@ pub(super) fn pooled(runs: Vec<Run>) -> Run {
     };
     let hops_per_commit = mean(|r| r.hops_per_commit);
     let handed_share = mean(|r| r.handed_share);
+    let cpu_per_saga =
+        mean(|r| r.cpu_per_saga.map(|c| c.0)).zip(mean(|r| r.cpu_per_saga.map(|c| c.1)));
     let mut latencies: Vec<f64> = runs.into_iter().flat_map(|r| r.latencies).collect();
     latencies.sort_by(f64::total_cmp);
     Run {
@@ -110,5 +115,6 @@ pub(super) fn pooled(runs: Vec<Run>) -> Run {
         latencies,
         hops_per_commit,
         handed_share,
+        cpu_per_saga,
     }
 }

@@ -371,7 +371,7 @@ pub(super) async fn floor_run(
         });
     }
     let tasks = Arc::new(std::sync::Mutex::new(tasks));
-    let elapsed = drive(
+    let driven = drive(
         n,
         |first, count| {
             let (plain, queue) = (&plain, &queue);
@@ -404,11 +404,12 @@ pub(super) async fn floor_run(
         set.abort_all();
     }
     plain.close().await;
-    let elapsed = elapsed?;
+    let driven = driven?;
     let latencies = check_and_measure(backend, url, scenario, n).await?;
     Ok(Run {
-        rate: n as f64 / elapsed.as_secs_f64(),
+        rate: driven.rate(n),
         latencies,
+        cpu_per_saga: driven.cpu_per_saga(n),
         hops_per_commit: None,
         handed_share: None,
     })

@@ -76,12 +76,12 @@ pub(super) async fn nested_run(
         completed(&store, SAGA).await,
     );
     runtime.shutdown().await;
-    let elapsed = elapsed?;
+    let driven = elapsed?;
     ensure!(
         (parents?, children?) == (n as i64, n as i64),
         "not every parent and child completed"
     );
-    Ok(n as f64 / elapsed.as_secs_f64())
+    Ok(driven.rate(n))
 }
 
 /// Sagas of `name` completed.
@@ -102,7 +102,8 @@ async fn completed(store: &agentsaga_core::Store, name: &str) -> anyhow::Result<
 }
 
 /// The nested shape's figure on `backend`: the median of `sizes.rounds` runs, each in
-/// a fresh database, against `flat` (the flat saga's happy rate, runtime side).
+/// a fresh database, against `flat` (the flat saga's happy rate, runtime side; 0 when
+/// it did not run, and then the figure has no floor).
 pub(super) async fn figure(
     backend: Backend,
     sizes: Sizes,
@@ -117,8 +118,13 @@ pub(super) async fn figure(
     }
     rates.sort_by(f64::total_cmp);
     let rate = rates[rates.len() / 2];
-    let figure = crate::report::Figure::new(BENCH, backend.name(), "nested_rate", rate, "sagas/s")
-        .with_floor(flat);
+    let figure = crate::report::Figure::new(BENCH, backend.name(), "nested_rate", rate, "sagas/s");
+    // No floor when the flat happy shape did not run (`--shapes nested`).
+    let figure = if flat > 0.0 {
+        figure.with_floor(flat)
+    } else {
+        figure
+    };
     let note = format!(
         "{} nested: parents of 2 steps (one agent step, one child saga of the flat 3-step \
          shape), happy path, {} per run: {rate:.0} parents/s; its ratio is against the flat \

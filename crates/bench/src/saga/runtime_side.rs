@@ -75,7 +75,7 @@ pub(super) async fn measure(
     runtime: Runtime,
 ) -> anyhow::Result<Run> {
     let store = runtime.store().clone();
-    let elapsed = drive(
+    let driven = drive(
         n,
         |first, count| {
             let runtime = &runtime;
@@ -114,12 +114,13 @@ pub(super) async fn measure(
     let hops = runtime.store().hop_stats();
     let relay = runtime.relay_stats().unwrap_or_default();
     runtime.shutdown().await;
-    let elapsed = elapsed?;
+    let driven = driven?;
     let latencies = check_and_measure(backend, url, scenario, n).await?;
     let delivered = relay.delivered + relay.retried + relay.dead + relay.released;
     Ok(Run {
-        rate: n as f64 / elapsed.as_secs_f64(),
+        rate: driven.rate(n),
         latencies,
+        cpu_per_saga: driven.cpu_per_saga(n),
         hops_per_commit: (hops.commits > 0).then(|| hops.hops as f64 / hops.commits as f64),
         handed_share: (delivered > 0).then(|| relay.handed_over as f64 / delivered as f64),
     })
