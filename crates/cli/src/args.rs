@@ -256,6 +256,9 @@ pub(crate) struct SagasList {
     /// Only sagas parked at a wait for a signal.
     #[arg(long)]
     pub(crate) waiting: bool,
+    /// Only sagas parked at a sleep (`Step::sleep`), with when they wake.
+    #[arg(long)]
+    pub(crate) sleeping: bool,
     /// Only the child sagas of this saga (started by its steps: `Step::saga`).
     #[arg(long, value_name = "ID", value_parser = parse_saga_id)]
     pub(crate) parent: Option<SagaId>,

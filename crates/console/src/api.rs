@@ -75,6 +75,7 @@ async fn sagas(State(s): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<op
         name: p.string("name"),
         key: p.string("key"),
         waiting: p.flag("waiting")?,
+        sleeping: p.flag("sleeping")?,
         parent: p.value("parent", parse_parent)?,
         stalled: p.flag("stalled")?,
         created_from_ms: p.value("from", parse_time)?,

@@ -138,6 +138,24 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
+/// How far `unix_ms` is from `now_ms`, as a person reads it: `in 2 h 10 min`,
+/// `in 45 s`, `in 3 d 4 h`; a time past or within the second is `due now`.
+pub fn from_now(unix_ms: i64, now_ms: i64) -> String {
+    let secs = (unix_ms - now_ms) / 1000;
+    if secs <= 0 {
+        return "due now".to_owned();
+    }
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("in {s} s"),
+        (0, 0, m) => format!("in {m} min"),
+        (0, h, 0) => format!("in {h} h"),
+        (0, h, m) => format!("in {h} h {m} min"),
+        (d, 0, _) => format!("in {d} d"),
+        (d, h, _) => format!("in {d} d {h} h"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +166,24 @@ mod tests {
         assert_eq!(rfc3339(1_732_281_777_111), "2024-11-22T13:22:57.111Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn from_now_reads_like_a_person_says_it() {
+        let now = 1_000_000_000;
+        assert_eq!(from_now(now - 5_000, now), "due now");
+        assert_eq!(from_now(now + 999, now), "due now");
+        assert_eq!(from_now(now + 45_000, now), "in 45 s");
+        assert_eq!(from_now(now + 10 * 60_000 + 3_000, now), "in 10 min");
+        assert_eq!(from_now(now + 2 * 3_600_000, now), "in 2 h");
+        assert_eq!(
+            from_now(now + 2 * 3_600_000 + 10 * 60_000, now),
+            "in 2 h 10 min"
+        );
+        assert_eq!(from_now(now + 3 * 86_400_000, now), "in 3 d");
+        assert_eq!(
+            from_now(now + 3 * 86_400_000 + 4 * 3_600_000 + 5, now),
+            "in 3 d 4 h"
+        );
     }
 }

@@ -23,6 +23,7 @@
 mod builder;
 mod destinations;
 mod planned;
+pub(crate) mod sleep;
 pub(crate) mod step;
 mod wait;
 

@@ -33,6 +33,7 @@ mod refs;
 mod stages;
 #[cfg(test)]
 mod tests;
+mod time;
 mod turns;
 
 pub(crate) use catalog::{APPROVE_PREFIX, Catalog, Planned, record_result};
@@ -147,6 +148,22 @@ pub struct PlanStep {
     /// refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approves: Option<String>,
+    /// A sleep step: how long the saga sleeps once it reaches the step, as a duration
+    /// (`"3d"`, `"2h 30m"`, `"90s"`, ISO 8601 `"PT5M"`; a day is 24 hours), as
+    /// [`Step::sleep`](crate::Step::sleep). Nothing else but `name` and `pivot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<String>,
+    /// A sleep step until a time: an RFC 3339 time (`"2026-12-01T09:00:00+01:00"`),
+    /// Unix milliseconds, or a reference (`{"$from": "/input/remind_at"}`) to either,
+    /// resolved when the saga reaches the step; a time past wakes it at once. As
+    /// [`Step::sleep_until`](crate::Step::sleep_until).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_until: Option<Value>,
+    /// On a wait: it ends after this duration (the format of `sleep`) if its signal has
+    /// not come, and the saga goes on without it, as
+    /// [`Step::or_after`](crate::Step::or_after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub or_after: Option<String>,
 }
 
 /// A compensation in a [`Plan`]: where it goes and its payload.
@@ -185,6 +202,9 @@ impl PlanStep {
             timeout_ms: None,
             max_attempts: None,
             approves: None,
+            sleep: None,
+            sleep_until: None,
+            or_after: None,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct SagaSummary {
     pub key: Option<String>,
     /// The signal it waits for now (`Step::wait_for`), if it is parked at a wait.
     pub waiting_for: Option<String>,
+    /// When it wakes, Unix ms, if it is parked at a sleep (`Step::sleep`).
+    pub sleeping_until_ms: Option<i64>,
     /// The saga whose step started it, for a child saga (`Step::saga`).
     pub parent_id: Option<SagaId>,
     /// Created, Unix ms.
@@ -73,6 +75,8 @@ pub struct StepView {
     pub dispatched_at_ms: Option<i64>,
     /// Unix ms.
     pub replied_at_ms: Option<i64>,
+    /// For a sleep, or a wait that ends by time or times out: when, Unix ms.
+    pub wakes_at_ms: Option<i64>,
     /// Unix ms.
     pub compensated_at_ms: Option<i64>,
     /// What its attempts and its compensation used, as their agents reported it.
@@ -89,6 +93,7 @@ fn summary(r: &Row) -> Result<SagaSummary> {
         error: r.opt_text("error")?,
         key: r.opt_text("key")?,
         waiting_for: r.opt_text("waiting_for")?,
+        sleeping_until_ms: r.opt_int("sleeping_until")?,
         parent_id: r.opt_uuid("parent_id")?.map(SagaId::from),
         created_at_ms: r.int("created_at")?,
         updated_at_ms: r.int("updated_at")?,
@@ -106,6 +111,8 @@ pub struct ListFilter {
     pub key: Option<String>,
     /// Only sagas parked at a wait for a signal.
     pub waiting: bool,
+    /// Only sagas parked at a sleep (`Step::sleep`).
+    pub sleeping: bool,
     /// Only the child sagas of this saga (`Step::saga`).
     pub parent: Option<SagaId>,
     /// Only stalled sagas ([`stalled`]), with this threshold of no progress.
@@ -168,7 +175,8 @@ impl FromStr for Cursor {
 /// awaited: such a saga is stalled only past `no_progress_for`. (Received here, its
 /// answer came in the same transaction: if the saga did not move, it was lost.) A saga whose only live message is a keyless timer
 /// (its deadline) counts as stalled by the first rule: its deadline is then the only
-/// thing that will move it. One query, by the `saga_instances` state index, then the
+/// thing that will move it. A saga parked at a sleep is not stalled, however long it
+/// sleeps (its wake-up is on its way). One query, by the `saga_instances` state index, then the
 /// steps' primary key and the outbox's key index.
 ///
 /// # Errors
@@ -225,16 +233,19 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                 i.parent_id, {ms i.created_at} AS created_at, {ms i.updated_at} AS updated_at,
                 (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id
                    AND s.state = 'dispatched' AND s.destination LIKE 'signal:%'
-                 ORDER BY s.idx LIMIT 1) AS waiting_for
+                 ORDER BY s.idx LIMIT 1) AS waiting_for,
+                (SELECT {ms s.deadline} FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination LIKE 'sleep:%'
+                 ORDER BY s.idx LIMIT 1) AS sleeping_until
              FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
              WHERE (? IS NULL OR i.id = ?) AND (? IS NULL OR i.state = ?)
                AND (? IS NULL OR i.name = ?) AND (? IS NULL OR k.key = ?)
                AND (? IS NULL OR i.state IN ('running', 'compensating'))
                AND (? IS NULL OR i.created_at >= ?) AND (? IS NULL OR i.created_at < ?)
                AND (? IS NULL OR i.parent_id = ?)) AS v
-         WHERE (NOT ? OR v.waiting_for IS NOT NULL)
+         WHERE (NOT ? OR v.waiting_for IS NOT NULL) AND (NOT ? OR v.sleeping_until IS NOT NULL)
            AND (? IS NULL OR v.created_at < ? OR (v.created_at = ? AND v.id < ?))
-           AND (? IS NULL OR (v.waiting_for IS NULL AND (v.updated_at < ? OR NOT EXISTS (
+           AND (? IS NULL OR (v.waiting_for IS NULL AND v.sleeping_until IS NULL AND (v.updated_at < ? OR NOT EXISTS (
                 SELECT 1 FROM saga_steps s
                 JOIN outbox o ON o.key = CAST(s.saga_id AS TEXT) || ':' || CAST(s.idx AS TEXT)
                 WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')
@@ -259,6 +270,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     .bind(parent)
     .bind(parent)
     .bind(f.waiting)
+    .bind(f.sleeping)
     .bind(cursor)
     .bind(cursor)
     .bind(cursor)
@@ -299,7 +311,7 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
         "SELECT idx, stage, name, destination, state, attempts, error,
                 compensation_destination, compensation_payload, compensation_state,
                 compensation_attempts, compensation_error, dispatched_at, replied_at,
-                compensated_at, usage
+                compensated_at, usage, deadline
              FROM saga_steps WHERE saga_id = ? ORDER BY idx",
     )
     .bind(*id.as_uuid())
@@ -325,6 +337,7 @@ pub async fn steps(store: &Store, id: SagaId) -> Result<Vec<StepView>> {
                 compensation_error: r.opt_text("compensation_error")?,
                 dispatched_at_ms: r.opt_int("dispatched_at")?,
                 replied_at_ms: r.opt_int("replied_at")?,
+                wakes_at_ms: r.opt_int("deadline")?,
                 compensated_at_ms: r.opt_int("compensated_at")?,
                 usage: r
                     .opt_text("usage")?

@@ -22,6 +22,7 @@ mod lifecycle;
 mod property;
 mod recovery;
 mod replanning;
+mod sleeps;
 mod timers;
 
 pub(crate) use compensations::booked;

@@ -14,6 +14,7 @@ pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<(
         name: args.name,
         key: args.key,
         waiting: args.waiting,
+        sleeping: args.sleeping,
         parent: args.parent,
         stalled: args.stalled,
         cursor: args.cursor,
@@ -38,7 +39,11 @@ pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<(
             s.name.clone(),
             s.version.to_string(),
             s.state.to_owned(),
-            or_dash(s.waiting_for.as_deref()),
+            match (&s.waiting_for, &s.sleeping_until) {
+                (Some(w), _) => w.clone(),
+                (None, Some(until)) => format!("sleeps until {until}"),
+                (None, None) => "-".to_owned(),
+            },
             truncate(&or_dash(s.key.as_deref()), 40),
             s.created_at.clone(),
             s.updated_at.clone(),
@@ -71,6 +76,9 @@ pub(super) fn print_saga(doc: &ShowDoc) {
     outln!("key      {}", or_dash(saga.key.as_deref()));
     if let Some(signal) = &saga.waiting_for {
         outln!("waiting  for signal `{signal}`");
+    }
+    if let Some(until) = &saga.sleeping_until {
+        outln!("sleeping until {until}");
     }
     if let Some(parent) = &saga.parent_id {
         outln!("parent   {parent} (this is a child saga: `sagas show {parent}`)");

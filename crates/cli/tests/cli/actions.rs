@@ -160,3 +160,35 @@ pub(crate) async fn signals(backend: Backend) {
     assert!(refused.contains("the saga is completed"), "{refused}");
     store.close().await;
 }
+
+// `sagas list --sleeping`: a saga parked at a sleep is listed with when it wakes (the
+// table's WAITING column says so), `sagas show` says it, and `--waiting` does not
+// list it.
+pub(crate) async fn sleeping(backend: Backend) {
+    use agentsaga_saga::{Engine, Saga, Step};
+    let url = fresh_url(backend).await;
+    let store = agentsaga_core::Store::connect(&url).await.unwrap();
+    let napper = Saga::<serde_json::Value>::builder("napper", 1)
+        .step(Step::sleep("nap", std::time::Duration::from_secs(3600)))
+        .pivot(Step::new("send", "sender"))
+        .build()
+        .unwrap();
+    let engine = Engine::new([napper]).unwrap();
+    let id = common::start(&store, &engine, "napper", &json!({})).await;
+    let sleeping = json(&url, &["sagas", "list", "--sleeping", "--json"]);
+    let sleeping = sleeping["sagas"].as_array().unwrap();
+    assert_eq!(sleeping.len(), 1);
+    assert_eq!(sleeping[0]["id"], id.to_string().as_str());
+    let until = sleeping[0]["sleeping_until"].as_str().unwrap().to_owned();
+    assert!(sleeping[0]["sleeping_until_ms"].as_i64().is_some());
+    let waiting = json(&url, &["sagas", "list", "--waiting", "--json"]);
+    assert!(waiting["sagas"].as_array().unwrap().is_empty(), "{waiting}");
+    let table = ok(&url, &["sagas", "list"]);
+    assert!(table.contains(&format!("sleeps until {until}")), "{table}");
+    let shown = ok(&url, &["sagas", "show", &id.to_string()]);
+    assert!(
+        shown.contains(&format!("sleeping until {until}")),
+        "{shown}"
+    );
+    store.close().await;
+}

@@ -25,6 +25,7 @@ use agentsaga_core::testing::{Backend, fresh_url};
 
 use actions::actions;
 use actions::signals;
+use actions::sleeping;
 use budgets::budgets;
 use common::{expect_failure, fails, run_cmd, sqlite_path};
 use dead::moot_dead_letters_are_not_redriven;
@@ -41,6 +42,7 @@ both_backends!(action_tests, actions);
 both_backends!(bad_input_tests, bad_ids_and_values);
 both_backends!(moot_tests, moot_dead_letters_are_not_redriven);
 both_backends!(signal_tests, signals);
+both_backends!(sleep_tests, sleeping);
 both_backends!(budget_tests, budgets);
 both_backends!(stalled_tests, stalled_sagas_are_reported);
 both_backends!(

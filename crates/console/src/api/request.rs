@@ -21,7 +21,8 @@ pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// The parameters `GET /sagas` takes.
 pub(super) const SAGA_PARAMS: &[&str] = &[
-    "state", "name", "key", "waiting", "stalled", "from", "to", "cursor", "limit", "parent",
+    "state", "name", "key", "waiting", "sleeping", "stalled", "from", "to", "cursor", "limit",
+    "parent",
 ];
 
 /// The query parameters of one request: each at most once, each one the endpoint

@@ -28,6 +28,9 @@ struct ListSagasArgs {
     /// Only sagas parked at a wait for a signal.
     #[serde(default)]
     waiting: bool,
+    /// Only sagas parked at a sleep (`Step::sleep`).
+    #[serde(default)]
+    sleeping: bool,
     /// Only the child sagas of this saga (its id, a UUID).
     parent: Option<String>,
     /// Only stalled sagas: running or compensating with nothing pending, in flight or
@@ -173,7 +176,7 @@ impl McpServer {
 
     #[tool(
         description = "A page of sagas, newest first, filtered by state, name, key, waiting \
-                       (parked at a wait for a signal), stalled, or creation time. Pass the \
+                       (parked at a wait for a signal), sleeping (parked at a sleep), stalled, or creation time. Pass the \
                        answer's `next_cursor` as `cursor` for the next page (null: the last).",
         input_schema = schema::<ListSagasArgs>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -331,6 +334,7 @@ impl McpServer {
                 name: a.name,
                 key: a.key,
                 waiting: a.waiting,
+                sleeping: a.sleeping,
                 parent: a.parent.as_deref().map(parse_saga_id).transpose()?,
                 stalled: a.stalled,
                 created_from_ms: a.created_from_ms,

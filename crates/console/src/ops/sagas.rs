@@ -26,6 +26,10 @@ pub struct SagaDoc {
     pub key: Option<String>,
     /// The signal it is parked waiting for.
     pub waiting_for: Option<String>,
+    /// When it wakes, if it is parked at a sleep (`Step::sleep`).
+    pub sleeping_until: Option<String>,
+    /// The same, Unix ms.
+    pub sleeping_until_ms: Option<i64>,
     /// The saga whose step started it, for a child saga.
     pub parent_id: Option<String>,
     /// When it started.
@@ -48,6 +52,8 @@ impl From<&SagaSummary> for SagaDoc {
             error: s.error.clone(),
             key: s.key.clone(),
             waiting_for: s.waiting_for.clone(),
+            sleeping_until: s.sleeping_until_ms.map(rfc3339),
+            sleeping_until_ms: s.sleeping_until_ms,
             parent_id: s.parent_id.map(|p| p.to_string()),
             created_at: rfc3339(s.created_at_ms),
             created_at_ms: s.created_at_ms,
@@ -82,6 +88,10 @@ pub struct StepDoc {
     pub replied_at: Option<String>,
     /// The same, Unix ms.
     pub replied_at_ms: Option<i64>,
+    /// For a sleep (`sleep:<name>`), or a wait that ends by time or times out: when.
+    pub wakes_at: Option<String>,
+    /// The same, Unix ms.
+    pub wakes_at_ms: Option<i64>,
     /// Where its compensation goes.
     pub compensation_destination: Option<String>,
     /// Its compensation's payload, once built.
@@ -114,6 +124,8 @@ impl From<&StepView> for StepDoc {
             dispatched_at_ms: s.dispatched_at_ms,
             replied_at: s.replied_at_ms.map(rfc3339),
             replied_at_ms: s.replied_at_ms,
+            wakes_at: s.wakes_at_ms.map(rfc3339),
+            wakes_at_ms: s.wakes_at_ms,
             compensation_destination: s.compensation_destination.clone(),
             compensation_payload: s.compensation_payload.as_deref().map(json_value),
             compensation_state: s.compensation_state.map(|c| c.to_string()),
@@ -164,6 +176,8 @@ pub struct SagaQuery {
     pub key: Option<String>,
     /// Only sagas parked at a wait.
     pub waiting: bool,
+    /// Only sagas parked at a sleep.
+    pub sleeping: bool,
     /// Only the child sagas of this saga.
     pub parent: Option<SagaId>,
     /// Only stalled sagas.
@@ -202,6 +216,7 @@ impl Console {
             name: q.name.clone(),
             key: q.key.clone(),
             waiting: q.waiting,
+            sleeping: q.sleeping,
             parent: q.parent,
             stalled: q.stalled.then_some(self.stalled_after),
             created_from_ms: q.created_from_ms,

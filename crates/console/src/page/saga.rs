@@ -95,6 +95,14 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
         updated = when(Some(&s.updated_at)),
         ran = dur(ran),
     );
+    if let (Some(until), Some(ms)) = (&s.sleeping_until, s.sleeping_until_ms) {
+        let _ = writeln!(
+            out,
+            "<dt>Sleeping</dt><dd id=\"sleeping\">until {} ({})</dd>",
+            when(Some(until)),
+            esc(&crate::time::from_now(ms, agentsaga_core::clock::now_ms()))
+        );
+    }
     if let Some(w) = &s.waiting_for {
         let _ = writeln!(
             out,

@@ -241,3 +241,55 @@ async fn a_saga_shows_its_usage_and_why_it_waits_for_a_raise() {
     assert!(!page.contains("waiting-for-raise"), "{page}");
     store.close().await;
 }
+
+// A saga parked at a sleep: its page says until when and how long from now, its
+// timeline bar says the same, the list names it, and `?sleeping=true` of the API finds
+// it (with `sleeping_until`).
+#[tokio::test]
+async fn a_sleeping_saga_shows_when_it_wakes() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let def = Saga::<Value>::builder("napper", 1)
+        .step(Step::sleep(
+            "nap",
+            std::time::Duration::from_secs(2 * 3600 + 600),
+        ))
+        .pivot(Step::new("after", "nowhere"))
+        .build()
+        .unwrap();
+    let engine = Engine::new([def]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine.start(&mut tx, "napper", &json!({})).await.unwrap();
+    tx.commit().await.unwrap();
+    let idle = running_saga(&store).await;
+    let base = serve(store.clone(), None).await;
+
+    let (status, page) = get(&format!("{base}/sagas/{id}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("<dt>Sleeping</dt><dd id=\"sleeping\">until <time"),
+        "{page}"
+    );
+    // 2 h 10 min ahead, give or take the test's own seconds.
+    assert!(
+        page.contains("(in 2 h 9 min)") || page.contains("(in 2 h 10 min)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("sleeps until 20"),
+        "the timeline's bar: {page}"
+    );
+    let (_, list) = get(&format!("{base}/sagas")).await;
+    assert!(list.contains("sleeps until <time"), "{list}");
+
+    let (status, body) = get(&format!("{base}/api/v1/sagas?sleeping=true")).await;
+    assert_eq!(status, 200, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    let sagas = page["sagas"].as_array().unwrap();
+    assert_eq!(sagas.len(), 1, "{body}");
+    assert_eq!(sagas[0]["id"], json!(id.to_string()));
+    assert!(sagas[0]["sleeping_until_ms"].as_i64().is_some(), "{body}");
+    let (_, page) = get(&format!("{base}/sagas/{idle}")).await;
+    assert!(!page.contains("id=\"sleeping\""), "{page}");
+    store.close().await;
+}

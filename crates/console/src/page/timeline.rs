@@ -7,8 +7,9 @@ use super::html::{dur, esc};
 use super::views::short;
 use crate::ops::{ShowDoc, StepDoc};
 
+/// A wait for a signal, or a sleep: drawn alike (nothing is sent to an agent).
 fn is_wait(step: &StepDoc) -> bool {
-    step.destination.starts_with("signal:")
+    step.destination.starts_with("signal:") || step.destination.starts_with("sleep:")
 }
 
 /// One bar of the timeline.
@@ -56,7 +57,15 @@ pub(super) fn timeline(doc: &ShowDoc, live: bool, now: i64) -> String {
                 Some(s.updated_at_ms)
             })
             .filter(|_| st.dispatched_at_ms.is_some());
-        let what = if wait {
+        let sleep = st.destination.starts_with("sleep:");
+        let what = if sleep {
+            match (open, st.wakes_at.as_deref(), st.wakes_at_ms) {
+                (true, Some(at), Some(ms)) => {
+                    format!("sleeps until {at}, {}", crate::time::from_now(ms, now))
+                }
+                _ => format!("slept until {}", st.wakes_at.as_deref().unwrap_or("–")),
+            }
+        } else if wait {
             format!(
                 "waits for the signal {}",
                 st.destination.trim_start_matches("signal:")
@@ -73,7 +82,13 @@ pub(super) fn timeline(doc: &ShowDoc, live: bool, now: i64) -> String {
             st.name,
             st.state,
             st.dispatched_at.as_deref().unwrap_or("–"),
-            if wait { "signalled" } else { "replied" },
+            if sleep {
+                "woke"
+            } else if wait {
+                "signalled"
+            } else {
+                "replied"
+            },
             st.replied_at.as_deref().unwrap_or("not yet"),
         );
         forward.push(Bar {

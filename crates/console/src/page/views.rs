@@ -205,7 +205,11 @@ pub(crate) fn saga_table(sagas: &[SagaDoc], id: &str) -> String {
             version = s.version,
             state = badge(s.state),
             key = esc(s.key.as_deref().unwrap_or("")),
-            waiting = esc(s.waiting_for.as_deref().unwrap_or("")),
+            waiting = match (&s.waiting_for, &s.sleeping_until) {
+                (Some(w), _) => esc(w),
+                (None, Some(until)) => format!("sleeps until {}", when(Some(until))),
+                (None, None) => String::new(),
+            },
             created = when(Some(&s.created_at)),
             updated = when(Some(&s.updated_at)),
             error = esc(s.error.as_deref().unwrap_or("")),

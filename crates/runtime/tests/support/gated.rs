@@ -2,6 +2,9 @@
 //! records each command under its destination and answers as the test says (the agent
 //! of the tests of sagas that wait: signals, plans); a refused signal.
 
+// Not every test binary including this file refuses signals.
+#![allow(dead_code)]
+
 use std::sync::{Arc, Mutex};
 
 use agentsaga_runtime::{

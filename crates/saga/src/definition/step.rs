@@ -98,6 +98,9 @@ pub struct StepDef {
     /// signal is registered then (not at start: no approval before the command is
     /// there to see).
     pub(crate) approves: Option<String>,
+    /// When the step wakes by time: a sleep (`Step::sleep`, no signal), or a wait
+    /// that ends when its signal has not come in time (`Step::or_after`).
+    pub(crate) wake: Option<super::sleep::Wake>,
 }
 
 impl StepDef {
@@ -130,6 +133,12 @@ impl StepDef {
     pub fn child_saga(&self) -> Option<&str> {
         self.child.as_deref()
     }
+
+    /// Whether it is a sleep ([`Step::sleep`], [`Step::sleep_until`]): a wait that
+    /// only time ends.
+    pub fn is_sleep(&self) -> bool {
+        self.wake.is_some() && self.wait.is_none()
+    }
 }
 
 impl std::fmt::Debug for StepDef {
@@ -139,6 +148,7 @@ impl std::fmt::Debug for StepDef {
             .field("destination", &self.destination)
             .field("pivot", &self.pivot)
             .field("timeout", &self.timeout)
+            .field("wake", &self.wake)
             .finish_non_exhaustive()
     }
 }
@@ -169,6 +179,7 @@ where
                 approval: false,
                 child: None,
                 approves: None,
+                wake: None,
             },
             _marker: PhantomData,
         }

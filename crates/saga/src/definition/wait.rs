@@ -48,6 +48,7 @@ where
                 approval: true,
                 child: None,
                 approves: None,
+                wake: None,
             },
             _marker: PhantomData,
         }

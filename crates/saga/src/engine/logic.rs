@@ -77,6 +77,9 @@ impl Ctx<'_> {
                 usage,
                 bad_usage,
             } => self.on_reply(step, causation, outcome, (usage, bad_usage)),
+            Inbound::Timeout { step, causation } if self.wakes(step) => {
+                self.on_wake(step, causation)
+            }
             Inbound::Timeout { step, causation } => {
                 self.on_lost(step, causation, "timed out: the outcome is unknown".into())
             }

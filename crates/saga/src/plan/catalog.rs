@@ -155,6 +155,14 @@ impl Catalog {
         if s.max_attempts == Some(0) {
             return Err(at("max_attempts of 0".into()));
         }
+        super::time::check(s).map_err(at)?;
+        if s.is_sleep() {
+            return s
+                .sleep_until
+                .as_ref()
+                .map_or(Ok(()), |until| check_refs(until, earlier, None))
+                .map_err(at);
+        }
         if let Some(child) = &s.saga {
             return self
                 .check_child(s, child, before_pivot, earlier)
@@ -168,7 +176,9 @@ impl Catalog {
             }
             (None, None) => {
                 return Err(at(
-                    "it has neither a `destination`, a `wait_for` signal nor a `saga`".into(),
+                    "it has neither a `destination`, a `wait_for` signal, a `saga` nor a \
+                     `sleep`"
+                        .into(),
                 ));
             }
             (Some(_), None) if s.approval => {

@@ -74,6 +74,25 @@ fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool, gate: Option<Gat
         ..catalog.retry
     };
     let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
+    let wake = super::time::wake(&s);
+    if s.is_sleep() {
+        return StepDef {
+            destination: crate::definition::sleep::sleep_destination(&name),
+            name,
+            command: Arc::new(|_: &Value| Ok(Value::Null)),
+            fold: None,
+            undo: Undo::Nothing,
+            retry,
+            timeout: None,
+            start_timeout: None,
+            pivot: s.pivot,
+            wait: None,
+            approval: false,
+            child: None,
+            approves: None,
+            wake,
+        };
+    }
     if let Some(signal) = s.wait_for {
         let (command, fold, approves): (crate::definition::step::BuildFn, _, _) = match gate {
             Some(Gate::Wait(target)) => {
@@ -100,6 +119,7 @@ fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool, gate: Option<Gat
             wait: Some(signal),
             child: None,
             approves,
+            wake,
         };
     }
     let template = s.command;
@@ -142,5 +162,6 @@ fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool, gate: Option<Gat
         approval: false,
         child: s.saga,
         approves: None,
+        wake: None,
     }
 }

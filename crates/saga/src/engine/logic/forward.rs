@@ -60,8 +60,8 @@ impl Ctx<'_> {
             .ok_or_else(|| Error::Corrupt(format!("no step {idx}")))?
             .clone();
         let stage = def.steps().nth(idx).map(|(s, _)| s).unwrap_or_default();
-        if let Some(name) = sd.wait.clone() {
-            return self.dispatch_wait(idx, stage, &sd, &name);
+        if sd.wait.is_some() || sd.wake.is_some() {
+            return self.dispatch_wait(idx, stage, &sd);
         }
         let command = (sd.command)(&self.inst.data)?;
         if !self.inst.steps.contains_key(&idx) {

@@ -12,53 +12,93 @@ use crate::engine::model::StepRow;
 use crate::{CompensationState, Result, SagaState, StepState};
 
 impl Ctx<'_> {
-    /// Step `idx` is the wait for `name`: it is dispatched with an id of its own (the
-    /// cause a signal answers), and with a timer if it has a timeout. A signal that
-    /// came first is used at once.
-    pub(super) fn dispatch_wait(
-        &mut self,
-        idx: usize,
-        stage: usize,
-        sd: &StepDef,
-        name: &str,
-    ) -> Result<()> {
+    /// Step `idx` is a wait (for its signal, or for its time: a sleep): it is
+    /// dispatched with an id of its own (the cause a signal or its wake-up answers),
+    /// and with a timer if it has a timeout or wakes by time (then its row's deadline
+    /// is the time it wakes). A signal that came first is used at once.
+    pub(super) fn dispatch_wait(&mut self, idx: usize, stage: usize, sd: &StepDef) -> Result<()> {
         let wait = MessageId::new();
         let now = self.now_ms;
-        if sd.approves.is_some() {
+        if let (Some(name), Some(_)) = (&sd.wait, &sd.approves) {
             self.record_approval(sd, name)?;
         }
+        let due = match &sd.wake {
+            Some(wake) => Some(wake.due_ms(now, &self.inst.data)?),
+            None => sd.timeout.map(|t| now.saturating_add(millis(t))),
+        };
+        // Nothing to undo; the pivot and the steps after it have no entry in the
+        // compensation ledger at all (what `past_pivot` reads).
+        let entry =
+            (!sd.pivot && !self.def()?.after_pivot(idx)).then_some(CompensationState::NotNeeded);
         let row = self.inst.steps.entry(idx).or_insert_with(|| {
-            StepRow::first_dispatch(
-                idx,
-                stage,
-                &sd.name,
-                &sd.destination,
-                Some(CompensationState::NotNeeded),
-                None,
-                None,
-            )
+            StepRow::first_dispatch(idx, stage, &sd.name, &sd.destination, entry, None, None)
         });
         row.state = StepState::Dispatched;
         row.attempts += 1;
         row.command_id = Some(wait);
         row.dispatched_at = Some(now);
-        row.deadline_ms = sd.timeout.map(|t| now + millis(t));
+        row.deadline_ms = due;
         let old = row.timer_id.take();
         self.fx.cancel.extend(old);
-        if let Some(outcome) = self.signals.get(name).cloned() {
+        if let Some(outcome) = sd.wait.as_ref().and_then(|n| self.signals.get(n)).cloned() {
             return self.on_reply(idx, wait, outcome, Default::default());
         }
-        if let Some(timeout) = sd.timeout {
+        if let Some(due) = due {
+            // At least 1 ms: a time already past wakes the saga at once, through its
+            // orchestrator like any other wake-up.
+            let after = Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(1));
             let orchestrator = self.orchestrator();
-            let timer = self
-                .address(idx, &orchestrator)
-                .wait_timer(wait, timeout.max(Duration::from_millis(1)));
+            let timer = self.address(idx, &orchestrator).wait_timer(wait, after);
             if let Some(row) = self.inst.steps.get_mut(&idx) {
                 row.timer_id = Some(timer.id);
             }
             self.fx.send.push(timer);
         }
         Ok(())
+    }
+
+    /// Step `idx`'s wake-up `causation` came: a sleep, or a wait whose signal did not
+    /// come in time (`or_after`), succeeds without a reply and the saga goes on. A
+    /// wake-up the step no longer waits for (its signal came, the saga turned back) is
+    /// ignored.
+    pub(crate) fn on_wake(&mut self, idx: usize, causation: MessageId) -> Result<()> {
+        let Some(row) = self.inst.steps.get(&idx) else {
+            return self.ignore(format!(
+                "wake-up for step {idx}, which was never dispatched"
+            ));
+        };
+        if row.command_id != Some(causation) || row.state != StepState::Dispatched {
+            return self.ignore(format!("late or duplicate wake-up for step {idx}"));
+        }
+        let output = serde_json::json!({"woke": "time", "due": row.deadline_ms});
+        // In flight beside a step past the pivot that failed (the saga is stuck going
+        // forward), it is done all the same: an operator's retry of the failed steps
+        // then finds its stage answered.
+        let stuck =
+            self.inst.state == SagaState::Stuck && self.inst.failed_compensation().is_none();
+        if self.inst.state != SagaState::Running && !stuck {
+            return self.ignore(format!("wake-up for step {idx} while {}", self.inst.state));
+        }
+        self.cancel_timer(idx);
+        let now = self.now_ms;
+        let row = self.inst.steps.get_mut(&idx).expect("checked");
+        row.state = StepState::Succeeded;
+        row.output = Some(output);
+        row.error = None;
+        row.replied_at = Some(now);
+        if stuck {
+            return Ok(());
+        }
+        self.advance_forward()
+    }
+
+    /// Whether step `idx` wakes by time (a sleep, or a wait with `or_after`): then its
+    /// timer's message is its wake-up, not a timeout.
+    pub(crate) fn wakes(&self, idx: usize) -> bool {
+        self.def
+            .as_deref()
+            .and_then(|d| d.step(idx))
+            .is_some_and(|s| s.wake.is_some())
     }
 
     /// The approval wait `sd` (inserted before a command to an `approve_before`
