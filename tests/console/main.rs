@@ -83,6 +83,7 @@ async fn console_in_a_real_browser() {
     compensated_timeline_reads_in_reverse(&mut page, &store, &base).await;
     lists_and_dead_letters(&mut page, &store, &base).await;
     abort_with_the_button(&mut page, &store, &base, held).await;
+    a_sleeping_saga_says_when_it_wakes(&mut page, &store, &base).await;
 
     let problems = page.page_errors();
     assert!(

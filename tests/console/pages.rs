@@ -376,3 +376,41 @@ pub(crate) async fn abort_with_the_button(page: &mut Cdp, store: &Store, base: &
         saga.state
     );
 }
+
+/// A saga parked at a sleep: its page says until when and in how long, and its
+/// timeline's bar says it sleeps.
+pub(crate) async fn a_sleeping_saga_says_when_it_wakes(page: &mut Cdp, store: &Store, base: &str) {
+    let def = Saga::<Value>::builder("follow_up", 1)
+        .step(Step::sleep(
+            "three_days",
+            Duration::from_secs(3 * 86_400 + 2 * 3_600),
+        ))
+        .pivot(Step::new("send_follow_up", "mailer"))
+        .build()
+        .unwrap();
+    let engine = Engine::new([def]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine
+        .start(&mut tx, "follow_up", &json!({ "to": "ann@example.com" }))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    page.navigate(&format!("{base}/sagas/{id}")).await;
+    let sleeping = page
+        .eval("document.getElementById('sleeping').textContent")
+        .await;
+    let sleeping = sleeping.as_str().unwrap_or_default().to_owned();
+    assert!(sleeping.starts_with("until 20"), "{sleeping}");
+    assert!(
+        sleeping.ends_with("(in 3 d 2 h)") || sleeping.ends_with("(in 3 d 1 h)"),
+        "{sleeping}"
+    );
+    let body = page.eval("document.body.innerText").await;
+    assert!(
+        body.as_str()
+            .unwrap_or_default()
+            .contains("sleeps until 20"),
+        "{body}"
+    );
+    page.save_screenshot("console-sleeping.png").await;
+}

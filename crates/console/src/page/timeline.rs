@@ -187,7 +187,7 @@ pub(super) fn timeline(doc: &ShowDoc, live: bool, now: i64) -> String {
     }
     out += "<div class=\"legend\"><span><i class=\"tl-bar succeeded\"></i>succeeded</span>\
             <span><i class=\"tl-bar failed\"></i>failed</span><span><i class=\"tl-bar dispatched\"></i>in flight</span>\
-            <span><i class=\"tl-bar wait\"></i>wait for a signal</span><span><i class=\"tl-bar comp done\"></i>compensated</span>\
+            <span><i class=\"tl-bar wait\"></i>wait for a signal or a time</span><span><i class=\"tl-bar comp done\"></i>compensated</span>\
             <span><i class=\"tl-bar comp skipped\"></i>skipped by an operator</span></div>\n</div>\n";
     out
 }
