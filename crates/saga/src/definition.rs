@@ -126,7 +126,8 @@ impl SagaDefinition {
             if s.child.is_some() {
                 continue; // a child saga's orchestrators, not an agent
             }
-            if s.wait.is_none() {
+            // A wait or a sleep sends nothing to an agent.
+            if s.wait.is_none() && s.wake.is_none() {
                 out.push(s.destination.clone());
             }
             if let Some(destination) = s.undo.destination() {

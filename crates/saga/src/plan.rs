@@ -159,9 +159,11 @@ pub struct PlanStep {
     /// [`Step::sleep_until`](crate::Step::sleep_until).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep_until: Option<Value>,
-    /// On a wait: it ends after this duration (the format of `sleep`) if its signal has
-    /// not come, and the saga goes on without it, as
-    /// [`Step::or_after`](crate::Step::or_after).
+    /// On a wait whose signal agents may send
+    /// ([`PlannedBuilder::agent_signals`](crate::PlannedBuilder::agent_signals): a
+    /// person's decision does not pass by time): it ends after this duration (the
+    /// format of `sleep`) if its signal has not come, and the saga goes on without it,
+    /// as [`Step::or_after`](crate::Step::or_after).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub or_after: Option<String>,
 }

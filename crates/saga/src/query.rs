@@ -75,7 +75,9 @@ pub struct StepView {
     pub dispatched_at_ms: Option<i64>,
     /// Unix ms.
     pub replied_at_ms: Option<i64>,
-    /// For a sleep, or a wait that ends by time or times out: when, Unix ms.
+    /// Its deadline, Unix ms: for a sleep, or a wait that ends by time or times out,
+    /// when it does; for a command with a start timeout, when that passes. Kept once
+    /// the step is done.
     pub wakes_at_ms: Option<i64>,
     /// Unix ms.
     pub compensated_at_ms: Option<i64>,
@@ -175,8 +177,8 @@ impl FromStr for Cursor {
 /// awaited: such a saga is stalled only past `no_progress_for`. (Received here, its
 /// answer came in the same transaction: if the saga did not move, it was lost.) A saga whose only live message is a keyless timer
 /// (its deadline) counts as stalled by the first rule: its deadline is then the only
-/// thing that will move it. A saga parked at a sleep is not stalled, however long it
-/// sleeps (its wake-up is on its way). One query, by the `saga_instances` state index, then the
+/// thing that will move it. A running saga whose steps on their way are all sleeps
+/// (or waits) is not stalled, however long it sleeps (its wake-up is on its way). One query, by the `saga_instances` state index, then the
 /// steps' primary key and the outbox's key index.
 ///
 /// # Errors
@@ -235,7 +237,8 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                    AND s.state = 'dispatched' AND s.destination LIKE 'signal:%'
                  ORDER BY s.idx LIMIT 1) AS waiting_for,
                 (SELECT {ms s.deadline} FROM saga_steps s WHERE s.saga_id = i.id
-                   AND s.state = 'dispatched' AND s.destination LIKE 'sleep:%'
+                   AND i.state = 'running' AND s.state = 'dispatched'
+                   AND s.destination LIKE 'sleep:%'
                  ORDER BY s.idx LIMIT 1) AS sleeping_until
              FROM saga_instances i LEFT JOIN saga_keys k ON k.saga_id = i.id
              WHERE (? IS NULL OR i.id = ?) AND (? IS NULL OR i.state = ?)
@@ -245,7 +248,10 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                AND (? IS NULL OR i.parent_id = ?)) AS v
          WHERE (NOT ? OR v.waiting_for IS NOT NULL) AND (NOT ? OR v.sleeping_until IS NOT NULL)
            AND (? IS NULL OR v.created_at < ? OR (v.created_at = ? AND v.id < ?))
-           AND (? IS NULL OR (v.waiting_for IS NULL AND v.sleeping_until IS NULL AND (v.updated_at < ? OR NOT EXISTS (
+           AND (? IS NULL OR (v.waiting_for IS NULL AND (v.sleeping_until IS NULL OR EXISTS (
+                SELECT 1 FROM saga_steps s WHERE s.saga_id = v.id AND s.state = 'dispatched'
+                  AND s.destination NOT LIKE 'sleep:%' AND s.destination NOT LIKE 'signal:%'))
+                AND (v.updated_at < ? OR NOT EXISTS (
                 SELECT 1 FROM saga_steps s
                 JOIN outbox o ON o.key = CAST(s.saga_id AS TEXT) || ':' || CAST(s.idx AS TEXT)
                 WHERE s.saga_id = v.id AND (o.state IN ('pending', 'in_flight')

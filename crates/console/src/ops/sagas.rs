@@ -88,7 +88,8 @@ pub struct StepDoc {
     pub replied_at: Option<String>,
     /// The same, Unix ms.
     pub replied_at_ms: Option<i64>,
-    /// For a sleep (`sleep:<name>`), or a wait that ends by time or times out: when.
+    /// Its deadline: for a sleep (`sleep:<name>`), or a wait that ends by time or
+    /// times out, when it does; for a command with a start timeout, when that passes.
     pub wakes_at: Option<String>,
     /// The same, Unix ms.
     pub wakes_at_ms: Option<i64>,

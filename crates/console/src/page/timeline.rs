@@ -63,7 +63,13 @@ pub(super) fn timeline(doc: &ShowDoc, live: bool, now: i64) -> String {
                 (true, Some(at), Some(ms)) => {
                     format!("sleeps until {at}, {}", crate::time::from_now(ms, now))
                 }
-                _ => format!("slept until {}", st.wakes_at.as_deref().unwrap_or("–")),
+                _ if st.state == "succeeded" => {
+                    format!("slept until {}", st.wakes_at.as_deref().unwrap_or("–"))
+                }
+                _ => format!(
+                    "was to sleep until {}",
+                    st.wakes_at.as_deref().unwrap_or("–")
+                ),
             }
         } else if wait {
             format!(

@@ -33,13 +33,20 @@ pub(crate) enum Wake {
     At(AtFn),
 }
 
+/// The longest a step sleeps: ten years. A later time (a `Duration::MAX`, a far
+/// `sleep_until`) wakes it then, a time both backends store.
+pub(crate) const MAX_SLEEP: Duration = Duration::from_secs(10 * 366 * 86_400);
+
 impl Wake {
-    /// The Unix time (ms) the step wakes at, reached at `now_ms` with `data`.
+    /// The Unix time (ms) the step wakes at, reached at `now_ms` with `data`: at most
+    /// [`MAX_SLEEP`] from now.
     pub(crate) fn due_ms(&self, now_ms: i64, data: &Value) -> Result<i64> {
-        match self {
-            Wake::After(d) => Ok(now_ms.saturating_add(agentsaga_core::clock::millis(*d))),
-            Wake::At(at) => at(data),
-        }
+        let latest = now_ms.saturating_add(agentsaga_core::clock::millis(MAX_SLEEP));
+        let due = match self {
+            Wake::After(d) => now_ms.saturating_add(agentsaga_core::clock::millis(*d)),
+            Wake::At(at) => at(data)?,
+        };
+        Ok(due.min(latest))
     }
 }
 
@@ -57,7 +64,8 @@ pub(crate) fn sleep_destination(name: &str) -> String {
     format!("sleep:{name}")
 }
 
-/// A time as Unix milliseconds (before 1970: negative; far beyond: saturated).
+/// A time as Unix milliseconds (before 1970: negative; far beyond: saturated; the
+/// engine wakes a step at most [`MAX_SLEEP`] from when it reaches it).
 pub(crate) fn unix_ms(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => agentsaga_core::clock::millis(d),
@@ -93,9 +101,9 @@ where
 
     /// A step named `name` that sleeps until the time `until` computes from the saga
     /// data when the saga reaches it ("try the vendor again tomorrow at 9"). A time
-    /// already past wakes the saga at once. Otherwise as [`sleep`](Self::sleep). Data
-    /// that does not decode is an error of the transaction that reaches the step, as
-    /// for a command's builder (reached at the start: the start is refused).
+    /// already past wakes the saga at once; a time more than ten years ahead wakes it
+    /// then. Otherwise as [`sleep`](Self::sleep). Data that does not decode fails the
+    /// step (before the pivot the saga compensates).
     pub fn sleep_until<F>(name: impl Into<String>, until: F) -> Self
     where
         F: Fn(&D) -> SystemTime + Send + Sync + 'static,

@@ -156,6 +156,17 @@ impl Catalog {
             return Err(at("max_attempts of 0".into()));
         }
         super::time::check(s).map_err(at)?;
+        if let (Some(_), Some(signal)) = (&s.or_after, &s.wait_for)
+            && (s.approval
+                || self.approvals.contains(signal)
+                || !self.agent_signals.contains(signal))
+        {
+            return Err(at(format!(
+                "`or_after` on the wait for `{signal}`, a person's decision: a person's \
+                 decision does not pass by time (a wait that may end by time waits for a \
+                 signal agents may send: PlannedBuilder::agent_signals)"
+            )));
+        }
         if s.is_sleep() {
             return s
                 .sleep_until

@@ -12,8 +12,7 @@ use super::refs::{reference, resolve};
 use crate::Error;
 use crate::definition::sleep::Wake;
 
-/// The longest sleep a plan may ask for: ten years.
-const MAX_SLEEP: Duration = Duration::from_secs(10 * 366 * 86_400);
+use crate::definition::sleep::MAX_SLEEP;
 
 impl PlanStep {
     /// A sleep step: the saga sleeps `duration` (`"3d"`, `"2h 30m"`, `"90s"`,
@@ -72,7 +71,8 @@ pub(super) fn duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
-/// A time of a plan as Unix milliseconds: an RFC 3339 string or an integer.
+/// A time of a plan as Unix milliseconds: an RFC 3339 string or an integer, in the
+/// range of times `jiff` knows (years -9999 to 9999).
 pub(super) fn time(v: &Value) -> std::result::Result<i64, String> {
     match v {
         Value::String(s) => s
@@ -81,7 +81,12 @@ pub(super) fn time(v: &Value) -> std::result::Result<i64, String> {
             .map_err(|e| format!("`{s}` is not an RFC 3339 time: {e}")),
         Value::Number(n) => n
             .as_i64()
-            .ok_or_else(|| format!("{n} is not a whole number of Unix milliseconds")),
+            .ok_or_else(|| format!("{n} is not a whole number of Unix milliseconds"))
+            .and_then(|ms| {
+                jiff::Timestamp::from_millisecond(ms)
+                    .map(|t| t.as_millisecond())
+                    .map_err(|e| format!("{ms} Unix milliseconds is no time: {e}"))
+            }),
         other => Err(format!(
             "{other} is neither an RFC 3339 time nor Unix milliseconds"
         )),
@@ -169,7 +174,14 @@ mod tests {
             Ok(1_796_025_600_000)
         );
         assert_eq!(time(&json!(1_796_025_600_000_i64)), Ok(1_796_025_600_000));
-        for bad in [json!("tomorrow"), json!(1.5), json!(null), json!({"at": 1})] {
+        for bad in [
+            json!("tomorrow"),
+            json!(1.5),
+            json!(null),
+            json!({"at": 1}),
+            json!(i64::MIN),
+            json!(i64::MAX),
+        ] {
             assert!(time(&bad).is_err(), "{bad} parsed");
         }
     }
@@ -177,6 +189,7 @@ mod tests {
     fn saga() -> crate::SagaDefinition {
         PlannedSaga::builder("planned_sleeps", 1)
             .destinations(["mail"])
+            .agent_signals(["reply"])
             .build()
             .unwrap()
     }
@@ -259,8 +272,18 @@ mod tests {
             "only on a wait",
         );
         refused(
-            Plan::new().then(PlanStep::wait_for("w", "w").or_after("later")),
+            Plan::new().then(PlanStep::wait_for("w", "reply").or_after("later")),
             "`later` is not a duration",
+        );
+        // A person's decision does not pass by time: not on a wait agents may not
+        // signal, nor on one the plan marks an approval.
+        refused(
+            Plan::new().then(PlanStep::wait_for("w", "sign_off").or_after("1h")),
+            "a person's decision does not pass by time",
+        );
+        refused(
+            Plan::new().then(PlanStep::approval("w", "reply").or_after("1h")),
+            "a person's decision does not pass by time",
         );
     }
 }

@@ -155,6 +155,12 @@ pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) 
          WHERE (i.state = 'running' OR i.state = 'compensating')
            AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
                AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
+           -- asleep: a running saga whose steps on their way are all sleeps
+           AND NOT (i.state = 'running'
+               AND EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination LIKE 'sleep:%')
+               AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
+                   AND s.state = 'dispatched' AND s.destination NOT LIKE 'sleep:%'))
            AND (i.updated_at < ? OR NOT EXISTS (
                SELECT 1 FROM saga_steps s
                JOIN outbox o ON o.key = CAST(s.saga_id AS TEXT) || ':' || CAST(s.idx AS TEXT)

@@ -82,6 +82,10 @@ async fn a_sleep_parks_the_saga_and_wakes_it_at_its_time(backend: Backend) {
             .unwrap()
             .is_empty()
     );
+    assert_eq!(
+        query::count_stalled(&store, Duration::ZERO).await.unwrap(),
+        0
+    );
     assert!(
         due >= before + 400 && due <= agentsaga_core::clock::now_ms() + 400,
         "{due}"
@@ -279,35 +283,85 @@ async fn a_planned_saga_sleeps_until_its_input_says(backend: Backend) {
 }
 both_backends!(planned_sleep, a_planned_saga_sleeps_until_its_input_says);
 
-// A `sleep_until` whose reference does not resolve to a time, reached at start: the
-// start is refused with the reason, nothing stored.
-async fn a_sleep_until_that_is_no_time_refuses_the_start(backend: Backend) {
+// A `sleep_until` whose reference does not resolve to a time fails the sleep's own
+// step when the saga gets there (not the step whose reply led there): the saga
+// compensates with the reason. A sleep far beyond ten years wakes after ten.
+async fn a_sleep_until_that_is_no_time_fails_its_step(backend: Backend) {
     let def = PlannedSaga::builder("planned_nap", 1)
         .destinations(["mail"])
+        .retry(fast())
         .build()
         .unwrap();
-    let w = World::new(backend, vec![def], 8).await;
-    let plan = Plan::new()
-        .then(PlanStep::sleep_until("nap", json!({"$from": "/input/at"})))
-        .then(PlanStep::command("send", "mail", json!("hi")).pivot());
-    let start = PlanStart::new(plan, json!({ "at": "tomorrow" })).unwrap();
-    let mut tx = w.store.begin().await.unwrap();
-    let err = w
-        .engine
-        .start(&mut tx, "planned_nap", &start)
-        .await
-        .unwrap_err();
-    tx.rollback().await.unwrap();
+    let mut w = World::new(backend, vec![def], 8).await;
+    let plan = |at: Value| {
+        let plan = Plan::new()
+            .then(PlanStep::command("draft", "mail", json!("draft")).nothing_to_undo())
+            .then(PlanStep::sleep_until("nap", json!({"$from": "/input/at"})))
+            .then(PlanStep::command("send", "mail", json!("hi")).pivot());
+        serde_json::to_value(PlanStart::new(plan, json!({ "at": at })).unwrap()).unwrap()
+    };
+    let id = w.start("planned_nap", plan(json!("tomorrow"))).await;
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let s = query::get(&w.store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Compensated);
+    let error = s.error.unwrap_or_default();
     assert!(
-        matches!(&err, Error::InvalidPlan(why) if why.contains("`nap`") && why.contains("not an RFC 3339 time")),
-        "{err:?}"
+        error.contains("step `nap` failed: its time cannot be computed"),
+        "{error}"
     );
-    let all = query::list(&w.store, &query::ListFilter::default())
-        .await
-        .unwrap();
-    assert!(all.is_empty(), "nothing started: {all:?}");
+    assert!(error.contains("not an RFC 3339 time"), "{error}");
+    let steps = query::steps(&w.store, id).await.unwrap();
+    assert_eq!(
+        steps[0].state,
+        StepState::Succeeded,
+        "the draft is not blamed"
+    );
+    assert_eq!(steps[1].state, StepState::Failed);
+
+    // Twenty years ahead (a time both backends store): it wakes after ten.
+    let now = agentsaga_core::clock::now_ms();
+    let far = now + 20 * 366 * 86_400_000;
+    let id = w.start("planned_nap", plan(json!(far))).await;
+    let store = w.store.clone();
+    w.pump_until(
+        "the draft's reply is applied",
+        async || query::steps(&store, id).await.unwrap().len() == 2,
+        |_, _, _| Some(ok()),
+        |_, _| ok(),
+    )
+    .await;
+    let nap = query::steps(&w.store, id).await.unwrap().remove(1);
+    let ten_years = i64::try_from(crate::definition::sleep::MAX_SLEEP.as_millis()).unwrap();
+    let due = nap.wakes_at_ms.unwrap();
+    assert!(
+        due > now && due <= agentsaga_core::clock::now_ms() + ten_years,
+        "{due}"
+    );
 }
 both_backends!(
     sleep_until_no_time,
-    a_sleep_until_that_is_no_time_refuses_the_start
+    a_sleep_until_that_is_no_time_fails_its_step
 );
+
+// A sleeping saga that is aborted is not listed as sleeping any more.
+async fn an_aborted_sleeper_is_not_sleeping(backend: Backend) {
+    let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+    let engine = Engine::new(vec![sleeper(Duration::from_secs(3600))]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine.start(&mut tx, "sleeper", &json!({})).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(answer(&store, "a-agent").await, 1);
+    orchestrate(&engine, &store, "sleeper").await;
+    let sleeping = query::ListFilter {
+        sleeping: true,
+        ..Default::default()
+    };
+    assert_eq!(query::list(&store, &sleeping).await.unwrap().len(), 1);
+    let mut tx = store.begin().await.unwrap();
+    engine.abort(&mut tx, id).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(query::list(&store, &sleeping).await.unwrap().is_empty());
+    let s = query::get(&store, id).await.unwrap().unwrap();
+    assert_eq!(s.sleeping_until_ms, None, "{s:?}");
+}
+both_backends!(aborted_sleeper, an_aborted_sleeper_is_not_sleeping);

@@ -22,21 +22,38 @@ impl Ctx<'_> {
         if let (Some(name), Some(_)) = (&sd.wait, &sd.approves) {
             self.record_approval(sd, name)?;
         }
+        // A time that cannot be computed (data that does not decode, a plan's
+        // reference to something that is no time) fails this step, not the one whose
+        // reply led here.
         let due = match &sd.wake {
-            Some(wake) => Some(wake.due_ms(now, &self.inst.data)?),
-            None => sd.timeout.map(|t| now.saturating_add(millis(t))),
+            Some(wake) => wake.due_ms(now, &self.inst.data).map(Some),
+            None => Ok(sd.timeout.map(|t| now.saturating_add(millis(t)))),
         };
-        // Nothing to undo; the pivot and the steps after it have no entry in the
-        // compensation ledger at all (what `past_pivot` reads).
-        let entry =
-            (!sd.pivot && !self.def()?.after_pivot(idx)).then_some(CompensationState::NotNeeded);
+        // Nothing to undo, wherever it stands.
         let row = self.inst.steps.entry(idx).or_insert_with(|| {
-            StepRow::first_dispatch(idx, stage, &sd.name, &sd.destination, entry, None, None)
+            StepRow::first_dispatch(
+                idx,
+                stage,
+                &sd.name,
+                &sd.destination,
+                Some(CompensationState::NotNeeded),
+                None,
+                None,
+            )
         });
         row.state = StepState::Dispatched;
         row.attempts += 1;
         row.command_id = Some(wait);
         row.dispatched_at = Some(now);
+        let due = match due {
+            Ok(due) => due,
+            Err(e) => {
+                row.deadline_ms = None;
+                let old = row.timer_id.take();
+                self.fx.cancel.extend(old);
+                return self.fail_step(idx, format!("its time cannot be computed: {e}"));
+            }
+        };
         row.deadline_ms = due;
         let old = row.timer_id.take();
         self.fx.cancel.extend(old);
@@ -46,7 +63,8 @@ impl Ctx<'_> {
         if let Some(due) = due {
             // At least 1 ms: a time already past wakes the saga at once, through its
             // orchestrator like any other wake-up.
-            let after = Duration::from_millis(u64::try_from(due - now).unwrap_or(0).max(1));
+            let after =
+                Duration::from_millis(u64::try_from(due.saturating_sub(now)).unwrap_or(0).max(1));
             let orchestrator = self.orchestrator();
             let timer = self.address(idx, &orchestrator).wait_timer(wait, after);
             if let Some(row) = self.inst.steps.get_mut(&idx) {
