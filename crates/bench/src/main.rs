@@ -117,6 +117,9 @@ enum Bench {
     /// Internal: one burst of the scale bench, in its own process.
     #[command(hide = true)]
     ScaleChild(scale::ChildArgs),
+    /// Internal: the saga bench's sagas asleep, in their own process.
+    #[command(hide = true)]
+    SleepsChild(saga::SleepsChildArgs),
 }
 
 #[tokio::main]
@@ -131,6 +134,9 @@ async fn main() -> anyhow::Result<()> {
     if let Bench::SagaAgentsChild(args) = &cli.bench {
         return saga::child(args).await;
     }
+    if let Bench::SleepsChild(args) = &cli.bench {
+        return saga::sleeps_child(args).await;
+    }
     let mut scratch = db::Scratch::new();
     let result = match &cli.bench {
         Bench::Outbox(args) => outbox::run(args, &mut scratch).await,
@@ -139,7 +145,10 @@ async fn main() -> anyhow::Result<()> {
         Bench::Agents(args) => agents::run(args, &mut scratch).await,
         Bench::Scale(args) => scale::run(args, &mut scratch).await,
         Bench::Status(args) => status::run(args, &mut scratch).await,
-        Bench::RelayChild(_) | Bench::ScaleChild(_) | Bench::SagaAgentsChild(_) => {
+        Bench::RelayChild(_)
+        | Bench::ScaleChild(_)
+        | Bench::SagaAgentsChild(_)
+        | Bench::SleepsChild(_) => {
             unreachable!("handled above")
         }
     };

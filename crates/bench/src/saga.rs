@@ -39,6 +39,7 @@ mod nested;
 mod remote;
 mod runtime_side;
 mod setup;
+mod sleeps;
 
 use std::time::Instant;
 
@@ -50,6 +51,7 @@ use crate::report::percentile;
 use crate::report::{Figure, Report, Target};
 
 pub(crate) use remote::{ChildArgs, check_nats_server, child, nats_server};
+pub(crate) use sleeps::{ChildArgs as SleepsChildArgs, child as sleeps_child};
 
 use drive::{POLL, START_BATCH, WINDOW};
 use figure::figure;
@@ -95,6 +97,9 @@ enum Shape {
     Happy,
     Compensating,
     Nested,
+    /// Sagas asleep (RSS), and wake-ups due at once (lateness, the happy rate while
+    /// they fire): not in the default run.
+    Sleeps,
 }
 
 /// The `--sqlite-synchronous` values.
@@ -220,6 +225,11 @@ pub(crate) async fn run(args: &Args, scratch: &mut Scratch) -> anyhow::Result<Re
                     sets.rate,
                 ));
             }
+        }
+        if args.shapes.contains(&Shape::Sleeps) {
+            let (figures, notes) = sleeps::figures(backend, args.common.quick, scratch).await?;
+            report.figures.extend(figures);
+            report.notes.extend(notes);
         }
         if args.shapes.contains(&Shape::Nested) {
             let (nested, note) =

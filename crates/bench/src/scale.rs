@@ -37,7 +37,7 @@
 
 mod child;
 
-pub(crate) use child::{ChildArgs, child};
+pub(crate) use child::{ChildArgs, child, rss_mib};
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -275,7 +275,7 @@ fn patience(n: usize) -> Duration {
 }
 
 /// `name_n{n}`, leaked: a handful per run.
-fn metric(name: &str, n: usize) -> &'static str {
+pub(crate) fn metric(name: &str, n: usize) -> &'static str {
     Box::leak(format!("{name}_n{n}").into_boxed_str())
 }
 

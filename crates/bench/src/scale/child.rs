@@ -332,6 +332,11 @@ fn memory() -> String {
     )
 }
 
+/// This process's resident set (`VmRSS`), MiB.
+pub(crate) fn rss_mib() -> Option<f64> {
+    proc_status_mib("VmRSS:")
+}
+
 /// A `kB` line of `/proc/self/status` (`VmHWM:`, `VmRSS:`), in MiB.
 fn proc_status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
