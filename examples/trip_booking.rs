@@ -78,6 +78,11 @@ struct Args {
     /// environment.
     #[arg(long, hide = true)]
     stop_at_shared_commit: Option<String>,
+    /// Each trip sleeps this long after its charge, before its confirmation
+    /// (`Step::sleep`: a durable timer, kept through restarts): the saga is then
+    /// `trip_booking` version 2, so run every process of a database with the same.
+    #[arg(long, value_name = "MS")]
+    sleep_ms: Option<u64>,
 }
 
 /// The saga's data.
@@ -395,7 +400,9 @@ async fn main() -> anyhow::Result<()> {
         }))
         .agent(log.agent(PaymentAgent { seed, fail_rate }))
         .agent(log.agent(ConfirmationAgent { seed, fail_rate }))
-        .saga(sagas::trip_booking()?)
+        .saga(sagas::trip_booking(
+            args.sleep_ms.map(std::time::Duration::from_millis),
+        )?)
         .saga(sagas::business_trip()?);
     let runtime = support::configure(runtime, common).start().await?;
     let mut ddl = DDL.to_vec();

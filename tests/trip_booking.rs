@@ -76,6 +76,28 @@ async fn survives_kill_9_across_parent_and_child(backend: Backend) {
 }
 both_backends!(kill_9_nested_tests, survives_kill_9_across_parent_and_child);
 
+// The same with a durable sleep after each charge (`--sleep-ms`): killed while trips
+// sleep, between a wake-up's due time and its firing, or as it fires, every saga ends
+// terminal with every effect once (each confirmation sent once: no wake-up fired twice,
+// none lost).
+async fn survives_kill_9_while_trips_sleep(backend: Backend) {
+    kill_9_rounds(backend, &["--sleep-ms", "400"]).await;
+}
+both_backends!(kill_9_sleep_tests, survives_kill_9_while_trips_sleep);
+
+/// The sagas parked at a sleep.
+async fn asleep(store: &Store) -> usize {
+    let filter = agentsaga::saga::query::ListFilter {
+        sleeping: true,
+        limit: 1000,
+        ..Default::default()
+    };
+    agentsaga::saga::query::list(store, &filter)
+        .await
+        .unwrap()
+        .len()
+}
+
 /// The starts waiting for room in `saga_starts`, of every saga name.
 async fn waiting_starts(store: &Store) -> u64 {
     agentsaga::saga::Engine::waiting_starts(store)
@@ -94,6 +116,8 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let mut killed_while_waiting = 0;
     let admission = extra.contains(&"--max-in-flight");
     let nested = extra.contains(&"--nested");
+    let sleeps = extra.contains(&"--sleep-ms");
+    let mut killed_while_asleep = 0;
     for round in 0..4 {
         let sagas = if round == 0 { "300" } else { "0" };
         let mut args = vec!["--sagas", sagas, "--fail-rate", "0.2", "--seed", "7"];
@@ -123,6 +147,7 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
                 interrupted += 1;
                 child.wait().unwrap();
                 killed_while_waiting = killed_while_waiting.max(waiting_starts(&store).await);
+                killed_while_asleep = killed_while_asleep.max(asleep(&store).await);
             }
             Some(status) => {
                 let out = child.wait_with_output().unwrap();
@@ -138,6 +163,12 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         interrupted >= 1,
         "no run was killed mid-way: the test proved nothing"
     );
+    if sleeps {
+        assert!(
+            killed_while_asleep > 0,
+            "no run was killed while trips slept: the test proved nothing"
+        );
+    }
     if admission {
         assert!(
             killed_while_waiting > 0,
@@ -180,7 +211,7 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         "{total} sagas: {out}"
     );
     eprintln!(
-        "kill -9 x{interrupted}: {left} sagas were unfinished and {waiting} starts waited before the last run; {completed} completed, {compensated} compensated"
+        "kill -9 x{interrupted}: {left} sagas were unfinished, {waiting} starts waited and at most {killed_while_asleep} slept at a kill before the last run; {completed} completed, {compensated} compensated"
     );
 }
 

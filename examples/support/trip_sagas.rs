@@ -10,7 +10,9 @@ use super::{Booking, Trip};
 
 /// Reserve a flight, then a hotel and a car in parallel (each undone by cancelling the
 /// reservation its reply named), charge the card (the pivot), send a confirmation.
-pub(crate) fn trip_booking() -> anyhow::Result<SagaDefinition> {
+/// With `sleep`, the trip sleeps that long after the charge (`Step::sleep`, a durable
+/// timer: a process killed meanwhile loses nothing): version 2 of the saga.
+pub(crate) fn trip_booking(sleep: Option<Duration>) -> anyhow::Result<SagaDefinition> {
     let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), 5);
     let booking = |name: &str, destination: &'static str| {
         Step::<Trip>::new(name, destination)
@@ -27,7 +29,8 @@ pub(crate) fn trip_booking() -> anyhow::Result<SagaDefinition> {
             .retry(retry)
             .timeout(Duration::from_secs(20))
     };
-    Ok(Saga::<Trip>::builder("trip_booking", 1)
+    let version = if sleep.is_some() { 2 } else { 1 };
+    let charged = Saga::<Trip>::builder("trip_booking", version)
         .step(booking("reserve_flight", "flights"))
         .parallel([
             booking("reserve_hotel", "hotels"),
@@ -38,7 +41,12 @@ pub(crate) fn trip_booking() -> anyhow::Result<SagaDefinition> {
                 .command(Trip::clone)
                 .retry(retry)
                 .timeout(Duration::from_secs(20)),
-        )
+        );
+    let charged = match sleep {
+        Some(d) => charged.step(Step::sleep("cool_off", d)),
+        None => charged,
+    };
+    Ok(charged
         .step(
             Step::new("send_confirmation", "confirmations")
                 .command(Trip::clone)
