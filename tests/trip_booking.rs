@@ -372,3 +372,55 @@ async fn one_child_each(store: &Store) -> usize {
     assert_eq!(orphans, 0, "trips without their business trip");
     parents.len()
 }
+
+// On SQLite a sleep's time is the one wall clock of the library (`clock::now_ms`): the
+// trips sleep an hour after their charge, the process's clock is stepped an hour and a
+// minute ahead (the test hook `clock::step`), and they wake at once and finish, every
+// effect once. (On PostgreSQL the database's clock counts: the hook does not move it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleep_reads_the_one_clock_on_sqlite() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let dir = std::path::PathBuf::from(url.trim_start_matches("sqlite://"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let clock = dir.join("clock-offset-ms");
+    let step = |offset_ms: i64| {
+        let next = clock.with_extension("next");
+        std::fs::write(&next, offset_ms.to_string()).unwrap();
+        std::fs::rename(&next, &clock).unwrap();
+    };
+    step(0);
+    let store = Store::connect(&url).await.unwrap();
+    let args = [
+        "--sagas",
+        "50",
+        "--fail-rate",
+        "0",
+        "--seed",
+        "5",
+        "--sleep-ms",
+        "3600000",
+    ];
+    let child = support::spawn_with("trip_booking", &url, &args, |cmd| {
+        cmd.env(agentsaga::core::clock::step::VAR, &clock);
+    });
+    wait_until("the trips sleep", Duration::from_secs(60), async || {
+        asleep(&store).await == 50
+    })
+    .await;
+    step(3_660_000);
+    let out =
+        tokio::task::spawn_blocking(move || support::wait_bounded(child, Duration::from_secs(60)))
+            .await
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(asleep(&store).await, 0);
+    let (completed, compensated) =
+        support::check_invariants_of(&store, None, UNDOABLE, FORWARD).await;
+    assert_eq!((completed, compensated), (50, 0));
+}
