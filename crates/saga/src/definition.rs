@@ -26,6 +26,7 @@ mod planned;
 pub(crate) mod sleep;
 pub(crate) mod step;
 mod wait;
+pub(crate) mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -100,7 +100,7 @@ pub struct StepDef {
     pub(crate) approves: Option<String>,
     /// When the step wakes by time: a sleep (`Step::sleep`, no signal), or a wait
     /// that ends when its signal has not come in time (`Step::or_after`).
-    pub(crate) wake: Option<super::sleep::Wake>,
+    pub(crate) wake: Option<super::wake::Wake>,
 }
 
 impl StepDef {

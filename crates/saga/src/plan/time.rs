@@ -10,9 +10,9 @@ use serde_json::Value;
 use super::PlanStep;
 use super::refs::{reference, resolve};
 use crate::Error;
-use crate::definition::sleep::Wake;
+use crate::definition::wake::Wake;
 
-use crate::definition::sleep::MAX_SLEEP;
+use crate::definition::wake::MAX_SLEEP;
 
 impl PlanStep {
     /// A sleep step: the saga sleeps `duration` (`"3d"`, `"2h 30m"`, `"90s"`,

@@ -331,7 +331,7 @@ async fn a_sleep_until_that_is_no_time_fails_its_step(backend: Backend) {
     )
     .await;
     let nap = query::steps(&w.store, id).await.unwrap().remove(1);
-    let ten_years = i64::try_from(crate::definition::sleep::MAX_SLEEP.as_millis()).unwrap();
+    let ten_years = i64::try_from(crate::definition::wake::MAX_SLEEP.as_millis()).unwrap();
     let due = nap.wakes_at_ms.unwrap();
     assert!(
         due > now && due <= agentsaga_core::clock::now_ms() + ten_years,
