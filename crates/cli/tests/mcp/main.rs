@@ -83,7 +83,7 @@ async fn an_mcp_client_lists_shows_and_acts() {
     }
     let list_props = &tool("list_sagas")["inputSchema"]["properties"];
     for arg in [
-        "state", "name", "key", "waiting", "stalled", "cursor", "limit", "parent",
+        "state", "name", "key", "waiting", "sleeping", "stalled", "cursor", "limit", "parent",
     ] {
         assert!(list_props.get(arg).is_some(), "list_sagas lacks {arg}");
     }

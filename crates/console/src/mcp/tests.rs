@@ -221,3 +221,49 @@ async fn usage_shows_and_no_tool_raises_a_budget() {
     );
     store.close().await;
 }
+
+// A read-only session (no action allowed) lists the sagas parked at a sleep
+// (`sleeping`), with when each wakes, and `show_saga` gives the sleep step's time.
+#[tokio::test]
+async fn a_read_only_session_lists_the_sleeping_sagas() {
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let def = Saga::<Value>::builder("napper", 1)
+        .step(Step::sleep("nap", Duration::from_secs(3600)))
+        .pivot(Step::new("after", "nowhere"))
+        .build()
+        .unwrap();
+    let engine = Engine::new([def]).unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let id = engine.start(&mut tx, "napper", &json!({})).await.unwrap();
+    tx.commit().await.unwrap();
+    let (mut client, session, _) = open(Console::new(store.clone()), []).await;
+
+    let page = client.call("list_sagas", json!({"sleeping": true})).await;
+    assert_eq!(page["isError"], false, "{page}");
+    let sagas = page["structuredContent"]["sagas"].as_array().unwrap();
+    assert_eq!(sagas.len(), 1, "{page}");
+    assert_eq!(sagas[0]["id"], json!(id.to_string()));
+    let until = sagas[0]["sleeping_until_ms"]
+        .as_i64()
+        .expect("when it wakes");
+    let waiting = client.call("list_sagas", json!({"waiting": true})).await;
+    assert_eq!(
+        waiting["structuredContent"]["sagas"],
+        json!([]),
+        "{waiting}"
+    );
+    let shown = client
+        .call("show_saga", json!({"id": id.to_string()}))
+        .await;
+    let step = &shown["structuredContent"]["steps"][0];
+    assert_eq!(step["destination"], "sleep:nap", "{shown}");
+    assert_eq!(step["wakes_at_ms"], json!(until), "{shown}");
+
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(30), session)
+        .await
+        .expect("the session ends with its client")
+        .unwrap();
+    store.close().await;
+}
