@@ -12,7 +12,6 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use agentsaga_core::RetryPolicy;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -66,26 +65,22 @@ where
     }
 
     fn sleeping(name: String, wake: Wake) -> Self {
-        // Nothing to undo before the pivot; after it, as every step there, never
-        // undone (the builder's typestate decides where it stands).
         Self {
-            def: StepDef {
-                destination: sleep_destination(&name),
-                name,
-                command: Arc::new(|_: &Value| Ok(Value::Null)),
-                fold: None,
-                undo: Undo::Nothing,
-                retry: RetryPolicy::default(),
-                timeout: None,
-                start_timeout: None,
-                pivot: false,
-                wait: None,
-                approval: false,
-                child: None,
-                approves: None,
-                wake: Some(wake),
-            },
+            def: StepDef::sleep(name, wake),
             _marker: PhantomData,
+        }
+    }
+}
+
+impl StepDef {
+    /// A sleep named `name` (the builder's and a plan's): it sends nothing, has
+    /// nothing to undo, and wakes as `wake` says.
+    pub(crate) fn sleep(name: String, wake: Wake) -> Self {
+        Self {
+            command: Arc::new(|_: &Value| Ok(Value::Null)),
+            undo: Undo::Nothing,
+            wake: Some(wake),
+            ..Self::new(name.clone(), sleep_destination(&name))
         }
     }
 }

@@ -104,6 +104,28 @@ pub struct StepDef {
 }
 
 impl StepDef {
+    /// A command step named `name` to `destination` with every default: its command
+    /// the whole saga data, no fold, never undone, the default retries, no timeouts.
+    /// Each kind of step (a wait, a sleep, a plan's step) changes what it needs.
+    pub(crate) fn new(name: String, destination: String) -> Self {
+        Self {
+            name,
+            destination,
+            command: Arc::new(|v: &Value| Ok(v.clone())),
+            fold: None,
+            undo: Undo::Never,
+            retry: RetryPolicy::default(),
+            timeout: None,
+            start_timeout: None,
+            pivot: false,
+            wait: None,
+            approval: false,
+            child: None,
+            approves: None,
+            wake: None,
+        }
+    }
+
     /// The step's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -165,22 +187,7 @@ where
     /// defaults to the whole saga data; set it with [`command`](Self::command).
     pub fn new(name: impl Into<String>, destination: impl Into<String>) -> Self {
         Self {
-            def: StepDef {
-                name: name.into(),
-                destination: destination.into(),
-                command: Arc::new(|v: &Value| Ok(v.clone())),
-                fold: None,
-                undo: Undo::Never,
-                retry: RetryPolicy::default(),
-                timeout: None,
-                start_timeout: None,
-                pivot: false,
-                wait: None,
-                approval: false,
-                child: None,
-                approves: None,
-                wake: None,
-            },
+            def: StepDef::new(name.into(), destination.into()),
             _marker: PhantomData,
         }
     }

@@ -3,7 +3,6 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use agentsaga_core::RetryPolicy;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -35,20 +34,11 @@ where
         let name = name.into();
         Self {
             def: StepDef {
-                destination: format!("signal:{name}"),
-                name: name.clone(),
                 command: Arc::new(|_: &Value| Ok(Value::Null)),
-                fold: None,
                 undo: Undo::Nothing,
-                retry: RetryPolicy::default(),
-                timeout: None,
-                start_timeout: None,
-                pivot: false,
-                wait: Some(name),
+                wait: Some(name.clone()),
                 approval: true,
-                child: None,
-                approves: None,
-                wake: None,
+                ..StepDef::new(name.clone(), format!("signal:{name}"))
             },
             _marker: PhantomData,
         }

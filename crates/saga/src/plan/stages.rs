@@ -75,22 +75,12 @@ fn step_def(s: PlanStep, catalog: &Catalog, before_pivot: bool, gate: Option<Gat
     };
     let timeout = s.timeout_ms.map(Duration::from_millis).or(catalog.timeout);
     let wake = super::time::wake(&s);
-    if s.is_sleep() {
+    // A checked plan's sleep always has its wake-up.
+    if let Some(w) = wake.clone().filter(|_| s.is_sleep()) {
         return StepDef {
-            destination: crate::definition::sleep::sleep_destination(&name),
-            name,
-            command: Arc::new(|_: &Value| Ok(Value::Null)),
-            fold: None,
-            undo: Undo::Nothing,
             retry,
-            timeout: None,
-            start_timeout: None,
             pivot: s.pivot,
-            wait: None,
-            approval: false,
-            child: None,
-            approves: None,
-            wake,
+            ..StepDef::sleep(name, w)
         };
     }
     if let Some(signal) = s.wait_for {
