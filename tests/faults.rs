@@ -317,14 +317,6 @@ async fn the_database_connection_cut_under_load_loses_nothing() {
     assert_eq!(completed + compensated, 400);
 }
 
-/// Steps the clock of the processes started with `AGENTSAGA_TEST_CLOCK_OFFSET_FILE` set
-/// to `file` to `offset_ms` past the real clock (`agentsaga::core::clock::step`).
-fn step_clock(file: &std::path::Path, offset_ms: i64) {
-    let next = file.with_extension("next");
-    std::fs::write(&next, offset_ms.to_string()).unwrap();
-    std::fs::rename(&next, file).unwrap();
-}
-
 // SQLite's clock stepped while sagas run (a test hook moves the library's one wall
 // clock, `clock::now_ms`, in the child process: see `clock::step`), while it rents
 // cars. Forward, 7 s in steps of 1 s every 100 ms, faster than the renewals of the 1 s
@@ -341,12 +333,8 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
     use std::io::Read;
     let _serial = SERIAL.lock().await;
     let url = fresh_url(Backend::Sqlite).await;
-    let dir = std::path::PathBuf::from(url.trim_start_matches("sqlite://"))
-        .parent()
-        .unwrap()
-        .to_owned();
-    let clock = dir.join("clock-offset-ms");
-    step_clock(&clock, 0);
+    let clock = support::clock_file(&url);
+    support::step_clock(&clock, 0);
     let store = Store::connect(&url).await.unwrap();
     let rental = support::car_rental::start(41).await.unwrap();
     let mut child = support::spawn_with(
@@ -396,10 +384,10 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
     let mut offset = 0;
     while !(bit() && called_again()) && rounds < 5 {
         rounds += 1;
-        step_clock(&clock, 0);
+        support::step_clock(&clock, 0);
         for _ in 0..7 {
             offset += 1_000;
-            step_clock(&clock, offset);
+            support::step_clock(&clock, offset);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         offset = 0;
@@ -411,7 +399,7 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    step_clock(&clock, -3_000);
+    support::step_clock(&clock, -3_000);
     let out = wait(child, 120).await;
     reader.join().unwrap();
     let stderr = stderr.lock().unwrap().clone();

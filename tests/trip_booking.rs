@@ -380,17 +380,8 @@ async fn one_child_each(store: &Store) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sleep_reads_the_one_clock_on_sqlite() {
     let url = fresh_url(Backend::Sqlite).await;
-    let dir = std::path::PathBuf::from(url.trim_start_matches("sqlite://"))
-        .parent()
-        .unwrap()
-        .to_owned();
-    let clock = dir.join("clock-offset-ms");
-    let step = |offset_ms: i64| {
-        let next = clock.with_extension("next");
-        std::fs::write(&next, offset_ms.to_string()).unwrap();
-        std::fs::rename(&next, &clock).unwrap();
-    };
-    step(0);
+    let clock = support::clock_file(&url);
+    support::step_clock(&clock, 0);
     let store = Store::connect(&url).await.unwrap();
     let args = [
         "--sagas",
@@ -409,7 +400,7 @@ async fn a_sleep_reads_the_one_clock_on_sqlite() {
         asleep(&store).await == 50
     })
     .await;
-    step(3_660_000);
+    support::step_clock(&clock, 3_660_000);
     let out =
         tokio::task::spawn_blocking(move || support::wait_bounded(child, Duration::from_secs(60)))
             .await

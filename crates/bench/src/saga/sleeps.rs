@@ -261,20 +261,9 @@ pub(super) async fn figures(
     late.sort_by(f64::total_cmp);
     ensure!(late.len() == due, "{} of {due} wake-ups found", late.len());
     let early = late.iter().filter(|&&l| l < 0.0).count();
-    figures.push(Figure::new(
-        BENCH,
-        name,
-        "due_lateness_p50",
-        percentile(&late, 50.0),
-        "ms",
-    ));
-    figures.push(Figure::new(
-        BENCH,
-        name,
-        "due_lateness_p99",
-        percentile(&late, 99.0),
-        "ms",
-    ));
+    for (metric, p) in [("due_lateness_p50", 50.0), ("due_lateness_p99", 99.0)] {
+        figures.push(Figure::new(BENCH, name, metric, percentile(&late, p), "ms"));
+    }
     figures.push(
         Figure::new(BENCH, name, "due_happy_rate", busy.rate(happy_n), "sagas/s")
             .with_floor(quiet.rate(happy_n)),
@@ -282,15 +271,11 @@ pub(super) async fn figures(
     let notes = vec![format!(
         "{name} sleeps: {asleep} sagas asleep in a process of their own (after {WARM_UP} happy \
          sagas; RSS read {SETTLE:?} after the last parked) against the same process before \
-         they started; {due} wake-ups due within one second, {} ahead, started in {took:?}, \
+         they started; {due} wake-ups due within one second, {} s ahead, started in {took:?}, \
          while {happy_n} happy sagas ran across that second (floor: {happy_n} before, same \
          runtime and database, nothing due); lateness = the sleep step's reply time - its \
          due time (ms clock; {early} woke early by the clock's rounding)",
-        humantime(lead)
+        lead.as_secs()
     )];
     Ok((figures, notes))
-}
-
-fn humantime(d: Duration) -> String {
-    format!("{} s", d.as_secs())
 }
