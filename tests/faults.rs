@@ -333,8 +333,8 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
     use std::io::Read;
     let _serial = SERIAL.lock().await;
     let url = fresh_url(Backend::Sqlite).await;
-    let clock = support::clock_file(&url);
-    support::step_clock(&clock, 0);
+    let clock = support::clock::clock_file(&url);
+    support::clock::step_clock(&clock, 0);
     let store = Store::connect(&url).await.unwrap();
     let rental = support::car_rental::start(41).await.unwrap();
     let mut child = support::spawn_with(
@@ -384,10 +384,10 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
     let mut offset = 0;
     while !(bit() && called_again()) && rounds < 5 {
         rounds += 1;
-        support::step_clock(&clock, 0);
+        support::clock::step_clock(&clock, 0);
         for _ in 0..7 {
             offset += 1_000;
-            support::step_clock(&clock, offset);
+            support::clock::step_clock(&clock, offset);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         offset = 0;
@@ -399,7 +399,7 @@ async fn the_clock_stepped_on_sqlite_loses_nothing() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    support::step_clock(&clock, -3_000);
+    support::clock::step_clock(&clock, -3_000);
     let out = wait(child, 120).await;
     reader.join().unwrap();
     let stderr = stderr.lock().unwrap().clone();

@@ -380,8 +380,8 @@ async fn one_child_each(store: &Store) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sleep_reads_the_one_clock_on_sqlite() {
     let url = fresh_url(Backend::Sqlite).await;
-    let clock = support::clock_file(&url);
-    support::step_clock(&clock, 0);
+    let clock = support::clock::clock_file(&url);
+    support::clock::step_clock(&clock, 0);
     let store = Store::connect(&url).await.unwrap();
     let args = [
         "--sagas",
@@ -400,7 +400,7 @@ async fn a_sleep_reads_the_one_clock_on_sqlite() {
         asleep(&store).await == 50
     })
     .await;
-    support::step_clock(&clock, 3_660_000);
+    support::clock::step_clock(&clock, 3_660_000);
     let out =
         tokio::task::spawn_blocking(move || support::wait_bounded(child, Duration::from_secs(60)))
             .await
