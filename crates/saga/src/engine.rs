@@ -280,7 +280,7 @@ impl Engine {
 
     /// The data a start of saga `name` stores: `data` itself, or for a planned saga
     /// `{"input", "plan", "results"}` with its plan checked.
-    pub(super) fn prepare(&self, name: &str, version: i32, data: Value) -> Result<Value> {
+    pub(crate) fn prepare(&self, name: &str, version: i32, data: Value) -> Result<Value> {
         let def = self.defs.get(&(name.to_owned(), version));
         if let Some(input) = def.and_then(|d| d.input.as_ref()) {
             input.check(&data)?;

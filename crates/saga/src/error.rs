@@ -101,6 +101,25 @@ pub enum Error {
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
 
+    /// A schedule that cannot be stored: a name, cron expression, time zone, template
+    /// or bound that is wrong, or a saga this process does not have. Nothing was
+    /// written.
+    #[error("invalid schedule `{name}`: {reason}")]
+    InvalidSchedule {
+        /// The schedule's name (at most its first 64 characters).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A schedule of this name exists already (create); nothing was written.
+    #[error("a schedule named `{0}` exists already")]
+    ScheduleExists(String),
+
+    /// No schedule of this name.
+    #[error("no schedule named `{0}`")]
+    NoSchedule(String),
+
     /// An event that the saga lifecycle's transition table does not allow in the
     /// saga's state: the engine's bug, or a row changed behind its back. Nothing of
     /// the transaction that met it may stay: roll it back.

@@ -44,6 +44,7 @@ mod id;
 pub mod plan;
 pub mod protocol;
 pub mod query;
+pub mod schedule;
 mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -22,6 +22,7 @@ mod lifecycle;
 mod property;
 mod recovery;
 mod replanning;
+mod schedules;
 mod sleeps;
 mod timers;
 

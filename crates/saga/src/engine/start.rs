@@ -220,7 +220,7 @@ impl Engine {
         Ok(id)
     }
 
-    pub(super) fn version_of(&self, name: &str) -> Result<i32> {
+    pub(crate) fn version_of(&self, name: &str) -> Result<i32> {
         self.latest
             .get(name)
             .copied()
@@ -289,7 +289,7 @@ impl Engine {
     /// first step(s) decided as a start would, and every message it would write
     /// checked as an enqueue would check it. No I/O: for a start stored to begin
     /// later, which must not fail then.
-    pub(super) fn check_start(
+    pub(crate) fn check_start(
         &self,
         store: &Store,
         id: SagaId,

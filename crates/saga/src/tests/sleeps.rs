@@ -18,7 +18,7 @@ fn sleeper(sleep: Duration) -> SagaDefinition {
 }
 
 /// Replies `ok` to every command waiting for `agent`; their count.
-async fn answer(store: &Store, agent: &str) -> usize {
+pub(super) async fn answer(store: &Store, agent: &str) -> usize {
     let commands = claim_of(store, agent).await;
     for command in &commands {
         let mut tx = store.begin().await.unwrap();
@@ -32,7 +32,7 @@ async fn answer(store: &Store, agent: &str) -> usize {
 }
 
 /// Handles what the orchestrator of `saga` has ready; how many messages.
-async fn orchestrate(engine: &Engine, store: &Store, saga: &str) -> Vec<Handled> {
+pub(super) async fn orchestrate(engine: &Engine, store: &Store, saga: &str) -> Vec<Handled> {
     let mut out = Vec::new();
     for env in claim_of(store, &format!("saga.{saga}.v1")).await {
         let mut tx = store.begin().await.unwrap();

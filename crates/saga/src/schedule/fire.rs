@@ -1,0 +1,315 @@
+//! Firing due schedules: [`Engine::fire_schedules`].
+//!
+//! One transaction per schedule: its row locked (PostgreSQL; SQLite's single writer
+//! serialises), now read by the database's clock, the slots to fire chosen by its
+//! catch-up and overlap policies, each slot's saga started under the start key
+//! `schedule:<name>:<slot ms>` (so a slot never starts two sagas, whichever process
+//! fires it and however often), and the row moved to its next slot, together. A crash
+//! before the commit leaves the row as it was: the next firing fires the same slots.
+
+use std::time::Duration;
+
+use agentsaga_core::{Sql, Store, Tx};
+use serde::Serialize;
+use tracing::Instrument;
+
+use super::table::{clock, ms, read};
+use super::{Calendar, CatchUp, Overlap, Schedule, ScheduleView, fill};
+use crate::{Accepted, Engine, Error, Result, SagaId};
+
+/// At most this many slots found in time fire in one firing (a schedule every second
+/// found a quarter of an hour late fires its last 1,000).
+const MAX_IN_TIME: usize = 1_000;
+
+/// At most this many due schedules are fired per call.
+const BATCH: i64 = 200;
+
+/// One slot that started a saga.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fired {
+    /// The schedule.
+    pub schedule: String,
+    /// Its slot, Unix ms.
+    pub slot_ms: i64,
+    /// The saga it started (or that the slot had started before: a repeat starts
+    /// nothing).
+    pub saga_id: SagaId,
+    /// Whether the start waits behind the saga name's admission bound.
+    pub waiting: bool,
+}
+
+/// What one [`Engine::fire_schedules`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Firings {
+    /// The slots that started a saga.
+    pub fired: Vec<Fired>,
+    /// Slots skipped (overlap, catch-up, a start that failed).
+    pub skipped: u64,
+    /// The schedules whose firing could not start its saga, with why.
+    pub failed: Vec<(String, String)>,
+    /// How long until the next schedule of this engine's sagas is due, if any is.
+    pub next_in: Option<Duration>,
+}
+
+/// The slot after `now` and when it fires (the slot plus a jitter drawn now).
+pub(super) fn next(calendar: &Calendar, s: &Schedule, now: i64) -> (Option<i64>, Option<i64>) {
+    let slot = calendar.after(now);
+    let jitter = ms(s.jitter);
+    let due = slot.map(|t| {
+        if jitter > 0 {
+            t.saturating_add(fastrand::i64(0..=jitter))
+        } else {
+            t
+        }
+    });
+    (slot, due)
+}
+
+impl Engine {
+    /// Fires the due schedules of the sagas this engine has (others are left to the
+    /// processes that have them): every slot whose time has come, as its policies say.
+    /// The runtime calls it on its own; call it yourself to drive schedules without
+    /// one.
+    ///
+    /// # Errors
+    /// Store errors. A schedule whose saga cannot start (its input refused, say) is
+    /// no error: its slot is skipped and the reason kept in its `last_error`.
+    pub async fn fire_schedules(&self, store: &Store) -> Result<Firings> {
+        let mut out = Firings::default();
+        let due = Sql::new(
+            "SELECT name, saga_name FROM saga_schedules WHERE paused = ? \
+             AND ((next_due_ms IS NOT NULL AND next_due_ms <= {clock_ms}) \
+             OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms LIMIT ?",
+        )
+        .bind(false)
+        .bind(BATCH)
+        .fetch_all(store.reader())
+        .await?;
+        for r in due {
+            let saga = r.text("saga_name")?;
+            if !self.has_saga(&saga) {
+                continue;
+            }
+            let name = r.text("name")?;
+            match self.fire_one(store, &name, None, &mut out).await {
+                Err(e) if !matches!(e, Error::Store(_)) => {
+                    let why = format!("saga `{saga}` could not start: {e}");
+                    tracing::warn!(schedule = %name, error = %why, "a schedule's saga could not start");
+                    self.fire_one(store, &name, Some(&why), &mut out).await?;
+                    out.failed.push((name, why));
+                }
+                other => other?,
+            }
+        }
+        let next = Sql::new(
+            "SELECT saga_name, next_due_ms - {clock_ms} AS wait FROM saga_schedules \
+             WHERE paused = ? AND next_due_ms IS NOT NULL ORDER BY next_due_ms LIMIT ?",
+        )
+        .bind(false)
+        .bind(BATCH)
+        .fetch_all(store.reader())
+        .await?;
+        for r in next {
+            if self.has_saga(&r.text("saga_name")?) {
+                let wait = r.real("wait")?.max(0.0);
+                out.next_in = Some(Duration::from_secs_f64(wait / 1000.0));
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn has_saga(&self, name: &str) -> bool {
+        self.version_of(name).is_ok()
+    }
+
+    /// Checks `s` as [`Schedule::check`] does, and against this engine: its saga is
+    /// registered, and its input (filled with a slot's time) decodes as the saga's
+    /// input and makes first messages the store takes. What `Runtime::schedules()`
+    /// checks before it stores a schedule.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSchedule`] saying what is wrong.
+    pub fn check_schedule(&self, store: &Store, s: &Schedule) -> Result<()> {
+        let calendar = s.calendar()?;
+        let bad = |reason: String| Error::InvalidSchedule {
+            name: s.name.chars().take(64).collect(),
+            reason,
+        };
+        let version = self
+            .version_of(&s.saga)
+            .map_err(|_| bad(format!("no saga named `{}` is registered here", s.saga)))?;
+        let slot = calendar
+            .after(agentsaga_core::clock::now_ms())
+            .ok_or_else(|| bad("its expression names no time to come".into()))?;
+        let data = fill(&s.input, slot).map_err(bad)?;
+        let data = self
+            .prepare(&s.saga, version, data)
+            .map_err(|e| bad(format!("its input: {e}")))?;
+        self.check_start(store, SagaId::new(), &s.saga, version, &data)
+            .map_err(|e| bad(format!("its input: {e}")))
+    }
+
+    /// Fires schedule `name` in a transaction of its own. With `failed`, starts
+    /// nothing: skips the slots it would have fired and keeps the reason.
+    async fn fire_one(
+        &self,
+        store: &Store,
+        name: &str,
+        failed: Option<&str>,
+        out: &mut Firings,
+    ) -> Result<()> {
+        let mut tx = store.begin().await?;
+        let Some(view) = read(&mut tx, name).await? else {
+            return Ok(());
+        };
+        if view.schedule.paused {
+            return Ok(());
+        }
+        let now = clock(&mut tx).await?;
+        let s = &view.schedule;
+        let calendar = s.calendar()?;
+        let mut running = match view.last_saga_id {
+            Some(id) => still_runs(&mut tx, id).await?,
+            None => false,
+        };
+        let mut queued = view.queued_slot_ms;
+        let mut to_fire = Vec::new();
+        let mut skipped = 0_i64;
+        if let Some(slot) = queued
+            && !running
+        {
+            to_fire.push(slot);
+            queued = None;
+            running = true;
+        }
+        let due = view.next_due_ms.is_some_and(|d| d <= now);
+        let (next_slot, next_due) = if due {
+            for slot in due_slots(&calendar, &view, now) {
+                match s.overlap {
+                    Overlap::Allow => to_fire.push(slot),
+                    _ if !running => {
+                        to_fire.push(slot);
+                        running = true;
+                    }
+                    Overlap::Skip => skipped += 1,
+                    Overlap::QueueOne => {
+                        if queued.replace(slot).is_some() {
+                            skipped += 1;
+                        }
+                    }
+                }
+            }
+            next(&calendar, s, now)
+        } else {
+            (view.next_slot_ms, view.next_due_ms)
+        };
+        if to_fire.is_empty() && !due && queued == view.queued_slot_ms {
+            return Ok(()); // a queued slot whose saga still runs: nothing changes
+        }
+        let mut last = None;
+        let mut error = None;
+        if let Some(why) = failed {
+            skipped += i64::try_from(to_fire.len()).unwrap_or(i64::MAX);
+            to_fire.clear();
+            error = Some(why.to_owned());
+        }
+        for &slot in &to_fire {
+            let fired = self.start_slot(&mut tx, s, slot).await?;
+            last = Some((slot, fired.saga_id));
+            out.fired.push(fired);
+        }
+        Sql::new(
+            "UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?, queued_slot_ms = ?, \
+             last_slot_ms = COALESCE(?, last_slot_ms), last_saga_id = COALESCE(?, last_saga_id), \
+             last_fired_ms = CASE WHEN ? THEN ? ELSE last_fired_ms END, \
+             last_error = CASE WHEN ? THEN NULL ELSE COALESCE(?, last_error) END, \
+             fired = fired + ?, skipped = skipped + ? WHERE name = ?",
+        )
+        .bind(next_slot)
+        .bind(next_due)
+        .bind(queued)
+        .bind(last.map(|(slot, _)| slot))
+        .bind(last.map(|(_, id)| *id.as_uuid()))
+        .bind(last.is_some())
+        .bind(now)
+        .bind(last.is_some())
+        .bind(error)
+        .bind(i64::try_from(to_fire.len()).unwrap_or(i64::MAX))
+        .bind(skipped)
+        .bind(name)
+        .execute(tx.conn())
+        .await?;
+        tx.commit().await?;
+        out.skipped += u64::try_from(skipped).unwrap_or(0);
+        Ok(())
+    }
+
+    /// Starts `s`'s saga for `slot` in `tx`, in a trace of its own.
+    async fn start_slot(&self, tx: &mut Tx, s: &Schedule, slot: i64) -> Result<Fired> {
+        let data = fill(&s.input, slot).map_err(|reason| Error::InvalidSchedule {
+            name: s.name.clone(),
+            reason,
+        })?;
+        let key = format!("schedule:{}:{slot}", s.name);
+        let span = tracing::info_span!(
+            parent: None,
+            "schedule.fire",
+            schedule = %s.name,
+            saga.name = %s.saga,
+            slot_ms = slot,
+        );
+        let accepted = self
+            .accept_keyed(tx, &s.saga, Some(&key), data)
+            .instrument(span)
+            .await?;
+        Ok(Fired {
+            schedule: s.name.clone(),
+            slot_ms: slot,
+            saga_id: accepted.id(),
+            waiting: matches!(accepted, Accepted::Waiting(_)),
+        })
+    }
+}
+
+/// The slots of `view` due at `now`, oldest first, as its catch-up policy says.
+fn due_slots(calendar: &Calendar, view: &ScheduleView, now: i64) -> Vec<i64> {
+    let s = &view.schedule;
+    let Some(first) = view.next_slot_ms else {
+        return Vec::new();
+    };
+    let late = ms(s.late_after).saturating_add(ms(s.jitter));
+    let in_time_from = first.max(now.saturating_sub(late));
+    let mut slots = calendar.between(in_time_from, now, MAX_IN_TIME, true);
+    let missed_to = in_time_from - 1;
+    if first <= missed_to {
+        let missed = match s.catch_up {
+            CatchUp::None => Vec::new(),
+            CatchUp::Latest if slots.is_empty() => calendar.between(first, missed_to, 1, true),
+            CatchUp::Latest => Vec::new(),
+            CatchUp::All { max } => {
+                calendar.between(first, missed_to, usize::try_from(max).unwrap_or(1), true)
+            }
+        };
+        slots.splice(0..0, missed);
+    }
+    slots
+}
+
+/// Does saga `id` still run (running or compensating, or waiting to start)?
+async fn still_runs(tx: &mut Tx, id: SagaId) -> Result<bool> {
+    let uuid = *id.as_uuid();
+    let state = Sql::new("SELECT state FROM saga_instances WHERE id = ?")
+        .bind(uuid)
+        .fetch_optional(tx.conn())
+        .await?;
+    if let Some(r) = state {
+        let state = r.text("state")?;
+        return Ok(state == "running" || state == "compensating");
+    }
+    Ok(Sql::new("SELECT 1 AS one FROM saga_starts WHERE id = ?")
+        .bind(uuid)
+        .fetch_optional(tx.conn())
+        .await?
+        .is_some())
+}
