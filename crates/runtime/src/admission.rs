@@ -45,6 +45,16 @@ impl Admission {
         }
     }
 
+    /// The schedules' handle, which pokes this admission when a firing's start waits.
+    pub(crate) fn schedules(&self, store: Store, engine: Engine) -> crate::Schedules {
+        crate::Schedules {
+            store,
+            engine,
+            wake: Arc::new(Notify::new()),
+            admission: Arc::clone(&self.poke),
+        }
+    }
+
     /// A start was queued: look soon.
     pub(crate) fn poke(&self) {
         self.poke.notify_one();

@@ -56,6 +56,7 @@ mod rate_limit;
 pub mod remote;
 mod retention;
 mod runtime;
+mod schedules;
 mod single;
 mod stalled;
 mod supervisor;
@@ -73,3 +74,4 @@ pub use runtime::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,
     DEFAULT_ORCHESTRATOR_CONCURRENCY, Runtime, RuntimeBuilder,
 };
+pub use schedules::Schedules;

@@ -38,6 +38,9 @@ pub struct Runtime {
     stall_watch: Option<tokio::task::JoinHandle<()>>,
     /// Folds the finished sagas' count deltas (PostgreSQL only).
     counts: Option<tokio::task::JoinHandle<()>>,
+    /// The schedules' handle, and the task that fires them.
+    schedules: crate::Schedules,
+    firing: Option<tokio::task::JoinHandle<()>>,
     /// The stall watch's threshold, which the admin router's console uses too.
     #[cfg_attr(not(feature = "console"), allow(dead_code))]
     stalled_after: Duration,
@@ -64,6 +67,12 @@ impl Runtime {
     /// The saga engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The schedules of this runtime's database: sagas started on a calendar (see
+    /// [`agentsaga_saga::schedule`]). This runtime fires the due ones of its sagas.
+    pub fn schedules(&self) -> &crate::Schedules {
+        &self.schedules
     }
 
     /// The operator console over this runtime's store and sagas, as an axum 0.8
@@ -346,6 +355,9 @@ impl Runtime {
         if let Some(counts) = self.counts.take() {
             counts.abort();
         }
+        if let Some(firing) = self.firing.take() {
+            firing.abort();
+        }
         if let Some(pruner) = self.pruner.take() {
             pruner.abort();
         }
@@ -366,5 +378,17 @@ impl Runtime {
             .await;
         let _ = cell.stop_and_wait(None, Some(Duration::from_secs(5))).await;
         self.store.close().await;
+    }
+}
+
+async fn report_unregistered(store: &Store, engine: &Engine) {
+    match query::unfinished(store).await {
+        Ok(list) => {
+            for s in list.iter().filter(|s| !engine.has(&s.name, s.version)) {
+                tracing::warn!(saga.id = %s.id, saga.name = %s.name, version = s.version,
+                    "unfinished saga of a version this process does not register: left for a process that has it");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not list unfinished sagas"),
     }
 }

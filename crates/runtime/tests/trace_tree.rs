@@ -141,6 +141,60 @@ async fn one_saga_with_a_compensation_is_one_trace() {
         exporter.reset();
         child_in_its_parents_trace(backend, &exporter, &provider).await;
     }
+
+    exporter.reset();
+    firings_are_a_trace_each(&exporter, &provider).await;
+}
+
+/// Two slots of a schedule fired at once: each firing is one trace, rooted at its
+/// `schedule.fire`, with its saga's `saga.start` in it.
+async fn firings_are_a_trace_each(exporter: &InMemorySpanExporter, provider: &SdkTracerProvider) {
+    use agentsaga_saga::schedule::{CatchUp, Overlap, Schedule};
+    let saga = Saga::<Value>::builder("brief", 1)
+        .pivot(Step::new("draft", "flights"))
+        .build()
+        .unwrap();
+    let runtime = flights_and_hotels(backends()[0], saga).await;
+    let s = Schedule::new("hourly", "brief", "0 * * * *")
+        .overlap(Overlap::Allow)
+        .catch_up(CatchUp::All { max: 2 });
+    let created = runtime.schedules().create(&s).await.unwrap();
+    let next = created.next_slot_ms.unwrap();
+    let mut tx = runtime.store().begin().await.unwrap();
+    agentsaga_core::Sql::new("UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?")
+        .bind(next - 3 * 3_600_000)
+        .bind(next - 3 * 3_600_000)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let fired = runtime.schedules().fire_due().await.unwrap().fired;
+    assert_eq!(fired.len(), 2, "{fired:?}");
+    for f in &fired {
+        assert_eq!(settle(&runtime, f.saga_id).await, SagaState::Completed);
+    }
+    runtime.shutdown().await;
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let fires: Vec<_> = spans.iter().filter(|s| s.name == "schedule.fire").collect();
+    assert_eq!(fires.len(), 2);
+    let traces: HashSet<_> = fires.iter().map(|s| s.span_context.trace_id()).collect();
+    assert_eq!(traces.len(), 2, "a trace per firing");
+    for trace in traces {
+        let in_trace: Vec<_> = spans
+            .iter()
+            .filter(|s| s.span_context.trace_id() == trace)
+            .collect();
+        let (_, roots) = tree(&in_trace);
+        let names: Vec<&str> = in_trace.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(roots, vec!["schedule.fire"], "{names:?}");
+        assert_eq!(
+            names.iter().filter(|n| **n == "saga.start").count(),
+            1,
+            "{names:?}"
+        );
+        assert!(names.contains(&"agent.handle"), "{names:?}");
+    }
 }
 
 /// A parent whose second step is a child saga: every span of either saga is in one

@@ -8,7 +8,7 @@ use agentsaga_core::RetryPolicy;
 use agentsaga_core::{Store, StoreConfig};
 use agentsaga_relay::in_process::InProcessTransport;
 use agentsaga_relay::{Relay, RelayConfig};
-use agentsaga_saga::{Engine, SagaDefinition, query};
+use agentsaga_saga::{Engine, SagaDefinition};
 use ractor::Actor;
 use tokio::sync::broadcast;
 
@@ -408,9 +408,11 @@ impl RuntimeBuilder {
         let stall_watch = crate::stalled::spawn(store.clone(), self.stall_watch);
         let admission =
             crate::admission::Admission::spawn(store.clone(), engine.clone(), settled.subscribe());
-        report_unregistered(&store, &engine).await;
+        super::report_unregistered(&store, &engine).await;
         tracing::info!(destinations = ?destinations, backend = store.backend(), "agentsaga runtime started");
         let counts = crate::counts::spawn(store.clone());
+        let schedules = admission.schedules(store.clone(), engine.clone());
+        let firing = crate::schedules::spawn(schedules.clone());
         Ok(Runtime {
             store,
             engine,
@@ -423,22 +425,12 @@ impl RuntimeBuilder {
             pruner,
             stall_watch: Some(stall_watch),
             counts,
+            schedules,
+            firing,
             stalled_after: self.stall_watch.threshold,
             _sqlite_lock: sqlite_lock,
             #[cfg(feature = "nats")]
             linked,
         })
-    }
-}
-
-async fn report_unregistered(store: &Store, engine: &Engine) {
-    match query::unfinished(store).await {
-        Ok(list) => {
-            for s in list.iter().filter(|s| !engine.has(&s.name, s.version)) {
-                tracing::warn!(saga.id = %s.id, saga.name = %s.name, version = s.version,
-                    "unfinished saga of a version this process does not register: left for a process that has it");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "could not list unfinished sagas"),
     }
 }

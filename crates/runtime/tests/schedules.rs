@@ -1,0 +1,114 @@
+//! Schedules through the runtime, on both backends: created with
+//! `runtime.schedules()`, checked against the runtime's sagas, fired by the runtime's
+//! own task at their times, each slot one saga; paused, they fire nothing.
+
+#[path = "support/echo.rs"]
+mod echo;
+#[path = "support/settle.rs"]
+mod settle;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use agentsaga_core::both_backends;
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_runtime::Runtime;
+use agentsaga_saga::query::{self, ListFilter};
+use agentsaga_saga::schedule::{Overlap, Schedule};
+use agentsaga_saga::{Saga, SagaState, Step};
+use echo::Echo;
+use serde_json::{Value, json};
+
+async fn runtime(url: String) -> Runtime {
+    let brief = Saga::<Value>::builder("brief", 1)
+        .pivot(Step::new("draft", "writer"))
+        .build()
+        .unwrap();
+    Runtime::builder()
+        .database(url)
+        .agent(Echo("writer"))
+        .saga(brief)
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn sagas(rt: &Runtime) -> Vec<query::SagaSummary> {
+    let all = ListFilter {
+        limit: 1000,
+        ..ListFilter::default()
+    };
+    query::list(rt.store(), &all).await.unwrap()
+}
+
+// A schedule every second fires on its own, each slot one saga (its start key the
+// slot), with the slot's time in its input; paused, it fires nothing more.
+async fn a_schedule_fires_at_its_times(backend: Backend) {
+    let rt = runtime(fresh_url(backend).await).await;
+    let s = Schedule::new("tick", "brief", "* * * * * *")
+        .input(json!({ "at": { "$fire_time": "rfc3339" } }))
+        .overlap(Overlap::Allow);
+    let created = rt.schedules().create(&s).await.unwrap();
+    assert!(created.next_slot_ms.is_some());
+    wait_until(
+        "three firings completed",
+        Duration::from_secs(20),
+        async || {
+            sagas(&rt)
+                .await
+                .iter()
+                .filter(|s| s.state == SagaState::Completed)
+                .count()
+                >= 3
+        },
+    )
+    .await;
+    let paused = rt.schedules().pause("tick").await.unwrap();
+    assert!(paused.schedule.paused);
+    let fired = sagas(&rt).await;
+    let keys: HashSet<String> = fired.iter().filter_map(|s| s.key.clone()).collect();
+    assert_eq!(keys.len(), fired.len(), "each saga its own slot: {keys:?}");
+    for saga in &fired {
+        let slot: i64 = saga
+            .key
+            .as_deref()
+            .unwrap()
+            .strip_prefix("schedule:tick:")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let data = query::data(rt.store(), saga.id).await.unwrap().unwrap();
+        let at: jiff::Timestamp = data["at"].as_str().unwrap().parse().unwrap();
+        assert_eq!(at.as_millisecond(), slot, "the template receives the slot");
+    }
+    let view = rt.schedules().get("tick").await.unwrap().unwrap();
+    assert_eq!(view.fired, i64::try_from(fired.len()).unwrap());
+    // Paused: no firing for two more seconds' worth of slots.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(sagas(&rt).await.len(), fired.len());
+    rt.shutdown().await;
+}
+
+both_backends!(fires, a_schedule_fires_at_its_times);
+
+// What the runtime cannot fire is refused before anything is written: a saga it does
+// not register, an input its saga refuses, a bad expression or time zone.
+async fn bad_schedules_are_refused(backend: Backend) {
+    let rt = runtime(fresh_url(backend).await).await;
+    for (s, says) in [
+        (Schedule::new("a", "nowhere", "* * * * *"), "nowhere"),
+        (Schedule::new("b", "brief", "* * * *"), "cron"),
+        (
+            Schedule::new("c", "brief", "0 7 * * *").time_zone("Europe/Nowhere"),
+            "Europe/Nowhere",
+        ),
+        (Schedule::new("", "brief", "0 7 * * *"), "name"),
+    ] {
+        let e = rt.schedules().create(&s).await.unwrap_err();
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    assert!(rt.schedules().list().await.unwrap().is_empty());
+    rt.shutdown().await;
+}
+
+both_backends!(refused, bad_schedules_are_refused);
