@@ -120,9 +120,7 @@ impl Schedules {
 
 /// The firing task; `None` when this runtime registers no saga.
 pub(crate) fn spawn(schedules: Schedules) -> Option<JoinHandle<()>> {
-    if schedules.engine.definitions().next().is_none() {
-        return None;
-    }
+    schedules.engine.definitions().next()?;
     Some(tokio::spawn(async move {
         loop {
             let sleep = match schedules.fire_due().await {
