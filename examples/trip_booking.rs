@@ -52,10 +52,15 @@ mod deliveries;
 #[path = "support/trip_sagas.rs"]
 mod sagas;
 
+#[path = "support/reconcile.rs"]
+mod reconcile;
+
+#[path = "support/trip_forward.rs"]
+mod forward;
+
 use agentsaga::prelude::*;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 #[command(about = "Book trips with a saga: flight, hotel, car, payment, confirmation")]
@@ -83,6 +88,14 @@ struct Args {
     /// `trip_booking` version 2, so run every process of a database with the same.
     #[arg(long, value_name = "MS")]
     sleep_ms: Option<u64>,
+    /// Reconcile on a schedule (`"*/10 * * * * *"`: every 10 s): a `reconcile` saga
+    /// counts the trips charged and confirmed into `trip_reconciliations`. The run
+    /// ends once `--reconciliations` more are recorded.
+    #[arg(long, value_name = "CRON")]
+    schedule: Option<String>,
+    /// With `--schedule`: the reconciliations to wait for after the trips.
+    #[arg(long, default_value_t = 3)]
+    reconciliations: u64,
 }
 
 /// The saga's data.
@@ -280,76 +293,6 @@ impl CallingAgent for CarRentalAgent {
     }
 }
 
-/// `trip_payments`: the pivot. A declined card is fatal, before any charge.
-struct PaymentAgent {
-    seed: u64,
-    fail_rate: f64,
-}
-
-#[async_trait::async_trait]
-impl Agent for PaymentAgent {
-    type Command = Trip;
-    type Reply = Value;
-
-    fn destination(&self) -> &str {
-        "payments"
-    }
-
-    async fn handle(&self, ctx: &mut AgentContext<'_>, trip: Trip) -> Result<Value, StepError> {
-        let saga = ctx
-            .saga_id()
-            .map(|s| s.to_string())
-            .ok_or_else(|| StepError::fatal("no saga id"))?;
-        if support::roll(self.seed, &saga, "payment") < self.fail_rate {
-            return Err(StepError::fatal(format!(
-                "card of customer {} declined",
-                trip.customer
-            )));
-        }
-        support::exec(
-            ctx.conn(),
-            "INSERT INTO trip_payments (saga_id, status, amount_cents) VALUES (?, 'charged', ?)
-             ON CONFLICT (saga_id) DO NOTHING",
-            &[&saga, &trip.amount_cents.to_string()],
-        )
-        .await?;
-        Ok(json!({ "charged": trip.amount_cents }))
-    }
-}
-
-/// `trip_confirmations`: after the pivot; a flaky mail server, retried until it works.
-struct ConfirmationAgent {
-    seed: u64,
-    fail_rate: f64,
-}
-
-#[async_trait::async_trait]
-impl Agent for ConfirmationAgent {
-    type Command = Trip;
-    type Reply = String;
-
-    fn destination(&self) -> &str {
-        "confirmations"
-    }
-
-    async fn handle(&self, ctx: &mut AgentContext<'_>, trip: Trip) -> Result<String, StepError> {
-        let saga = ctx
-            .saga_id()
-            .map(|s| s.to_string())
-            .ok_or_else(|| StepError::fatal("no saga id"))?;
-        if support::roll(self.seed, &ctx.message_id().to_string(), "mail") < self.fail_rate {
-            return Err(StepError::retryable("mail server unavailable"));
-        }
-        support::exec(
-            ctx.conn(),
-            "INSERT INTO trip_confirmations (saga_id, status) VALUES (?, 'sent') ON CONFLICT (saga_id) DO NOTHING",
-            &[&saga],
-        )
-        .await?;
-        Ok(format!("confirmation sent to customer {}", trip.customer))
-    }
-}
-
 const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS trip_flights (saga_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
     "CREATE TABLE IF NOT EXISTS trip_hotels (saga_id TEXT PRIMARY KEY, reservation_id TEXT NOT NULL UNIQUE, status TEXT NOT NULL CHECK (status IN ('booked', 'cancelled')))",
@@ -398,34 +341,48 @@ async fn main() -> anyhow::Result<()> {
             seed,
             fail_rate,
         }))
-        .agent(log.agent(PaymentAgent { seed, fail_rate }))
-        .agent(log.agent(ConfirmationAgent { seed, fail_rate }))
+        .agent(log.agent(forward::PaymentAgent { seed, fail_rate }))
+        .agent(log.agent(forward::ConfirmationAgent { seed, fail_rate }))
         .saga(sagas::trip_booking(
             args.sleep_ms.map(std::time::Duration::from_millis),
         )?)
         .saga(sagas::business_trip()?);
+    let runtime = match &args.schedule {
+        Some(_) => runtime.agent(reconcile::Auditor).saga(reconcile::saga()?),
+        None => runtime,
+    };
     let runtime = support::configure(runtime, common).start().await?;
     let mut ddl = DDL.to_vec();
     if args.record_deliveries {
         ddl.push(deliveries::DDL);
     }
+    let mut saga = support::Saga::named(if args.nested {
+        "business_trip"
+    } else {
+        "trip_booking"
+    });
+    if let Some(cron) = &args.schedule {
+        ddl.push(reconcile::DDL);
+        support::create_tables(runtime.store(), &ddl).await?;
+        runtime
+            .schedules()
+            .ensure(&reconcile::schedule(cron))
+            .await?;
+        let runs = args.reconciliations;
+        saga = saga.then(Box::new(move |rt| {
+            Box::pin(reconcile::wait_for(
+                rt,
+                runs,
+                std::time::Duration::from_secs(120),
+            ))
+        }));
+    }
     let mut rng = fastrand::Rng::with_seed(seed);
-    support::run(
-        runtime,
-        common,
-        &url,
-        &ddl,
-        support::Saga::named(if args.nested {
-            "business_trip"
-        } else {
-            "trip_booking"
-        }),
-        |i| Trip {
-            customer: i,
-            amount_cents: rng.u64(5_000..200_000),
-            bookings: vec![],
-        },
-    )
+    support::run(runtime, common, &url, &ddl, saga, |i| Trip {
+        customer: i,
+        amount_cents: rng.u64(5_000..200_000),
+        bookings: vec![],
+    })
     .await?;
     if let Some(service) = rental_service {
         let (made, in_force, repeats) = service.counts();

@@ -1,7 +1,13 @@
 //! The trip_booking example as users run it: a child process, on both backends,
 //! checked through its tables. Crash recovery kills it with SIGKILL.
 
+#[path = "support/parked.rs"]
+mod parked;
+#[path = "support/schedule.rs"]
+mod schedule;
 mod support;
+
+use parked::{asleep, waiting_starts};
 
 use std::time::Duration;
 
@@ -85,28 +91,43 @@ async fn survives_kill_9_while_trips_sleep(backend: Backend) {
 }
 both_backends!(kill_9_sleep_tests, survives_kill_9_while_trips_sleep);
 
-/// The sagas parked at a sleep.
-async fn asleep(store: &Store) -> usize {
-    let filter = agentsaga::saga::query::ListFilter {
-        sleeping: true,
-        limit: 1000,
-        ..Default::default()
-    };
-    agentsaga::saga::query::list(store, &filter)
-        .await
-        .unwrap()
-        .len()
+// A reconciliation every second while the process is killed four times, mid-firing
+// or not: every slot from the first to the last started one saga, none twice (the
+// slots missed while it was down caught up), each recorded once.
+async fn survives_kill_9_while_a_schedule_fires(backend: Backend) {
+    kill_9_rounds(
+        backend,
+        &["--schedule", "* * * * * *", "--reconciliations", "3"],
+    )
+    .await;
 }
+both_backends!(
+    kill_9_schedule_tests,
+    survives_kill_9_while_a_schedule_fires
+);
 
-/// The starts waiting for room in `saga_starts`, of every saga name.
-async fn waiting_starts(store: &Store) -> u64 {
-    agentsaga::saga::Engine::waiting_starts(store)
-        .await
-        .unwrap()
-        .iter()
-        .map(|(_, n)| n)
-        .sum()
+// `--schedule` as the README shows it: the reconciliations run on their own beside the
+// trips, each slot one saga.
+async fn a_schedule_reconciles_beside_the_trips(backend: Backend) {
+    let url = fresh_url(backend).await;
+    let args = [
+        "--sagas",
+        "20",
+        "--schedule",
+        "* * * * * *",
+        "--reconciliations",
+        "3",
+    ];
+    let out = support::run("trip_booking", &url, &args);
+    assert!(out.contains("reconciliations        : "), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let (slots, rows) = schedule::check_slots(&store, 1_000).await;
+    assert!(
+        rows >= 3 && slots >= rows,
+        "{slots} slots, {rows} rows: {out}"
+    );
 }
+both_backends!(schedule_tests, a_schedule_reconciles_beside_the_trips);
 
 async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let url = fresh_url(backend).await;
@@ -117,6 +138,7 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
     let admission = extra.contains(&"--max-in-flight");
     let nested = extra.contains(&"--nested");
     let sleeps = extra.contains(&"--sleep-ms");
+    let scheduled = extra.contains(&"--schedule");
     let mut killed_while_asleep = 0;
     for round in 0..4 {
         let sagas = if round == 0 { "300" } else { "0" };
@@ -137,7 +159,13 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         } else {
             // The first run (300 sagas) takes about 1.4 s in a debug build here: killed
             // mid-way.
-            let ms = if round == 0 { 300..1000 } else { 400..1500 };
+            let ms = match (round, scheduled) {
+                // Slots every second, 3 more awaited: killed after one or two, at any
+                // moment of a firing.
+                (_, true) => 1200..2800,
+                (0, false) => 300..1000,
+                _ => 400..1500,
+            };
             std::thread::sleep(Duration::from_millis(rng.u64(ms)));
         }
         // Child::kill is SIGKILL on Unix: no destructor, no graceful anything.
@@ -186,6 +214,13 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         .iter()
         .map(|(_, n)| n)
         .sum();
+    if scheduled {
+        let fired = schedule::check_slots(&store, 1_000).await.0;
+        assert!(
+            fired > 2,
+            "{fired} slots fired before the last run: the test proved nothing"
+        );
+    }
     let mut args = vec!["--sagas", "0", "--fail-rate", "0.2", "--seed", "7"];
     args.extend_from_slice(extra);
     let out = support::run("trip_booking", &url, &args);
@@ -196,7 +231,12 @@ async fn kill_9_rounds(backend: Backend, extra: &[&str]) {
         vec![],
         "every waiting start was started"
     );
-    let trips = nested.then_some("trip_booking");
+    let trips = (nested || scheduled).then_some("trip_booking");
+    if scheduled {
+        let (slots, rows) = schedule::check_slots(&store, 1_000).await;
+        eprintln!("{slots} slots fired, {rows} reconciliations recorded");
+        assert!(rows >= 4, "{rows} reconciliations");
+    }
     let (completed, compensated) =
         support::check_invariants_of(&store, trips, UNDOABLE, FORWARD).await;
     let total = if nested {

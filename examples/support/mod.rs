@@ -312,14 +312,19 @@ pub fn configure(builder: RuntimeBuilder, common: &CommonArgs) -> RuntimeBuilder
         )
 }
 
-/// Creates the tables, starts `--sagas` sagas of `saga` (50 per transaction, so a
-/// kill leaves whole batches), waits for every unfinished saga, prints the summary and
-/// shuts down.
+/// What [`run`] does last, before it shuts the runtime down.
+pub type After = Box<
+    dyn for<'r> FnOnce(
+        &'r Runtime,
+    ) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'r>>,
+>;
+
 /// Which saga [`run`] starts, and how.
 pub struct Saga {
     name: &'static str,
     key: Option<Box<dyn Fn(u64) -> String>>,
     signals: bool,
+    after: Option<After>,
 }
 
 impl Saga {
@@ -329,7 +334,15 @@ impl Saga {
             name,
             key: None,
             signals: false,
+            after: None,
         }
+    }
+
+    /// Runs `after` once the sagas settled and the summary is printed.
+    #[allow(dead_code)] // not every example has something to do after
+    pub fn then(mut self, after: After) -> Self {
+        self.after = Some(after);
+        self
     }
 
     /// Start saga `i` with the idempotency key `key(i)`: a rerun starts nothing new.
@@ -345,6 +358,9 @@ impl Saga {
     }
 }
 
+/// Creates the tables, starts `--sagas` sagas of `saga` (50 per transaction, so a
+/// kill leaves whole batches), waits for every unfinished saga, prints the summary,
+/// does what `saga` has to do after, and shuts down.
 pub async fn run<T: serde::Serialize>(
     runtime: Runtime,
     common: &CommonArgs,
@@ -405,6 +421,9 @@ pub async fn run<T: serde::Serialize>(
             );
             println!("and finish it with a run of `--sagas 0`.");
         }
+    }
+    if let Some(after) = saga.after {
+        after(&runtime).await?;
     }
     runtime.shutdown().await;
     Ok(())
