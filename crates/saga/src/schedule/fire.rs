@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use super::table::{clock, ms, read};
 use super::{Calendar, CatchUp, Overlap, Schedule, ScheduleView, fill};
-use crate::{Accepted, Engine, Error, Result, SagaId};
+use crate::{Accepted, Engine, Error, Result, SagaDefinition, SagaId};
 
 /// At most this many slots found in time fire in one firing (a schedule every second
 /// found a quarter of an hour late fires its last 1,000).
@@ -76,20 +76,31 @@ impl Engine {
     /// no error: its slot is skipped and the reason kept in its `last_error`.
     pub async fn fire_schedules(&self, store: &Store) -> Result<Firings> {
         let mut out = Firings::default();
-        let due = Sql::new(
-            "SELECT name, saga_name FROM saga_schedules WHERE paused = ? \
-             AND ((next_due_ms IS NOT NULL AND next_due_ms <= {clock_ms}) \
-             OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms LIMIT ?",
-        )
-        .bind(false)
-        .bind(BATCH)
-        .fetch_all(store.reader())
-        .await?;
+        let names: std::collections::BTreeSet<&str> =
+            self.definitions().map(SagaDefinition::name).collect();
+        if names.is_empty() {
+            return Ok(out);
+        }
+        let ours = format!("saga_name IN ({})", vec!["?"; names.len()].join(", "));
+        let mut due = Sql::new(format!(
+            "SELECT name, saga_name FROM saga_schedules WHERE paused = ? AND {ours} \
+             AND ((next_due_ms IS NOT NULL AND next_due_ms <= {{clock_ms}}) \
+             OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms LIMIT ?"
+        ))
+        .bind(false);
+        let mut next = Sql::new(format!(
+            "SELECT next_due_ms - {{clock_ms}} AS wait FROM saga_schedules \
+             WHERE paused = ? AND {ours} AND next_due_ms IS NOT NULL \
+             ORDER BY next_due_ms LIMIT 1"
+        ))
+        .bind(false);
+        for name in &names {
+            due = due.bind(*name);
+            next = next.bind(*name);
+        }
+        let due = due.bind(BATCH).fetch_all(store.reader()).await?;
         for r in due {
             let saga = r.text("saga_name")?;
-            if !self.has_saga(&saga) {
-                continue;
-            }
             let name = r.text("name")?;
             match self.fire_one(store, &name, None, &mut out).await {
                 Err(e) if !matches!(e, Error::Store(_)) => {
@@ -101,26 +112,11 @@ impl Engine {
                 other => other?,
             }
         }
-        let next = Sql::new(
-            "SELECT saga_name, next_due_ms - {clock_ms} AS wait FROM saga_schedules \
-             WHERE paused = ? AND next_due_ms IS NOT NULL ORDER BY next_due_ms LIMIT ?",
-        )
-        .bind(false)
-        .bind(BATCH)
-        .fetch_all(store.reader())
-        .await?;
-        for r in next {
-            if self.has_saga(&r.text("saga_name")?) {
-                let wait = r.real("wait")?.max(0.0);
-                out.next_in = Some(Duration::from_secs_f64(wait / 1000.0));
-                break;
-            }
+        if let Some(r) = next.fetch_optional(store.reader()).await? {
+            let wait = r.real("wait")?.max(0.0);
+            out.next_in = Some(Duration::from_secs_f64(wait / 1000.0));
         }
         Ok(out)
-    }
-
-    fn has_saga(&self, name: &str) -> bool {
-        self.version_of(name).is_ok()
     }
 
     /// Checks `s` as [`Schedule::check`] does, and against this engine: its saga is

@@ -268,6 +268,12 @@ async fn a_firing_that_cannot_start_keeps_its_reason(backend: Backend) {
             .to_string()
             .contains("nowhere")
     );
+    // A schedule of a saga this engine does not have is another process's: left
+    // alone, due, neither fired nor skipped.
+    schedule::create(&store, &unknown.clone().catch_up(CatchUp::Latest))
+        .await
+        .unwrap();
+    down_since(&store, "unknown", latest).await;
     schedule::create(&store, &bad).await.unwrap();
     assert!(matches!(
         schedule::create(&store, &bad).await.unwrap_err(),
@@ -287,6 +293,11 @@ async fn a_firing_that_cannot_start_keeps_its_reason(backend: Backend) {
     );
     assert_eq!(view.next_slot_ms, Some(latest + HOUR));
     assert!(started_slots(&store, "bad").await.is_empty());
+    let theirs = schedule::get(&store, "unknown").await.unwrap().unwrap();
+    assert_eq!(
+        (theirs.fired, theirs.skipped, theirs.next_slot_ms),
+        (0, 0, Some(latest))
+    );
     // Mended with `put`, it fires; the error is cleared by a firing that starts.
     let good = bad.clone().input(json!({ "topic": "news" }));
     engine.check_schedule(&store, &good).unwrap();
