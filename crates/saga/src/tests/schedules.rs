@@ -353,3 +353,51 @@ async fn pause_resume_delete(backend: Backend) {
 }
 
 both_backends!(pause_resume, pause_resume_delete);
+
+// Jitter: each slot fires up to its bound after its time, and only then; the slot (its
+// start key) stays the calendar's.
+async fn jitter_delays_a_slot_within_its_bound(backend: Backend) {
+    let store = Store::connect(&fresh_url(backend).await).await.unwrap();
+    let engine = Engine::new(vec![brief()]).unwrap();
+    let (cron, latest) = hourly();
+    let s = Schedule::new("j", "brief", &cron)
+        .jitter(Duration::from_secs(1_000))
+        .catch_up(CatchUp::Latest);
+    let mut delays = HashSet::new();
+    for _ in 0..8 {
+        let v = schedule::put(&store, &s).await.unwrap();
+        let (slot, due) = (v.next_slot_ms.unwrap(), v.next_due_ms.unwrap());
+        assert_eq!(slot, latest + HOUR);
+        assert!(
+            (0..=1_000_000).contains(&(due - slot)),
+            "{slot} due at {due}"
+        );
+        delays.insert(due - slot);
+    }
+    assert!(delays.len() > 1, "a jitter drawn anew: {delays:?}");
+    // Due in the future: not fired, though its slot has passed.
+    let mut tx = store.begin().await.unwrap();
+    agentsaga_core::Sql::new("UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?")
+        .bind(latest)
+        .bind(agentsaga_core::clock::now_ms() + 60_000)
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        engine
+            .fire_schedules(&store)
+            .await
+            .unwrap()
+            .fired
+            .is_empty()
+    );
+    down_since(&store, "j", latest).await;
+    let fired = engine.fire_schedules(&store).await.unwrap().fired;
+    assert_eq!(
+        fired.iter().map(|f| f.slot_ms).collect::<Vec<_>>(),
+        [latest]
+    );
+}
+
+both_backends!(jitter, jitter_delays_a_slot_within_its_bound);
