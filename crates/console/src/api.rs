@@ -9,6 +9,7 @@
 //! [`Console`]: crate::Console
 
 mod request;
+mod schedules;
 
 use agentsaga_saga::{Budget, Signal};
 use axum::body::Bytes;
@@ -39,6 +40,15 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/sagas/{id}/skip", post(skip))
         .route("/sagas/{id}/signal", post(signal))
         .route("/sagas/{id}/budget", post(raise_budget))
+        .route("/schedules", get(schedules::list).post(schedules::create))
+        .route(
+            "/schedules/{name}",
+            get(schedules::get)
+                .put(schedules::put)
+                .delete(schedules::delete),
+        )
+        .route("/schedules/{name}/pause", post(schedules::pause))
+        .route("/schedules/{name}/resume", post(schedules::resume))
         .route("/dead", get(dead_letters))
         .route("/dead/redrive", post(redrive_all))
         .route("/dead/purge", post(purge_older))

@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// No saga, dead letter or saga name with that id.
+    /// No saga, dead letter, saga name or schedule with that id or name.
     #[error("{0}")]
     NotFound(String),
     /// The saga's (or message's) state does not allow it; nothing was changed.
@@ -44,13 +44,16 @@ impl From<agentsaga_saga::Error> for Error {
     fn from(e: agentsaga_saga::Error) -> Self {
         use agentsaga_saga::Error as S;
         match e {
-            S::NotFound(_) | S::UnknownSaga(_) => Error::NotFound(e.to_string()),
+            S::NotFound(_) | S::UnknownSaga(_) | S::NoSchedule(_) => Error::NotFound(e.to_string()),
             S::WrongState { .. } | S::SignalRefused { .. } | S::Busy { .. } => {
                 Error::Refused(e.to_string())
             }
-            S::InvalidKey { .. } | S::InvalidPlan(_) | S::Data(_) | S::Malformed(_) => {
-                Error::Invalid(e.to_string())
-            }
+            S::InvalidKey { .. }
+            | S::InvalidPlan(_)
+            | S::InvalidSchedule { .. }
+            | S::Data(_)
+            | S::Malformed(_) => Error::Invalid(e.to_string()),
+            S::ScheduleExists(_) => Error::Refused(e.to_string()),
             S::VersionNotRegistered { .. } | S::StartSetAside { .. } => {
                 Error::Refused(e.to_string())
             }

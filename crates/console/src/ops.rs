@@ -5,9 +5,10 @@
 //!
 //! One file a concept: [`status`](Console::status) (`status.rs`), the sagas
 //! (`sagas.rs`) and what they spent, in words (`spending.rs`), the actions on them,
-//! budget raises and signals (`actions.rs`), starts (`starts.rs`),
-//! dead letters (`dead.rs`), remote destinations with the broker's figures (`remote.rs`)
-//! and where those come from (`broker.rs`); the error is the crate's (`error.rs`).
+//! budget raises and signals (`actions.rs`), starts (`starts.rs`), schedules
+//! (`schedules.rs`), dead letters (`dead.rs`), remote destinations with the broker's
+//! figures (`remote.rs`) and where those come from (`broker.rs`); the error is the
+//! crate's (`error.rs`).
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ mod broker;
 mod dead;
 mod remote;
 mod sagas;
+mod schedules;
 mod spending;
 mod starts;
 mod status;
@@ -30,6 +32,7 @@ pub use broker::{BrokerConsumer, RemoteSource};
 pub use dead::{DeadDoc, DeadList, PurgeDoc, RedriveAllDoc, RedriveDoc, Refusal};
 pub use remote::{REMOTE_TIMEOUT, RemoteDoc, RemoteList};
 pub use sagas::{SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
+pub use schedules::{ScheduleDoc, ScheduleList};
 pub use spending::{budget_text, raise_command, usage_text, waiting_text};
 pub use starts::SetAsideDoc;
 pub use status::{OutboxDoc, StatusDoc};

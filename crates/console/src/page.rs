@@ -10,6 +10,8 @@
 //! | `POST /sagas/{id}/abort\|retry\|skip` | [`Console::act`], then back to the saga's page (303) |
 //! | `GET /dead` | dead letters with their reason, whether re-driving them is moot, redrive / purge |
 //! | `POST /dead/{id}/redrive\|purge` | [`Console::redrive`] (never forced: a moot one is purged by its own button) / [`Console::purge`], then back (303) |
+//! | `GET /schedules` | the schedules: saga, cron and time zone, paused or active, next due (and how far off), last fired (and the saga it started), fired / skipped, last error; pause / resume |
+//! | `POST /schedules/{name}/pause\|resume` | [`Console::pause_schedule`] / [`Console::resume_schedule`], then back (303) |
 //! | `GET /assets/console.css\|console.js\|icon.svg` | the one stylesheet, the one script (`confirm()` before each action, the overview's refresh), the icon |
 //!
 //! Every value from the database is escaped. The pages carry a Content-Security-Policy
@@ -25,6 +27,7 @@ mod html;
 mod params;
 mod remote;
 mod saga;
+mod schedules;
 mod timeline;
 mod views;
 
@@ -48,6 +51,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/sagas/{id}/{action}", post(saga_action))
         .route("/dead", get(dead))
         .route("/dead/{id}/{action}", post(dead_action))
+        .route("/schedules", get(schedule_list))
+        .route("/schedules/{name}/{action}", post(schedule_action))
         .route("/assets/console.css", get(assets::css))
         .route("/assets/console.js", get(assets::js))
         .route("/assets/icon.svg", get(assets::icon))
@@ -151,6 +156,17 @@ async fn dead_action(
         Ok(outcome) => Redirect::to(&format!("/dead?done={outcome}&id={msg}")).into_response(),
         Err(e) => fail(&e),
     }
+}
+
+async fn schedule_list(State(s): State<AppState>, Query(done): Query<Done>) -> Response {
+    schedules::page(&s.console, done).await
+}
+
+async fn schedule_action(
+    State(s): State<AppState>,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    schedules::act(&s.console, &name, &action).await
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ async fn start_saga_with_an_engine() {
 // `show_saga` shows what a saga and its steps used and its budget; yet with every
 // action allowed, no tool raises a budget: that is a person's act (an LLM must not
 // lift its own limit), so the tools are exactly the known ones and none takes a limit.
+// Nor does any write a schedule: `list_schedules` only reads them.
 #[tokio::test]
 async fn usage_shows_and_no_tool_raises_a_budget() {
     use agentsaga_saga::testing::{capped, quick_engine, waiting_for_raise};
@@ -168,6 +169,7 @@ async fn usage_shows_and_no_tool_raises_a_budget() {
             "abort_saga",
             "list_dead_letters",
             "list_sagas",
+            "list_schedules",
             "redrive_dead_letter",
             "show_saga",
             "signal_saga",
@@ -265,5 +267,73 @@ async fn a_read_only_session_lists_the_sleeping_sagas() {
         .await
         .expect("the session ends with its client")
         .unwrap();
+    store.close().await;
+}
+
+// A read-only session lists the schedules: each the same document as the API's, its
+// calendar, next due time and counts; no tool writes one.
+#[tokio::test]
+async fn a_read_only_session_lists_the_schedules() {
+    use agentsaga_saga::schedule::{self, Schedule};
+
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let brief = Schedule::new("morning-brief", "research", "0 7 * * MON-FRI")
+        .time_zone("Europe/Paris")
+        .input(json!({"topic": "news"}));
+    schedule::create(&store, &brief).await.unwrap();
+    let console = Console::new(store.clone());
+    let want = serde_json::to_value(console.schedules().await.unwrap()).unwrap();
+    let (mut client, session, init) = open(console, []).await;
+    assert!(
+        init["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("list_schedules"),
+        "{init}"
+    );
+    let list = client.request("tools/list", json!({})).await;
+    let tool = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "list_schedules")
+        .expect("listed read-only");
+    assert_eq!(tool["annotations"]["readOnlyHint"], true, "{tool}");
+
+    let got = client.call("list_schedules", json!({})).await;
+    assert_eq!(got["isError"], false, "{got}");
+    assert_eq!(got["structuredContent"], want);
+    let s = &got["structuredContent"]["schedules"][0];
+    assert_eq!(s["name"], "morning-brief", "{got}");
+    assert_eq!(s["saga"], "research");
+    assert_eq!(s["cron"], "0 7 * * MON-FRI");
+    assert_eq!(s["time_zone"], "Europe/Paris");
+    assert_eq!(s["input"], json!({"topic": "news"}));
+    assert_eq!(s["paused"], false);
+    assert!(
+        s["next_due_ms"].is_i64() && s["next_due"].is_string(),
+        "{s}"
+    );
+    let bad = client.call("list_schedules", json!({"name": "x"})).await;
+    assert_eq!(
+        bad["structuredContent"]["error"]["kind"], "invalid",
+        "{bad}"
+    );
+    for write in ["create_schedule", "pause_schedule", "delete_schedule"] {
+        let call = client.call(write, json!({"name": "morning-brief"})).await;
+        assert_ne!(call["isError"], false, "no such tool: {call}");
+    }
+
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(30), session)
+        .await
+        .expect("the session ends with its client")
+        .unwrap();
+    let still = schedule::get(&store, "morning-brief")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!still.schedule.paused);
     store.close().await;
 }

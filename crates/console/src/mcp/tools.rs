@@ -314,6 +314,21 @@ impl McpServer {
         .await
     }
 
+    #[tool(
+        description = "Every schedule (a saga started at the times a cron expression names, \
+                       in a time zone), by name: its saga and input template, cron and time \
+                       zone, overlap and catch-up policies, whether it is paused, its next \
+                       slot and when that fires, its last firing and the saga it started, \
+                       how many slots fired and were skipped, and why its last firing could \
+                       not start its saga (`last_error`). Times are Unix ms and RFC 3339. \
+                       No tool creates, changes, pauses or deletes a schedule: a person does.",
+        input_schema = schema::<NoArgs>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_schedules(&self, a: JsonObject) -> CallToolResult {
+        call(a, async |NoArgs {}| self.console.schedules().await).await
+    }
+
     async fn list_sagas_doc(&self, a: ListSagasArgs) -> Result<crate::ops::SagaPage> {
         let state = a
             .state

@@ -115,6 +115,7 @@ td.err, .err { color: var(--red); }
 .st-running { background: var(--blue); } .st-compensating { background: var(--amber); }
 .st-stuck { background: var(--red); } .st-completed { background: var(--green); }
 .st-compensated { background: var(--teal); } .st-aborted { background: var(--grey); }
+.st-active { background: var(--green); } .st-paused { background: var(--amber); }
 form.filters { display: flex; gap: .8rem; align-items: end; flex-wrap: wrap; margin-bottom: 1rem;
   background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .7rem .9rem; }
 form.filters label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); gap: .2rem; }
@@ -163,6 +164,9 @@ pre.json { background: #1d2330; color: #e6e9ef; padding: .8rem 1rem; border-radi
 .legend i.tl-bar { position: static; display: inline-block; width: .9rem; height: .6rem; min-width: 0;
   margin-right: .3rem; vertical-align: middle; }
 td time, .nowrap { white-space: nowrap; }
+.late { color: var(--amber); font-size: 12.5px; }
+.small { font-size: 12.5px; }
+td.last-error { min-width: 14rem; }
 details summary { cursor: pointer; color: var(--blue); }
 .pager { margin-top: .8rem; }
 "#;

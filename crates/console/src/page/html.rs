@@ -98,6 +98,7 @@ pub(crate) enum Nav {
     Overview,
     Sagas,
     Dead,
+    Schedules,
     None,
 }
 
@@ -118,11 +119,12 @@ pub(crate) fn page(status: StatusCode, title: &str, nav: Nav, body: &str) -> Res
          <link rel=\"icon\" href=\"/assets/icon.svg\">\n\
          <link rel=\"stylesheet\" href=\"/assets/console.css\">\n\
          <script src=\"/assets/console.js\" defer></script>\n</head>\n<body>\n\
-         <header class=\"top\"><a class=\"brand\" href=\"/\">agentsaga</a><nav>{}{}{}</nav></header>\n\
+         <header class=\"top\"><a class=\"brand\" href=\"/\">agentsaga</a><nav>{}{}{}{}</nav></header>\n\
          <main>\n{body}\n</main>\n</body>\n</html>\n",
         link(Nav::Overview, "/", "Overview"),
         link(Nav::Sagas, "/sagas", "Sagas"),
         link(Nav::Dead, "/dead", "Dead letters"),
+        link(Nav::Schedules, "/schedules", "Schedules"),
         title = esc(title),
     );
     html_response(status, html)

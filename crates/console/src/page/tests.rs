@@ -293,3 +293,95 @@ async fn a_sleeping_saga_shows_when_it_wakes() {
     assert!(!page.contains("id=\"sleeping\""), "{page}");
     store.close().await;
 }
+
+// The schedules' page: each with its calendar, when it is due next (and how far off),
+// its counts, its name escaped; paused and resumed by its button from this origin only.
+#[tokio::test]
+async fn schedules_show_when_they_fire_and_pause_from_the_page() {
+    use agentsaga_saga::schedule::{self, Schedule};
+
+    let url = fresh_url(Backend::Sqlite).await;
+    let store = Store::connect(&url).await.unwrap();
+    let base = serve(store.clone(), None).await;
+    let (_, empty) = get(&format!("{base}/schedules")).await;
+    assert!(empty.contains("id=\"none\""), "{empty}");
+    let s = Schedule::new(EVIL, "page_test", "0 7 * * MON-FRI").time_zone("Europe/Paris");
+    schedule::create(&store, &s).await.unwrap();
+
+    let (status, page) = get(&format!("{base}/schedules")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(!page.contains("<img"), "not escaped: {page}");
+    for want in [
+        "<a href=\"/schedules\" aria-current=\"page\">Schedules</a>",
+        "<code>0 7 * * MON-FRI</code><div class=\"muted\">Europe/Paris</div>",
+        "data-state=\"active\"",
+        "<div class=\"muted\" data-in>in ",
+        "<span data-count=\"fired\">0</span> / <span data-count=\"skipped\">0</span>",
+        "<span class=\"muted\">never</span>",
+    ] {
+        assert!(page.contains(want), "{want}: {page}");
+    }
+    let pause = format!("{base}/schedules/{}/pause", super::html::pct(EVIL));
+    assert!(page.contains(&format!(
+        "action=\"/schedules/{}/pause\"",
+        super::html::pct(EVIL)
+    )));
+    let r = client()
+        .post(&pause)
+        .header("origin", "http://evil.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(
+        !schedule::get(&store, EVIL)
+            .await
+            .unwrap()
+            .unwrap()
+            .schedule
+            .paused
+    );
+
+    let r = client().post(&pause).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(
+        location.starts_with("/schedules?done=paused&id="),
+        "{location}"
+    );
+    assert!(
+        schedule::get(&store, EVIL)
+            .await
+            .unwrap()
+            .unwrap()
+            .schedule
+            .paused
+    );
+    let (_, page) = get(&format!("{base}{location}")).await;
+    assert!(page.contains("id=\"notice\""), "{page}");
+    assert!(page.contains("data-state=\"paused\""), "{page}");
+    assert!(page.contains("name=\"resume\""), "{page}");
+    assert!(!page.contains("<img"), "not escaped: {page}");
+    let (_, other) = get(&format!("{base}/schedules?done=paused&id=made-up")).await;
+    assert!(
+        !other.contains("made-up"),
+        "only a schedule that exists is echoed"
+    );
+
+    let r = client()
+        .post(format!("{base}/schedules/none/pause"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = client()
+        .post(format!(
+            "{base}/schedules/{}/launch",
+            super::html::pct(EVIL)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    store.close().await;
+}

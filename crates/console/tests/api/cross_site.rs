@@ -29,8 +29,15 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
         ("/api/v1/dead/purge".to_owned(), r#"{"older_than": "0s"}"#),
         (format!("/api/v1/dead/{}/redrive", f.dead_mailer), ""),
         (format!("/api/v1/dead/{}/purge", f.dead_sms), ""),
+        (
+            "/api/v1/schedules".to_owned(),
+            r#"{"name": "evil", "saga": "trip", "cron": "* * * * *"}"#,
+        ),
+        (format!("/api/v1/schedules/{NIGHTLY}/pause"), ""),
+        (format!("/api/v1/schedules/{NIGHTLY}/resume"), ""),
         (format!("/sagas/{}/abort", f.running), ""),
         (format!("/dead/{}/purge", f.dead_sms), ""),
+        (format!("/schedules/{NIGHTLY}/pause"), ""),
     ]
 }
 

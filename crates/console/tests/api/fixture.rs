@@ -3,6 +3,7 @@
 use agentsaga_console::Console;
 use agentsaga_core::testing::{self, Backend, fresh_url};
 use agentsaga_core::{MessageId, Store};
+use agentsaga_saga::schedule::{self, Schedule};
 use agentsaga_saga::testing::{answer, dead_letter, quick_engine, trip_agent, two_dead_letters};
 pub(crate) use agentsaga_saga::testing::{pump, trip};
 use agentsaga_saga::{Engine, Saga, SagaDefinition, SagaId, Step};
@@ -21,8 +22,11 @@ pub(crate) fn engine() -> Engine {
     quick_engine([trip(), waits()])
 }
 
+/// The schedule the fixture holds: `trip` at 03:00 UTC every day (no one fires it).
+pub(crate) const NIGHTLY: &str = "nightly";
+
 /// A database holding one saga of each kind, a stalled one, a waiting one, a running
-/// one and two dead letters (besides the stalled saga's dead reply).
+/// one, two dead letters (besides the stalled saga's dead reply) and a schedule.
 pub(crate) struct Fixture {
     /// A console as `agentsaga serve` has it: no definitions.
     pub(crate) console: Console,
@@ -84,6 +88,8 @@ pub(crate) async fn prepare(backend: Backend) -> Fixture {
     let running = start(&store, &engine, "trip", None, json!({"case": "ok"})).await;
 
     let (dead_mailer, dead_sms) = two_dead_letters(&store).await;
+    let nightly = Schedule::new(NIGHTLY, "trip", "0 3 * * *").input(json!({"case": "ok"}));
+    schedule::create(&store, &nightly).await.expect("schedule");
 
     Fixture {
         console: Console::new(store),

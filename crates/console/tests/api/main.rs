@@ -4,7 +4,8 @@
 //! raise), tokens
 //! (401 / 403, nothing done), bad requests (400 / 404 / 413, JSON errors, nothing
 //! written), a stalled saga reported, `Runtime::admin_router` starting a runtime's
-//! saga, and remote destinations from a fake broker.
+//! saga, remote destinations from a fake broker, and schedules (created, read, paused,
+//! resumed, replaced, deleted; guarded as every action; fired by a runtime).
 //!
 //! One file a concern, on a shared fixture (`fixture.rs`) and server (`server.rs`); the
 //! tests are declared here, each on both backends.
@@ -20,6 +21,7 @@ mod finished;
 mod fixture;
 mod reads;
 mod remote;
+mod schedules;
 mod server;
 mod starts;
 mod tokens;
@@ -33,6 +35,10 @@ use dead::dead_letters_are_paged_by_bytes;
 use finished::{a_fold_takes_any_number_of_deltas, finished_counts_follow_every_write};
 use reads::reads_equal_the_console_documents;
 use remote::remote_destinations_join_the_broker_and_the_outbox;
+use schedules::{
+    schedule_writes_are_guarded, schedules_round_trip,
+    the_runtime_router_checks_and_fires_schedules,
+};
 use starts::starts_with_an_engine;
 use starts::the_runtime_router_starts_its_sagas;
 use tokens::tokens_guard_everything;
@@ -49,6 +55,12 @@ both_backends!(cross_site_tests, cross_site_requests_change_nothing);
 both_backends!(host_tests, rebound_hosts_are_refused);
 both_backends!(children_tests, a_parent_shows_its_children);
 both_backends!(runtime_tests, the_runtime_router_starts_its_sagas);
+both_backends!(schedule_tests, schedules_round_trip);
+both_backends!(schedule_guard_tests, schedule_writes_are_guarded);
+both_backends!(
+    runtime_schedule_tests,
+    the_runtime_router_checks_and_fires_schedules
+);
 both_backends!(
     remote_tests,
     remote_destinations_join_the_broker_and_the_outbox

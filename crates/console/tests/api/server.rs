@@ -78,7 +78,17 @@ impl Api {
     /// `POST` with `body` as JSON (an empty body if `Value::Null`), as an API client
     /// sends it: `Content-Type: application/json` either way.
     pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let req = self.request(reqwest::Method::POST, path);
+        self.send_json(reqwest::Method::POST, path, body).await
+    }
+
+    /// `method` with `body` as JSON, as [`post`](Self::post) sends it.
+    pub(crate) async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> (StatusCode, Value) {
+        let req = self.request(method, path);
         let req = if body.is_null() {
             req.header("content-type", "application/json")
         } else {
@@ -152,7 +162,8 @@ pub(crate) fn assert_error(got: &(StatusCode, Value), status: StatusCode, kind: 
     );
 }
 
-/// Everything an operator sees of the database: status and every saga's document.
+/// Everything an operator sees of the database: status, every saga's document, the
+/// dead letters and the schedules.
 pub(crate) async fn everything(f: &Fixture) -> Value {
     let page = f
         .console
@@ -175,5 +186,6 @@ pub(crate) async fn everything(f: &Fixture) -> Value {
         "status": steady(doc(&f.console.status().await.expect("status"))),
         "sagas": sagas,
         "dead": doc(&dead),
+        "schedules": doc(&f.console.schedules().await.expect("schedules")),
     })
 }

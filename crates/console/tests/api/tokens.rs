@@ -62,7 +62,14 @@ pub(crate) async fn tokens_guard_everything(backend: Backend) {
     let abort = format!("/api/v1/sagas/{}/abort", f.running);
     let purge = format!("/api/v1/dead/{}/purge", f.dead_sms);
     let budget = format!("/api/v1/sagas/{}/budget", f.running);
-    for path in [&abort, &purge, &budget, &"/api/v1/dead/redrive".to_owned()] {
+    let pause = format!("/api/v1/schedules/{NIGHTLY}/pause");
+    for path in [
+        &abort,
+        &purge,
+        &budget,
+        &pause,
+        &"/api/v1/dead/redrive".to_owned(),
+    ] {
         assert_error(
             &anon.post(path, Value::Null).await,
             StatusCode::UNAUTHORIZED,
