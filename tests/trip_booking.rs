@@ -106,26 +106,10 @@ both_backends!(
     survives_kill_9_while_a_schedule_fires
 );
 
-// `--schedule` as the README shows it: the reconciliations run on their own beside the
-// trips, each slot one saga.
+// `--schedule` as the README shows it (`support/schedule.rs`): the reconciliations run on
+// their own beside the trips, each slot one saga.
 async fn a_schedule_reconciles_beside_the_trips(backend: Backend) {
-    let url = fresh_url(backend).await;
-    let args = [
-        "--sagas",
-        "20",
-        "--schedule",
-        "* * * * * *",
-        "--reconciliations",
-        "3",
-    ];
-    let out = support::run("trip_booking", &url, &args);
-    assert!(out.contains("reconciliations        : "), "{out}");
-    let store = Store::connect(&url).await.unwrap();
-    let (slots, rows) = schedule::check_slots(&store, 1_000).await;
-    assert!(
-        rows >= 3 && slots >= rows,
-        "{slots} slots, {rows} rows: {out}"
-    );
+    schedule::reconciles_beside_the_trips(fresh_url(backend).await).await;
 }
 both_backends!(schedule_tests, a_schedule_reconciles_beside_the_trips);
 

@@ -51,3 +51,24 @@ pub(crate) async fn check_slots(store: &Store, step_ms: i64) -> (usize, usize) {
     }
     (slots.len(), rows.len())
 }
+
+/// `trip_booking --schedule` as the README shows it, on the database at `url`: the
+/// reconciliations run on their own beside the trips, each slot one saga.
+pub(crate) async fn reconciles_beside_the_trips(url: String) {
+    let args = [
+        "--sagas",
+        "20",
+        "--schedule",
+        "* * * * * *",
+        "--reconciliations",
+        "3",
+    ];
+    let out = crate::support::run("trip_booking", &url, &args);
+    assert!(out.contains("reconciliations        : "), "{out}");
+    let store = Store::connect(&url).await.unwrap();
+    let (slots, rows) = check_slots(&store, 1_000).await;
+    assert!(
+        rows >= 3 && slots >= rows,
+        "{slots} slots, {rows} rows: {out}"
+    );
+}

@@ -91,6 +91,20 @@ impl Calendar {
         None
     }
 
+    /// The slot after `now` and when it fires: the slot plus a jitter of up to
+    /// `jitter_ms`, drawn now.
+    pub(crate) fn next_due(&self, jitter_ms: i64, now: i64) -> (Option<i64>, Option<i64>) {
+        let slot = self.after(now);
+        let due = slot.map(|t| {
+            if jitter_ms > 0 {
+                t.saturating_add(fastrand::i64(0..=jitter_ms))
+            } else {
+                t
+            }
+        });
+        (slot, due)
+    }
+
     /// The slots in `[from, to]`, oldest first, at most `max` of them: the latest
     /// `max` when `latest` is set, else the first `max`.
     pub(crate) fn between(&self, from: i64, to: i64, max: usize, latest: bool) -> Vec<i64> {

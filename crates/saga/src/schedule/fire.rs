@@ -51,20 +51,6 @@ pub struct Firings {
     pub next_in: Option<Duration>,
 }
 
-/// The slot after `now` and when it fires (the slot plus a jitter drawn now).
-pub(super) fn next(calendar: &Calendar, s: &Schedule, now: i64) -> (Option<i64>, Option<i64>) {
-    let slot = calendar.after(now);
-    let jitter = ms(s.jitter);
-    let due = slot.map(|t| {
-        if jitter > 0 {
-            t.saturating_add(fastrand::i64(0..=jitter))
-        } else {
-            t
-        }
-    });
-    (slot, due)
-}
-
 impl Engine {
     /// Fires the due schedules of the sagas this engine has (others are left to the
     /// processes that have them): every slot whose time has come, as its policies say.
@@ -196,7 +182,7 @@ impl Engine {
                     }
                 }
             }
-            next(&calendar, s, now)
+            calendar.next_due(ms(s.jitter), now)
         } else {
             (view.next_slot_ms, view.next_due_ms)
         };

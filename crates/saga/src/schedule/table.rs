@@ -38,7 +38,7 @@ async fn write(store: &Store, s: &Schedule, replace: bool) -> Result<ScheduleVie
     let input = serde_json::to_string(&s.input)?;
     let mut tx = store.begin().await?;
     let now = clock(&mut tx).await?;
-    let (next_slot, next_due) = super::fire::next(&calendar, s, now);
+    let (next_slot, next_due) = calendar.next_due(ms(s.jitter), now);
     let (catch_up, max) = catch_up_columns(s.catch_up);
     let text = format!(
         "INSERT INTO saga_schedules (name, saga_name, input, cron, time_zone, overlap, catch_up, \
@@ -112,7 +112,7 @@ async fn set_paused(store: &Store, name: &str, paused: bool) -> Result<ScheduleV
     }
     let now = clock(&mut tx).await?;
     let calendar = view.schedule.calendar()?;
-    let (next_slot, next_due) = super::fire::next(&calendar, &view.schedule, now);
+    let (next_slot, next_due) = calendar.next_due(ms(view.schedule.jitter), now);
     Sql::new(
         "UPDATE saga_schedules SET paused = ?, next_slot_ms = ?, next_due_ms = ?, \
          queued_slot_ms = NULL, updated_ms = ? WHERE name = ?",
