@@ -10,6 +10,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::format;
 
+mod schedules;
+
+pub(crate) use schedules::{ScheduleArgs, ScheduleName, SchedulesCommand};
+
 /// The agentsaga operator CLI: inspect and repair the outbox, dead letters and sagas.
 #[derive(Debug, Parser)]
 #[command(name = "agentsaga", version, about, long_about = None)]
@@ -72,6 +76,20 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+impl Cli {
+    /// What clap cannot check alone: values wrong only together (a schedule's cron
+    /// expression in its time zone, its bounds), refused as a usage error (exit 2)
+    /// before the database is touched.
+    pub(crate) fn checked(self) -> Result<Self, clap::Error> {
+        if let Command::Schedules(c) = &self.command {
+            c.check().map_err(|e| {
+                clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{e}\n"))
+            })?;
+        }
+        Ok(self)
+    }
+}
+
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -90,6 +108,10 @@ pub(crate) enum Command {
     /// admission control): list them, remove one.
     #[command(subcommand)]
     Starts(StartsCommand),
+    /// Schedules (sagas started on a cron calendar): list, show, create, put, pause,
+    /// resume, delete.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
     /// Delete delivered outbox rows and inbox records older than a duration (and, with
     /// `--sagas-older-than`, finished sagas with their steps and dead letters).
     Prune(PruneArgs),

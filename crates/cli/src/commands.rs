@@ -7,6 +7,7 @@ mod mcp;
 mod remote;
 mod saga_actions;
 mod sagas;
+mod schedules;
 mod serve;
 mod starts;
 mod status;
@@ -88,6 +89,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dead(DeadCommand::Purge(o)) => dead::purge(&console, o.older_than).await,
         Command::Starts(StartsCommand::List { json }) => starts::list(&console, json.json).await,
         Command::Starts(StartsCommand::Remove { id }) => starts::remove(&console, id).await,
+        Command::Schedules(c) => schedules::run(&console, c).await,
         Command::Prune(o) => maintenance::prune(&store, o.older_than, o.sagas_older_than).await,
         Command::Migrate => maintenance::migrate(&store, &before.unwrap_or_default()),
         Command::Serve(args) => serve::run(console, args).await,

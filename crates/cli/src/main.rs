@@ -1,8 +1,9 @@
 //! `agentsaga`: the operator CLI over agentsaga's own tables (outbox, inbox, sagas),
 //! on SQLite and PostgreSQL. See `docs/cli.md`.
 //!
-//! Exit codes: 0 success, 1 a runtime error (database, unknown id, an action the saga's
-//! state refuses), 2 a usage error (unknown flag, malformed id, duration or state).
+//! Exit codes: 0 success, 1 a runtime error (database, unknown id or schedule, an action
+//! the saga's state refuses), 2 a usage error (unknown flag, malformed id, duration,
+//! state or schedule).
 //! Every error is one line on stderr, starting with `error: `.
 
 /// `print!` that ends the process quietly when stdout is closed (`agentsaga … | head`)
@@ -29,7 +30,7 @@ use clap::Parser as _;
 use clap::error::ErrorKind;
 
 fn main() -> ExitCode {
-    let cli = match args::Cli::try_parse() {
+    let cli = match args::Cli::try_parse().and_then(args::Cli::checked) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };

@@ -10,7 +10,7 @@ const UNKNOWN: &str = "0190a8f0-0000-7000-8000-000000000000";
 
 /// Every kind of command that opens the database (all but `migrate`, which may create
 /// it and migrates it): each refuses a database that is missing or behind the binary.
-pub(crate) const OPENING: [&[&str]; 10] = [
+pub(crate) const OPENING: [&[&str]; 13] = [
     &["status"],
     &["status", "--json"],
     &["sagas", "list"],
@@ -20,6 +20,17 @@ pub(crate) const OPENING: [&[&str]; 10] = [
     &["dead", "redrive", "--all"],
     &["dead", "purge", "--older-than", "1d"],
     &["starts", "list"],
+    &["schedules", "list"],
+    &[
+        "schedules",
+        "create",
+        "nightly",
+        "--saga",
+        "trip",
+        "--cron",
+        "0 3 * * *",
+    ],
+    &["schedules", "pause", "nightly"],
     &["prune", "--older-than", "1d"],
 ];
 
@@ -76,6 +87,38 @@ pub(crate) const DEAD_KEYS: &[&str] = &[
     "headers",
     "payload",
     "moot",
+];
+
+/// A schedule's document (`schedules show --json`, each of `schedules list --json`).
+pub(crate) const SCHEDULE_KEYS: &[&str] = &[
+    "name",
+    "saga",
+    "input",
+    "cron",
+    "time_zone",
+    "overlap",
+    "catch_up",
+    "late_after",
+    "jitter",
+    "paused",
+    "next_slot",
+    "next_slot_ms",
+    "next_due",
+    "next_due_ms",
+    "queued_slot",
+    "queued_slot_ms",
+    "last_slot",
+    "last_slot_ms",
+    "last_saga_id",
+    "last_fired",
+    "last_fired_ms",
+    "last_error",
+    "fired",
+    "skipped",
+    "created",
+    "created_ms",
+    "updated",
+    "updated_ms",
 ];
 
 pub(crate) fn status(url: &str) -> Value {

@@ -2,8 +2,9 @@
 //! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
 //!
 //! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `input.rs`, `dead.rs`,
-//! `maintenance.rs`, `starts.rs`, `remote.rs` with a throwaway NATS server, on `documents.rs` and the shared `common/`); the
-//! tests on both backends are declared here, with the two that need no database.
+//! `maintenance.rs`, `starts.rs`, `schedules.rs`, `remote.rs` with a throwaway NATS
+//! server, on `documents.rs` and the shared `common/`); the tests on both backends are
+//! declared here, with the two that need no database.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,6 +17,7 @@ mod input;
 mod maintenance;
 mod reads;
 mod remote;
+mod schedules;
 mod starts;
 
 use std::process::Command;
@@ -35,6 +37,7 @@ use maintenance::only_migrate_migrates;
 use maintenance::prune_keeps_inbox_records_a_redelivery_can_still_need;
 use reads::read_commands;
 use reads::stalled_sagas_are_reported;
+use schedules::{schedule_firings, schedules};
 use starts::set_aside_starts;
 
 both_backends!(read_tests, read_commands);
@@ -51,6 +54,8 @@ both_backends!(
 );
 both_backends!(migrate_tests, only_migrate_migrates);
 both_backends!(set_aside_tests, set_aside_starts);
+both_backends!(schedule_tests, schedules);
+both_backends!(schedule_firing_tests, schedule_firings);
 
 #[tokio::test]
 async fn a_missing_sqlite_file_is_never_created() {

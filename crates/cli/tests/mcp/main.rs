@@ -25,10 +25,11 @@ use common::{json, prepare};
 use fixture::{add_sagas, everything, mail, transfer};
 use server::{Server, open};
 
-const TOOLS: [&str; 8] = [
+const TOOLS: [&str; 9] = [
     "abort_saga",
     "list_dead_letters",
     "list_sagas",
+    "list_schedules",
     "redrive_dead_letter",
     "show_saga",
     "signal_saga",
@@ -323,7 +324,13 @@ async fn a_client_without_allow_cannot_act() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["list_dead_letters", "list_sagas", "show_saga", "status"],
+        [
+            "list_dead_letters",
+            "list_sagas",
+            "list_schedules",
+            "show_saga",
+            "status"
+        ],
         "{list}"
     );
     let calls = [
