@@ -196,10 +196,11 @@ impl Engine {
             to_fire.clear();
             error = Some(why.to_owned());
         }
+        let mut fired = Vec::with_capacity(to_fire.len());
         for &slot in &to_fire {
-            let fired = self.start_slot(&mut tx, s, slot).await?;
-            last = Some((slot, fired.saga_id));
-            out.fired.push(fired);
+            let f = self.start_slot(&mut tx, s, slot).await?;
+            last = Some((slot, f.saga_id));
+            fired.push(f);
         }
         Sql::new(
             "UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?, queued_slot_ms = ?, \
@@ -223,6 +224,8 @@ impl Engine {
         .execute(tx.conn())
         .await?;
         tx.commit().await?;
+        // Only what committed: a start refused midway rolled back the ones before it.
+        out.fired.extend(fired);
         out.skipped += u64::try_from(skipped).unwrap_or(0);
         Ok(())
     }
