@@ -64,16 +64,17 @@ impl Schedules {
     }
 
     /// Declares `s`, as a program does at every start: stores it if there is no
-    /// schedule of its name, leaves the stored one alone if it is the same (its next
-    /// slot kept, so the slots missed while no process ran are caught up as `s` says),
-    /// replaces it ([`put`](Self::put)) if it differs.
+    /// schedule of its name, leaves the stored one alone if it is the same but for
+    /// being paused (its next slot kept, so the slots missed while no process ran are
+    /// caught up as `s` says; an operator's pause kept), replaces it
+    /// ([`put`](Self::put)) if it differs otherwise (then paused as `s` says).
     ///
     /// # Errors
     /// As [`put`](Self::put).
     pub async fn ensure(&self, s: &Schedule) -> Result<ScheduleView> {
         self.engine.check_schedule(&self.store, s)?;
         match schedule::get(&self.store, &s.name).await? {
-            Some(view) if view.schedule == *s => Ok(view),
+            Some(view) if view.schedule == s.clone().paused(view.schedule.paused) => Ok(view),
             _ => self.put(s).await,
         }
     }

@@ -77,7 +77,9 @@ pub enum CatchUp {
     /// The latest missed slot fires, unless a slot in time fires anyway.
     Latest,
     /// Every missed slot fires, oldest first, but at most the latest `max` of them
-    /// (1 to [`MAX_CATCH_UP`]).
+    /// (1 to [`MAX_CATCH_UP`]). Overlap still applies: with [`Overlap::Skip`] the
+    /// first starts and the others are skipped while it runs; use
+    /// [`Overlap::Allow`] to run each.
     All {
         /// The bound.
         max: u32,
@@ -213,8 +215,17 @@ impl Schedule {
                 "a schedule's name is 1 to {MAX_NAME_BYTES} bytes, without control characters"
             )));
         }
-        if self.saga.is_empty() {
-            return Err(bad("it names no saga".into()));
+        if self.saga.is_empty() || self.saga.chars().any(char::is_control) {
+            return Err(bad(
+                "its saga's name is empty or has control characters".into()
+            ));
+        }
+        if self.jitter.subsec_nanos() % 1_000_000 != 0
+            || self.late_after.subsec_nanos() % 1_000_000 != 0
+        {
+            return Err(bad(
+                "its jitter and late_after are whole milliseconds".into()
+            ));
         }
         if self.jitter > MAX_JITTER {
             return Err(bad(format!(

@@ -14,8 +14,9 @@ use croner::{Cron, parser::CronParser};
 use jiff::{Timestamp, Zoned, tz::TimeZone};
 
 /// How many slots one search may walk over a fold before it gives up (a guard: each
-/// search skips at most the repeated hour's times).
-const MAX_REPEATS: usize = 4_000;
+/// search skips at most the repeated times, 7,200 for a schedule every second in the
+/// longest fold there is, two hours).
+const MAX_REPEATS: usize = 20_000;
 
 /// A cron expression in a time zone.
 #[derive(Debug, Clone)]

@@ -31,8 +31,8 @@ pub struct Fired {
     pub schedule: String,
     /// Its slot, Unix ms.
     pub slot_ms: i64,
-    /// The saga it started (or that the slot had started before: a repeat starts
-    /// nothing).
+    /// The saga it started (a slot whose key started a saga before starts nothing
+    /// and is not reported).
     pub saga_id: SagaId,
     /// Whether the start waits behind the saga name's admission bound.
     pub waiting: bool,
@@ -69,17 +69,15 @@ impl Engine {
         }
         let ours = format!("saga_name IN ({})", vec!["?"; names.len()].join(", "));
         let mut due = Sql::new(format!(
-            "SELECT name, saga_name FROM saga_schedules WHERE paused = ? AND {ours} \
+            "SELECT name, saga_name FROM saga_schedules WHERE paused = FALSE AND {ours} \
              AND ((next_due_ms IS NOT NULL AND next_due_ms <= {{clock_ms}}) \
-             OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms LIMIT ?"
-        ))
-        .bind(false);
+             OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms IS NULL, next_due_ms LIMIT ?"
+        ));
         let mut next = Sql::new(format!(
             "SELECT next_due_ms - {{clock_ms}} AS wait FROM saga_schedules \
-             WHERE paused = ? AND {ours} AND next_due_ms IS NOT NULL \
+             WHERE paused = FALSE AND {ours} AND next_due_ms IS NOT NULL \
              ORDER BY next_due_ms LIMIT 1"
-        ))
-        .bind(false);
+        ));
         for name in &names {
             due = due.bind(*name);
             next = next.bind(*name);
@@ -88,15 +86,21 @@ impl Engine {
         for r in due {
             let saga = r.text("saga_name")?;
             let name = r.text("name")?;
-            match self.fire_one(store, &name, None, &mut out).await {
-                Err(e) if !matches!(e, Error::Store(_)) => {
-                    let why = format!("saga `{saga}` could not start: {e}");
-                    tracing::warn!(schedule = %name, error = %why, "a schedule's saga could not start");
-                    self.fire_one(store, &name, Some(&why), &mut out).await?;
-                    out.failed.push((name, why));
-                }
-                other => other?,
+            // Each schedule on its own: one that fails never stops the others.
+            let why = match self.fire_one(store, &name, None, &mut out).await {
+                Ok(()) => continue,
+                // The database away: every schedule waits for it, this one included.
+                Err(Error::Store(e)) if e.is_transient() => return Err(Error::Store(e)),
+                Err(e) => format!("saga `{saga}` could not start: {e}"),
+            };
+            tracing::warn!(schedule = %name, error = %why, "a schedule could not fire");
+            if let Err(e) = self.fire_one(store, &name, Some(&why), &mut out).await {
+                // Not even its slots can be skipped (a row this binary cannot read):
+                // the reason kept, tried again in a minute.
+                let why = format!("{why}; its row: {e}");
+                set_aside(store, &name, &why).await?;
             }
+            out.failed.push((name, why));
         }
         if let Some(r) = next.fetch_optional(store.reader()).await? {
             let wait = r.real("wait")?.max(0.0);
@@ -167,7 +171,9 @@ impl Engine {
         }
         let due = view.next_due_ms.is_some_and(|d| d <= now);
         let (next_slot, next_due) = if due {
-            for slot in due_slots(&calendar, &view, now) {
+            let (slots, beyond) = due_slots(&calendar, &view, now);
+            skipped += i64::try_from(beyond).unwrap_or(i64::MAX);
+            for slot in slots {
                 match s.overlap {
                     Overlap::Allow => to_fire.push(slot),
                     _ if !running => {
@@ -198,9 +204,12 @@ impl Engine {
         }
         let mut fired = Vec::with_capacity(to_fire.len());
         for &slot in &to_fire {
-            let f = self.start_slot(&mut tx, s, slot).await?;
+            let (f, new) = self.start_slot(&mut tx, s, slot).await?;
             last = Some((slot, f.saga_id));
-            fired.push(f);
+            // A slot that started its saga before (its key taken) starts nothing.
+            if new {
+                fired.push(f);
+            }
         }
         Sql::new(
             "UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?, queued_slot_ms = ?, \
@@ -218,7 +227,7 @@ impl Engine {
         .bind(now)
         .bind(last.is_some())
         .bind(error)
-        .bind(i64::try_from(to_fire.len()).unwrap_or(i64::MAX))
+        .bind(i64::try_from(fired.len()).unwrap_or(i64::MAX))
         .bind(skipped)
         .bind(name)
         .execute(tx.conn())
@@ -230,8 +239,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Starts `s`'s saga for `slot` in `tx`, in a trace of its own.
-    async fn start_slot(&self, tx: &mut Tx, s: &Schedule, slot: i64) -> Result<Fired> {
+    /// Starts `s`'s saga for `slot` in `tx`, in a trace of its own; whether it is new
+    /// (not the saga the slot's key started before).
+    async fn start_slot(&self, tx: &mut Tx, s: &Schedule, slot: i64) -> Result<(Fired, bool)> {
         let data = fill(&s.input, slot).map_err(|reason| Error::InvalidSchedule {
             name: s.name.clone(),
             reason,
@@ -248,24 +258,33 @@ impl Engine {
             .accept_keyed(tx, &s.saga, Some(&key), data)
             .instrument(span)
             .await?;
-        Ok(Fired {
+        let fired = Fired {
             schedule: s.name.clone(),
             slot_ms: slot,
             saga_id: accepted.id(),
             waiting: matches!(accepted, Accepted::Waiting(_)),
-        })
+        };
+        Ok((fired, !matches!(accepted, Accepted::Existing(_))))
     }
 }
 
-/// The slots of `view` due at `now`, oldest first, as its catch-up policy says.
-fn due_slots(calendar: &Calendar, view: &ScheduleView, now: i64) -> Vec<i64> {
+/// The slots of `view` due at `now`, oldest first, as its catch-up policy says, and
+/// how many in time are beyond the [`MAX_IN_TIME`] one firing takes.
+fn due_slots(calendar: &Calendar, view: &ScheduleView, now: i64) -> (Vec<i64>, usize) {
     let s = &view.schedule;
     let Some(first) = view.next_slot_ms else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
     let late = ms(s.late_after).saturating_add(ms(s.jitter));
     let in_time_from = first.max(now.saturating_sub(late));
     let mut slots = calendar.between(in_time_from, now, MAX_IN_TIME, true);
+    // More in time than one firing takes: the older ones are skipped, and counted.
+    let mut beyond = 0;
+    if slots.len() == MAX_IN_TIME {
+        beyond = calendar
+            .between(in_time_from, slots[0] - 1, usize::MAX, false)
+            .len();
+    }
     let missed_to = in_time_from - 1;
     if first <= missed_to {
         let missed = match s.catch_up {
@@ -278,23 +297,38 @@ fn due_slots(calendar: &Calendar, view: &ScheduleView, now: i64) -> Vec<i64> {
         };
         slots.splice(0..0, missed);
     }
-    slots
+    (slots, beyond)
 }
 
-/// Does saga `id` still run (running or compensating, or waiting to start)?
+/// Does saga `id` still run (running or compensating, or waiting to start; a start
+/// set aside has stopped)? One statement: one snapshot, so a start moving from
+/// `saga_starts` to `saga_instances` meanwhile is seen in one or the other.
 async fn still_runs(tx: &mut Tx, id: SagaId) -> Result<bool> {
     let uuid = *id.as_uuid();
-    let state = Sql::new("SELECT state FROM saga_instances WHERE id = ?")
-        .bind(uuid)
-        .fetch_optional(tx.conn())
+    let r = Sql::new(
+        "SELECT EXISTS (SELECT 1 FROM saga_instances WHERE id = ? \
+         AND state IN ('running', 'compensating')) \
+         OR EXISTS (SELECT 1 FROM saga_starts WHERE id = ? AND error IS NULL) AS runs",
+    )
+    .bind(uuid)
+    .bind(uuid)
+    .fetch_one(tx.conn())
+    .await?;
+    Ok(r.bool("runs")?)
+}
+
+/// Keeps why schedule `name` could not fire at all, and makes it due again in a minute
+/// (by the database's clock), so that it neither stops the others nor is tried every
+/// second.
+async fn set_aside(store: &Store, name: &str, why: &str) -> Result<()> {
+    let mut tx = store.begin().await?;
+    let now = clock(&mut tx).await?;
+    Sql::new("UPDATE saga_schedules SET last_error = ?, next_due_ms = ? WHERE name = ?")
+        .bind(why)
+        .bind(now.saturating_add(60_000))
+        .bind(name)
+        .execute(tx.conn())
         .await?;
-    if let Some(r) = state {
-        let state = r.text("state")?;
-        return Ok(state == "running" || state == "compensating");
-    }
-    Ok(Sql::new("SELECT 1 AS one FROM saga_starts WHERE id = ?")
-        .bind(uuid)
-        .fetch_optional(tx.conn())
-        .await?
-        .is_some())
+    tx.commit().await?;
+    Ok(())
 }

@@ -37,6 +37,9 @@ async fn write(store: &Store, s: &Schedule, replace: bool) -> Result<ScheduleVie
     let calendar = s.calendar()?;
     let input = serde_json::to_string(&s.input)?;
     let mut tx = store.begin().await?;
+    // The row locked first, then the clock read: a firing that holds it has moved the
+    // row on when this reads now, so the next slot set here comes after its slots.
+    read(&mut tx, &s.name).await?;
     let now = clock(&mut tx).await?;
     let (next_slot, next_due) = calendar.next_due(ms(s.jitter), now);
     let (catch_up, max) = catch_up_columns(s.catch_up);
@@ -111,8 +114,14 @@ async fn set_paused(store: &Store, name: &str, paused: bool) -> Result<ScheduleV
         return Ok(view);
     }
     let now = clock(&mut tx).await?;
-    let calendar = view.schedule.calendar()?;
-    let (next_slot, next_due) = calendar.next_due(ms(view.schedule.jitter), now);
+    // Paused, it keeps its next slot (its expression is not read: a schedule this
+    // binary cannot read can be paused); resumed, it goes on from now.
+    let (next_slot, next_due) = if paused {
+        (view.next_slot_ms, view.next_due_ms)
+    } else {
+        let calendar = view.schedule.calendar()?;
+        calendar.next_due(ms(view.schedule.jitter), now)
+    };
     Sql::new(
         "UPDATE saga_schedules SET paused = ?, next_slot_ms = ?, next_due_ms = ?, \
          queued_slot_ms = NULL, updated_ms = ? WHERE name = ?",

@@ -7,6 +7,8 @@ use super::sleeps::{answer, orchestrate};
 use super::*;
 use crate::schedule::{self, CatchUp, Overlap, Schedule};
 
+mod faults;
+
 const HOUR: i64 = 3_600_000;
 
 fn brief() -> SagaDefinition {
@@ -110,17 +112,18 @@ async fn catch_up_after_downtime_is_exact(backend: Backend) {
                 .is_some_and(|d| d > Duration::from_secs(20 * 60))
         );
         // Fired again from its old slot (a crash after the starts, before the row
-        // moved, would leave it so): the slots' keys start nothing twice.
+        // moved, would leave it so): the slots' keys start nothing twice, and a
+        // repeat is not counted as a firing.
         if !expected.is_empty() {
             down_since(&store, &name, latest - 5 * HOUR).await;
             let repeat = engine.fire_schedules(&store).await.unwrap();
-            let ids: HashSet<SagaId> = repeat.fired.iter().map(|f| f.saga_id).collect();
-            let first: HashSet<SagaId> = firings.fired.iter().map(|f| f.saga_id).collect();
-            assert_eq!(
-                ids, first,
-                "{catch_up}: a repeated slot answers its first saga"
-            );
+            assert!(repeat.fired.is_empty(), "{catch_up}: {repeat:?}");
             assert_eq!(started_slots(&store, &name).await, expected);
+            let after = schedule::get(&store, &name).await.unwrap().unwrap();
+            assert_eq!(
+                (after.fired, after.last_saga_id),
+                (view.fired, view.last_saga_id)
+            );
         }
         schedule::delete(&store, &name).await.unwrap();
     }
