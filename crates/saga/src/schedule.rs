@@ -220,8 +220,8 @@ impl Schedule {
                 "its saga's name is empty or has control characters".into()
             ));
         }
-        if self.jitter.subsec_nanos() % 1_000_000 != 0
-            || self.late_after.subsec_nanos() % 1_000_000 != 0
+        if !self.jitter.subsec_nanos().is_multiple_of(1_000_000)
+            || !self.late_after.subsec_nanos().is_multiple_of(1_000_000)
         {
             return Err(bad(
                 "its jitter and late_after are whole milliseconds".into()
