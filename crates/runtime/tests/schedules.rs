@@ -184,3 +184,34 @@ async fn two_processes_fire_a_hundred_schedules_each_slot_once() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+// A program declares its schedule at every start (`ensure`): the same schedule is left
+// as it is, an operator's pause included; a changed one is replaced.
+async fn ensure_keeps_what_an_operator_did(backend: Backend) {
+    let rt = runtime(fresh_url(backend).await).await;
+    let s = Schedule::new("daily", "brief", "0 7 * * *");
+    let first = rt.schedules().ensure(&s).await.unwrap();
+    rt.schedules().pause("daily").await.unwrap();
+    let again = rt.schedules().ensure(&s).await.unwrap();
+    assert!(again.schedule.paused, "an operator's pause is kept");
+    assert_eq!(
+        again.updated_ms,
+        rt.schedules()
+            .get("daily")
+            .await
+            .unwrap()
+            .unwrap()
+            .updated_ms
+    );
+    let eight = Schedule {
+        cron: "0 8 * * *".into(),
+        ..s.clone()
+    };
+    let changed = rt.schedules().ensure(&eight).await.unwrap();
+    assert_eq!(changed.schedule.cron, "0 8 * * *");
+    assert!(!changed.schedule.paused, "replaced, paused as declared");
+    assert_ne!(changed.next_slot_ms, first.next_slot_ms);
+    rt.shutdown().await;
+}
+
+both_backends!(ensure, ensure_keeps_what_an_operator_did);
