@@ -113,6 +113,72 @@ impl CallingAgent for LlmAgent {
 }
 
 // ---------------------------------------------------------------------------------
+// What the agents record.
+
+/// Where an agent records what it made (a row per saga, with a `status`), and how that
+/// is undone.
+#[derive(Clone, Copy)]
+pub(super) struct Effect {
+    pub(super) table: &'static str,
+    /// The row's `INSERT`, once per saga: its parameters the saga, the text, and for an
+    /// undoable effect its id.
+    pub(super) insert: &'static str,
+    /// An undoable effect: the column of its id, and the status that undoes it.
+    pub(super) undo: Option<(&'static str, &'static str)>,
+}
+
+impl Effect {
+    /// Records what was made, once per saga (a command sent again finds the saga's
+    /// row), with the id of the saga's row if it has one.
+    pub(super) async fn record(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        text: String,
+    ) -> Result<Made, StepError> {
+        let Some((id_column, _)) = self.undo else {
+            support::exec(ctx.conn(), self.insert, &[saga, &text]).await?;
+            return Ok(Made { text, id: None });
+        };
+        let id = ctx.message_id().to_string();
+        support::exec(ctx.conn(), self.insert, &[saga, &text, &id]).await?;
+        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = ?", self.table);
+        let id = support::fetch_text(ctx.conn(), &sql, &[saga]).await?;
+        Ok(Made { text, id })
+    }
+
+    /// Undoes what the step made: the row its reply named, or, when its outcome is
+    /// unknown, whatever row the saga has here. Nothing to undo is success.
+    pub(super) async fn undo(
+        self,
+        ctx: &mut AgentContext<'_>,
+        saga: &str,
+        id: Option<String>,
+    ) -> Result<Made, StepError> {
+        if let Some((id_column, undone)) = self.undo {
+            // The id comes from the plan, which came from a model: it undoes a row of
+            // this saga or nothing.
+            let sql = match &id {
+                Some(_) => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ? AND {id_column} = ?",
+                    self.table
+                ),
+                None => format!(
+                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ?",
+                    self.table
+                ),
+            };
+            let params: Vec<&str> = std::iter::once(saga).chain(id.as_deref()).collect();
+            support::exec(ctx.conn(), &sql, &params).await?;
+        }
+        Ok(Made {
+            text: "undone".into(),
+            id,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // The agents that only write to the database.
 
 #[derive(Clone, Copy)]
@@ -120,6 +186,7 @@ pub(super) enum Skill {
     Calendar,
     Email,
     Crm,
+    FollowUp,
 }
 
 impl Skill {
@@ -128,6 +195,7 @@ impl Skill {
             Skill::Calendar => CALENDAR,
             Skill::Email => EMAIL,
             Skill::Crm => CRM,
+            Skill::FollowUp => FOLLOW_UPS,
         }
     }
 
@@ -148,8 +216,38 @@ impl Skill {
                 insert: "INSERT INTO assistant_crm_records (saga_id, status, note) VALUES (?, 'created', ?) ON CONFLICT (saga_id) DO NOTHING",
                 undo: None,
             },
+            Skill::FollowUp => FOLLOW_UP_DRAFTED,
         }
     }
+}
+
+/// The follow-up, drafted because no reply came in time.
+const FOLLOW_UP_DRAFTED: Effect = Effect {
+    table: "assistant_follow_ups",
+    insert: "INSERT INTO assistant_follow_ups (saga_id, status, note) VALUES (?, 'drafted', ?) ON CONFLICT (saga_id) DO NOTHING",
+    undo: None,
+};
+
+/// No follow-up: the company replied.
+const FOLLOW_UP_REPLIED: Effect = Effect {
+    table: "assistant_follow_ups",
+    insert: "INSERT INTO assistant_follow_ups (saga_id, status, note) VALUES (?, 'replied', ?) ON CONFLICT (saga_id) DO NOTHING",
+    undo: None,
+};
+
+/// The reply a follow-up's command carries, if one came: the wait for it ended by its
+/// signal (its data); `null` if it ended by time (its fold, which records the data at
+/// `/results/<wait>`, was not called). A wake-up's own output, should a plan point at
+/// it, is no reply either.
+fn reply_of(task: &Task) -> Option<String> {
+    let reply = task.reply.as_ref().filter(|r| !r.is_null())?;
+    if reply.get("woke").is_some() {
+        return None;
+    }
+    Some(match reply.get("text").and_then(Value::as_str) {
+        Some(text) => text.to_owned(),
+        None => reply.to_string(),
+    })
 }
 
 pub(super) struct SkillAgent {
@@ -196,12 +294,29 @@ impl Agent for SkillAgent {
             }
             _ => {}
         }
-        let produced = match self.skill {
-            Skill::Calendar => format!("{} Tue 10:00", task.company),
-            Skill::Email => task.draft.unwrap_or_default(),
-            Skill::Crm => match task.approved_by {
-                Some(by) => format!("contacted {} (email approved by {by})", task.company),
-                None => format!("contacted {}", task.company),
+        let (effect, produced) = match self.skill {
+            Skill::Calendar => (effect, format!("{} Tue 10:00", task.company)),
+            Skill::Email => (effect, task.draft.unwrap_or_default()),
+            Skill::Crm => (
+                effect,
+                match task.approved_by {
+                    Some(by) => format!("contacted {} (email approved by {by})", task.company),
+                    None => format!("contacted {}", task.company),
+                },
+            ),
+            Skill::FollowUp => match reply_of(&task) {
+                Some(reply) => (
+                    FOLLOW_UP_REPLIED,
+                    format!("{} replied: {reply} (no follow-up)", task.company),
+                ),
+                None => (
+                    FOLLOW_UP_DRAFTED,
+                    format!(
+                        "Following up with {}: did you have a chance to read my email? \
+                         Happy to find a time that suits you.",
+                        task.company
+                    ),
+                ),
             },
         };
         effect.record(ctx, &saga, produced).await

@@ -4,6 +4,7 @@
 //!
 //! ```sh
 //! cargo run --release --example ai_assistant -- --sagas 50 --fail-rate 0.2 --seed 1 --auto-approve
+//! cargo run --release --example ai_assistant -- --sagas 10 --auto-approve --follow-up-after 5s --reply-rate 0.5
 //! cargo run --release --example ai_assistant -- --sagas 5     # ends with 5 waiting for approval
 //! cargo run -p agentsaga-cli -- --database-url sqlite://ai_assistant.db sagas signal ID approval --data '{"by":"you"}'
 //! cargo run --release --example ai_assistant -- --sagas 0      # finish what was approved (or killed)
@@ -11,7 +12,7 @@
 //!     --llm-url https://api.openai.com/v1 --llm-model gpt-4o-mini --sagas 3
 //! ```
 //!
-//! The saga (`PlannedSaga`, `ai_assistant` version 3) has one step of its own, the
+//! The saga (`PlannedSaga`, `ai_assistant` version 4) has one step of its own, the
 //! planner's, which re-plans (`replan(3)`): the planner agent asks the LLM for the
 //! first stages, the saga runs them, and the planner is asked again with the results
 //! so far, in up to three turns. Turn 1 (step `plan`) plans the research (`research`,
@@ -19,13 +20,19 @@
 //! turn 2 (`plan_2`), having read the research's results, plans the rest: sometimes
 //! `reserve_calendar_slot`, `draft_email` (its `$from` points at turn 1's results), a
 //! wait for a person's `approval`, `send_email` (the pivot), `create_crm_record`
-//! (after the pivot, retried until it succeeds); turn 3 (`plan_3`) answers `{"done":
-//! true}`. The system prompt describes the plan format (stages of steps, parallel
-//! groups, each step's undo or `nothing_to_undo`, the pivot, waits for a signal,
-//! `$from` references), the turns, and the agents a plan may use, with their
-//! commands: `research` (read-only), `calendar` (reserves a meeting slot; undo names
-//! the slot), `drafts` (writes the email; undo names the draft), `email` (sends it: it
-//! cannot be unsent) and `crm` (records the contact). Each turn is a step of its own
+//! (after the pivot, retried until it succeeds), then the follow-up: `await_reply`, a
+//! wait for the company's `reply` that ends after `--follow-up-after` without one
+//! (`{"wait_for": "reply", "or_after": "2s"}`), and `follow_up`, whose command takes
+//! `{"$from": "/results/await_reply"}`: the reply's data, or `null` when the wait
+//! ended by time (its fold, which stores the data, is not called then); turn 3
+//! (`plan_3`) answers `{"done": true}`. The system prompt describes the plan format
+//! (stages of steps, parallel groups, each step's undo or `nothing_to_undo`, the
+//! pivot, waits for a signal, a wait that ends by time, `$from` references), the
+//! turns, and the agents a plan may use, with their commands: `research` (read-only),
+//! `calendar` (reserves a meeting slot; undo names the slot), `drafts` (writes the
+//! email; undo names the draft), `email` (sends it: it cannot be unsent), `crm`
+//! (records the contact) and `follow_ups` (drafts a follow-up when no reply came, else
+//! notes the reply); the request says how long to wait. Each turn is a step of its own
 //! (its own idempotency key, its answer stored): a restart never asks a turn twice,
 //! and a saga that turns back undoes the steps of every turn, latest first.
 //!
@@ -51,13 +58,15 @@
 //! destinations, names unique across turns, `$from` pointing into the input or an
 //! earlier step's result) and the assistant's own: exactly one email, sent by the
 //! pivot, after a wait for `approval` (a plan may lack its email until the last turn
-//! or `done`). The assistant sets each step's timeout and attempts itself, whatever the
-//! model wrote. A refused plan fails the planner's step fatally: the saga compensates
-//! and its error reads `the planner's invalid plan: <reason>` (once the plan so far
-//! has sent its email, a refused or invalid turn ends the planning instead: the saga
-//! cannot turn back). An accepted turn is recorded in `assistant_plans` (the plan of
-//! every turn so far, with the model's answers) and stored with the saga, so a
-//! process restarted after `kill -9` resumes it without asking the model again.
+//! or `done`); a wait for `reply` only after the email, a follow-up only after such a
+//! wait. The assistant sets each step's timeout and attempts itself, and each wait for
+//! `reply`'s `or_after` (`--follow-up-after`), whatever the model wrote. A refused
+//! plan fails the planner's step fatally: the saga compensates and its error reads
+//! `the planner's invalid plan: <reason>` (once the plan so far has sent its email, a
+//! refused or invalid turn ends the planning instead: the saga cannot turn back). An
+//! accepted turn is recorded in `assistant_plans` (the plan of every turn so far, with
+//! the model's answers) and stored with the saga, so a process restarted after `kill
+//! -9` resumes it without asking the model again.
 //!
 //! The saga data is `{"input": {"company": …}, "plan": …, "turns": [<stages added by
 //! each turn>, …], "results": {"<step>": <its reply>, …}}`, and the plan's commands take what they need from it with `$from`
@@ -68,16 +77,26 @@
 //! When the step's outcome is unknown (it failed, timed out, or was still in flight
 //! when the saga turned back) the reference gives `null`, and the undo undoes whatever
 //! the saga made there, if anything. Effects live in `assistant_research`,
-//! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails` and
-//! `assistant_crm_records`, one row per saga at most (a child saga's plan and
-//! research notes have rows of their own, under the child's id).
+//! `assistant_calendar_slots`, `assistant_drafts`, `assistant_emails`,
+//! `assistant_crm_records` and `assistant_follow_ups` (`drafted`, or `replied`: no
+//! follow-up), one row per saga at most (a child saga's plan and research notes have
+//! rows of their own, under the child's id).
 //!
 //! The wait for `approval` parks the saga, holding nothing, until the signal comes:
 //! `--auto-approve` sends it at once; without it the run ends once every saga is
 //! finished or waits, says how many wait, and prints the `agentsaga sagas signal`
 //! command that approves one; a later run with `--sagas 0` finishes the approved ones.
 //! Request `i` is started with the key `request-<i>`, so a rerun of the same requests
-//! starts nothing new.
+//! starts nothing new. The wait for `reply` parks the saga too, with its wake-up due
+//! at its time (a message in the outbox: it survives a restart), but no person is
+//! needed: a run waits for it to end, by the reply or by time (keep
+//! `--follow-up-after` short, 2 s by default, for quick runs; a run stopped before
+//! then leaves the rest to a later `--sagas 0`). Replies come from a simulated inbox
+//! (`--reply-rate`, 0.3 by default): a saga waiting for its reply gets one with that
+//! probability, decided by the seed and the request, in the first half of its wait,
+//! sent as an agent's signal (`Engine::signal_by` with `SignalSender::Agent`), which the
+//! saga takes for `reply` (`agent_signals`) and would refuse for `approval`. A saga
+//! that gets a reply records it (`replied`), one that does not drafts the follow-up.
 //!
 //! `plan` (both sagas'), `research` and `draft_email` are [`CallingAgent`]s: each asks an
 //! OpenAI-compatible chat-completions endpoint (`POST {base}/chat/completions`,
@@ -115,10 +134,13 @@ mod llm_stub;
 mod agents;
 mod llm;
 mod planner;
+mod rules;
+mod signals;
 
 use agents::*;
 use llm::*;
 use planner::*;
+use rules::*;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,6 +191,14 @@ struct Args {
     /// Each request's budget of tokens out; once spent it compensates (0: no budget).
     #[arg(long, default_value_t = 20_000)]
     budget_tokens_out: u64,
+    /// How long a saga waits for the company's reply once its email is sent before it
+    /// drafts a follow-up ("2s", "3d", "2h 30m", ISO 8601 "PT5M"). The run waits for it.
+    #[arg(long, default_value = "2s")]
+    follow_up_after: String,
+    /// The probability that a company replies before the follow-up is due (the
+    /// simulated inbox's `reply` signal), 0.0–1.0.
+    #[arg(long, default_value_t = 0.3)]
+    reply_rate: f64,
 }
 
 /// What a saga is started with: the request (`/input` in the saga data).
@@ -211,6 +241,10 @@ struct Task {
     /// them (for the draft); `null` for one whose reference found nothing.
     #[serde(default)]
     competitors: Option<Vec<Option<String>>>,
+    /// The company's reply to the email (for the follow-up); `null` if none came in
+    /// time.
+    #[serde(default)]
+    reply: Option<Value>,
 }
 
 /// What an agent made: its text, and for an effect that can be undone, the id of its
@@ -221,69 +255,6 @@ struct Made {
     text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     id: Option<String>,
-}
-
-/// Where an agent records what it made (a row per saga, with a `status`), and how that
-/// is undone.
-#[derive(Clone, Copy)]
-struct Effect {
-    table: &'static str,
-    /// The row's `INSERT`, once per saga: its parameters the saga, the text, and for an
-    /// undoable effect its id.
-    insert: &'static str,
-    /// An undoable effect: the column of its id, and the status that undoes it.
-    undo: Option<(&'static str, &'static str)>,
-}
-
-impl Effect {
-    /// Records what was made, once per saga (a command sent again finds the saga's
-    /// row), with the id of the saga's row if it has one.
-    async fn record(
-        self,
-        ctx: &mut AgentContext<'_>,
-        saga: &str,
-        text: String,
-    ) -> Result<Made, StepError> {
-        let Some((id_column, _)) = self.undo else {
-            support::exec(ctx.conn(), self.insert, &[saga, &text]).await?;
-            return Ok(Made { text, id: None });
-        };
-        let id = ctx.message_id().to_string();
-        support::exec(ctx.conn(), self.insert, &[saga, &text, &id]).await?;
-        let sql = format!("SELECT {id_column} FROM {} WHERE saga_id = ?", self.table);
-        let id = support::fetch_text(ctx.conn(), &sql, &[saga]).await?;
-        Ok(Made { text, id })
-    }
-
-    /// Undoes what the step made: the row its reply named, or, when its outcome is
-    /// unknown, whatever row the saga has here. Nothing to undo is success.
-    async fn undo(
-        self,
-        ctx: &mut AgentContext<'_>,
-        saga: &str,
-        id: Option<String>,
-    ) -> Result<Made, StepError> {
-        if let Some((id_column, undone)) = self.undo {
-            // The id comes from the plan, which came from a model: it undoes a row of
-            // this saga or nothing.
-            let sql = match &id {
-                Some(_) => format!(
-                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ? AND {id_column} = ?",
-                    self.table
-                ),
-                None => format!(
-                    "UPDATE {} SET status = '{undone}' WHERE saga_id = ?",
-                    self.table
-                ),
-            };
-            let params: Vec<&str> = std::iter::once(saga).chain(id.as_deref()).collect();
-            support::exec(ctx.conn(), &sql, &params).await?;
-        }
-        Ok(Made {
-            text: "undone".into(),
-            id,
-        })
-    }
 }
 
 fn saga_of(ctx: &CallContext<'_>) -> Result<String, StepError> {
@@ -299,38 +270,9 @@ const DDL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL, draft_id TEXT NOT NULL UNIQUE)",
     "CREATE TABLE IF NOT EXISTS assistant_emails (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'), body TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS assistant_follow_ups (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'replied')), note TEXT NOT NULL)",
     llm_stub::CALLS_DDL,
 ];
-
-/// `--auto-approve`: approves each saga that waits for its approval, as a person would.
-async fn auto_approve(store: Store) {
-    use agentsaga::saga::Engine;
-    use agentsaga::saga::query::{self, ListFilter};
-    loop {
-        let waiting = query::list(
-            &store,
-            &ListFilter {
-                waiting: true,
-                limit: 1000,
-                ..ListFilter::default()
-            },
-        )
-        .await;
-        for saga in waiting.unwrap_or_default() {
-            let approve = async {
-                let mut tx = store.begin().await?;
-                let signal = Signal::Approve(serde_json::json!({ "by": "auto-approve" }));
-                Engine::signal(&mut tx, saga.id, APPROVAL, signal).await?;
-                tx.commit().await?;
-                anyhow::Ok(())
-            };
-            if let Err(e) = approve.await {
-                tracing::warn!(saga.id = %saga.id, error = %e, "auto-approve failed; trying again");
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -340,6 +282,9 @@ async fn main() -> anyhow::Result<()> {
     common.validate()?;
     if args.step_timeout_ms < 100 {
         anyhow::bail!("--step-timeout-ms must be at least 100");
+    }
+    if !(0.0..=1.0).contains(&args.reply_rate) {
+        anyhow::bail!("--reply-rate must be between 0 and 1");
     }
     let step_timeout = Duration::from_millis(args.step_timeout_ms);
     let url = common.url("ai_assistant.db");
@@ -361,6 +306,7 @@ async fn main() -> anyhow::Result<()> {
                 only_step: args.llm_stub_step.clone(),
                 store: Some(store.clone()),
                 requests_per_minute: Some(args.llm_stub_rpm.unwrap_or(args.llm_rpm)),
+                follow_up_after: Some(args.follow_up_after.clone()),
             })
             .await?;
             let base = stub.base_url.clone();
@@ -383,6 +329,11 @@ async fn main() -> anyhow::Result<()> {
     let budget =
         (args.budget_tokens_out > 0).then(|| Budget::new().tokens_out(args.budget_tokens_out));
     let saga = definition(step_timeout, &research, budget)?;
+    // The wait for a reply the planner will set, checked as the engine checks a plan's.
+    let wait = PlanStep::wait_for("await_reply", REPLY).or_after(args.follow_up_after.clone());
+    if let Err(e) = saga.check_plan(&Plan::new().then(wait)) {
+        anyhow::bail!("--follow-up-after: {e}");
+    }
     let mut builder = Runtime::builder()
         .store(store)
         .saga(saga.clone())
@@ -400,6 +351,7 @@ async fn main() -> anyhow::Result<()> {
             llm: Arc::clone(&llm),
             saga: Arc::new(saga),
             step_timeout,
+            follow_up_after: args.follow_up_after.clone(),
         });
     }
     for writing in [Writing::Research, Writing::Draft] {
@@ -408,7 +360,7 @@ async fn main() -> anyhow::Result<()> {
             llm: Arc::clone(&llm),
         });
     }
-    for skill in [Skill::Calendar, Skill::Email, Skill::Crm] {
+    for skill in [Skill::Calendar, Skill::Email, Skill::Crm, Skill::FollowUp] {
         builder = builder.agent(SkillAgent {
             skill,
             seed,
@@ -416,16 +368,19 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     let runtime = support::configure(builder, common).start().await?;
+    let store = runtime.store().clone();
     let approver = args
         .auto_approve
-        .then(|| tokio::spawn(auto_approve(runtime.store().clone())));
+        .then(|| tokio::spawn(signals::auto_approve(store.clone())));
+    let inbox = tokio::spawn(signals::inbox(store, seed, args.reply_rate));
     let companies = ["Acme", "Globex", "Initech", "Umbrella", "Hooli", "Stark"];
     // Request `i` is started with the key `request-<i>`: a rerun of the same requests
     // starts nothing new. Without `--auto-approve` the run ends when every saga is
-    // finished or waits for a person.
+    // finished or waits for a person; a saga waiting for a reply is waited for (its
+    // wait ends by time).
     let mut saga = support::Saga::named("ai_assistant").keyed(|i| format!("request-{i}"));
     if !args.auto_approve {
-        saga = saga.waits_for_signals();
+        saga = saga.waits_for_signals(&[APPROVAL]);
     }
     support::run(runtime, common, &url, DDL, saga, |i| Input {
         company: format!("{} #{i}", companies[(i % 6) as usize]),
@@ -434,6 +389,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(approver) = approver {
         approver.abort();
     }
+    inbox.abort();
     drop(stub);
     telemetry.shutdown().await;
     Ok(())

@@ -20,57 +20,45 @@ pub(super) const CALENDAR: &str = "calendar";
 pub(super) const DRAFTS: &str = "drafts";
 pub(super) const EMAIL: &str = "email";
 pub(super) const CRM: &str = "crm";
-pub(super) const AGENTS: [&str; 5] = [RESEARCH, CALENDAR, DRAFTS, EMAIL, CRM];
+pub(super) const FOLLOW_UPS: &str = "follow_ups";
+pub(super) const AGENTS: [&str; 6] = [RESEARCH, CALENDAR, DRAFTS, EMAIL, CRM, FOLLOW_UPS];
 /// The signal a person sends to let the email go.
 pub(super) const APPROVAL: &str = "approval";
+/// The signal of the company's reply to the email: an outside event, which agents may
+/// send (the simulated inbox does), so a wait for it may end by time.
+pub(super) const REPLY: &str = "reply";
 /// Attempts of each step, the planner's and the plan's, for retryable failures.
 pub(super) const ATTEMPTS: u32 = 5;
 /// The assistant's planner's turns (`replan`): the research, the rest, then done.
 pub(super) const TURNS: u32 = 3;
-
-/// What the planner is told, after its role ([`llm_stub::PLANNER_ROLE`]): the plan
-/// format and the agents it may use.
-pub(super) const PLANNER_RULES: &str = r#"Answer with the plan that carries out the user's request, as JSON in a ```json fenced block: {"steps": [<stage>, ...]}. Stages run in order; a stage is one step, or {"parallel": [<step>, ...]} for steps that need nothing from each other.
-A step is {"name": "<unique snake_case name>", "destination": "<agent>", "command": <JSON>} with how to undo it: "compensate": {"destination": "<agent>", "command": <JSON>}, or "nothing_to_undo": true for a step that changes nothing. The one step that cannot be undone is marked "pivot": true; the steps after it have no undo (they are retried until they succeed). A person's approval is the step {"name": "approval", "wait_for": "approval"}.
-In a command, {"$from": "/input/company"} stands for the company of the request, {"$from": "/results/<step>/text"} for what the step <step> of an earlier stage produced, and, in a compensation, {"$from": "/results/<its own step>/id"} for the id of what its step created.
-The agents and their commands:
-- research: {"op": "do", "company": ...}: notes on the company (its text). Changes nothing.
-- calendar: {"op": "do", "company": ...}: reserves a meeting slot (its text: the slot; its id). Undone by {"op": "undo", "id": ...} sent to calendar.
-- drafts: {"op": "do", "company": ..., "findings": <the notes>, "slot": <the slot, if one was reserved>, "competitors": [<a competitor's notes>, ...] (if any were researched)}: writes the email (its text: the body; its id). Undone by {"op": "undo", "id": ...} sent to drafts.
-- email: {"op": "do", "company": ..., "draft": <the body>}: sends the email. It cannot be unsent: it is the pivot, and the approval comes in a stage before it.
-- crm: {"op": "do", "company": ..., "approved_by": {"$from": "/results/approval/by"}}: records the contact, after the email.
-To learn about the company's competitors, a plan may delegate, at most three times, each competitor's research to a saga of its own: the step {"name": "<unique name>", "saga": "competitor_research", "input": {"company": "<the competitor's name>"}}, best in a parallel group beside the research. It has no "destination" and no undo to give (it is undone as a whole); the competitor's notes are then {"$from": "/results/<its step>/results/research/text"}.
-Use no other agent, no other saga and no other field.
-You plan in turns, each answer adding stages after those already planned, which run before you are asked again. In the first turn, plan the research only: the research step (with the competitors' research beside it, and the calendar slot if you want it reserved meanwhile). In a later turn you are told the results so far and the stages planned so far: plan the rest (the calendar slot if you want one and it is not reserved, the draft, which may refer to any earlier step's results, the approval, the email, the CRM record), with names no earlier turn used. Once nothing is left to plan, answer {"done": true} in the fenced block instead of a plan. You have at most three turns: the plan must be complete by the last."#;
-
-/// What the planner of a competitor's research is told, after its role
-/// ([`llm_stub::RESEARCH_PLANNER_ROLE`]).
-pub(super) const RESEARCH_PLANNER_RULES: &str = r#"Answer with the plan that researches the company of the request, as JSON in a ```json fenced block: {"steps": [<stage>, ...]}. Stages run in order; a stage is one step, or {"parallel": [<step>, ...]}.
-A step is {"name": "<unique snake_case name>", "destination": "research", "command": {"op": "do", "company": {"$from": "/input/company"}}, "nothing_to_undo": true}: the research agent's notes on the company (its text). It changes nothing.
-The notes the request is answered with are the step named "research"'s. Use no other agent, no waits and no other field."#;
 
 /// The saga: the planner's step, then whatever plan it returned, sending only to the
 /// assistant's agents, and starting only `competitor_research` (see
 /// [`competitor_research`]) as a child saga; the planner is asked again once the stages
 /// of its turn have run, up to [`TURNS`] turns.
 ///
-/// Version 3: version 2 ran one plan, made in one turn. A version 2 saga's stored plan
-/// (no `/turns`) would read as the first turn of a version 3 saga, which would ask the
-/// planner again after its email went out, so the version changes: a version 2 saga in
-/// flight waits for a process that registers version 2.
+/// Version 4: version 3's plans ended with the CRM record. A version 4 plan may send to
+/// `follow_ups` and wait for the company's `reply` by time (an agent's signal), which a
+/// version 3 process does not know (no `follow_ups` agent; a wait for `reply` a
+/// person's decision), so the version changes: a version 4 saga is run only by a
+/// process that registers version 4, and a version 3 saga in flight waits for one that
+/// registers version 3. (Version 3: version 2 ran one plan, made in one turn; a version 2 saga's
+/// stored plan would read as the first turn of a version 3 saga.)
 pub(super) fn definition(
     timeout: Duration,
     research: &SagaDefinition,
     budget: Option<Budget>,
 ) -> anyhow::Result<SagaDefinition> {
     let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(1), ATTEMPTS);
-    let builder = PlannedSaga::builder("ai_assistant", 3);
+    let builder = PlannedSaga::builder("ai_assistant", 4);
     let builder = match budget {
         Some(b) => builder.budget(b, OnBudgetSpent::Compensate),
         None => builder,
     };
     Ok(builder
         .destinations(AGENTS)
+        // The company's reply: not a person's decision, so its wait may end by time.
+        .agent_signals([REPLY])
         .child_sagas([research])
         // The plan's steps retry like the planner's; their timeouts the planner sets.
         .retry(retry)
@@ -136,15 +124,17 @@ impl Planning {
 
     /// The request the planner is asked to plan: on a turn after the first (the
     /// assistant's), with the stages planned so far and the results they produced.
-    pub(super) fn request(self, ask: &Ask) -> String {
+    /// `follow_up_after`: how long the assistant's plans wait for a reply.
+    pub(super) fn request(self, ask: &Ask, follow_up_after: &str) -> String {
         let company = &ask.input.company;
         match self {
             Planning::Assistant => {
                 let mut request = format!(
                     "Plan this request about the company \"{company}\": learn about the \
                      company, propose a meeting to them by email (reserving a slot in my \
-                     calendar if that helps), send the email once I approve it, and record \
-                     the contact in the CRM.\nThis is turn {} of {TURNS}.",
+                     calendar if that helps), send the email once I approve it, record \
+                     the contact in the CRM, then wait {follow_up_after} for their reply \
+                     and draft a follow-up if none came.\nThis is turn {} of {TURNS}.",
                     ask.turn()
                 );
                 if let Some(so_far) = &ask.plan {
@@ -230,72 +220,6 @@ pub(super) fn steps_mut(plan: &mut Plan) -> impl Iterator<Item = &mut PlanStep> 
     })
 }
 
-/// The assistant's own rules, beyond the engine's: exactly one email, sent by the
-/// pivot, in a stage after a wait for a person's approval; at most [`MAX_CHILDREN`]
-/// child sagas (each competitor's research costs LLM calls of its own). `plan` is the
-/// plan of every turn so far: one that is not `complete` may have no email yet.
-pub(super) fn house_rules(plan: &Plan, complete: bool) -> Result<(), String> {
-    let mut approved = false;
-    let mut emails = 0;
-    let mut children = 0;
-    for stage in &plan.steps {
-        for s in stage.members() {
-            if s.saga.is_some() {
-                children += 1;
-                if children > MAX_CHILDREN {
-                    return Err(format!(
-                        "step `{}` starts more than {MAX_CHILDREN} child sagas",
-                        s.name
-                    ));
-                }
-            }
-            if s.destination.as_deref() != Some(EMAIL) {
-                continue;
-            }
-            if !s.pivot {
-                return Err(format!(
-                    "step `{}` sends the email, which cannot be unsent: it must be the pivot",
-                    s.name
-                ));
-            }
-            if !approved {
-                return Err(format!(
-                    "step `{}` sends the email before a wait for `{APPROVAL}`",
-                    s.name
-                ));
-            }
-            emails += 1;
-        }
-        approved |= stage
-            .members()
-            .iter()
-            .any(|s| s.wait_for.as_deref() == Some(APPROVAL));
-    }
-    if emails == 0 && complete {
-        return Err("the plan sends no email".into());
-    }
-    Ok(())
-}
-
-/// A competitor's research's own rules, beyond the engine's: no wait (no person looks
-/// at it), and a step named `research` sent to the research agent (its notes are what
-/// the assistant's plan refers to).
-pub(super) fn research_rules(plan: &Plan) -> Result<(), String> {
-    let steps = || plan.steps.iter().flat_map(PlanStage::members);
-    if let Some(s) = steps().find(|s| s.wait_for.is_some()) {
-        return Err(format!(
-            "step `{}` waits for a signal: a competitor's research waits for no one",
-            s.name
-        ));
-    }
-    if !steps().any(|s| s.name == RESEARCH && s.destination.as_deref() == Some(RESEARCH)) {
-        return Err(format!(
-            "no step `{RESEARCH}` sent to the research agent: the notes would be missing"
-        ));
-    }
-    Ok(())
-}
-
 /// Asks the LLM for a plan; accepts it or says why not.
 pub(super) struct Planner {
     pub(super) planning: Planning,
@@ -305,6 +229,8 @@ pub(super) struct Planner {
     /// The timeout of each command step of a plan ([`CHILD_TIMEOUTS`] of them for a
     /// child saga's step).
     pub(super) step_timeout: Duration,
+    /// How long a wait for the company's reply lasts (`--follow-up-after`).
+    pub(super) follow_up_after: String,
 }
 
 /// What the planner accepted from the model's answer (`answer`): the stages its turn
@@ -317,10 +243,11 @@ pub(super) struct Accepted {
 
 impl Planner {
     /// The stages in the model's answer to `ask`, with the assistant's timeouts and
-    /// attempts, or its `{"done": true}` (not in the first turn), if the plan of every
-    /// turn with them passes the saga's rules and the assistant's; else why not. The
-    /// rules that need the whole plan (an email) apply once it is complete: the planner
-    /// says it is done, or its last turn answered.
+    /// attempts (and how long a wait for a reply lasts), or its `{"done": true}` (not
+    /// in the first turn), if the plan of every turn with them passes the saga's rules
+    /// and the assistant's; else why not. The rules that need the whole plan (an email)
+    /// apply once it is complete: the planner says it is done, or its last turn
+    /// answered.
     pub(super) fn accept(&self, ask: &Ask, answer: &str) -> Result<Accepted, String> {
         let why = |e: agentsaga::saga::Error| match e {
             agentsaga::saga::Error::InvalidPlan(why) => why,
@@ -354,6 +281,8 @@ impl Planner {
             };
             step.max_attempts = None;
         }
+        // So is how long the company has to reply before the follow-up.
+        set_follow_up_after(&mut added, &self.follow_up_after);
         // The engine checks the turns as one plan: so does the planner.
         let mut plan = so_far.unwrap_or_default();
         plan.steps.extend(added.steps.iter().cloned());
@@ -397,7 +326,7 @@ impl CallingAgent for Planner {
                 answer,
             })
         };
-        let request = self.planning.request(ask);
+        let request = self.planning.request(ask, &self.follow_up_after);
         let answer = match self.llm.chat(ctx, &self.planning.prompt(), &request).await {
             Err(StepError::Fatal(why)) if complete => return done(why),
             answer => answer?,

@@ -18,7 +18,10 @@
 //!   words, the plan as JSON in a ```` ```json ```` block, a closing remark. It plans
 //!   in turns (the turn read from the step, [`STEP_HEADER`]: `plan`, `plan_2`,
 //!   `plan_3`): the research first, the rest (from the draft on) second, then
-//!   `{"done": true}`. The plan depends on the seed and the request's company alone (the same for a
+//!   `{"done": true}`. Given [`Config::follow_up_after`], the rest ends, after the CRM
+//!   record, with `await_reply` (a wait for `reply` that ends after that long) and
+//!   `follow_up` (to `follow_ups`, with the reply, `null` if none came). The plan
+//!   depends on the seed and the request's company alone (the same for a
 //!   retried request, and in each turn): a quarter of them reserve no calendar slot, a
 //!   quarter research and reserve the slot in parallel, a quarter reserve it after
 //!   the research (second turn), and the rest delegate: the research runs in a
@@ -123,6 +126,9 @@ pub struct Config {
     /// a request past it is answered 429 with the `Retry-After` (and `retry-after-ms`)
     /// it would be taken after, recorded as `429 limit`. `None`: no limit.
     pub requests_per_minute: Option<u32>,
+    /// How long the assistant's plans wait for a reply to the email before the
+    /// follow-up (`"2s"`, `"3d"`); `None`: no wait, no follow-up.
+    pub follow_up_after: Option<String>,
 }
 
 /// A running stub; stops when dropped.
@@ -260,6 +266,7 @@ async fn chat_completions(
     let saga = header_str(&headers, SAGA_HEADER).unwrap_or_default();
     let step = header_str(&headers, STEP_HEADER).unwrap_or_default();
     let turn = turn_of(step);
+    let follow_up = config.follow_up_after.as_deref();
 
     let nth = {
         let mut seen = shared.seen.lock().expect("not poisoned");
@@ -365,11 +372,13 @@ async fn chat_completions(
             let text = match content {
                 Content::Refusal => None,
                 Content::Answer => Some(match planner {
-                    Some(Planner::Assistant) => plan(config.seed, saga, turn, &prompt, false),
+                    Some(Planner::Assistant) => {
+                        plan(config.seed, saga, (turn, follow_up), &prompt, false)
+                    }
                     Some(Planner::Research) => research_plan(),
                     None => compose(config.seed, &key, &prompt),
                 }),
-                Content::BadPlan => Some(plan(config.seed, saga, turn, &prompt, true)),
+                Content::BadPlan => Some(plan(config.seed, saga, (turn, follow_up), &prompt, true)),
                 Content::NoPlan => Some(NO_PLAN.to_owned()),
             };
             let message = match text {

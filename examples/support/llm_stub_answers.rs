@@ -40,7 +40,15 @@ pub(super) fn turn_of(step: &str) -> usize {
 /// amid prose; with `bad`, with a step for an agent the example lacks. The plan's
 /// shape depends on the seed and the request's company alone, the same in every turn.
 /// `prompt` is the request, which names the company (between the first quotes).
-pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) -> String {
+/// Given `follow_up` (a duration), the second turn ends with the wait for the reply
+/// that ends after it and the follow-up.
+pub(super) fn plan(
+    seed: u64,
+    saga: &str,
+    (turn, follow_up): (usize, Option<&str>),
+    prompt: &str,
+    bad: bool,
+) -> String {
     if turn > 2 && !bad {
         return "Everything is planned.\n\n```json\n{\"done\": true}\n```\n".to_owned();
     }
@@ -107,7 +115,7 @@ pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) 
         _ => Vec::new(),
     };
     if turn == 2 {
-        steps.extend(rest(draft, undo("drafts", "draft_email")));
+        steps.extend(rest(draft, undo("drafts", "draft_email"), follow_up));
     }
     if bad {
         let at = steps.len().min(1);
@@ -133,17 +141,27 @@ pub(super) fn plan(seed: u64, saga: &str, turn: usize, prompt: &str, bad: bool) 
         (_, 2) => "With the research in hand, here is the rest of the plan, step by step.",
         _ => "With the research in hand, here is the rest of the plan.",
     };
+    let closing = match (turn, follow_up) {
+        (2, Some(after)) => format!(
+            " Once it is sent, I wait {after} for their reply, and draft a follow-up if \
+             none came."
+        ),
+        _ => String::new(),
+    };
     format!(
         "{opening}\n\n```json\n{plan}\n```\n\nThe email waits for your approval before it \
-         goes out; if anything fails before then, what was reserved or drafted is undone."
+         goes out; if anything fails before then, what was reserved or drafted is \
+         undone.{closing}"
     )
 }
 
 /// The stages after the research (and the slot): the draft (its command `draft`), the
-/// approval, the email (the pivot), the CRM record.
-fn rest(draft: Value, undo_draft: Value) -> [Value; 4] {
+/// approval, the email (the pivot), the CRM record; given `follow_up`, the wait for
+/// the company's reply that ends after it, and the follow-up, which takes the reply
+/// (`null` if none came).
+fn rest(draft: Value, undo_draft: Value, follow_up: Option<&str>) -> Vec<Value> {
     let company = json!({ "$from": "/input/company" });
-    [
+    let mut rest = vec![
         json!({
             "name": "draft_email",
             "destination": "drafts",
@@ -170,7 +188,20 @@ fn rest(draft: Value, undo_draft: Value) -> [Value; 4] {
                 "approved_by": { "$from": "/results/approval/by" }
             }
         }),
-    ]
+    ];
+    if let Some(after) = follow_up {
+        rest.push(json!({ "name": "await_reply", "wait_for": "reply", "or_after": after }));
+        rest.push(json!({
+            "name": "follow_up",
+            "destination": "follow_ups",
+            "command": {
+                "op": "do",
+                "company": company,
+                "reply": { "$from": "/results/await_reply" }
+            }
+        }));
+    }
+    rest
 }
 
 /// The answer of a competitor's research's planner: one step, `research`, in a fenced

@@ -160,8 +160,11 @@ pub fn unfinished(c: &std::collections::BTreeMap<SagaState, u64>) -> u64 {
         + c.get(&SagaState::Compensating).copied().unwrap_or(0)
 }
 
-/// Sagas parked at a wait for a signal (a person's approval).
-pub async fn parked(store: &Store) -> anyhow::Result<u64> {
+/// Sagas parked at a wait for one of `signals` (a person's approval).
+pub async fn parked(store: &Store, signals: &[&str]) -> anyhow::Result<Vec<query::SagaSummary>> {
+    if signals.is_empty() {
+        return Ok(Vec::new());
+    }
     let list = query::list(
         store,
         &query::ListFilter {
@@ -171,7 +174,14 @@ pub async fn parked(store: &Store) -> anyhow::Result<u64> {
         },
     )
     .await?;
-    Ok(list.len() as u64)
+    Ok(list
+        .into_iter()
+        .filter(|s| {
+            s.waiting_for
+                .as_deref()
+                .is_some_and(|w| signals.contains(&w))
+        })
+        .collect())
 }
 
 /// Runs `read` until it succeeds: the database may go away for a while (an outage, a
@@ -194,9 +204,10 @@ where
     }
 }
 
-/// Waits until no saga is running or compensating (sagas parked at a wait for a signal
-/// aside, when `signals`) and no start waits, with a progress bar.
-pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Result<()> {
+/// Waits until no saga is running or compensating (sagas parked at a wait for one of
+/// `signals` aside: a wait for another signal, one that ends by time, is waited out)
+/// and no start waits, with a progress bar.
+pub async fn wait_all(store: &Store, quiet: bool, signals: &[&str]) -> anyhow::Result<()> {
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -216,7 +227,7 @@ pub async fn wait_all(store: &Store, quiet: bool, signals: bool) -> anyhow::Resu
         let (c, waiting_starts, parked) = retrying(|| async {
             let c = counts(store).await?;
             let w = waiting(store).await?;
-            let p = if signals { parked(store).await? } else { 0 };
+            let p = parked(store, signals).await?.len() as u64;
             Ok((c, w, p))
         })
         .await;
@@ -323,7 +334,7 @@ pub type After = Box<
 pub struct Saga {
     name: &'static str,
     key: Option<Box<dyn Fn(u64) -> String>>,
-    signals: bool,
+    signals: &'static [&'static str],
     after: Option<After>,
 }
 
@@ -333,7 +344,7 @@ impl Saga {
         Self {
             name,
             key: None,
-            signals: false,
+            signals: &[],
             after: None,
         }
     }
@@ -351,9 +362,10 @@ impl Saga {
         self
     }
 
-    /// Its sagas may park at a wait for a signal: the run ends with them waiting.
-    pub fn waits_for_signals(mut self) -> Self {
-        self.signals = true;
+    /// Its sagas may park at a wait for one of `signals` (a person's decision): the
+    /// run ends with them waiting. A saga waiting for any other signal is waited for.
+    pub fn waits_for_signals(mut self, signals: &'static [&'static str]) -> Self {
+        self.signals = signals;
         self
     }
 }
@@ -400,19 +412,10 @@ pub async fn run<T: serde::Serialize>(
     }
     wait_all(runtime.store(), common.quiet, saga.signals).await?;
     summary(runtime.store(), common.sagas, started.elapsed(), url).await?;
-    if saga.signals {
-        let waiting = query::list(
-            runtime.store(),
-            &query::ListFilter {
-                waiting: true,
-                limit: 1,
-                ..query::ListFilter::default()
-            },
-        )
-        .await?;
-        let parked = parked(runtime.store()).await?;
-        println!("waiting for a signal   : {parked}");
-        if let Some(first) = waiting.first() {
+    if !saga.signals.is_empty() {
+        let parked = parked(runtime.store(), saga.signals).await?;
+        println!("waiting for a signal   : {}", parked.len());
+        if let Some(first) = parked.first() {
             let signal = first.waiting_for.as_deref().unwrap_or("approval");
             println!("approve one with:");
             println!(

@@ -106,7 +106,7 @@ async fn invalid_plans_are_fatal(backend: Backend) {
     for (mode, reason) in [
         (
             "bad-plan",
-            "step `notify_team`: unknown destination `slack` (this saga allows: calendar, crm, drafts, email, research)",
+            "step `notify_team`: unknown destination `slack` (this saga allows: calendar, crm, drafts, email, follow_ups, research)",
         ),
         ("no-plan", "no JSON plan in the planner's answer"),
     ] {

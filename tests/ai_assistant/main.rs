@@ -6,8 +6,11 @@
 //! idempotency keys were used for which saga step; the plan each saga ran is in
 //! `assistant_plans`. Some plans delegate competitors' research to child
 //! `competitor_research` sagas, each with its own plan (in `assistant_plans` too).
+//! Every plan ends with a wait for the company's `reply` that ends by time, then a
+//! follow-up (`assistant_follow_ups`), drafted unless the reply came.
 
 mod durability;
+mod follow_ups;
 mod llm;
 #[path = "../support/mod.rs"]
 mod support;
@@ -42,6 +45,7 @@ pub(crate) const EFFECT_TABLES: &[&str] = &[
     "assistant_drafts",
     "assistant_emails",
     "assistant_crm_records",
+    "assistant_follow_ups",
 ];
 
 /// The child talks to its own stub whatever the developer's environment says.
@@ -123,7 +127,8 @@ pub(crate) async fn steps_run(store: &Store, id: &str) -> Vec<String> {
 /// email, the CRM record; every saga terminal, the outbox drained), and, per saga, the
 /// calendar slot if its plan reserved one and none if it did not. A completed saga ran
 /// exactly the steps of its plan, in the planner's turns ([`check_replanned`]), its
-/// research done.
+/// research done, and followed up as its wait for the reply ended
+/// ([`follow_ups::check_follow_up`]); a compensated one has no follow-up.
 /// The child sagas ([`check_children`]) too. Returns (completed, compensated) of the
 /// assistant's sagas.
 pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
@@ -131,6 +136,7 @@ pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
     let plans = plans(store).await;
     let slots = support::statuses(store, "assistant_calendar_slots").await;
     let research = support::statuses(store, "assistant_research").await;
+    let follow_ups = support::statuses(store, "assistant_follow_ups").await;
     for (id, state) in assistant_sagas(store).await {
         let plan = plans.get(&id);
         let with_slot = plan.is_some_and(|p| p.iter().any(|s| s == "reserve_calendar_slot"));
@@ -140,7 +146,10 @@ pub(crate) async fn check_effects(store: &Store) -> (usize, usize) {
             assert_eq!(slot, with_slot.then_some("reserved"), "saga {id}: {plan:?}");
             assert_eq!(research.get(&id).map(String::as_str), Some("done"));
             check_replanned(store, &id, plan).await;
+            let status = follow_ups.get(&id).map(String::as_str);
+            follow_ups::check_follow_up(store, &id, status).await;
         } else {
+            assert_eq!(follow_ups.get(&id), None, "compensated saga {id}");
             assert_ne!(slot, Some("reserved"), "compensated saga {id}");
             if !with_slot {
                 assert_eq!(slot, None, "saga {id} reserved a slot it did not plan");
@@ -169,6 +178,14 @@ pub(crate) async fn check_replanned(store: &Store, id: &str, plan: &[String]) {
     let at = |name: &str| run.iter().position(|s| s == name).unwrap();
     assert_eq!((at("plan"), at("plan_3")), (0, run.len() - 1), "{run:?}");
     assert!(at("research") < at("plan_2") && at("plan_2") < at("draft_email"));
+    let after_the_email = [
+        "send_email",
+        "create_crm_record",
+        "await_reply",
+        "follow_up",
+    ];
+    let order: Vec<usize> = after_the_email.iter().map(|s| at(s)).collect();
+    assert!(order.is_sorted(), "saga {id}: {run:?}");
     let data = query::data(store, id.parse().unwrap())
         .await
         .unwrap()
