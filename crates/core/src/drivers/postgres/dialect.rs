@@ -71,7 +71,7 @@ impl Dialect for Postgres {
         if let [m] = messages {
             sqlx::query(
                 "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-                 VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, now() + $6 * interval '1 millisecond')
+                 VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, clock_timestamp() + $6 * interval '1 millisecond')
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(m.id)
@@ -425,7 +425,7 @@ impl MessageRows {
     pub(crate) async fn insert_pending(self, c: &mut PgConnection) -> Result<()> {
         sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
-             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, now() + u.t * interval '1 millisecond'
+             SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, clock_timestamp() + u.t * interval '1 millisecond'
              FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
                   WITH ORDINALITY AS u(id, d, k, p, h, t, ord)
              ORDER BY u.ord

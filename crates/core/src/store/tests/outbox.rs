@@ -3,6 +3,7 @@
 //! report, transient errors.
 
 use super::*;
+use crate::Sql;
 
 // Rollback ⇒ nothing claimable; commit ⇒ claimable exactly once.
 async fn rollback_and_commit(backend: Backend) {
@@ -331,3 +332,40 @@ async fn lock_and_statement_timeouts_are_transient() {
             .is_transient()
     );
 }
+
+// A delay counts from when the message is written, not from when its transaction
+// began: a transaction that waited 300 ms before it enqueued a message delayed 1 s
+// makes it available 1 s after the enqueue, not 700 ms after (a durable sleep must not
+// wake early). Also for a batch.
+async fn a_delay_counts_from_the_write(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let mut tx = store.begin().await.unwrap();
+    Sql::new("SELECT 1 AS one")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let written = crate::clock::now_ms();
+    let one = Message::to("a").delay(Duration::from_secs(1));
+    tx.enqueue(&one).await.unwrap();
+    let batch: Vec<Message> = (0..3)
+        .map(|_| Message::to("a").delay(Duration::from_secs(1)))
+        .collect();
+    tx.enqueue_batch(&batch).await.unwrap();
+    tx.commit().await.unwrap();
+    let rows = Sql::new("SELECT {ms available_at} AS at FROM outbox")
+        .fetch_all(store.reader())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        let at = r.int("at").unwrap();
+        assert!(
+            at >= written + 1_000 - 5,
+            "available {} ms early",
+            written + 1_000 - at
+        );
+    }
+}
+
+both_backends!(delay_from_the_write, a_delay_counts_from_the_write);
