@@ -30,4 +30,4 @@ CREATE TABLE saga_schedules (
     created_ms     BIGINT  NOT NULL,
     updated_ms     BIGINT  NOT NULL
 );
-CREATE INDEX saga_schedules_due ON saga_schedules (next_due_ms) WHERE NOT paused;
+CREATE INDEX saga_schedules_due ON saga_schedules (next_due_ms);

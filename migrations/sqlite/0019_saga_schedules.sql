@@ -17,7 +17,7 @@ CREATE TABLE saga_schedules (
     catch_up_max   INTEGER NOT NULL,
     late_after_ms  INTEGER NOT NULL,
     jitter_ms      INTEGER NOT NULL,
-    paused         INTEGER NOT NULL,
+    paused         BOOLEAN NOT NULL,
     next_slot_ms   INTEGER,
     next_due_ms    INTEGER,
     queued_slot_ms INTEGER,
@@ -30,4 +30,4 @@ CREATE TABLE saga_schedules (
     created_ms     INTEGER NOT NULL,
     updated_ms     INTEGER NOT NULL
 );
-CREATE INDEX saga_schedules_due ON saga_schedules (next_due_ms) WHERE paused = 0;
+CREATE INDEX saga_schedules_due ON saga_schedules (next_due_ms);
