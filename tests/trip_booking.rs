@@ -397,6 +397,13 @@ async fn one_child_each(store: &Store) -> usize {
     parents.len()
 }
 
+// On SQLite a schedule reads the one clock too: stepped two and a half hours ahead, the
+// process catches up what it "missed", exactly as its policy says (`support/schedule.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_catches_up_on_the_one_clock_on_sqlite() {
+    schedule::an_hour_ahead_catches_up(fresh_url(Backend::Sqlite).await).await;
+}
+
 // On SQLite a sleep's time is the one wall clock of the library (`clock::now_ms`): the
 // trips sleep an hour after their charge, the process's clock is stepped an hour and a
 // minute ahead (the test hook `clock::step`), and they wake at once and finish, every
