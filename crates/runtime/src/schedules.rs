@@ -58,6 +58,11 @@ impl Schedules {
     /// As [`create`](Self::create), without `ScheduleExists`.
     pub async fn put(&self, s: &Schedule) -> Result<ScheduleView> {
         self.engine.check_schedule(&self.store, s)?;
+        self.put_checked(s).await
+    }
+
+    /// [`put`](Self::put) of a schedule already checked.
+    async fn put_checked(&self, s: &Schedule) -> Result<ScheduleView> {
         let view = schedule::put(&self.store, s).await?;
         self.wake.notify_one();
         Ok(view)
@@ -75,7 +80,7 @@ impl Schedules {
         self.engine.check_schedule(&self.store, s)?;
         match schedule::get(&self.store, &s.name).await? {
             Some(view) if view.schedule == s.clone().paused(view.schedule.paused) => Ok(view),
-            _ => self.put(s).await,
+            _ => self.put_checked(s).await,
         }
     }
 
