@@ -318,7 +318,7 @@ async fn the_database_connection_cut_under_load_loses_nothing() {
 }
 
 // SQLite's clock stepped while sagas run (a test hook moves the library's one wall
-// clock, `clock::now_ms`, in the child process: see `clock::step`), while it rents
+// clock, `clock::system_now_ms`, in the child process: see `clock::step`), while it rents
 // cars. Forward, 7 s in steps of 1 s every 100 ms, faster than the renewals of the 1 s
 // leases: the relay finds the leases of rows it is delivering expired, returns them to
 // the pool and delivers them again, cancelling the first deliveries (a car rental call

@@ -404,7 +404,7 @@ async fn a_schedule_catches_up_on_the_one_clock_on_sqlite() {
     schedule::an_hour_ahead_catches_up(fresh_url(Backend::Sqlite).await).await;
 }
 
-// On SQLite a sleep's time is the one wall clock of the library (`clock::now_ms`): the
+// On SQLite a sleep's time is the one wall clock of the library (`clock::system_now_ms`): the
 // trips sleep an hour after their charge, the process's clock is stepped an hour and a
 // minute ahead (the test hook `clock::step`), and they wake at once and finish, every
 // effect once. (On PostgreSQL the database's clock counts: the hook does not move it.)

@@ -72,7 +72,7 @@ pub(super) async fn inbox(store: Store, seed: u64, rate: f64) {
             .filter(|s| s.waiting_for.as_deref() == Some(REPLY))
             .collect();
         due.retain(|id, _| replying.iter().any(|s| s.id == *id));
-        let now = agentsaga::core::clock::now_ms();
+        let now = store.clock().now_ms();
         for saga in &replying {
             let reply = match due.get(&saga.id) {
                 Some(reply) => reply.clone(),

@@ -118,7 +118,7 @@ pub(crate) async fn an_hour_ahead_catches_up(url: String) {
     };
     let ahead = 150 * 60_000;
     crate::support::clock::step_clock(&clock, ahead);
-    let stepped_at = agentsaga::core::clock::now_ms() + ahead;
+    let stepped_at = agentsaga::core::clock::system_now_ms() + ahead;
     let out = tokio::task::spawn_blocking(move || {
         crate::support::wait_bounded(child, Duration::from_secs(120))
     })

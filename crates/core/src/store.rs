@@ -61,7 +61,8 @@ impl Store {
     /// # Errors
     /// [`Error::InvalidUrl`] for an unknown scheme or malformed URL,
     /// [`Error::Connect`] if the database cannot be opened,
-    /// [`Error::SchemaTooNew`] if a newer agentsaga migrated it.
+    /// [`Error::SchemaTooNew`] if a newer agentsaga migrated it,
+    /// [`Error::ManualClockNeedsSqlite`] for a manual clock on PostgreSQL.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, StoreConfig::default()).await
     }
@@ -81,10 +82,19 @@ impl Store {
         })
     }
 
+    /// The runtime's one clock ([`StoreConfig::clock`]): every layer built on this store
+    /// reads its time here.
+    pub fn clock(&self) -> &crate::clock::Clock {
+        &self.config.clock
+    }
+
     /// A pool to read with, for queries of your own ([`Sql`](crate::Sql)). Write through
     /// [`begin`](Self::begin).
     pub fn reader(&self) -> ReadPool<'_> {
-        ReadPool(on_backend!(&self.backend, b => b.reader()))
+        ReadPool(
+            on_backend!(&self.backend, b => b.reader()),
+            &self.config.clock,
+        )
     }
 
     /// Runs `read` on a pooled read connection, outside any transaction: the reads of
@@ -158,8 +168,9 @@ impl Store {
         to: &dyn Handover,
     ) -> Result<Option<crate::Envelope>> {
         let conn = self.check_backend(conn)?;
+        let (now, lease_now) = (self.clock().now_ms(), self.clock().lease_now_ms());
         async {
-            on_conn!(conn.0, D, c => D::enqueue_leased(c, message, to.owner(), to.lease()).await)
+            on_conn!(conn.0, D, c => D::enqueue_leased(c, message, to.owner(), to.lease(), now, lease_now).await)
         }
         .instrument(enqueue_span(std::slice::from_ref(message), true))
         .await
@@ -243,6 +254,7 @@ impl Store {
     async fn enqueue_checked(&self, conn: Conn<'_>, messages: &[Message]) -> Result<()> {
         let conn = self.check_backend(conn)?;
         let max_pending = self.config.max_pending;
+        let now = self.clock().now_ms();
         on_conn!(conn.0, D, c => {
             if let Some(limit) = max_pending {
                 let pending = D::count_pending(c, limit).await?;
@@ -250,7 +262,7 @@ impl Store {
                     return Err(Error::QueueFull { pending, limit });
                 }
             }
-            D::enqueue(c, messages).await
+            D::enqueue(c, messages, now).await
         })
     }
 
@@ -277,7 +289,8 @@ impl Store {
         message_id: MessageId,
     ) -> Result<Receipt> {
         let conn = self.check_backend(conn.into())?;
-        let inserted = on_conn!(conn.0, D, c => D::receive(c, consumer, message_id).await?);
+        let now = self.clock().now_ms();
+        let inserted = on_conn!(conn.0, D, c => D::receive(c, consumer, message_id, now).await?);
         Ok(if inserted {
             Receipt::First
         } else {

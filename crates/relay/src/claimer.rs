@@ -83,6 +83,7 @@ impl Actor for Claimer {
             self.config.workers,
             Arc::clone(&self.transport),
             myself.clone(),
+            self.store.clock().clone(),
         )
         .await?;
         let mut delivering = Delivering::default();
@@ -128,6 +129,7 @@ impl Actor for Claimer {
             myself,
             Arc::clone(&state.signals),
             self.store.wakeups().subscribe(),
+            self.store.clock().clone(),
             self.config.poll_interval,
             self.config.lease,
         ));
@@ -237,6 +239,7 @@ impl Actor for Claimer {
                 self.config.workers,
                 Arc::clone(&self.transport),
                 myself.clone(),
+                self.store.clock().clone(),
             )
             .await?;
             self.queue_flush(&myself, state);
@@ -260,12 +263,13 @@ impl Claimer {
         leased_at: Instant,
     ) {
         let held_until = leased_at + held_for(self.config.lease);
-        let expired = held_until <= Instant::now();
+        let now = self.store.clock().lease_now();
+        let expired = held_until <= now;
         if expired {
             self.stats.leases_lost(rows.len());
             tracing::warn!(
                 rows = rows.len(),
-                open_ms = leased_at.elapsed().as_millis() as u64,
+                open_ms = now.saturating_duration_since(leased_at).as_millis() as u64,
                 lease_ms = self.config.lease.as_millis() as u64,
                 "rows handed over by a transaction open longer than their lease: left to \
                  the claim (delivered once, by whichever relay claims them)"
@@ -307,7 +311,7 @@ impl Claimer {
         );
         match state
             .breakers
-            .record(&envelope.destination, ok, Instant::now())
+            .record(&envelope.destination, ok, self.store.clock().now())
         {
             Some(Change::Opened) => {
                 self.stats.breaker_tripped();

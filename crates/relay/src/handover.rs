@@ -94,12 +94,11 @@ impl Handover for HandoverSlots {
         self.done(destination);
     }
 
-    fn take(&self, rows: Vec<Envelope>, leased_at: std::time::Instant) {
+    fn take(&self, rows: Vec<Envelope>, leased_at: agentsaga_core::clock::Instant) {
         if rows.is_empty() {
             return;
         }
         let destinations: Vec<String> = rows.iter().map(|r| r.destination.clone()).collect();
-        let leased_at = tokio::time::Instant::from_std(leased_at);
         if self
             .claimer
             .cast(ClaimerMsg::Adopt(rows, leased_at))

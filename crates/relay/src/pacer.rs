@@ -2,7 +2,10 @@
 //!
 //! It sends `Tick` on every outbox wakeup (a local commit, or a NOTIFY from another
 //! process) and every `poll_interval` as the fallback, `Renew` every `lease / 3` and
-//! `Reclaim` every `lease / 2`. Each kind is coalesced: while one is waiting in the
+//! `Reclaim` every `lease / 2`, all on real time (leases are, see
+//! [`Clock::lease_now`]); a move of the store's clock by hand (a test's manual clock)
+//! also sends a `Tick`, so that what it made due is claimed at once. Each kind is
+//! coalesced: while one is waiting in the
 //! claimer's mailbox, no second one is sent, so a slow database never builds a backlog
 //! of ticks.
 
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use agentsaga_core::clock::Clock;
 use ractor::ActorRef;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -58,16 +62,18 @@ pub(crate) fn spawn(
     claimer: ActorRef<ClaimerMsg>,
     signals: Arc<Signals>,
     wake: watch::Receiver<u64>,
+    clock: Clock,
     poll_interval: Duration,
     lease: Duration,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(claimer, signals, wake, poll_interval, lease))
+    tokio::spawn(run(claimer, signals, wake, clock, poll_interval, lease))
 }
 
 async fn run(
     claimer: ActorRef<ClaimerMsg>,
     signals: Arc<Signals>,
     mut wake: watch::Receiver<u64>,
+    clock: Clock,
     poll_interval: Duration,
     lease: Duration,
 ) {
@@ -92,6 +98,7 @@ async fn run(
                 Signal::Tick
             }
             _ = poll.tick() => Signal::Tick,
+            () = clock.moved() => Signal::Tick,
             _ = renew.tick() => Signal::Renew,
             _ = reclaim.tick() => Signal::Reclaim,
         };

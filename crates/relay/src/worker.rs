@@ -68,6 +68,7 @@ pub(crate) async fn spawn_pool(
     workers: usize,
     transport: Arc<dyn Transport>,
     claimer: ActorRef<ClaimerMsg>,
+    clock: agentsaga_core::clock::Clock,
 ) -> Result<PoolRef, SpawnErr> {
     let supervisor = claimer.get_cell();
     let args = FactoryArguments::builder()
@@ -75,6 +76,7 @@ pub(crate) async fn spawn_pool(
             let worker = DeliveryWorker {
                 transport: Arc::clone(&transport),
                 claimer: claimer.clone(),
+                clock: clock.clone(),
             };
             (worker, ())
         })))
@@ -90,6 +92,8 @@ pub(crate) async fn spawn_pool(
 pub(crate) struct DeliveryWorker {
     transport: Arc<dyn Transport>,
     claimer: ActorRef<ClaimerMsg>,
+    /// The store's clock: when a delivery finished counts from it.
+    clock: agentsaga_core::clock::Clock,
 }
 
 impl Worker for DeliveryWorker {
@@ -126,7 +130,7 @@ impl Worker for DeliveryWorker {
             seq,
             number: msg.delivery,
             delivery,
-            finished_ms: now_ms(),
+            finished_ms: self.clock.now_ms(),
         };
         if self.claimer.cast(ClaimerMsg::Done(done)).is_err() {
             // The claimer is gone (shut down): the row's lease runs out and another
@@ -237,9 +241,6 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".to_owned())
 }
-
-/// Milliseconds since the Unix epoch, the clock of `created_at_ms`.
-pub(crate) use agentsaga_core::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

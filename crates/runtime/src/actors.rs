@@ -11,9 +11,9 @@ use agentsaga_core::{Envelope, Hop, Receipt, Store, header};
 use agentsaga_relay::Delivery;
 use agentsaga_saga::{Engine, Handled, SagaId, SagaState, StepOutcome, Usage, protocol};
 
+use agentsaga_core::clock::{Clock, Instant};
 use serde::Serialize;
 use tokio::sync::broadcast;
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::agent::{CallContext, Meter, StepError};
@@ -140,9 +140,10 @@ fn decode<C: serde::de::DeserializeOwned>(env: &Envelope) -> Result<C, Delivery>
     })
 }
 
-/// When the work on `env` must be done by: its `timeout_ms` from now, if it has one.
-fn deadline_of(env: &Envelope) -> Option<Instant> {
-    CallContext::new(env).timeout().map(|t| Instant::now() + t)
+/// When the work on `env` must be done by: its `timeout_ms` from now on the store's
+/// clock, if it has one.
+fn deadline_of(env: &Envelope, clock: &Clock) -> Option<Instant> {
+    CallContext::new(env).timeout().map(|t| clock.now() + t)
 }
 
 /// Runs a handler that holds a hop (`handle`, `record`) until the step's `deadline`
@@ -156,7 +157,7 @@ async fn holding<F: Future>(
     work: F,
 ) -> Result<Option<F::Output>, Delivery> {
     let bound = hub.store.config().hop_timeout;
-    match tokio::time::timeout(bound, bounded(deadline, work)).await {
+    match tokio::time::timeout(bound, bounded(hub.store.clock(), deadline, work)).await {
         Ok(done) => Ok(done),
         Err(_) => {
             tracing::error!(
@@ -170,11 +171,15 @@ async fn holding<F: Future>(
     }
 }
 
-/// Runs `work` until `deadline`; `None` if the deadline passed first (the work is
-/// dropped, i.e. cancelled).
-async fn bounded<F: Future>(deadline: Option<Instant>, work: F) -> Option<F::Output> {
+/// Runs `work` until `deadline` on `clock`; `None` if the deadline passed first (the
+/// work is dropped, i.e. cancelled).
+async fn bounded<F: Future>(
+    clock: &Clock,
+    deadline: Option<Instant>,
+    work: F,
+) -> Option<F::Output> {
     match deadline {
-        Some(at) => tokio::time::timeout_at(at, work).await.ok(),
+        Some(at) => clock.timeout_at(at, work).await,
         None => Some(work.await),
     }
 }

@@ -157,9 +157,13 @@ pub(crate) fn spawn(schedules: Schedules) -> Option<JoinHandle<()>> {
                     AFTER_ERROR
                 }
             };
+            // At most `EVERY` of real time (another process may have changed the
+            // table), and at once when the store's clock is moved by hand.
+            let clock = schedules.store.clock();
             tokio::select! {
                 () = tokio::time::sleep(sleep) => {}
                 () = schedules.wake.notified() => {}
+                () = clock.moved() => {}
             }
         }
     }))

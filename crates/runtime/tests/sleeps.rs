@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga_core::both_backends;
-use agentsaga_core::clock::now_ms;
+use agentsaga_core::clock::system_now_ms as now_ms;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
 use agentsaga_runtime::Runtime;
 use agentsaga_saga::query::{self, ListFilter};

@@ -264,13 +264,13 @@ impl Engine {
             .transpose()
     }
 
-    pub(super) fn ctx<'a>(&'a self, inst: &'a mut Instance) -> Result<Ctx<'a>> {
+    pub(super) fn ctx<'a>(&'a self, inst: &'a mut Instance, now_ms: i64) -> Result<Ctx<'a>> {
         let def = self.definition_of(inst)?;
         Ok(Ctx {
             inst,
             def,
             compensation_retry: self.compensation_retry,
-            now_ms: now_ms(),
+            now_ms,
             fx: Effects::default(),
             rng: fastrand::Rng::new(),
             signals: BTreeMap::new(),
@@ -301,8 +301,6 @@ impl Engine {
         crate::plan::initial_data(start.input, Some(&plan))
     }
 }
-
-pub(crate) use agentsaga_core::clock::now_ms;
 
 /// The child steps of `defs` ([`Step::saga`](crate::Step::saga)) run registered sagas,
 /// and a child step undone by compensating its child runs a child without a pivot (one

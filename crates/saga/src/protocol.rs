@@ -286,7 +286,13 @@ pub(crate) fn child_answer(
 /// `msg` as the relay would hand it over on its first delivery, written now: for an
 /// answer applied where it is made (`Engine::apply_local`), and for tests that touch
 /// no store. (Its `seq` is no row's.)
+#[cfg(test)]
 pub(crate) fn envelope(msg: &Message) -> Envelope {
+    envelope_at(msg, agentsaga_core::clock::system_now_ms())
+}
+
+/// [`envelope`], written at `now_ms` (the store's clock).
+pub(crate) fn envelope_at(msg: &Message, now_ms: i64) -> Envelope {
     Envelope {
         seq: 1,
         id: msg.id,
@@ -295,6 +301,6 @@ pub(crate) fn envelope(msg: &Message) -> Envelope {
         payload: msg.payload.clone(),
         headers: msg.headers.clone(),
         attempts: 1,
-        created_at_ms: agentsaga_core::clock::now_ms(),
+        created_at_ms: now_ms,
     }
 }

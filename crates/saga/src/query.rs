@@ -220,9 +220,9 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     let limit = i64::from(if f.limit == 0 { 100 } else { f.limit });
     let state = f.state.map(SagaState::as_str);
     // Stalled: no progress since this Unix ms (or nothing live for its steps).
-    let stalled_before: Option<i64> = f.stalled.map(|t| {
-        agentsaga_core::clock::now_ms() - i64::try_from(t.as_millis()).unwrap_or(i64::MAX / 2)
-    });
+    let stalled_before: Option<i64> = f
+        .stalled
+        .map(|t| store.clock().now_ms() - i64::try_from(t.as_millis()).unwrap_or(i64::MAX / 2));
     let id = id.map(|i| *i.as_uuid());
     let name = f.name.as_deref();
     let key = f.key.as_deref();

@@ -32,7 +32,7 @@ pub(super) fn message(i: usize) -> anyhow::Result<Message> {
 }
 
 /// Unix milliseconds, the SQLite schema's clock.
-pub(crate) use agentsaga_core::clock::now_ms;
+pub(crate) use agentsaga_core::clock::system_now_ms as now_ms;
 
 #[cfg(test)]
 mod tests {

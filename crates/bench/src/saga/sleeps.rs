@@ -218,7 +218,7 @@ pub(super) async fn figures(
     let rt = runtime(&url, true).await?;
     let quiet = happy(&rt, happy_n, 0).await?;
     let lead = Duration::from_secs(if quick { 3 } else { 6 });
-    let t0 = agentsaga_core::clock::now_ms() + i64::try_from(lead.as_millis())?;
+    let t0 = agentsaga_core::clock::system_now_ms() + i64::try_from(lead.as_millis())?;
     let started = Instant::now();
     let spread = |i: usize| (t0 + (i as i64 * 1000) / due as i64) as u64;
     start_nappers(&rt, due, spread).await?;

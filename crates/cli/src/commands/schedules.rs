@@ -39,7 +39,7 @@ async fn list(console: &Console, json: bool) -> anyhow::Result<()> {
         outln!("no schedules");
         return Ok(());
     }
-    let now = agentsaga_core::clock::now_ms();
+    let now = agentsaga_core::clock::system_now_ms();
     let mut table = Table::new(&[
         "NAME",
         "SAGA",
@@ -82,7 +82,7 @@ fn print(doc: &ScheduleDoc, json: bool) -> anyhow::Result<()> {
         return print_json(doc);
     }
     let (view, s) = (&doc.view, &doc.view.schedule);
-    let now = agentsaga_core::clock::now_ms();
+    let now = agentsaga_core::clock::system_now_ms();
     outln!("schedule     {}", s.name);
     outln!("saga         {}", s.saga);
     outln!("cron         {}", s.cron);
@@ -187,7 +187,7 @@ fn next_text(view: &agentsaga_saga::schedule::ScheduleView) -> String {
     } else {
         format!(
             "next due {}",
-            due_text(view.next_due_ms, agentsaga_core::clock::now_ms())
+            due_text(view.next_due_ms, agentsaga_core::clock::system_now_ms())
         )
     }
 }

@@ -44,7 +44,7 @@ pub(crate) async fn page(
         Ok(d) => d,
         Err(e) => return fail(&e),
     };
-    let now = agentsaga_core::clock::now_ms();
+    let now = c.store().clock().now_ms();
     let title = format!("{} {}", doc.saga.name, short(&doc.saga.id, 13));
     let body = render(&doc, jaeger, notice.as_ref(), now);
     super::html::page(StatusCode::OK, &title, Nav::Sagas, &body)
@@ -100,7 +100,7 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
             out,
             "<dt>Sleeping</dt><dd id=\"sleeping\">until {} ({})</dd>",
             when(Some(until)),
-            esc(&crate::time::from_now(ms, agentsaga_core::clock::now_ms()))
+            esc(&crate::time::from_now(ms, now))
         );
     }
     if let Some(w) = &s.waiting_for {

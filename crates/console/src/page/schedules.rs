@@ -19,7 +19,7 @@ pub(crate) async fn page(c: &Console, done: Done) -> Response {
         Ok(l) => l,
         Err(e) => return fail(&e),
     };
-    let now = agentsaga_core::clock::now_ms();
+    let now = c.store().clock().now_ms();
     let mut body = String::from("<h1>Schedules</h1>\n");
     // What was just done: only a known outcome and a schedule that exists are echoed.
     let named = done

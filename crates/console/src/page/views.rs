@@ -180,7 +180,7 @@ async fn overview_html(c: &Console) -> Result<String> {
         out,
         "<p class=\"muted\">Backend: {} · as of {}</p>",
         esc(st.backend),
-        crate::time::rfc3339(agentsaga_core::clock::now_ms())
+        crate::time::rfc3339(c.store().clock().now_ms())
     );
     Ok(out)
 }

@@ -44,6 +44,9 @@ pub(crate) struct Postgres {
 }
 
 pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres> {
+    if config.clock.is_manual() {
+        return Err(Error::ManualClockNeedsSqlite);
+    }
     let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),

@@ -51,10 +51,29 @@ pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migr
 /// read-only connections (the writer itself for `sqlite::memory:`).
 #[derive(Clone, Debug)]
 pub(crate) struct Sqlite {
+    /// The store's clock: SQLite's rows carry its milliseconds.
+    pub(crate) clock: crate::clock::Clock,
     pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
     /// Checkpoints the WAL off the writer's path (`None` in memory: no WAL).
     pub(crate) checkpoints: Option<Checkpointer>,
+}
+
+/// The two times of a claim, from the store's clock: now (rows due by it) and the
+/// leases' now (rows leased until a lease from it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimTimes {
+    pub(crate) now: i64,
+    pub(crate) lease_now: i64,
+}
+
+impl ClaimTimes {
+    pub(crate) fn of(clock: &crate::clock::Clock) -> Self {
+        Self {
+            now: clock.now_ms(),
+            lease_now: clock.lease_now_ms(),
+        }
+    }
 }
 
 /// Opens (creating and migrating if need be) the database.
@@ -182,6 +201,7 @@ async fn open_once(url: &str, config: &StoreConfig) -> Result<Sqlite> {
     };
     let checkpoints = (!memory).then(|| Checkpointer::start(options));
     Ok(Sqlite {
+        clock: config.clock.clone(),
         writer,
         reader,
         checkpoints,

@@ -104,7 +104,7 @@ pub(crate) trait Dialect {
     /// counting producers until the transaction ends).
     async fn count_pending(c: &mut Self::Conn, limit: u64) -> Result<u64>;
     /// Inserts messages in order; an id already stored is skipped.
-    async fn enqueue(c: &mut Self::Conn, messages: &[Message]) -> Result<()>;
+    async fn enqueue(c: &mut Self::Conn, messages: &[Message], now_ms: i64) -> Result<()>;
     /// Inserts one message already leased to `owner` (in flight, its first attempt),
     /// unless its key has a live row or its id is stored: the row, or `None`.
     async fn enqueue_leased(
@@ -112,16 +112,28 @@ pub(crate) trait Dialect {
         message: &Message,
         owner: &str,
         lease: Duration,
+        now_ms: i64,
+        lease_now_ms: i64,
     ) -> Result<Option<Envelope>>;
     /// Inserts an inbox row; `false` if it was there.
-    async fn receive(c: &mut Self::Conn, consumer: &str, id: MessageId) -> Result<bool>;
+    async fn receive(
+        c: &mut Self::Conn,
+        consumer: &str,
+        id: MessageId,
+        now_ms: i64,
+    ) -> Result<bool>;
     /// Deletes still-pending rows by id.
     async fn cancel_pending(c: &mut Self::Conn, ids: &[MessageId]) -> Result<u64>;
     /// Moves rows still leased to `owner` to `dead` with their reasons.
     async fn dead_letter(c: &mut Self::Conn, owner: &str, dead: &[DeadLetter]) -> Result<u64>;
     /// Inserts one message as a dead letter with `reason`, unless its id is stored:
     /// whether it was written.
-    async fn enqueue_dead(c: &mut Self::Conn, message: &Message, reason: &str) -> Result<bool>;
+    async fn enqueue_dead(
+        c: &mut Self::Conn,
+        message: &Message,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<bool>;
 
     /// Is the inbox row there (committed)?
     async fn seen(&self, consumer: &str, id: MessageId) -> Result<bool>;

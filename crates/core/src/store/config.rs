@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::clock::Clock;
+
 /// SQLite's `synchronous` setting: how much a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -50,6 +52,9 @@ pub struct StoreConfig {
     /// never returns: it waits (and logs an error), then undoes the hop when it comes
     /// back; the hops behind it go on. Default 30 s.
     pub hop_timeout: Duration,
+    /// The runtime's one clock (see [`crate::clock`]). Default [`Clock::system`]. A
+    /// manual clock (feature `testing`) needs SQLite: PostgreSQL refuses it.
+    pub clock: Clock,
 }
 
 impl Default for StoreConfig {
@@ -63,6 +68,7 @@ impl Default for StoreConfig {
             acquire_timeout: Duration::from_secs(60),
             set_lane: true,
             hop_timeout: Duration::from_secs(30),
+            clock: Clock::system(),
         }
     }
 }
@@ -79,6 +85,13 @@ impl StoreConfig {
     #[must_use]
     pub fn set_lane(mut self, on: bool) -> Self {
         self.set_lane = on;
+        self
+    }
+
+    /// Sets [`clock`](Self::clock).
+    #[must_use]
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 

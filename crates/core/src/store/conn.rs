@@ -7,14 +7,18 @@ use crate::drivers::{ConnOf, ReaderOf};
 /// `sqlx::Transaction`) converts into it, so the outbox joins your transaction; run
 /// your own statements on it with [`Sql`](crate::Sql), or take the driver's
 /// connection back out (`into_sqlite`, `into_postgres`).
+///
+/// It carries the store's [`Clock`](crate::clock::Clock) (a connection of your own
+/// carries the system's), which [`Sql`](crate::Sql)'s `{now_ms}` and `{clock_ms}` read
+/// on SQLite.
 #[derive(Debug)]
-pub struct Conn<'a>(pub(crate) ConnOf<'a>);
+pub struct Conn<'a>(pub(crate) ConnOf<'a>, pub(crate) &'a crate::clock::Clock);
 
 impl Conn<'_> {
     /// The same connection, borrowed again: to run statements on it one after
     /// another.
     pub fn reborrow(&mut self) -> Conn<'_> {
-        Conn(self.0.reborrow())
+        Conn(self.0.reborrow(), self.1)
     }
 
     /// The name of its driver: `"sqlite"` or `"postgres"`.
@@ -37,7 +41,7 @@ impl Conn<'_> {
 /// or the driver's pool taken out: `sqlite`, `postgres`). On a SQLite file its
 /// connections are read-only; writes go through [`Store::begin`](crate::Store::begin).
 #[derive(Clone, Copy, Debug)]
-pub struct ReadPool<'a>(pub(crate) ReaderOf<'a>);
+pub struct ReadPool<'a>(pub(crate) ReaderOf<'a>, pub(crate) &'a crate::clock::Clock);
 
 impl ReadPool<'_> {
     /// The name of its driver: `"sqlite"` or `"postgres"`.

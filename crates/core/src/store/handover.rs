@@ -14,7 +14,9 @@
 //! messages beyond them stays `pending` in the outbox, not in memory.
 
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use crate::Envelope;
 
@@ -108,8 +110,7 @@ impl Handed {
     /// The transaction committed: hand the rows over.
     pub(crate) fn commit(&mut self) {
         let rows = std::mem::take(&mut self.rows);
-        let leased_at = self.leased_at.take().unwrap_or_else(Instant::now);
-        let Some((first, _)) = rows.first() else {
+        let (Some(leased_at), Some((first, _))) = (self.leased_at.take(), rows.first()) else {
             return;
         };
         let to = Arc::clone(first);

@@ -149,7 +149,8 @@ impl Queue<'_> {
         let n = on_conn!(tx.conn().0, D, c => D::dead_letter(c, owner, dead).await?);
         if n == dead.len() as u64 {
             // Notices skip the pending limit: they report on work already admitted.
-            on_conn!(tx.conn().0, D, c => D::enqueue(c, &notices).await?);
+            let now = self.store.clock().now_ms();
+            on_conn!(tx.conn().0, D, c => D::enqueue(c, &notices, now).await?);
             tx.mark_enqueued();
         } else if dead.len() > 1 && !notices.is_empty() {
             tx.rollback().await?;

@@ -89,7 +89,7 @@ pub(crate) enum P {
 /// Where a statement runs: a transaction's connection ([`Conn`]) or the read pool
 /// ([`ReadPool`]).
 #[derive(Debug)]
-pub struct On<'c>(pub(crate) OnOf<'c>);
+pub struct On<'c>(pub(crate) OnOf<'c>, pub(crate) &'c crate::clock::Clock);
 
 #[derive(Debug)]
 pub(crate) enum OnOf<'c> {
@@ -99,19 +99,19 @@ pub(crate) enum OnOf<'c> {
 
 impl<'c> From<Conn<'c>> for On<'c> {
     fn from(c: Conn<'c>) -> Self {
-        On(OnOf::Conn(c.0))
+        On(OnOf::Conn(c.0), c.1)
     }
 }
 
 impl<'c> From<&'c mut Conn<'_>> for On<'c> {
     fn from(c: &'c mut Conn<'_>) -> Self {
-        On(OnOf::Conn(c.0.reborrow()))
+        On(OnOf::Conn(c.0.reborrow()), c.1)
     }
 }
 
 impl<'c> From<ReadPool<'c>> for On<'c> {
     fn from(p: ReadPool<'c>) -> Self {
-        On(OnOf::Pool(p.0))
+        On(OnOf::Pool(p.0), p.1)
     }
 }
 
@@ -193,7 +193,7 @@ impl Sql {
 
     /// Binds the next `?` as now: the database's clock where it has one
     /// (PostgreSQL's `now()`), else `ms` (this process's clock,
-    /// [`clock::now_ms`](crate::clock::now_ms), as [`Datum::Now`](crate::write::Datum::Now)).
+    /// the store's [`Clock`](crate::clock::Clock), as [`Datum::Now`](crate::write::Datum::Now)).
     pub fn bind_now(mut self, ms: i64) -> Self {
         self.binds.push(Param(P::Now(ms)));
         self
@@ -227,9 +227,11 @@ impl Sql {
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) on a database error.
     pub async fn execute<'c>(&self, on: impl Into<On<'c>>) -> Result<u64> {
-        match on.into().0 {
-            OnOf::Conn(c) => on_conn!(c, D, c => D::execute_sql(&mut *c, self).await),
-            OnOf::Pool(p) => on_reader!(p, D, p => D::execute_sql(p, self).await),
+        let on = on.into();
+        let now = on.1.now_ms();
+        match on.0 {
+            OnOf::Conn(c) => on_conn!(c, D, c => D::execute_sql(&mut *c, self, now).await),
+            OnOf::Pool(p) => on_reader!(p, D, p => D::execute_sql(p, self, now).await),
         }
     }
 
@@ -239,9 +241,11 @@ impl Sql {
     /// [`Error::Database`](crate::Error::Database) on a database error, or a column
     /// of a type no [`Row`] reads.
     pub async fn fetch_all<'c>(&self, on: impl Into<On<'c>>) -> Result<Vec<Row>> {
-        match on.into().0 {
-            OnOf::Conn(c) => on_conn!(c, D, c => D::fetch_sql(&mut *c, self).await),
-            OnOf::Pool(p) => on_reader!(p, D, p => D::fetch_sql(p, self).await),
+        let on = on.into();
+        let now = on.1.now_ms();
+        match on.0 {
+            OnOf::Conn(c) => on_conn!(c, D, c => D::fetch_sql(&mut *c, self, now).await),
+            OnOf::Pool(p) => on_reader!(p, D, p => D::fetch_sql(p, self, now).await),
         }
     }
 

@@ -176,7 +176,7 @@ impl crate::handover::Handover for FakeHandover {
     fn cancel(&self, _: &str) {
         *self.used.lock().unwrap() -= 1;
     }
-    fn take(&self, rows: Vec<crate::Envelope>, _: std::time::Instant) {
+    fn take(&self, rows: Vec<crate::Envelope>, _: crate::clock::Instant) {
         self.taken.lock().unwrap().extend(rows);
     }
 }

@@ -63,7 +63,10 @@ impl Tx {
     /// The connection, for the store's own statements (not the caller's: a hop of
     /// the set lane stays clean).
     pub(crate) fn conn_clean(&mut self) -> Conn<'_> {
-        Conn(on_tx!(&mut self.inner, t => t.conn()))
+        Conn(
+            on_tx!(&mut self.inner, t => t.conn()),
+            &self.store.config.clock,
+        )
     }
 
     /// The name of its driver, `"sqlite"` or `"postgres"` (without taking its
@@ -133,7 +136,7 @@ impl Tx {
             }
             run = i + 1;
             // Before the statement: the row's lease begins there or later.
-            let leased_at = std::time::Instant::now();
+            let leased_at = self.store.clock().lease_now();
             match store
                 .enqueue_leased(self.conn_marked(), m, to.as_ref())
                 .await

@@ -28,8 +28,9 @@ impl Claimer {
         state: &mut ClaimerState,
         acks: Vec<Ack>,
     ) {
-        let now = Instant::now();
-        if !state.claim_backoff.remaining(now).is_zero() {
+        // The backoff after a failed claim guards the database: real time. What is
+        // leased, paused or due: the store's clock.
+        if !state.claim_backoff.remaining(Instant::now()).is_zero() {
             // The failure that set the backoff scheduled a Tick; the acks go alone.
             self.write_acks(myself, state, acks).await;
             return;
@@ -48,6 +49,7 @@ impl Claimer {
         let limit = u32::try_from(free)
             .unwrap_or(u32::MAX)
             .min(self.config.batch_size);
+        let now = self.store.clock().now();
         let Claimable { mut closed, probe } = state.breakers.claimable(&self.destinations, now);
         // A destination at its in-flight cap sits this claim out.
         closed.retain(|d| {
@@ -99,7 +101,7 @@ impl Claimer {
         }
         let count = claimed.len();
         // Fenced from now, the claims answered: their leases began before.
-        let held_until = Instant::now() + held_for(self.config.lease);
+        let held_until = self.store.clock().lease_now() + held_for(self.config.lease);
         for (envelope, probe) in claimed {
             self.dispatch(myself, state, envelope, probe, held_until);
         }

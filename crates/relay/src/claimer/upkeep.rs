@@ -47,7 +47,7 @@ impl Claimer {
         if seqs.is_empty() {
             return;
         }
-        let asked = Instant::now();
+        let asked = self.store.clock().lease_now();
         match self
             .store
             .queue()
@@ -69,7 +69,7 @@ impl Claimer {
             Err(e) => {
                 self.stats.db_error();
                 tracing::warn!(error = %e, rows = seqs.len(), "relay could not renew its leases");
-                let lost = state.delivering.expire(Instant::now());
+                let lost = state.delivering.expire(self.store.clock().lease_now());
                 if lost > 0 {
                     self.stats.leases_lost(lost);
                     tracing::warn!(

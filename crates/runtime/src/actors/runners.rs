@@ -33,7 +33,7 @@ impl<A: Agent> AgentRunner for Local<A> {
             };
             // The clock starts once the handler has its transaction: waiting for the
             // database (SQLite's single writer under load) is queueing, not work.
-            let deadline = deadline_of(env);
+            let deadline = deadline_of(env, hub.store.clock());
             let meter = Meter::default();
             let result = {
                 let mut ctx = AgentContext {
@@ -94,7 +94,7 @@ impl<A: CallingAgent> AgentRunner for Calling<A> {
                 Err(d) => return d,
             };
             // `record` gets a timeout of its own, from when it has its transaction.
-            let deadline = deadline_of(env);
+            let deadline = deadline_of(env, hub.store.clock());
             let result = {
                 let mut ctx = AgentContext {
                     tx: &mut tx,
@@ -136,14 +136,14 @@ impl<A: CallingAgent> Calling<A> {
                     .await
                     .map_err(infra)?
                 {
-                    Reservation::Later(wait) => tokio::time::sleep(wait).await,
+                    Reservation::Later(wait) => hub.store.clock().sleep(wait).await,
                     slot @ Reservation::Slot { wait, .. } => {
                         if !wait.is_zero() {
                             tracing::debug!(
                                 wait_ms = wait.as_millis() as u64,
                                 "waiting for a rate-limit slot"
                             );
-                            tokio::time::sleep(wait).await;
+                            hub.store.clock().sleep(wait).await;
                         }
                         reservation = Some(slot);
                     }
@@ -152,13 +152,18 @@ impl<A: CallingAgent> Calling<A> {
             let before = used(meter);
             // One outside call per `call`, and what the agent reports besides.
             ctx.report_usage(Usage::default().with_calls(1));
-            let deadline = deadline_of(env);
+            let deadline = deadline_of(env, hub.store.clock());
             let call_span = tracing::info_span!(
                 "agent.call",
                 idempotency_key = %ctx.idempotency_key(),
                 attempt = env.attempts,
             );
-            let result = bounded(deadline, self.0.call(ctx, command).instrument(call_span)).await;
+            let result = bounded(
+                hub.store.clock(),
+                deadline,
+                self.0.call(ctx, command).instrument(call_span),
+            )
+            .await;
             if let Some((limit, reservation)) = hub.limit.as_ref().zip(reservation) {
                 let tokens = |u: Usage| u.tokens_in.saturating_add(u.tokens_out);
                 let spent = tokens(used(meter)).saturating_sub(tokens(before));

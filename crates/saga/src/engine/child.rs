@@ -77,7 +77,7 @@ impl Engine {
         };
         if let Some(mut inst) = existing {
             let before = inst.clone();
-            let mut ctx = self.ctx(&mut inst)?;
+            let mut ctx = self.ctx(&mut inst, tx.store().clock().now_ms())?;
             let answer_now = match &mut ctx.inst.parent {
                 Some(held) if held.compensation.is_none() => {
                     held.command = env.id;
@@ -137,8 +137,16 @@ impl Engine {
         let timeout = env
             .header(header::TIMEOUT_MS)
             .and_then(|t| t.parse::<u64>().ok());
-        let (inst, mut fx, span) =
-            self.begin_instance(id, name, version, data, 0, Some(&env.headers), Some(link))?;
+        let (inst, mut fx, span) = self.begin_instance(
+            id,
+            name,
+            version,
+            data,
+            0,
+            Some(&env.headers),
+            Some(link),
+            tx.store().clock().now_ms(),
+        )?;
         // The parent step's timeout bounds the child: past it, the child is aborted
         // (compensated), and the parent's step fails.
         if let Some(ms) = timeout {
@@ -180,7 +188,7 @@ impl Engine {
             });
         }
         let before = inst.clone();
-        let mut ctx = self.ctx(&mut inst)?;
+        let mut ctx = self.ctx(&mut inst, tx.store().clock().now_ms())?;
         ctx.undo_as_child(env.id)?;
         let fx = std::mem::take(&mut ctx.fx);
         self.finish_handle(tx, id, inst, before, fx).await

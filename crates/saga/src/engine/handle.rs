@@ -29,13 +29,13 @@ impl Engine {
             if !fx.waits.is_empty() {
                 // The waits' rows refer to the instance: saved first (the save below
                 // then has nothing left to write).
-                persist::save(tx, inst, before, now_ms()).await?;
+                persist::save(tx, inst, before, tx.store().clock().now_ms()).await?;
                 signals::register(tx.conn(), inst.id, &fx.waits).await?;
                 saved = Some(inst);
             }
             tx.cancel_pending(&fx.cancel).await?;
             // On SQLite, the save and the messages in one round trip.
-            persist::save_and_enqueue(tx, inst, saved, now_ms(), &fx.send).await
+            persist::save_and_enqueue(tx, inst, saved, tx.store().clock().now_ms(), &fx.send).await
         }
         .instrument(span)
         .await
@@ -151,7 +151,7 @@ impl Engine {
         if !answer.delay.is_zero() || answer.key.is_some() || !self.consumes(&answer.destination) {
             return Ok(None);
         }
-        let env = protocol::envelope(answer);
+        let env = protocol::envelope_at(answer, tx.store().clock().now_ms());
         let loaded = match read {
             Some((saga, read)) if protocol::saga_id(&env).ok() == Some(saga) => {
                 Some(persist::prefetched(saga, read)?)
@@ -206,7 +206,7 @@ impl Engine {
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
         let spenders = self.spenders_of(tx, &inst).await?;
-        let mut ctx = self.ctx(&mut inst)?;
+        let mut ctx = self.ctx(&mut inst, tx.store().clock().now_ms())?;
         ctx.signals = signals;
         ctx.spenders = spenders;
         match started_in_time {
@@ -272,7 +272,7 @@ impl Engine {
         }
         let step = protocol::step_of(env);
         let before = inst.clone();
-        let mut ctx = self.ctx(&mut inst)?;
+        let mut ctx = self.ctx(&mut inst, tx.store().clock().now_ms())?;
         ctx.fail_processing(step, format!("the orchestrator could not go on: {reason}"))?;
         let fx = std::mem::take(&mut ctx.fx);
         self.finish_handle(tx, saga, inst, before, fx).await

@@ -43,8 +43,8 @@ impl Engine {
                 protocol::StepOutcome::Fatal(format!("signal `{name}` rejected: {reason}"))
             }
         };
-        let (receipt, wake) =
-            signals::record(tx.conn(), id, name, &outcome, sender, now_ms()).await?;
+        let now = tx.store().clock().now_ms();
+        let (receipt, wake) = signals::record(tx.conn(), id, name, &outcome, sender, now).await?;
         if let Some(wake) = wake {
             tx.enqueue(&wake).await?;
         }
@@ -112,7 +112,7 @@ impl Engine {
         let before = inst.clone();
         let signals = self.signals_of(tx, &inst).await?;
         let spenders = self.spenders_of(tx, &inst).await?;
-        let mut ctx = self.ctx(&mut inst)?;
+        let mut ctx = self.ctx(&mut inst, tx.store().clock().now_ms())?;
         ctx.signals = signals;
         ctx.spenders = spenders;
         op(&mut ctx)?;

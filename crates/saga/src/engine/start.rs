@@ -52,6 +52,7 @@ impl Engine {
         let version = self.version_of(name)?;
         let data = self.prepare(name, version, data)?;
         let id = SagaId::new();
+        let now = tx.store().clock().now_ms();
         if let Some(key) = key {
             if key.is_empty() || key.len() > MAX_KEY_BYTES {
                 return Err(Error::InvalidKey {
@@ -59,8 +60,7 @@ impl Engine {
                     reason: format!("a key is 1 to {MAX_KEY_BYTES} bytes"),
                 });
             }
-            if let Some(existing) = admission::claim_key(tx.conn(), name, key, id, now_ms()).await?
-            {
+            if let Some(existing) = admission::claim_key(tx.conn(), name, key, id, now).await? {
                 return Ok(Accepted::Existing(existing));
             }
         }
@@ -78,7 +78,7 @@ impl Engine {
             }
             let mut headers = Headers::new();
             agentsaga_core::propagation::inject_current(&mut headers);
-            admission::push(tx.conn(), id, name, &data, &headers, now_ms()).await?;
+            admission::push(tx.conn(), id, name, &data, &headers, now).await?;
             tracing::debug!(saga.id = %id, saga.name = %name, "saga start waits for room");
             return Ok(Accepted::Waiting(id));
         }
@@ -134,6 +134,7 @@ impl Engine {
         let mut waits = Vec::new();
         let mut send = Vec::new();
         let mut later = Vec::new();
+        let now = tx.store().clock().now_ms();
         for data in data {
             let id = SagaId::new();
             if insts.len() >= room {
@@ -143,7 +144,7 @@ impl Engine {
                 continue;
             }
             let (inst, mut fx, span) =
-                self.begin_instance(id, name, version, data, 0, None, None)?;
+                self.begin_instance(id, name, version, data, 0, None, None, now)?;
             span.in_scope(|| agentsaga_core::propagation::stamp_enqueue(&mut fx.send));
             if !fx.waits.is_empty() {
                 waits.push((id, fx.waits));
@@ -152,11 +153,11 @@ impl Engine {
             insts.push(inst);
             accepted.push(Accepted::Started(id));
         }
-        persist::insert_new(tx, &insts, &waits, now_ms(), &send).await?;
+        persist::insert_new(tx, &insts, &waits, now, &send).await?;
         for (id, data) in &later {
             let mut headers = Headers::new();
             agentsaga_core::propagation::inject_current(&mut headers);
-            admission::push(tx.conn(), *id, name, data, &headers, now_ms()).await?;
+            admission::push(tx.conn(), *id, name, data, &headers, now).await?;
         }
         if !later.is_empty() {
             tracing::debug!(saga.name = %name, waiting = later.len(), "saga starts wait for room");
@@ -237,7 +238,8 @@ impl Engine {
         version: i32,
         data: Value,
     ) -> Result<()> {
-        let (inst, fx, span) = self.begin_instance(id, name, version, data, 0, None, None)?;
+        let now = tx.store().clock().now_ms();
+        let (inst, fx, span) = self.begin_instance(id, name, version, data, 0, None, None, now)?;
         self.write(tx, &inst, None, fx).instrument(span).await
     }
 
@@ -255,6 +257,7 @@ impl Engine {
         waited_ms: i64,
         parent: Option<&Headers>,
         link: Option<model::ParentLink>,
+        now_ms: i64,
     ) -> Result<(Instance, Effects, tracing::Span)> {
         let span = tracing::info_span!(
             "saga.start",
@@ -268,7 +271,7 @@ impl Engine {
             agentsaga_core::propagation::adopt(&span, headers);
         }
         let inst = Instance::new(id, name, version, data, link);
-        let (inst, fx) = span.in_scope(|| self.decide_start(inst, waited_ms))?;
+        let (inst, fx) = span.in_scope(|| self.decide_start(inst, waited_ms, now_ms))?;
         Ok((inst, fx, span))
     }
 
@@ -278,8 +281,9 @@ impl Engine {
         &self,
         mut inst: Instance,
         waited_ms: i64,
+        now_ms: i64,
     ) -> Result<(Instance, Effects)> {
-        let mut ctx = self.ctx(&mut inst)?;
+        let mut ctx = self.ctx(&mut inst, now_ms)?;
         ctx.start(std::time::Duration::from_millis(waited_ms.max(0) as u64))?;
         let fx = std::mem::take(&mut ctx.fx);
         Ok((inst, fx))
@@ -297,7 +301,11 @@ impl Engine {
         version: i32,
         data: &Value,
     ) -> Result<()> {
-        let (_, fx) = self.decide_start(Instance::new(id, name, version, data.clone(), None), 0)?;
+        let (_, fx) = self.decide_start(
+            Instance::new(id, name, version, data.clone(), None),
+            0,
+            store.clock().now_ms(),
+        )?;
         for m in &fx.send {
             store.check_message(m)?;
         }

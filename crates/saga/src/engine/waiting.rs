@@ -19,7 +19,8 @@ impl Engine {
             return Ok(Vec::new());
         };
         let version = self.version_of(name)?;
-        let (_, waiting) = admission::pop(tx.conn(), name, bound as u64, now_ms()).await?;
+        let now = tx.store().clock().now_ms();
+        let (_, waiting) = admission::pop(tx.conn(), name, bound as u64, now).await?;
         let mut ids = Vec::with_capacity(waiting.len());
         for w in waiting {
             let begun = self
@@ -33,6 +34,7 @@ impl Engine {
                         w.waited_ms,
                         Some(&w.headers),
                         None,
+                        now,
                     )
                 })
                 .and_then(|(inst, fx, span)| {
@@ -51,7 +53,7 @@ impl Engine {
                         saga.id = %w.id, saga.name = %name, error = %e,
                         "a waiting start cannot be started: set aside (see `agentsaga starts list`)"
                     );
-                    admission::set_aside(tx.conn(), name, &w, &e.to_string(), now_ms()).await?;
+                    admission::set_aside(tx.conn(), name, &w, &e.to_string(), now).await?;
                 }
             }
         }

@@ -148,8 +148,8 @@ pub async fn count_in_states(store: &Store, states: &[SagaState]) -> Result<Vec<
 /// # Errors
 /// Store errors.
 pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) -> Result<u64> {
-    let before = agentsaga_core::clock::now_ms()
-        - i64::try_from(no_progress_for.as_millis()).unwrap_or(i64::MAX / 2);
+    let before =
+        store.clock().now_ms() - i64::try_from(no_progress_for.as_millis()).unwrap_or(i64::MAX / 2);
     let n = Sql::new(
         "SELECT count(*) AS n FROM saga_instances i
          WHERE (i.state = 'running' OR i.state = 'compensating')

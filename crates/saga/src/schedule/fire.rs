@@ -126,7 +126,7 @@ impl Engine {
             .version_of(&s.saga)
             .map_err(|_| bad(format!("no saga named `{}` is registered here", s.saga)))?;
         let slot = calendar
-            .after(agentsaga_core::clock::now_ms())
+            .after(store.clock().now_ms())
             .ok_or_else(|| bad("its expression names no time to come".into()))?;
         let data = fill(&s.input, slot).map_err(bad)?;
         let data = self

@@ -21,7 +21,7 @@ fn brief() -> SagaDefinition {
 /// An hourly expression whose latest time is about half an hour ago (never within a
 /// few minutes of now), and that time.
 fn hourly() -> (String, i64) {
-    let now = agentsaga_core::clock::now_ms();
+    let now = agentsaga_core::clock::system_now_ms();
     let minute = (now / 60_000 + 30) % 60;
     let latest = (now - 30 * 60_000) / 60_000 * 60_000;
     (format!("{minute} * * * *"), latest)
@@ -382,7 +382,7 @@ async fn jitter_delays_a_slot_within_its_bound(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     agentsaga_core::Sql::new("UPDATE saga_schedules SET next_slot_ms = ?, next_due_ms = ?")
         .bind(latest)
-        .bind(agentsaga_core::clock::now_ms() + 60_000)
+        .bind(agentsaga_core::clock::system_now_ms() + 60_000)
         .execute(tx.conn())
         .await
         .unwrap();

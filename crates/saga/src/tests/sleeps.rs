@@ -54,7 +54,7 @@ async fn a_sleep_parks_the_saga_and_wakes_it_at_its_time(backend: Backend) {
     let id = engine.start(&mut tx, "sleeper", &json!({})).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(answer(&store, "a-agent").await, 1);
-    let before = agentsaga_core::clock::now_ms();
+    let before = agentsaga_core::clock::system_now_ms();
     assert_eq!(orchestrate(&engine, &store, "sleeper").await.len(), 1);
 
     let s = query::get(&store, id).await.unwrap().unwrap();
@@ -87,7 +87,7 @@ async fn a_sleep_parks_the_saga_and_wakes_it_at_its_time(backend: Backend) {
         0
     );
     assert!(
-        due >= before + 400 && due <= agentsaga_core::clock::now_ms() + 400,
+        due >= before + 400 && due <= agentsaga_core::clock::system_now_ms() + 400,
         "{due}"
     );
     // Nothing is ready before the time: no wake-up, no command to the pivot.
@@ -105,7 +105,7 @@ async fn a_sleep_parks_the_saga_and_wakes_it_at_its_time(backend: Backend) {
     })
     .await;
     assert!(
-        agentsaga_core::clock::now_ms() >= due - 5,
+        agentsaga_core::clock::system_now_ms() >= due - 5,
         "woke before its time"
     );
     let steps = query::steps(&store, id).await.unwrap();
@@ -207,7 +207,7 @@ async fn sleep_until_takes_its_time_from_the_data(backend: Backend) {
         .build()
         .unwrap();
     let engine = Engine::new(vec![def]).unwrap();
-    let now = agentsaga_core::clock::now_ms();
+    let now = agentsaga_core::clock::system_now_ms();
     let mut ids = Vec::new();
     for at in [now - 60_000, now + 300] {
         let mut tx = store.begin().await.unwrap();
@@ -234,7 +234,7 @@ async fn sleep_until_takes_its_time_from_the_data(backend: Backend) {
     .await;
     // The past one first (due at once), the other not before its time.
     assert_eq!(step(ids[0]).await.state, StepState::Succeeded);
-    if agentsaga_core::clock::now_ms() < now + 300 {
+    if agentsaga_core::clock::system_now_ms() < now + 300 {
         assert_eq!(step(ids[1]).await.state, StepState::Dispatched);
     }
     testing::wait_until("the later wake-up", Duration::from_secs(30), async || {
@@ -242,7 +242,7 @@ async fn sleep_until_takes_its_time_from_the_data(backend: Backend) {
         step(ids[1]).await.state == StepState::Succeeded
     })
     .await;
-    assert!(agentsaga_core::clock::now_ms() >= now + 300 - 5);
+    assert!(agentsaga_core::clock::system_now_ms() >= now + 300 - 5);
     assert_eq!(answer(&store, "c-agent").await, 2);
 }
 
@@ -259,7 +259,7 @@ async fn a_planned_saga_sleeps_until_its_input_says(backend: Backend) {
         .build()
         .unwrap();
     let mut w = World::new(backend, vec![def], 7).await;
-    let at = agentsaga_core::clock::now_ms() + 300;
+    let at = agentsaga_core::clock::system_now_ms() + 300;
     let plan = Plan::new()
         .then(PlanStep::sleep_until("nap", json!({"$from": "/input/at"})))
         .then(PlanStep::command("send", "mail", json!("hi")).pivot());
@@ -319,7 +319,7 @@ async fn a_sleep_until_that_is_no_time_fails_its_step(backend: Backend) {
     assert_eq!(steps[1].state, StepState::Failed);
 
     // Twenty years ahead (a time both backends store): it wakes after ten.
-    let now = agentsaga_core::clock::now_ms();
+    let now = agentsaga_core::clock::system_now_ms();
     let far = now + 20 * 366 * 86_400_000;
     let id = w.start("planned_nap", plan(json!(far))).await;
     let store = w.store.clone();
@@ -334,7 +334,7 @@ async fn a_sleep_until_that_is_no_time_fails_its_step(backend: Backend) {
     let ten_years = i64::try_from(crate::definition::wake::MAX_SLEEP.as_millis()).unwrap();
     let due = nap.wakes_at_ms.unwrap();
     assert!(
-        due > now && due <= agentsaga_core::clock::now_ms() + ten_years,
+        due > now && due <= agentsaga_core::clock::system_now_ms() + ten_years,
         "{due}"
     );
 }

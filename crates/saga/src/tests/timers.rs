@@ -173,7 +173,7 @@ async fn stalled_sagas_are_found(backend: Backend) {
     let future = query::list(
         &store,
         &query::ListFilter {
-            created_from_ms: Some(agentsaga_core::clock::now_ms() + 60_000),
+            created_from_ms: Some(agentsaga_core::clock::system_now_ms() + 60_000),
             ..query::ListFilter::default()
         },
     )

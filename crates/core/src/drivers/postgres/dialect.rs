@@ -40,6 +40,8 @@ impl Dialect for Postgres {
         m: &Message,
         owner: &str,
         lease: Duration,
+        _: i64,
+        _: i64,
     ) -> Result<Option<Envelope>> {
         let row = sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers,
@@ -67,7 +69,7 @@ impl Dialect for Postgres {
         row.as_ref().map(envelope).transpose()
     }
 
-    async fn enqueue(c: &mut PgConnection, messages: &[Message]) -> Result<()> {
+    async fn enqueue(c: &mut PgConnection, messages: &[Message], _: i64) -> Result<()> {
         if let [m] = messages {
             sqlx::query(
                 "INSERT INTO outbox (id, destination, key, payload, headers, available_at)
@@ -93,7 +95,7 @@ impl Dialect for Postgres {
             .await
     }
 
-    async fn enqueue_dead(c: &mut PgConnection, m: &Message, reason: &str) -> Result<bool> {
+    async fn enqueue_dead(c: &mut PgConnection, m: &Message, reason: &str, _: i64) -> Result<bool> {
         let r = sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers, state, last_error)
              VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, 'dead', $6) ON CONFLICT (id) DO NOTHING",
@@ -109,7 +111,7 @@ impl Dialect for Postgres {
         Ok(r.rows_affected() == 1)
     }
 
-    async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId) -> Result<bool> {
+    async fn receive(c: &mut PgConnection, consumer: &str, id: MessageId, _: i64) -> Result<bool> {
         let r = sqlx::query(
             "INSERT INTO inbox (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )

@@ -14,7 +14,7 @@ use crate::store::row::Row;
 use crate::store::sql::{P, Part, Sql, Ty, parts};
 
 /// `sql`'s text and arguments, as PostgreSQL takes them.
-fn render(sql: &Sql) -> Result<(String, PgArguments)> {
+fn render(sql: &Sql, _now_ms: i64) -> Result<(String, PgArguments)> {
     let mut text = String::with_capacity(sql.text.len() + 16 * sql.binds.len());
     let mut args = PgArguments::default();
     let mut binds = sql.binds.iter();
@@ -115,11 +115,11 @@ fn render(sql: &Sql) -> Result<(String, PgArguments)> {
 
 impl Postgres {
     /// Runs `sql`: the rows it changed.
-    pub(crate) async fn execute_sql<'e, E>(on: E, sql: &Sql) -> Result<u64>
+    pub(crate) async fn execute_sql<'e, E>(on: E, sql: &Sql, now_ms: i64) -> Result<u64>
     where
         E: Executor<'e, Database = sqlx::Postgres>,
     {
-        let (text, args) = render(sql)?;
+        let (text, args) = render(sql, now_ms)?;
         let done = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
             .execute(on)
             .await?;
@@ -127,11 +127,11 @@ impl Postgres {
     }
 
     /// Runs `sql`: its rows.
-    pub(crate) async fn fetch_sql<'e, E>(on: E, sql: &Sql) -> Result<Vec<Row>>
+    pub(crate) async fn fetch_sql<'e, E>(on: E, sql: &Sql, now_ms: i64) -> Result<Vec<Row>>
     where
         E: Executor<'e, Database = sqlx::Postgres>,
     {
-        let (text, args) = render(sql)?;
+        let (text, args) = render(sql, now_ms)?;
         let rows = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
             .fetch_all(on)
             .await?;

@@ -133,11 +133,11 @@ impl Tx {
             && !leased.is_empty()
         {
             let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
+            // Before the statement: its leases begin later (`clock_timestamp()`).
+            let leased_at = self.store.clock().lease_now();
             let Some(c) = self.conn_clean().into_postgres() else {
                 return Ok(());
             };
-            // Before the statement: its leases begin later (`clock_timestamp()`).
-            let leased_at = std::time::Instant::now();
             let rows = sqlx::query(
                 "INSERT INTO outbox (id, destination, key, payload, headers,
                                      state, attempts, lease_owner, lease_until)
@@ -234,7 +234,7 @@ impl Tx {
         &mut self,
         to: std::sync::Arc<dyn crate::store::Handover>,
         row: crate::Envelope,
-        leased_at: std::time::Instant,
+        leased_at: crate::clock::Instant,
     ) {
         self.handed.push(to, row, leased_at);
     }

@@ -17,7 +17,7 @@ impl Postgres {
 
 impl<'a> From<&'a mut PgConnection> for Conn<'a> {
     fn from(c: &'a mut PgConnection) -> Self {
-        Conn(ConnOf::Postgres(c))
+        Conn(ConnOf::Postgres(c), &crate::clock::SYSTEM)
     }
 }
 

@@ -3,12 +3,12 @@
 
 use sqlx::SqliteConnection;
 
-use super::Sqlite;
 use super::dialect::seq_list;
 use super::direct::Session;
 use super::statements::{Statement, Value};
 use super::tail::direct_envelope;
-use crate::clock::{millis, now_ms};
+use super::{ClaimTimes, Sqlite};
+use crate::clock::millis;
 use crate::store::backend::envelope;
 use crate::store::queue_types::Claim;
 use crate::{Envelope, Result};
@@ -18,9 +18,10 @@ impl Sqlite {
     pub(crate) async fn claim_on(
         c: &mut SqliteConnection,
         claim: &Claim<'_>,
+        at: ClaimTimes,
     ) -> Result<Vec<Envelope>> {
         let mut query = sqlx::query(CLAIM);
-        for value in claim_values(claim)? {
+        for value in claim_values(claim, at)? {
             query = query.bind(value);
         }
         let rows = query.fetch_all(c).await?;
@@ -32,9 +33,10 @@ impl Sqlite {
         c: &mut SqliteConnection,
         owner: &str,
         seqs: &[i64],
+        now: i64,
     ) -> Result<u64> {
         let mut query = sqlx::query(MARK_DELIVERED);
-        for value in mark_values(owner, seqs) {
+        for value in mark_values(owner, seqs, now) {
             query = query.bind(value);
         }
         let r = query.execute(c).await?;
@@ -60,12 +62,11 @@ const CLAIM: &str = "UPDATE outbox
              RETURNING seq, id, destination, key, payload, headers, attempts, created_at";
 
 /// The claim's values, in the order of its parameters.
-fn claim_values(claim: &Claim<'_>) -> Result<Vec<Value>> {
-    let now = now_ms();
+fn claim_values(claim: &Claim<'_>, at: ClaimTimes) -> Result<Vec<Value>> {
     Ok(vec![
         Value::Text(claim.owner.to_owned()),
-        Value::Int(now.saturating_add(millis(claim.lease))),
-        Value::Int(now),
+        Value::Int(at.lease_now.saturating_add(millis(claim.lease))),
+        Value::Int(at.now),
         Value::Text(serde_json::to_string(claim.destinations)?),
         Value::Int(i64::from(claim.limit)),
     ])
@@ -78,9 +79,9 @@ const MARK_DELIVERED: &str = "UPDATE outbox
                AND state = 'in_flight' AND lease_owner = ?3";
 
 /// The acknowledgement's values, in the order of its parameters.
-fn mark_values(owner: &str, seqs: &[i64]) -> Vec<Value> {
+fn mark_values(owner: &str, seqs: &[i64], now: i64) -> Vec<Value> {
     vec![
-        Value::Int(now_ms()),
+        Value::Int(now),
         Value::Text(seq_list(seqs)),
         Value::Text(owner.to_owned()),
     ]
@@ -94,16 +95,18 @@ impl Sqlite {
         session: &mut Session,
         delivered: &[i64],
         claim: &Claim<'_>,
+        at: ClaimTimes,
     ) -> Result<(u64, Vec<Envelope>)> {
         let mut marked = 0;
         if !delivered.is_empty() {
-            let st = Statement::numbered(MARK_DELIVERED, mark_values(claim.owner, delivered));
+            let st =
+                Statement::numbered(MARK_DELIVERED, mark_values(claim.owner, delivered, at.now));
             session.run(&st, |_| {})?;
             marked = session.changes();
         }
         let mut rows = Vec::new();
         if !claim.destinations.is_empty() && claim.limit > 0 {
-            let st = Statement::numbered(CLAIM, claim_values(claim)?);
+            let st = Statement::numbered(CLAIM, claim_values(claim, at)?);
             session.run(&st, |row| rows.push(row))?;
         }
         let claimed = rows.iter().map(direct_envelope).collect::<Result<_>>()?;

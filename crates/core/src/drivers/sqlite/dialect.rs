@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::{Row, SqliteConnection};
 
 use super::Sqlite;
-use crate::clock::{millis, now_ms};
+use crate::clock::millis;
 use crate::store::admin_types::{DeadQuery, DeadRow, Stats, Table};
 use crate::store::backend::{Dialect, dead_row, envelope, within_bytes};
 use crate::store::queue_types::{Claim, DeadLetter, Retry};
@@ -33,8 +33,9 @@ impl Dialect for Sqlite {
         m: &Message,
         owner: &str,
         lease: Duration,
+        now: i64,
+        lease_now: i64,
     ) -> Result<Option<Envelope>> {
-        let now = now_ms();
         let row = sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers, available_at, created_at,
                                  state, attempts, lease_owner, lease_until)
@@ -51,14 +52,13 @@ impl Dialect for Sqlite {
         .bind(m.headers_json()?)
         .bind(now)
         .bind(owner)
-        .bind(now.saturating_add(millis(lease)))
+        .bind(lease_now.saturating_add(millis(lease)))
         .fetch_optional(c)
         .await?;
         row.as_ref().map(envelope).transpose()
     }
 
-    async fn enqueue(c: &mut SqliteConnection, messages: &[Message]) -> Result<()> {
-        let now = now_ms();
+    async fn enqueue(c: &mut SqliteConnection, messages: &[Message], now: i64) -> Result<()> {
         // Multi-row VALUES, at most 100 rows per statement (700 parameters, far below
         // SQLite's limit): the text depends only on the chunk's size, so the statement
         // cache holds at most 100 of them. Faster than unpacking a JSON array in SQL.
@@ -89,14 +89,19 @@ impl Dialect for Sqlite {
         Ok(())
     }
 
-    async fn receive(c: &mut SqliteConnection, consumer: &str, id: MessageId) -> Result<bool> {
+    async fn receive(
+        c: &mut SqliteConnection,
+        consumer: &str,
+        id: MessageId,
+        now_ms: i64,
+    ) -> Result<bool> {
         let r = sqlx::query(
             "INSERT INTO inbox (consumer, message_id, received_at) VALUES (?1, ?2, ?3)
              ON CONFLICT DO NOTHING",
         )
         .bind(consumer)
         .bind(id)
-        .bind(now_ms())
+        .bind(now_ms)
         .execute(c)
         .await?;
         Ok(r.rows_affected() == 1)
@@ -136,7 +141,12 @@ impl Dialect for Sqlite {
         Ok(r.rows_affected())
     }
 
-    async fn enqueue_dead(c: &mut SqliteConnection, m: &Message, reason: &str) -> Result<bool> {
+    async fn enqueue_dead(
+        c: &mut SqliteConnection,
+        m: &Message,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<bool> {
         let r = sqlx::query(
             "INSERT INTO outbox (id, destination, key, payload, headers, state, last_error,
                                  available_at, created_at)
@@ -149,7 +159,7 @@ impl Dialect for Sqlite {
         .bind(&m.payload)
         .bind(m.headers_json()?)
         .bind(reason)
-        .bind(now_ms())
+        .bind(now_ms)
         .execute(c)
         .await?;
         Ok(r.rows_affected() == 1)
@@ -165,7 +175,12 @@ impl Dialect for Sqlite {
     }
 
     async fn claim(&self, claim: &Claim<'_>) -> Result<Vec<Envelope>> {
-        Sqlite::claim_on(&mut *self.writer.acquire().await?, claim).await
+        Sqlite::claim_on(
+            &mut *self.writer.acquire().await?,
+            claim,
+            super::ClaimTimes::of(&self.clock),
+        )
+        .await
     }
 
     async fn ack_and_claim(
@@ -181,7 +196,13 @@ impl Dialect for Sqlite {
     }
 
     async fn mark_delivered(&self, owner: &str, seqs: &[i64]) -> Result<u64> {
-        Sqlite::mark_delivered_on(&mut *self.writer.acquire().await?, owner, seqs).await
+        Sqlite::mark_delivered_on(
+            &mut *self.writer.acquire().await?,
+            owner,
+            seqs,
+            self.clock.now_ms(),
+        )
+        .await
     }
 
     async fn retry_later(&self, owner: &str, retries: &[Retry]) -> Result<u64> {
@@ -199,7 +220,7 @@ impl Dialect for Sqlite {
                    FROM json_each(?2)) AS u
              WHERE outbox.seq = u.seq AND outbox.state = 'in_flight' AND outbox.lease_owner = ?3",
         )
-        .bind(now_ms())
+        .bind(self.clock.now_ms())
         .bind(serde_json::Value::Array(list).to_string())
         .bind(owner)
         .execute(&self.writer)
@@ -229,7 +250,7 @@ impl Dialect for Sqlite {
                AND state = 'in_flight' AND lease_owner = ?3
              RETURNING seq",
         )
-        .bind(now_ms().saturating_add(millis(lease)))
+        .bind(self.clock.lease_now_ms().saturating_add(millis(lease)))
         .bind(seq_list(seqs))
         .bind(owner)
         .fetch_all(&self.writer)
@@ -242,7 +263,7 @@ impl Dialect for Sqlite {
             "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
              WHERE state = 'in_flight' AND lease_until < ?1",
         )
-        .bind(now_ms())
+        .bind(self.clock.lease_now_ms())
         .execute(&self.writer)
         .await?;
         Ok(r.rows_affected())
@@ -253,7 +274,7 @@ impl Dialect for Sqlite {
             "UPDATE outbox SET state = 'pending', attempts = 0, available_at = ?1
              WHERE state = 'dead' AND (?2 IS NULL OR id = ?2) AND (?3 IS NULL OR destination = ?3)",
         )
-        .bind(now_ms())
+        .bind(self.clock.now_ms())
         .bind(id)
         .bind(destination)
         .execute(&self.writer)
@@ -289,7 +310,7 @@ impl Dialect for Sqlite {
             }
         };
         let r = sqlx::query(sql)
-            .bind(now_ms().saturating_sub(millis(older_than)))
+            .bind(self.clock.now_ms().saturating_sub(millis(older_than)))
             .bind(limit)
             .execute(&self.writer)
             .await?;
@@ -297,7 +318,7 @@ impl Dialect for Sqlite {
     }
 
     async fn stats(&self) -> Result<Stats> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let row = sqlx::query(
             "SELECT
                (SELECT count(*) FROM outbox WHERE state = 'pending') AS pending,

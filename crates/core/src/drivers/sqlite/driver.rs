@@ -130,18 +130,19 @@ impl Driver for Sqlite {
         if let Some(done) = tx.lane_ack_and_claim(delivered, claim).await {
             return done;
         }
+        let at = super::ClaimTimes::of(tx.store().clock());
         let Some(c) = tx.sqlite_conn() else {
             return Err(not_mine(Self::NAME, tx));
         };
         let n = if delivered.is_empty() {
             0
         } else {
-            Self::mark_delivered_on(&mut *c, claim.owner, delivered).await?
+            Self::mark_delivered_on(&mut *c, claim.owner, delivered, at.now).await?
         };
         let rows = if claim.destinations.is_empty() || claim.limit == 0 {
             Vec::new()
         } else {
-            Self::claim_on(c, claim).await?
+            Self::claim_on(c, claim, at).await?
         };
         Ok((n, rows))
     }

@@ -10,7 +10,6 @@ use super::Sqlite;
 use super::direct::Session;
 use super::statements::{self, Statement, Statements, Value};
 use super::tail::Tail;
-use crate::clock::now_ms;
 use crate::store::prefetch::{Prefetch, Prefetched};
 use crate::{Error, MessageId};
 
@@ -82,6 +81,7 @@ impl Sqlite {
         statements: usize,
         inbox: Option<(&str, MessageId)>,
         prefetch: Option<&Prefetch>,
+        now_ms: i64,
     ) -> std::result::Result<Opened, OpenFailed> {
         use sqlx::Executor;
         // One query, its parameters all `?` (a numbered one would count from the first
@@ -100,7 +100,7 @@ impl Sqlite {
             q.separated(", ")
                 .push_bind(consumer.to_owned())
                 .push_bind(id)
-                .push_bind(now_ms());
+                .push_bind(now_ms);
             q.push(INBOX_RECORD_TAIL);
             q.push(";\n");
         }
@@ -174,6 +174,7 @@ impl Sqlite {
         statements: usize,
         inbox: Option<(&str, MessageId)>,
         prefetch: Option<&Prefetch>,
+        now_ms: i64,
     ) -> std::result::Result<Opened, OpenFailed> {
         let mut opened = Opened::default();
         if let Some(t) = tail {
@@ -207,7 +208,7 @@ impl Sqlite {
                 .separated(", ")
                 .push_bind(consumer)
                 .push_bind(id)
-                .push_bind(now_ms());
+                .push_bind(now_ms);
             record.push(INBOX_RECORD_TAIL);
             let mut recorded = false;
             for st in record.statements() {

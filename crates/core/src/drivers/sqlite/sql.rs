@@ -12,11 +12,10 @@ use crate::store::row::Row;
 use crate::store::sql::{P, Part, Sql, parts};
 
 /// `sql`'s text and arguments, as SQLite takes them.
-fn render(sql: &Sql) -> Result<(String, SqliteArguments)> {
+fn render(sql: &Sql, now: i64) -> Result<(String, SqliteArguments)> {
     let mut text = String::with_capacity(sql.text.len());
     let mut args = SqliteArguments::default();
     let mut binds = sql.binds.iter();
-    let now = crate::clock::now_ms();
     for part in parts(&sql.text) {
         match part {
             Part::Text(t) => text.push_str(t),
@@ -60,11 +59,11 @@ fn render(sql: &Sql) -> Result<(String, SqliteArguments)> {
 
 impl Sqlite {
     /// Runs `sql`: the rows it changed.
-    pub(crate) async fn execute_sql<'e, E>(on: E, sql: &Sql) -> Result<u64>
+    pub(crate) async fn execute_sql<'e, E>(on: E, sql: &Sql, now_ms: i64) -> Result<u64>
     where
         E: Executor<'e, Database = sqlx::Sqlite>,
     {
-        let (text, args) = render(sql)?;
+        let (text, args) = render(sql, now_ms)?;
         let done = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
             .execute(on)
             .await?;
@@ -72,11 +71,11 @@ impl Sqlite {
     }
 
     /// Runs `sql`: its rows.
-    pub(crate) async fn fetch_sql<'e, E>(on: E, sql: &Sql) -> Result<Vec<Row>>
+    pub(crate) async fn fetch_sql<'e, E>(on: E, sql: &Sql, now_ms: i64) -> Result<Vec<Row>>
     where
         E: Executor<'e, Database = sqlx::Sqlite>,
     {
-        let (text, args) = render(sql)?;
+        let (text, args) = render(sql, now_ms)?;
         let rows = sqlx::query_with(sqlx::AssertSqlSafe(text), args)
             .fetch_all(on)
             .await?;

@@ -2,7 +2,7 @@
 //! its messages, run in the round trip that ends the hop.
 
 use super::statements::{self, Statements};
-use crate::clock::{millis, now_ms};
+use crate::clock::millis;
 use crate::{Envelope, Error, Message, Result};
 
 /// A write of the caller's statements and then messages in one round trip (see
@@ -21,7 +21,7 @@ pub(crate) struct Tail {
     /// others); otherwise dropping it gives them all back.
     settled: bool,
     /// When its leases' `lease_until` was computed: they count from here.
-    leased_at: std::time::Instant,
+    leased_at: crate::clock::Instant,
 }
 
 /// What a tail wrote: its rows written leased, for `to` to take on commit, and whether
@@ -31,7 +31,7 @@ pub(crate) struct Written {
     pub(crate) to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
     pub(crate) pending: bool,
     /// When their leases began.
-    pub(crate) leased_at: std::time::Instant,
+    pub(crate) leased_at: crate::clock::Instant,
 }
 
 impl std::fmt::Debug for Tail {
@@ -52,15 +52,15 @@ impl Tail {
         messages: &[Message],
         leased: &[bool],
         to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
+        clock: &crate::clock::Clock,
     ) -> Result<Self> {
-        let leased_at = std::time::Instant::now();
-        let now = now_ms();
+        let (now, lease_now, leased_at) = (clock.now_ms(), clock.lease_now_ms(), clock.lease_now());
         let (owner, until) = match &to {
             Some(to) => (
                 to.owner().to_owned(),
-                now.saturating_add(millis(to.lease())),
+                lease_now.saturating_add(millis(to.lease())),
             ),
-            None => (String::new(), now),
+            None => (String::new(), lease_now),
         };
         let mut tail = Self {
             query: Statements::default(),

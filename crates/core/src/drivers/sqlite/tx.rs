@@ -106,8 +106,10 @@ impl Tx {
             .collect();
         // The messages' headers carry the enqueue span's context: built in it.
         let span = crate::propagation::enqueue_span(messages, leased.contains(&true));
-        let mut tail = span
-            .in_scope(|| crate::drivers::sqlite::tail::Tail::new(before, messages, &leased, to))?;
+        let clock = self.store.clock();
+        let mut tail = span.in_scope(|| {
+            crate::drivers::sqlite::tail::Tail::new(before, messages, &leased, to, clock)
+        })?;
         if defer && let Some(t) = self.lite() {
             t.tail = Some(tail);
             return Ok(());
@@ -214,8 +216,9 @@ impl Tx {
         if !self.is_lane() {
             return None;
         }
+        let at = crate::drivers::sqlite::ClaimTimes::of(self.store().clock());
         Some(self.session().await.and_then(|s| {
-            crate::drivers::sqlite::Sqlite::ack_and_claim_direct(s, delivered, claim)
+            crate::drivers::sqlite::Sqlite::ack_and_claim_direct(s, delivered, claim, at)
         }))
     }
 
@@ -348,6 +351,7 @@ impl Tx {
             error,
             tail_rows: Vec::new(),
         };
+        let now = self.store.clock().now_ms();
         if !self.is_lane() {
             let Some(c) = self.sqlite_conn() else {
                 return Err(failed(crate::Error::BackendMismatch {
@@ -356,13 +360,13 @@ impl Tx {
                 }));
             };
             return crate::drivers::sqlite::Sqlite::open_hop(
-                c, tail, prefix, statements, inbox, prefetch,
+                c, tail, prefix, statements, inbox, prefetch, now,
             )
             .await;
         }
         let session = self.session().await.map_err(failed)?;
         crate::drivers::sqlite::Sqlite::open_hop_direct(
-            session, tail, prefix, statements, inbox, prefetch,
+            session, tail, prefix, statements, inbox, prefetch, now,
         )
     }
 }

@@ -17,7 +17,7 @@ impl Sqlite {
 
 impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
     fn from(c: &'a mut SqliteConnection) -> Self {
-        Conn(ConnOf::Sqlite(c))
+        Conn(ConnOf::Sqlite(c), &crate::clock::SYSTEM)
     }
 }
 

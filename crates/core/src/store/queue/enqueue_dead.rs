@@ -22,7 +22,9 @@ impl Tx {
     /// [`Error::Database`](crate::Error::Database) on a database error.
     pub async fn enqueue_dead(&mut self, message: &Message, reason: &str) -> Result<bool> {
         self.store().validate(message)?;
-        let r = on_conn!(self.conn_marked().0, D, c => D::enqueue_dead(c, message, reason).await);
+        let now = self.store().clock().now_ms();
+        let r =
+            on_conn!(self.conn_marked().0, D, c => D::enqueue_dead(c, message, reason, now).await);
         self.suspect(r)
     }
 }

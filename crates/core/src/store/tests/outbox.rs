@@ -345,7 +345,7 @@ async fn a_delay_counts_from_the_write(backend: Backend) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let written = crate::clock::now_ms();
+    let written = crate::clock::system_now_ms();
     let one = Message::to("a").delay(Duration::from_secs(1));
     tx.enqueue(&one).await.unwrap();
     let batch: Vec<Message> = (0..3)

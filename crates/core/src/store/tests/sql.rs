@@ -97,7 +97,7 @@ async fn now_and_ages(backend: Backend) {
     let mut tx = store.begin().await.unwrap();
     Sql::new("INSERT INTO typed (id, at) VALUES (?, ?)")
         .bind(uuid::Uuid::now_v7())
-        .bind_now(crate::clock::now_ms())
+        .bind_now(crate::clock::system_now_ms())
         .execute(tx.conn())
         .await
         .unwrap();
@@ -130,7 +130,7 @@ async fn now_and_ages(backend: Backend) {
         .fetch_one(store.reader())
         .await
         .unwrap();
-    let here = crate::clock::now_ms();
+    let here = crate::clock::system_now_ms();
     assert!((row.int("now").unwrap() - here).abs() < 60_000, "{row:?}");
     #[allow(clippy::cast_precision_loss)]
     let close = (row.real("clock").unwrap() - here as f64).abs() < 60_000.0;

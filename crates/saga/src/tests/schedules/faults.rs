@@ -34,7 +34,7 @@ async fn a_broken_schedule_stops_no_other(backend: Backend) {
             .is_some_and(|e| e.contains("full moon")),
         "{broken:?}"
     );
-    let wait = broken.next_due_ms.unwrap() - agentsaga_core::clock::now_ms();
+    let wait = broken.next_due_ms.unwrap() - agentsaga_core::clock::system_now_ms();
     assert!(
         (30_000..=60_000).contains(&wait),
         "due again in a minute: {wait} ms"
@@ -76,7 +76,7 @@ async fn a_start_set_aside_does_not_block_the_next(backend: Backend) {
     .bind(*aside.as_uuid())
     .bind("brief")
     .bind_json("{}")
-    .bind_now(agentsaga_core::clock::now_ms())
+    .bind_now(agentsaga_core::clock::system_now_ms())
     .bind("its input no longer decodes")
     .execute(tx.conn())
     .await
@@ -110,7 +110,7 @@ async fn slots_beyond_one_firing_are_counted(backend: Backend) {
         .overlap(Overlap::Allow)
         .late_after(Duration::from_secs(3_600));
     schedule::create(&store, &s).await.unwrap();
-    let first = (agentsaga_core::clock::now_ms() / 1_000 - 1_200) * 1_000;
+    let first = (agentsaga_core::clock::system_now_ms() / 1_000 - 1_200) * 1_000;
     down_since(&store, "every-second", first).await;
     let firings = engine.fire_schedules(&store).await.unwrap();
     assert_eq!(firings.fired.len(), 1_000);

@@ -1,0 +1,292 @@
+//! The one clock (`agentsaga_core::clock`): a runtime on SQLite whose store has a
+//! manual clock reads no other time. A three-day sleep, a step's timeout, a retry's
+//! backoff and a schedule's next slot all wait for the clock to be moved, and then
+//! happen at once; every time the runtime wrote in its rows is the clock's. PostgreSQL
+//! refuses a manual clock (its rows keep the server's time).
+
+#[path = "support/gated.rs"]
+mod gated;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentsaga_core::clock::ManualClock;
+use agentsaga_core::testing::{Backend, fresh_url, wait_until};
+use agentsaga_core::{Error as CoreError, RetryPolicy, Sql, Store, StoreConfig};
+use agentsaga_runtime::{Runtime, StepError};
+use agentsaga_saga::query::{self, ListFilter};
+use agentsaga_saga::schedule::{CatchUp, Schedule};
+use agentsaga_saga::{Saga, SagaDefinition, SagaId, SagaState, Step};
+use gated::{Answer, Gates};
+use serde_json::{Value, json};
+
+/// 2001-09-09T01:46:40Z: far from the real now, so that a time read from the system
+/// clock instead of this one shows.
+const EPOCH_MS: i64 = 1_000_000_000_000;
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// How long a test waits in real time for what the moved clock made due (generous:
+/// the machine is shared; the clock itself never waits).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap()
+}
+
+/// A runtime on a fresh SQLite file whose store runs on `clock`, with gated agents for
+/// `destinations` (gates open) answering `answer`, running `def`.
+async fn runtime(
+    clock: &ManualClock,
+    destinations: &[&'static str],
+    answer: &Answer,
+    def: SagaDefinition,
+    gates: &Gates,
+) -> Runtime {
+    gates
+        .agents(destinations, answer)
+        .store_config(StoreConfig::default().clock(clock.clock()))
+        .saga(def)
+        .start()
+        .await
+        .unwrap()
+}
+
+async fn state(rt: &Runtime, id: SagaId) -> SagaState {
+    query::get(rt.store(), id).await.unwrap().unwrap().state
+}
+
+/// Waits (real time, bounded) until saga `id` is in `want`.
+async fn reaches(rt: &Runtime, id: SagaId, want: SagaState) {
+    wait_until(&format!("saga in {want:?}"), PATIENCE, async || {
+        state(rt, id).await == want
+    })
+    .await;
+}
+
+/// The smallest and largest Unix-ms time written in the runtime's rows.
+async fn times_written(store: &Store) -> (i64, i64) {
+    let row = Sql::new(
+        "SELECT min(t) AS lo, max(t) AS hi FROM (
+             SELECT created_at AS t FROM saga_instances
+             UNION ALL SELECT updated_at FROM saga_instances
+             UNION ALL SELECT finished_at FROM saga_instances WHERE finished_at IS NOT NULL
+             UNION ALL SELECT dispatched_at FROM saga_steps WHERE dispatched_at IS NOT NULL
+             UNION ALL SELECT replied_at FROM saga_steps WHERE replied_at IS NOT NULL
+             UNION ALL SELECT created_at FROM outbox
+             UNION ALL SELECT available_at FROM outbox
+             UNION ALL SELECT delivered_at FROM outbox WHERE delivered_at IS NOT NULL
+             UNION ALL SELECT received_at FROM inbox)",
+    )
+    .fetch_one(store.reader())
+    .await
+    .unwrap();
+    (row.int("lo").unwrap(), row.int("hi").unwrap())
+}
+
+fn ok() -> Answer {
+    Arc::new(|_, _, _, _| Ok(json!("ok")))
+}
+
+// A saga sleeps three days on the manual clock: real time passing does not wake it;
+// moving the clock three days does, at once. Every time the runtime wrote lies
+// between the clock's start and where it was moved to: nothing read the system clock.
+#[tokio::test]
+async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
+    let clock = ManualClock::new(EPOCH_MS);
+    let def = Saga::<Value>::builder("follow_up", 1)
+        .step(Step::new("send", "mailer").nothing_to_undo())
+        .step(Step::sleep("nap", 3 * DAY))
+        .pivot(Step::new("follow_up", "mailer"))
+        .build()
+        .unwrap();
+    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let rt = runtime(&clock, &["mailer"], &ok(), def, &gates).await;
+    let id = rt.start_saga("follow_up", &json!({})).await.unwrap();
+
+    wait_until("the saga sleeps", PATIENCE, async || {
+        query::get(rt.store(), id)
+            .await
+            .unwrap()
+            .unwrap()
+            .sleeping_until_ms
+            .is_some()
+    })
+    .await;
+    let until = query::get(rt.store(), id)
+        .await
+        .unwrap()
+        .unwrap()
+        .sleeping_until_ms
+        .unwrap();
+    assert_eq!(
+        until,
+        EPOCH_MS + ms(3 * DAY),
+        "three days from the clock's now"
+    );
+    let sleeping = ListFilter {
+        sleeping: true,
+        ..ListFilter::default()
+    };
+    assert_eq!(query::list(rt.store(), &sleeping).await.unwrap().len(), 1);
+
+    // Real time passes (the relay polls, the schedules task looks): still asleep.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(state(&rt, id).await, SagaState::Running);
+    assert_eq!(gates.seen().len(), 1, "only `send` ran");
+
+    clock.advance(3 * DAY - Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
+
+    clock.advance(Duration::from_secs(1));
+    reaches(&rt, id, SagaState::Completed).await;
+    assert_eq!(gates.seen().len(), 2, "`follow_up` ran once");
+
+    let (lo, hi) = times_written(rt.store()).await;
+    assert!(
+        lo >= EPOCH_MS && hi <= clock.now_ms(),
+        "every time written is the manual clock's: {lo}..{hi}, the clock ran \
+         {EPOCH_MS}..{}",
+        clock.now_ms()
+    );
+    rt.shutdown().await;
+}
+
+// A step whose agent does not answer within its timeout (an hour, on the manual
+// clock) times out when the clock is moved past it, not before; before the pivot a
+// timed-out step is compensated.
+#[tokio::test]
+async fn a_step_times_out_when_the_clock_passes_its_timeout() {
+    let clock = ManualClock::new(EPOCH_MS);
+    let def = Saga::<Value>::builder("slow", 1)
+        .step(Step::new("ask", "oracle").timeout(HOUR).nothing_to_undo())
+        .pivot(Step::new("after", "oracle"))
+        .build()
+        .unwrap();
+    // The gate stays closed: the agent's call never ends on its own.
+    let gates = Gates::new(fresh_url(Backend::Sqlite).await, false);
+    let rt = runtime(&clock, &["oracle"], &ok(), def, &gates).await;
+    let id = rt.start_saga("slow", &json!({})).await.unwrap();
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        state(&rt, id).await,
+        SagaState::Running,
+        "waiting on the agent"
+    );
+    clock.advance(HOUR - Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
+
+    clock.advance(Duration::from_secs(1));
+    reaches(&rt, id, SagaState::Compensated).await;
+    assert!(
+        gates.seen().is_empty(),
+        "the call never finished: nothing recorded"
+    );
+    rt.shutdown().await;
+}
+
+// A step that fails retryably is tried again after its backoff on the manual clock:
+// the retry is stored as due later than the clock's now, and runs when the clock is
+// moved past its ceiling.
+#[tokio::test]
+async fn a_retry_waits_for_its_backoff_on_the_clock() {
+    let clock = ManualClock::new(EPOCH_MS);
+    let ceiling = 10 * DAY;
+    let def = Saga::<Value>::builder("flaky", 1)
+        .pivot(Step::new("charge", "payments").retry(RetryPolicy::new(ceiling, ceiling, 3)))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let answer: Answer = {
+        let calls = Arc::clone(&calls);
+        Arc::new(move |_, _, _, _| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(StepError::retryable("the provider is busy"))
+            } else {
+                Ok(json!("charged"))
+            }
+        })
+    };
+    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let rt = runtime(&clock, &["payments"], &answer, def, &gates).await;
+    let id = rt.start_saga("flaky", &json!({})).await.unwrap();
+
+    wait_until("the first attempt failed", PATIENCE, async || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The retry is a row due later than the clock's now (its jittered backoff).
+    wait_until("the retry is stored", PATIENCE, async || {
+        let due = Sql::new(
+            "SELECT count(*) AS n FROM outbox WHERE destination = 'payments' \
+             AND state = 'pending' AND available_at > ?",
+        )
+        .bind(clock.now_ms())
+        .fetch_one(rt.store().reader())
+        .await
+        .unwrap();
+        due.int("n").unwrap() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried in real time");
+
+    clock.advance(ceiling);
+    reaches(&rt, id, SagaState::Completed).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    rt.shutdown().await;
+}
+
+// An hourly schedule fires its next slot when the clock is moved to it, each slot
+// once, and its saga runs at the slot's time.
+#[tokio::test]
+async fn a_schedule_fires_when_the_clock_reaches_its_slot() {
+    // On the hour exactly: the next slot is an hour ahead.
+    let start = EPOCH_MS - EPOCH_MS % ms(HOUR);
+    let clock = ManualClock::new(start);
+    let def = Saga::<Value>::builder("brief", 1)
+        .pivot(Step::new("draft", "writer"))
+        .build()
+        .unwrap();
+    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let rt = runtime(&clock, &["writer"], &ok(), def, &gates).await;
+    let s = Schedule::new("hourly", "brief", "0 * * * *")
+        .input(json!({ "at": { "$fire_time": "unix_ms" } }))
+        .catch_up(CatchUp::None);
+    let created = rt.schedules().create(&s).await.unwrap();
+    assert_eq!(created.next_slot_ms, Some(start + ms(HOUR)));
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let all = ListFilter::default();
+    assert!(query::list(rt.store(), &all).await.unwrap().is_empty());
+
+    for hour in 1..=3 {
+        clock.advance(HOUR);
+        wait_until(&format!("slot {hour} fired"), PATIENCE, async || {
+            query::list(rt.store(), &all).await.unwrap().len() == hour
+        })
+        .await;
+    }
+    let fired = query::list(rt.store(), &all).await.unwrap();
+    let mut keys: Vec<String> = fired.iter().filter_map(|s| s.key.clone()).collect();
+    keys.sort();
+    let want: Vec<String> = (1..=3)
+        .map(|h| format!("schedule:hourly:{}", start + h * ms(HOUR)))
+        .collect();
+    assert_eq!(keys, want, "each slot once, at its time");
+    rt.shutdown().await;
+}
+
+// PostgreSQL's rows keep the server's clock: a manual clock there is refused with a
+// typed error, not half applied.
+#[tokio::test]
+async fn postgres_refuses_a_manual_clock() {
+    let url = fresh_url(Backend::Postgres).await;
+    let config = StoreConfig::default().clock(ManualClock::new(EPOCH_MS).clock());
+    let err = Store::connect_with(&url, config).await.unwrap_err();
+    assert!(matches!(err, CoreError::ManualClockNeedsSqlite), "{err}");
+}
