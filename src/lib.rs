@@ -18,6 +18,11 @@ pub use agentsaga_relay as relay;
 pub use agentsaga_runtime as runtime;
 pub use agentsaga_saga as saga;
 
+/// (feature `testing`) Sagas under test in milliseconds: see
+/// [`runtime::testing::TestRuntime`].
+#[cfg(feature = "testing")]
+pub use agentsaga_runtime::testing;
+
 /// The names most programs need.
 pub mod prelude {
     pub use agentsaga_core::{Conn, Message, MessageId, RetryPolicy, Store, StoreConfig, Tx};

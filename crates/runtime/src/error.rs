@@ -45,6 +45,13 @@ pub enum Error {
     #[error(transparent)]
     Remote(#[from] agentsaga_relay::nats::NatsError),
 
+    /// (feature `testing`) The runtime under test did not come to rest, or a saga did
+    /// not end, as [`TestRuntime`](crate::testing::TestRuntime) waited for it: what was
+    /// still going on.
+    #[cfg(feature = "testing")]
+    #[error("the runtime under test is not at rest: {0}")]
+    NotAtRest(String),
+
     /// An actor could not be spawned.
     #[error("could not spawn an actor: {0}")]
     Spawn(String),

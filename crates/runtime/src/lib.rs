@@ -61,6 +61,8 @@ mod single;
 mod stalled;
 mod supervisor;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use agent::{Agent, AgentContext, CallContext, CallingAgent, ResultExt, StepError};
 #[cfg(feature = "nats")]

@@ -115,6 +115,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// (feature `testing`) On the database at `url`, its store's clock `clock`, the
+    /// rest of its store configuration kept; a store given before is dropped.
+    #[cfg(feature = "testing")]
+    pub(crate) fn under_test(mut self, url: String, clock: agentsaga_core::clock::Clock) -> Self {
+        self.url = Some(url);
+        self.store = None;
+        self.store_config = self.store_config.clock(clock);
+        self
+    }
+
     /// How the store is opened (when given a URL).
     pub fn store_config(mut self, config: StoreConfig) -> Self {
         self.store_config = config;

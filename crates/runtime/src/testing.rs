@@ -1,0 +1,255 @@
+//! (feature `testing`) Sagas under test in milliseconds: [`TestRuntime`] runs the real
+//! runtime (your agents, your sagas, the real engine, relay and store) on a fresh SQLite
+//! file whose clock is a [`ManualClock`], and moves that clock for you.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use agentsaga_runtime::{Runtime, testing::TestRuntime};
+//! # use agentsaga_saga::{Saga, SagaState, Step};
+//! # async fn demo() -> agentsaga_runtime::Result<()> {
+//! let follow_up = Saga::<serde_json::Value>::builder("follow_up", 1)
+//!     .step(Step::sleep("nap", Duration::from_secs(3 * 86_400)))
+//!     .pivot(Step::new("mail", "mailer"))
+//!     .build()?;
+//! let t = TestRuntime::start(Runtime::builder().saga(follow_up) /* .agent(…) */).await?;
+//! let id = t.start_saga("follow_up", &serde_json::json!({})).await?;
+//! // Runs what is due, skips the clock to the next timer (the three days), runs again:
+//! assert_eq!(t.run_to_end(id).await?, SagaState::Completed);
+//! # Ok(()) }
+//! ```
+//!
+//! What "at rest" means ([`TestRuntime::run_until_idle`]): no message in flight and none
+//! due by the clock, read in one snapshot of the database, twice in a row. A delivery
+//! in flight is an agent at work, so time is never skipped under it: an agent call
+//! that waits forever (to test a step's timeout) is timed out by moving the clock
+//! yourself ([`TestRuntime::advance`]), not by [`run_to_end`](TestRuntime::run_to_end).
+//! Mocks of outside calls should answer without waiting real time.
+
+use std::time::Duration;
+
+use agentsaga_core::Sql;
+use agentsaga_core::clock::ManualClock;
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_saga::query;
+use agentsaga_saga::{SagaId, SagaState};
+
+use crate::{Error, Result, Runtime, RuntimeBuilder};
+
+/// Where a [`TestRuntime`]'s clock starts unless told: 2030-01-01T00:00:00Z, a fixed
+/// time, so that what a test sees does not depend on the day it runs.
+pub const START_MS: i64 = 1_893_456_000_000;
+
+/// How long (real time) [`TestRuntime::run_until_idle`] waits by default for the
+/// runtime to come to rest before it reports what is still going on
+/// ([`TestRuntime::set_patience`]).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// At most this many moves of the clock in one [`TestRuntime::run_to_end`].
+pub const MAX_SKIPS: usize = 10_000;
+
+/// The real runtime on a fresh SQLite file, on a clock that moves only when the test
+/// (or [`run_to_end`](Self::run_to_end)) moves it. Derefs to the [`Runtime`].
+pub struct TestRuntime {
+    runtime: Runtime,
+    clock: ManualClock,
+    patience: Duration,
+}
+
+impl std::ops::Deref for TestRuntime {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+impl TestRuntime {
+    /// Starts `builder` (your agents and sagas, as in production) on a fresh SQLite file
+    /// in a temporary directory (removed when the test process ends), its clock a
+    /// [`ManualClock`] standing at [`START_MS`]. The builder's database is replaced;
+    /// its store configuration is kept but for the clock.
+    ///
+    /// # Errors
+    /// As [`RuntimeBuilder::start`].
+    pub async fn start(builder: RuntimeBuilder) -> Result<Self> {
+        Self::start_at(builder, START_MS).await
+    }
+
+    /// [`start`](Self::start) with the clock at `start_ms` (Unix milliseconds).
+    ///
+    /// # Errors
+    /// As [`RuntimeBuilder::start`].
+    pub async fn start_at(builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
+        let clock = ManualClock::new(start_ms);
+        let url = fresh_url(Backend::Sqlite).await;
+        let runtime = builder.under_test(url, clock.clock()).start().await?;
+        Ok(Self {
+            runtime,
+            clock,
+            patience: PATIENCE,
+        })
+    }
+
+    /// How long (real time) [`run_until_idle`](Self::run_until_idle) waits for rest
+    /// (default [`PATIENCE`]).
+    pub fn set_patience(&mut self, patience: Duration) {
+        self.patience = patience;
+    }
+
+    /// The runtime under test.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Its clock.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    /// The clock's now, in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Moves the clock by `d`, then [`run_until_idle`](Self::run_until_idle): what
+    /// fell due (sleeps, retries, timeouts, schedules) has run when it returns.
+    ///
+    /// # Errors
+    /// As [`run_until_idle`](Self::run_until_idle).
+    pub async fn advance(&self, d: Duration) -> Result<()> {
+        self.clock.advance(d);
+        self.run_until_idle().await
+    }
+
+    /// Waits (real time, at most its patience, [`PATIENCE`] by default) until the runtime is at rest: no
+    /// message in flight, none due by the clock, no schedule due. The clock does not
+    /// move.
+    ///
+    /// # Errors
+    /// [`Error::NotAtRest`] naming what was still in flight or due when its patience
+    /// ran out; a store error.
+    pub async fn run_until_idle(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.patience;
+        let mut quiet_before = false;
+        loop {
+            let busy = self.busy().await?;
+            if busy.is_none() && quiet_before {
+                return Ok(());
+            }
+            quiet_before = busy.is_none();
+            if let Some(what) = busy
+                && tokio::time::Instant::now() >= deadline
+            {
+                return Err(Error::NotAtRest(format!(
+                    "after {:?} of real time, {what}",
+                    self.patience
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// When the next timer falls due, by the clock: the earliest message due later
+    /// (a sleep's wake-up, a retry, a step's or saga's deadline) or schedule slot;
+    /// `None` if nothing waits on time.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn next_timer_ms(&self) -> Result<Option<i64>> {
+        let row = Sql::new(
+            "SELECT min(t) AS next FROM (
+                 SELECT min(available_at) AS t FROM outbox WHERE state = 'pending'
+                 UNION ALL
+                 SELECT min(next_due_ms) FROM saga_schedules WHERE NOT paused)",
+        )
+        .fetch_one(self.runtime.store().reader())
+        .await?;
+        Ok(row.opt_int("next")?)
+    }
+
+    /// Runs saga `id` to its end: runs what is due, then moves the clock to the next
+    /// timer, again and again, until the saga is completed, compensated, failed or
+    /// stuck, or nothing is left that time could bring (it waits for a signal only a
+    /// test can send): its state then.
+    ///
+    /// # Errors
+    /// As [`run_until_idle`](Self::run_until_idle); [`Error::NotAtRest`] after
+    /// [`MAX_SKIPS`] moves of the clock; the saga unknown.
+    pub async fn run_to_end(&self, id: SagaId) -> Result<SagaState> {
+        for _ in 0..MAX_SKIPS {
+            self.run_until_idle().await?;
+            let state = self.state(id).await?;
+            if state.is_terminal() || state == SagaState::Stuck {
+                return Ok(state);
+            }
+            let Some(next) = self.next_timer_ms().await? else {
+                return Ok(state);
+            };
+            let ahead = u64::try_from(next.saturating_sub(self.now_ms())).unwrap_or(0);
+            self.clock.advance(Duration::from_millis(ahead));
+        }
+        Err(Error::NotAtRest(format!(
+            "saga {id} had not ended after {MAX_SKIPS} moves of the clock"
+        )))
+    }
+
+    /// Saga `id`'s state.
+    ///
+    /// # Errors
+    /// A store error; [`agentsaga_saga::Error::NotFound`] for no such saga.
+    pub async fn state(&self, id: SagaId) -> Result<SagaState> {
+        match query::get(self.runtime.store(), id).await? {
+            Some(s) => Ok(s.state),
+            None => Err(Error::Saga(agentsaga_saga::Error::NotFound(id))),
+        }
+    }
+
+    /// How many messages `destination` has handled, e.g. `calls("payments")`: its
+    /// inbox records, so each command, each retry of it (a message of its own) and
+    /// each compensation once, whatever its outcome; a redelivery is not counted
+    /// again.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn calls(&self, destination: &str) -> Result<u64> {
+        let row = Sql::new("SELECT count(*) AS n FROM inbox WHERE consumer = ?")
+            .bind(destination)
+            .fetch_one(self.runtime.store().reader())
+            .await?;
+        Ok(u64::try_from(row.int("n")?).unwrap_or(0))
+    }
+
+    /// Stops the runtime.
+    pub async fn shutdown(self) {
+        self.runtime.shutdown().await;
+    }
+
+    /// What keeps the runtime busy, if anything: messages in flight, due, or a
+    /// schedule due.
+    async fn busy(&self) -> Result<Option<String>> {
+        let row = Sql::new(
+            "SELECT (SELECT count(*) FROM outbox WHERE state = 'in_flight') AS in_flight,
+                    (SELECT count(*) FROM outbox
+                       WHERE state = 'pending' AND available_at <= {now_ms}) AS due,
+                    (SELECT group_concat(DISTINCT destination) FROM outbox
+                       WHERE state = 'in_flight'
+                          OR (state = 'pending' AND available_at <= {now_ms})) AS at,
+                    (SELECT count(*) FROM saga_schedules
+                       WHERE NOT paused AND next_due_ms <= {now_ms}) AS schedules",
+        )
+        .fetch_one(self.runtime.store().reader())
+        .await?;
+        let (in_flight, due, schedules) = (
+            row.int("in_flight")?,
+            row.int("due")?,
+            row.int("schedules")?,
+        );
+        if in_flight + due + schedules == 0 {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "{in_flight} message(s) in flight and {due} due (destinations: {}), \
+             {schedules} schedule(s) due",
+            row.opt_text("at")?.unwrap_or_default()
+        )))
+    }
+}

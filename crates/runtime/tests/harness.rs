@@ -1,0 +1,187 @@
+//! `testing::TestRuntime`, as a user of agentsaga tests a saga with it: the real
+//! runtime on a fresh SQLite file and a manual clock. A saga with a three-day sleep, a
+//! step retried twice after backoffs of up to hours and a 30-minute step timeout runs
+//! to its end without waiting; a wait for a person stops the run until the test sends
+//! the signal; an agent that never answers is timed out by moving the clock.
+
+#[path = "support/echo.rs"]
+mod echo;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agentsaga_core::RetryPolicy;
+use agentsaga_runtime::testing::{START_MS, TestRuntime};
+use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Error, Runtime, StepError};
+use agentsaga_saga::{Saga, SagaState, Signal, Step};
+use echo::Echo;
+use serde_json::{Value, json};
+
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A payment provider that is busy for the first `busy` calls, then charges.
+struct Payments {
+    calls: Arc<AtomicUsize>,
+    busy: usize,
+}
+
+#[async_trait::async_trait]
+impl CallingAgent for Payments {
+    type Command = Value;
+    type Output = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        "payments"
+    }
+    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<Value, StepError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.busy {
+            return Err(StepError::retryable("the provider is busy"));
+        }
+        Ok(json!({ "charged": true }))
+    }
+    async fn record(
+        &self,
+        _: &mut AgentContext<'_>,
+        _: Value,
+        out: Value,
+    ) -> Result<Value, StepError> {
+        Ok(out)
+    }
+}
+
+/// An oracle that never answers.
+struct Silent;
+
+#[async_trait::async_trait]
+impl CallingAgent for Silent {
+    type Command = Value;
+    type Output = Value;
+    type Reply = Value;
+    fn destination(&self) -> &str {
+        "oracle"
+    }
+    async fn call(&self, _: &CallContext<'_>, _: &Value) -> Result<Value, StepError> {
+        std::future::pending().await
+    }
+    async fn record(
+        &self,
+        _: &mut AgentContext<'_>,
+        _: Value,
+        out: Value,
+    ) -> Result<Value, StepError> {
+        Ok(out)
+    }
+}
+
+// Three days asleep, two retries after backoffs of up to an hour and two, a step with
+// a 30-minute timeout: run to its end by skipping the clock from timer to timer. The
+// real time it took is printed (no timed assertion: the machine is shared).
+#[tokio::test]
+async fn a_saga_of_days_runs_to_its_end_without_waiting() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let renewal = Saga::<Value>::builder("renewal", 1)
+        .step(Step::new("remind", "mailer").nothing_to_undo())
+        .step(Step::sleep("grace", 3 * DAY))
+        .pivot(
+            Step::new("charge", "payments")
+                .timeout(30 * MINUTE)
+                .retry(RetryPolicy::new(60 * MINUTE, 120 * MINUTE, 5)),
+        )
+        .step(Step::new("receipt", "mailer"))
+        .build()
+        .unwrap();
+    let builder = Runtime::builder()
+        .agent(Echo("mailer"))
+        .calling_agent(Payments {
+            calls: Arc::clone(&calls),
+            busy: 2,
+        })
+        .saga(renewal);
+    let t = TestRuntime::start(builder).await.unwrap();
+    let began = Instant::now();
+    let id = t
+        .start_saga("renewal", &json!({ "plan": "pro" }))
+        .await
+        .unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    let took = began.elapsed();
+
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "busy twice, then charged");
+    // Each attempt is a message of its own, handled once: two busy, one charged.
+    assert_eq!(t.calls("payments").await.unwrap(), 3);
+    assert_eq!(
+        t.calls("mailer").await.unwrap(),
+        2,
+        "the reminder and the receipt"
+    );
+    let moved = Duration::from_millis(u64::try_from(t.now_ms() - START_MS).unwrap());
+    assert!(
+        moved >= 3 * DAY && moved <= 3 * DAY + 4 * 120 * MINUTE,
+        "the clock moved through the sleep and the backoffs: {moved:?}"
+    );
+    eprintln!(
+        "a saga of {:.1} days of clock ran to its end in {took:?} of real time",
+        moved.as_secs_f64() / 86_400.0
+    );
+    t.shutdown().await;
+}
+
+// A wait for a person stops the run where it waits: `run_to_end` gives the saga back
+// running; the test approves as the person would, and the run goes on to the end.
+#[tokio::test]
+async fn a_run_stops_at_a_wait_for_a_person() {
+    let order = Saga::<Value>::builder("order", 1)
+        .step(Step::approval("manager"))
+        .pivot(Step::new("place", "shop"))
+        .build()
+        .unwrap();
+    let t = TestRuntime::start(Runtime::builder().agent(Echo("shop")).saga(order))
+        .await
+        .unwrap();
+    let id = t.start_saga("order", &json!({})).await.unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Running);
+    assert_eq!(t.calls("shop").await.unwrap(), 0);
+
+    t.signal(id, "manager", Signal::Approve(json!("ok")))
+        .await
+        .unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert_eq!(t.calls("shop").await.unwrap(), 1);
+    t.shutdown().await;
+}
+
+// An agent that never answers keeps the runtime from rest, and the harness says so,
+// naming its destination, instead of skipping time under it; moving the clock past
+// the step's timeout ends the step, and the saga is compensated.
+#[tokio::test]
+async fn a_silent_agent_is_timed_out_by_moving_the_clock() {
+    let ask = Saga::<Value>::builder("ask", 1)
+        .step(
+            Step::new("think", "oracle")
+                .timeout(30 * MINUTE)
+                .nothing_to_undo(),
+        )
+        .pivot(Step::new("answer", "shop"))
+        .build()
+        .unwrap();
+    let builder = Runtime::builder()
+        .calling_agent(Silent)
+        .agent(Echo("shop"))
+        .saga(ask);
+    let mut t = TestRuntime::start(builder).await.unwrap();
+    t.set_patience(Duration::from_millis(300));
+    let id = t.start_saga("ask", &json!({})).await.unwrap();
+
+    let err = t.run_to_end(id).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotAtRest(what) if what.contains("oracle")),
+        "{err}"
+    );
+    t.set_patience(Duration::from_secs(30));
+    t.advance(30 * MINUTE).await.unwrap();
+    assert_eq!(t.state(id).await.unwrap(), SagaState::Compensated);
+    assert_eq!(t.calls("shop").await.unwrap(), 0);
+    t.shutdown().await;
+}
