@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::agent::{CallContext, Meter, StepError};
 
 mod delivery;
+pub(crate) mod faults;
 mod orchestrator;
 mod runners;
 #[cfg(test)]
@@ -45,6 +46,9 @@ pub(crate) struct Hub {
     pub(crate) limit: Option<crate::RateLimit>,
     /// `None`: every answer goes through the outbox (no sagas here, or turned off).
     pub(crate) sagas: Option<Arc<Orchestrator>>,
+    /// A test's faults (feature `testing`; never armed without it).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) faults: Arc<faults::Faults>,
 }
 
 impl Hub {
@@ -382,6 +386,10 @@ pub(crate) struct AgentHandler {
 #[async_trait::async_trait]
 impl DeliveryHandler for AgentHandler {
     async fn handle(&self, env: &Envelope) -> Delivery {
+        #[cfg(feature = "testing")]
+        if let Some(fault) = self.hub.faults.take(&env.destination) {
+            return faults::deliver(&self.hub, self.agent.as_ref(), env, fault).await;
+        }
         self.agent.run(&self.hub, env).await
     }
 }

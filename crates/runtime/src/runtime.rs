@@ -46,6 +46,9 @@ pub struct Runtime {
     stalled_after: Duration,
     /// This runtime's hold on its SQLite file (see [`single`](crate::single)).
     _sqlite_lock: Option<crate::single::SqliteLock>,
+    /// A test's faults for its agents (feature `testing`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) faults: std::sync::Arc<crate::actors::faults::Faults>,
     /// What it runs for its NATS link, if any.
     #[cfg(feature = "nats")]
     linked: Option<crate::remote::Linked>,

@@ -28,6 +28,8 @@ pub(crate) enum ChildSpec {
         /// This process's sagas, to apply the agent's answers to (`None`: through
         /// the outbox).
         sagas: Option<Arc<Orchestrator>>,
+        /// A test's faults, shared by the runtime's agents.
+        faults: Arc<crate::actors::faults::Faults>,
     },
     Orchestrator {
         destination: String,
@@ -58,6 +60,7 @@ impl ChildSpec {
                 concurrency,
                 limit,
                 sagas,
+                faults,
             } => {
                 let actor = DeliveryActor {
                     handler: Arc::new(AgentHandler {
@@ -66,6 +69,7 @@ impl ChildSpec {
                             store,
                             limit,
                             sagas,
+                            faults,
                         },
                     }),
                     concurrency,

@@ -33,6 +33,7 @@ use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_saga::query;
 use agentsaga_saga::{SagaId, SagaState};
 
+pub use crate::actors::faults::Fault;
 use crate::{Error, Result, Runtime, RuntimeBuilder};
 
 /// Where a [`TestRuntime`]'s clock starts unless told: 2030-01-01T00:00:00Z, a fixed
@@ -216,6 +217,15 @@ impl TestRuntime {
             .fetch_one(self.runtime.store().reader())
             .await?;
         Ok(u64::try_from(row.int("n")?).unwrap_or(0))
+    }
+
+    /// The next `n` deliveries to `destination` do `fault` instead of reaching its
+    /// agent (after the faults already waiting there): answered as the agent's failure
+    /// would be, in a hop of their own (the inbox records them), so the saga sees what
+    /// a failing agent sends. Counted by [`calls`](Self::calls); the agent itself is
+    /// not called.
+    pub fn fail_next(&self, destination: &str, n: usize, fault: &Fault) {
+        self.runtime.faults.push(destination, n, fault);
     }
 
     /// Stops the runtime.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentsaga_core::RetryPolicy;
-use agentsaga_runtime::testing::{START_MS, TestRuntime};
+use agentsaga_runtime::testing::{Fault, START_MS, TestRuntime};
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Error, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Signal, Step};
 use echo::Echo;
@@ -183,5 +183,101 @@ async fn a_silent_agent_is_timed_out_by_moving_the_clock() {
     t.advance(30 * MINUTE).await.unwrap();
     assert_eq!(t.state(id).await.unwrap(), SagaState::Compensated);
     assert_eq!(t.calls("shop").await.unwrap(), 0);
+    t.shutdown().await;
+}
+
+/// A trip: the hotel booked (undone by a cancellation), then the pivot, the charge.
+fn trip() -> agentsaga_saga::SagaDefinition {
+    Saga::<Value>::builder("trip", 1)
+        .step(
+            Step::new("book", "hotel")
+                .compensate("hotel", |_: &Value| json!({ "cancel": true }))
+                .retry(RetryPolicy::new(MINUTE, 10 * MINUTE, 5)),
+        )
+        .pivot(
+            Step::new("charge", "payments")
+                .timeout(30 * MINUTE)
+                .retry(RetryPolicy::new(MINUTE, 10 * MINUTE, 5)),
+        )
+        .build()
+        .unwrap()
+}
+
+async fn trip_runtime(calls: &Arc<AtomicUsize>) -> TestRuntime {
+    let builder = Runtime::builder()
+        .agent(Echo("hotel"))
+        .calling_agent(Payments {
+            calls: Arc::clone(calls),
+            busy: 0,
+        })
+        .saga(trip());
+    TestRuntime::start(builder).await.unwrap()
+}
+
+// Faults a test injects take the saga's paths as the agent's own failures would:
+// retryable ones are retried after their backoff, a fatal one at the pivot undoes the
+// steps before it, a timed-out pivot is sent again, a dead-lettered command is a lost
+// step. The faulted deliveries never reach the agent, and each is recorded once.
+#[tokio::test]
+async fn injected_faults_take_the_sagas_paths() {
+    // Busy twice: retried after its backoffs, then charged by the agent once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let t = trip_runtime(&calls).await;
+    t.fail_next("payments", 2, &Fault::Retryable("busy".into()));
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the agent was called once");
+    assert_eq!(t.calls("payments").await.unwrap(), 3);
+    assert_eq!(t.calls("hotel").await.unwrap(), 1, "nothing undone");
+    t.shutdown().await;
+
+    // Declined for good at the pivot: the hotel is cancelled, the agent never called.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let t = trip_runtime(&calls).await;
+    t.fail_next("payments", 1, &Fault::Fatal("card declined".into()));
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Compensated);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(t.calls("hotel").await.unwrap(), 2, "booked, then cancelled");
+    t.shutdown().await;
+
+    // The pivot timed out: its outcome is unknown, so it is sent again, and charged.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let t = trip_runtime(&calls).await;
+    t.fail_next("payments", 1, &Fault::TimedOut);
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(t.calls("payments").await.unwrap(), 2);
+    t.shutdown().await;
+
+    // The booking dead-lettered: a lost step before the pivot, so the saga turns back
+    // (the cancellation goes out: its outcome was unknown) and never charges.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let t = trip_runtime(&calls).await;
+    t.fail_next("hotel", 1, &Fault::DeadLetter("unreadable".into()));
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    let end = t.run_to_end(id).await.unwrap();
+    assert_eq!(end, SagaState::Compensated);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let dead = t.store().admin().stats().await.unwrap().dead;
+    assert_eq!(dead, 1, "the booking is a dead letter");
+    t.shutdown().await;
+}
+
+// A message delivered twice (a redelivery after a lost outcome) takes effect once:
+// the calling agent's outside call is not made again, each destination records it
+// once, and the saga goes on as if it had come once.
+#[tokio::test]
+async fn a_message_delivered_twice_takes_effect_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let t = trip_runtime(&calls).await;
+    t.fail_next("hotel", 1, &Fault::Twice);
+    t.fail_next("payments", 1, &Fault::Twice);
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one outside call");
+    assert_eq!(t.calls("payments").await.unwrap(), 1);
+    assert_eq!(t.calls("hotel").await.unwrap(), 1);
     t.shutdown().await;
 }

@@ -66,6 +66,7 @@ async fn a_processed_message_is_not_called_again() {
         store: store.clone(),
         limit: None,
         sagas: None,
+        faults: Arc::default(),
     };
     assert_eq!(agent.run(&hub, &env).await, Delivery::Delivered);
     // Its redelivery (attempt 2: the first answer was lost) is skipped before the

@@ -322,6 +322,7 @@ impl RuntimeBuilder {
                     settled: settled.clone(),
                 })
             });
+        let faults = Arc::new(crate::actors::faults::Faults::default());
         let mut specs = Vec::new();
         let mut relay = self.relay;
         let mut total = 0;
@@ -349,6 +350,7 @@ impl RuntimeBuilder {
                 concurrency,
                 limit: self.rate_limits.get(destination).copied(),
                 sagas: sagas.clone(),
+                faults: Arc::clone(&faults),
             });
         }
         for destination in engine.orchestrator_destinations() {
@@ -439,6 +441,7 @@ impl RuntimeBuilder {
             firing,
             stalled_after: self.stall_watch.threshold,
             _sqlite_lock: sqlite_lock,
+            faults,
             #[cfg(feature = "nats")]
             linked,
         })
