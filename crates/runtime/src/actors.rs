@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::agent::{CallContext, Meter, StepError};
 
 mod delivery;
-pub(crate) mod faults;
+mod faults;
 mod orchestrator;
 mod runners;
 #[cfg(test)]
@@ -48,7 +48,7 @@ pub(crate) struct Hub {
     pub(crate) sagas: Option<Arc<Orchestrator>>,
     /// A test's faults (feature `testing`; never armed without it).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub(crate) faults: Arc<faults::Faults>,
+    pub(crate) faults: Arc<crate::faults::Faults>,
 }
 
 impl Hub {
@@ -381,15 +381,4 @@ async fn finish<R: Serialize>(
 pub(crate) struct AgentHandler {
     pub(crate) agent: Arc<dyn AgentRunner>,
     pub(crate) hub: Hub,
-}
-
-#[async_trait::async_trait]
-impl DeliveryHandler for AgentHandler {
-    async fn handle(&self, env: &Envelope) -> Delivery {
-        #[cfg(feature = "testing")]
-        if let Some(fault) = self.hub.faults.take(&env.destination) {
-            return faults::deliver(&self.hub, self.agent.as_ref(), env, fault).await;
-        }
-        self.agent.run(&self.hub, env).await
-    }
 }

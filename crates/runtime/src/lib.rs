@@ -50,6 +50,7 @@ mod admission;
 mod agent;
 mod counts;
 mod error;
+mod faults;
 pub mod metrics;
 mod rate_limit;
 #[cfg(feature = "nats")]

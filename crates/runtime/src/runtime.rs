@@ -48,7 +48,7 @@ pub struct Runtime {
     _sqlite_lock: Option<crate::single::SqliteLock>,
     /// A test's faults for its agents (feature `testing`).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub(crate) faults: std::sync::Arc<crate::actors::faults::Faults>,
+    pub(crate) faults: std::sync::Arc<crate::faults::Faults>,
     /// What it runs for its NATS link, if any.
     #[cfg(feature = "nats")]
     linked: Option<crate::remote::Linked>,

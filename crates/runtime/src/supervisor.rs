@@ -29,7 +29,7 @@ pub(crate) enum ChildSpec {
         /// the outbox).
         sagas: Option<Arc<Orchestrator>>,
         /// A test's faults, shared by the runtime's agents.
-        faults: Arc<crate::actors::faults::Faults>,
+        faults: Arc<crate::faults::Faults>,
     },
     Orchestrator {
         destination: String,

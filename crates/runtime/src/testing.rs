@@ -33,7 +33,7 @@ use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_saga::query;
 use agentsaga_saga::{SagaId, SagaState};
 
-pub use crate::actors::faults::Fault;
+pub use crate::faults::Fault;
 use crate::{Error, Result, Runtime, RuntimeBuilder};
 
 /// Where a [`TestRuntime`]'s clock starts unless told: 2030-01-01T00:00:00Z, a fixed

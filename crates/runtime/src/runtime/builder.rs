@@ -322,7 +322,7 @@ impl RuntimeBuilder {
                     settled: settled.clone(),
                 })
             });
-        let faults = Arc::new(crate::actors::faults::Faults::default());
+        let faults = Arc::new(crate::faults::Faults::default());
         let mut specs = Vec::new();
         let mut relay = self.relay;
         let mut total = 0;
