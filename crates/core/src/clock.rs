@@ -117,6 +117,20 @@ impl Clock {
         system_now_ms()
     }
 
+    /// [`now_ms`](Self::now_ms) and [`lease_now_ms`](Self::lease_now_ms) together, for
+    /// a write that needs both: the system clock is read once (they are the same).
+    pub fn now_and_lease_ms(&self) -> (i64, i64) {
+        let now = self.now_ms();
+        (
+            now,
+            if self.is_manual() {
+                system_now_ms()
+            } else {
+                now
+            },
+        )
+    }
+
     /// Waits until `at` on this clock.
     pub async fn sleep_until(&self, at: Instant) {
         let Some(m) = &self.manual else {

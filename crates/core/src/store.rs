@@ -168,7 +168,7 @@ impl Store {
         to: &dyn Handover,
     ) -> Result<Option<crate::Envelope>> {
         let conn = self.check_backend(conn)?;
-        let (now, lease_now) = (self.clock().now_ms(), self.clock().lease_now_ms());
+        let (now, lease_now) = self.clock().now_and_lease_ms();
         async {
             on_conn!(conn.0, D, c => D::enqueue_leased(c, message, to.owner(), to.lease(), now, lease_now).await)
         }

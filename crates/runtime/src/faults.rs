@@ -53,6 +53,9 @@ impl Faults {
     /// The next `n` deliveries to `destination` (after those already faulted) do
     /// `fault`.
     pub(crate) fn push(&self, destination: &str, n: usize, fault: &Fault) {
+        if n == 0 {
+            return;
+        }
         let mut queued = self
             .queued
             .lock()
@@ -61,8 +64,7 @@ impl Faults {
             .entry(destination.to_owned())
             .or_default()
             .extend(std::iter::repeat_n(fault.clone(), n));
-        self.armed
-            .store(n > 0 || !queued.is_empty(), Ordering::Release);
+        self.armed.store(true, Ordering::Release);
     }
 
     /// The fault of this delivery to `destination`, if one waits.

@@ -53,6 +53,15 @@ async fn runtime(
         .unwrap()
 }
 
+/// When saga `id` wakes, if it sleeps.
+async fn sleeping_until(rt: &Runtime, id: SagaId) -> Option<i64> {
+    query::get(rt.store(), id)
+        .await
+        .unwrap()
+        .unwrap()
+        .sleeping_until_ms
+}
+
 async fn state(rt: &Runtime, id: SagaId) -> SagaState {
     query::get(rt.store(), id).await.unwrap().unwrap().state
 }
@@ -106,20 +115,10 @@ async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
     let id = rt.start_saga("follow_up", &json!({})).await.unwrap();
 
     wait_until("the saga sleeps", PATIENCE, async || {
-        query::get(rt.store(), id)
-            .await
-            .unwrap()
-            .unwrap()
-            .sleeping_until_ms
-            .is_some()
+        sleeping_until(&rt, id).await.is_some()
     })
     .await;
-    let until = query::get(rt.store(), id)
-        .await
-        .unwrap()
-        .unwrap()
-        .sleeping_until_ms
-        .unwrap();
+    let until = sleeping_until(&rt, id).await.unwrap();
     assert_eq!(
         until,
         EPOCH_MS + ms(3 * DAY),

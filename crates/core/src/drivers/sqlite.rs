@@ -69,10 +69,8 @@ pub(crate) struct ClaimTimes {
 
 impl ClaimTimes {
     pub(crate) fn of(clock: &crate::clock::Clock) -> Self {
-        Self {
-            now: clock.now_ms(),
-            lease_now: clock.lease_now_ms(),
-        }
+        let (now, lease_now) = clock.now_and_lease_ms();
+        Self { now, lease_now }
     }
 }
 

@@ -27,27 +27,11 @@ impl DeliveryHandler for AgentHandler {
 #[cfg(feature = "testing")]
 async fn deliver(hub: &Hub, agent: &dyn AgentRunner, env: &Envelope, fault: Fault) -> Delivery {
     tracing::info!(fault = ?fault, "a test's fault answers this delivery");
-    match fault {
-        Fault::Retryable(e) => {
-            super::finish_failed(
-                hub,
-                env,
-                crate::agent::StepError::Retryable(e),
-                agentsaga_saga::Usage::default(),
-            )
-            .await
-        }
-        Fault::Fatal(e) => {
-            super::finish_failed(
-                hub,
-                env,
-                crate::agent::StepError::Fatal(e),
-                agentsaga_saga::Usage::default(),
-            )
-            .await
-        }
-        Fault::TimedOut => super::finish_timed_out(hub, env).await,
-        Fault::DeadLetter(reason) => Delivery::reject(reason),
+    let error = match fault {
+        Fault::Retryable(e) => crate::agent::StepError::Retryable(e),
+        Fault::Fatal(e) => crate::agent::StepError::Fatal(e),
+        Fault::TimedOut => return super::finish_timed_out(hub, env).await,
+        Fault::DeadLetter(reason) => return Delivery::reject(reason),
         Fault::Twice => {
             let first = agent.run(hub, env).await;
             let again = Envelope {
@@ -56,7 +40,8 @@ async fn deliver(hub: &Hub, agent: &dyn AgentRunner, env: &Envelope, fault: Faul
             };
             let second = agent.run(hub, &again).await;
             tracing::info!(first = ?first, second = ?second, "the same message delivered twice");
-            first
+            return first;
         }
-    }
+    };
+    super::finish_failed(hub, env, error, agentsaga_saga::Usage::default()).await
 }

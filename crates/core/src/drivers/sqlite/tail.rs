@@ -54,7 +54,7 @@ impl Tail {
         to: Option<std::sync::Arc<dyn crate::store::handover::Handover>>,
         clock: &crate::clock::Clock,
     ) -> Result<Self> {
-        let (now, lease_now, leased_at) = (clock.now_ms(), clock.lease_now_ms(), clock.lease_now());
+        let ((now, lease_now), leased_at) = (clock.now_and_lease_ms(), clock.lease_now());
         let (owner, until) = match &to {
             Some(to) => (
                 to.owner().to_owned(),
