@@ -97,7 +97,7 @@ impl Clock {
     pub fn now(&self) -> Instant {
         match &self.manual {
             None => Instant::now(),
-            Some(m) => m.origin + m.state().elapsed,
+            Some(m) => later(m.origin, m.state().elapsed),
         }
     }
 
@@ -138,7 +138,7 @@ impl Clock {
         };
         // Subscribe before looking, so that a move between the look and the wait wakes.
         let mut moved = m.moved.subscribe();
-        while m.origin + m.state().elapsed < at {
+        while later(m.origin, m.state().elapsed) < at {
             if moved.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
@@ -147,12 +147,12 @@ impl Clock {
 
     /// Waits `d` on this clock.
     pub async fn sleep(&self, d: Duration) {
-        self.sleep_until(self.now() + d).await;
+        self.sleep_until(later(self.now(), d)).await;
     }
 
     /// `work`'s output, or `None` if `d` passes on this clock first.
     pub async fn timeout<F: Future>(&self, d: Duration, work: F) -> Option<F::Output> {
-        self.timeout_at(self.now() + d, work).await
+        self.timeout_at(later(self.now(), d), work).await
     }
 
     /// `work`'s output, or `None` if this clock reaches `at` first.
@@ -235,6 +235,13 @@ impl ManualClock {
     pub fn now_ms(&self) -> i64 {
         self.0.now_ms()
     }
+}
+
+/// `at + d`, or about thirty years after `at` where that overflows (as tokio's own
+/// sleeps do): a duration too long to represent waits "forever", it does not panic.
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .unwrap_or_else(|| at + Duration::from_secs(86_400 * 365 * 30))
 }
 
 /// The system's wall clock, in Unix milliseconds, with the test hook's step (`step`)
@@ -381,5 +388,20 @@ mod tests {
         assert_eq!(clock.now() - t0, 3 * day);
         // Work that ends first wins.
         assert_eq!(clock.timeout(day, async { 7 }).await, Some(7));
+    }
+
+    // A duration too long for an instant waits "forever" instead of panicking, on
+    // either clock; a manual clock moved that far still answers.
+    #[tokio::test]
+    async fn a_duration_past_any_instant_does_not_panic() {
+        for clock in [Clock::system(), ManualClock::new(0).clock()] {
+            assert_eq!(clock.timeout(Duration::MAX, async { 1 }).await, Some(1));
+            let slept = tokio::time::timeout(Duration::from_millis(20), clock.sleep(Duration::MAX));
+            assert!(slept.await.is_err(), "still asleep");
+        }
+        let manual = ManualClock::new(0);
+        manual.advance(Duration::MAX);
+        let _ = manual.clock().now();
+        assert_eq!(manual.now_ms(), i64::MAX / 4);
     }
 }
