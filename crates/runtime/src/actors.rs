@@ -374,7 +374,12 @@ async fn finish<R: Serialize>(
             return finish_failed(hub, env, e, usage).await;
         }
     };
-    commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await
+    let delivery = commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await;
+    #[cfg(feature = "testing")]
+    if matches!(delivery, Delivery::Delivered) {
+        hub.faults.journal.committed(env);
+    }
+    delivery
 }
 
 /// An agent and where its outcomes go.

@@ -52,6 +52,22 @@ pub enum Error {
     #[error("the runtime under test is not at rest: {0}")]
     NotAtRest(String),
 
+    /// (feature `testing`) A saga under test broke one of the promises of
+    /// `docs/guarantees.md` ([`TestRuntime::check_promises`], [`RandomFaults`]): what
+    /// broke, and under random faults the seed that shows it and how to run it again.
+    ///
+    /// [`TestRuntime::check_promises`]: crate::testing::TestRuntime::check_promises
+    /// [`RandomFaults`]: crate::testing::RandomFaults
+    #[cfg(feature = "testing")]
+    #[error("a promise broke: {0}")]
+    PromiseBroken(String),
+
+    /// (feature `testing`) A recorded agent was asked for a call its recording does
+    /// not hold ([`Recording`](crate::testing::Recording)): the step, its key, the file.
+    #[cfg(feature = "testing")]
+    #[error("{0}")]
+    NotRecorded(String),
+
     /// An actor could not be spawned.
     #[error("could not spawn an actor: {0}")]
     Spawn(String),

@@ -1,10 +1,22 @@
-//! Faults a test injects (feature `testing`, [`TestRuntime::fail_next`]): what the next
-//! deliveries to a destination do instead of reaching its agent, queued per
-//! destination. The agent actors take them (`actors/faults.rs`): a faulted delivery is
-//! answered as the agent's failure would be, recorded in the inbox with its reply, in a
-//! hop of its own, so the saga sees exactly what a failing agent would have sent.
+//! Faults a test injects, and what it observes (feature `testing`): what the next
+//! deliveries to a destination do instead of reaching its agent
+//! ([`TestRuntime::fail_next`]), random faults drawn from a seed
+//! ([`RandomFaults`](crate::testing::RandomFaults)), and the journal of the effects the
+//! agents committed ([`TestRuntime::ledger`]). The agent actors take the faults
+//! (`actors/faults.rs`): a faulted delivery is answered as the agent's failure would be,
+//! recorded in the inbox with its reply, in a hop of its own, so the saga sees exactly
+//! what a failing agent would have sent.
 //!
 //! [`TestRuntime::fail_next`]: crate::testing::TestRuntime::fail_next
+//! [`TestRuntime::ledger`]: crate::testing::TestRuntime::ledger
+
+#[cfg(feature = "testing")]
+mod observed;
+
+#[cfg(feature = "testing")]
+pub use observed::{Action, Entry};
+#[cfg(feature = "testing")]
+pub(crate) use observed::{Chaos, Journal};
 
 #[cfg(feature = "testing")]
 use std::collections::{HashMap, VecDeque};
@@ -17,11 +29,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// never looked at, in a build without the `testing` feature.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
-    /// Whether any fault waits: one atomic load per delivery when none does.
+    /// Whether any fault waits or may be drawn: one atomic load per delivery when
+    /// none does.
     #[cfg(feature = "testing")]
     armed: AtomicBool,
     #[cfg(feature = "testing")]
     queued: Mutex<HashMap<String, VecDeque<Fault>>>,
+    /// Random faults from a seed, if a test asked for them.
+    #[cfg(feature = "testing")]
+    chaos: Mutex<Option<Chaos>>,
+    /// The effects the agents committed, in commit order (a test runtime's only).
+    #[cfg(feature = "testing")]
+    pub(crate) journal: Journal,
 }
 
 /// (feature `testing`) What a delivery to a destination does instead of reaching its
@@ -56,10 +75,7 @@ impl Faults {
         if n == 0 {
             return;
         }
-        let mut queued = self
-            .queued
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queued = lock(&self.queued);
         queued
             .entry(destination.to_owned())
             .or_default()
@@ -67,23 +83,48 @@ impl Faults {
         self.armed.store(true, Ordering::Release);
     }
 
-    /// The fault of this delivery to `destination`, if one waits.
-    pub(crate) fn take(&self, destination: &str) -> Option<Fault> {
+    /// Draws every later saga delivery's fault from `chaos` (after the queued ones).
+    pub(crate) fn randomly(&self, chaos: Chaos) {
+        *lock(&self.chaos) = Some(chaos);
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// How many faults the random draw has made so far, by kind.
+    pub(crate) fn drawn(&self) -> Vec<(String, u64)> {
+        lock(&self.chaos)
+            .as_ref()
+            .map(Chaos::drawn)
+            .unwrap_or_default()
+    }
+
+    /// The fault of this delivery of `env`, if one waits or is drawn.
+    pub(crate) fn take(&self, env: &agentsaga_core::Envelope) -> Option<Fault> {
         if !self.armed.load(Ordering::Acquire) {
             return None;
         }
-        let mut queued = self
-            .queued
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(fault) = self.queued_for(&env.destination) {
+            return Some(fault);
+        }
+        lock(&self.chaos).as_mut().and_then(|c| c.draw(env))
+    }
+
+    fn queued_for(&self, destination: &str) -> Option<Fault> {
+        let mut queued = lock(&self.queued);
         let faults = queued.get_mut(destination)?;
         let fault = faults.pop_front();
         if faults.is_empty() {
             queued.remove(destination);
         }
-        if queued.is_empty() {
+        if queued.is_empty() && lock(&self.chaos).is_none() {
             self.armed.store(false, Ordering::Release);
         }
         fault
     }
+}
+
+/// Locks `m`, a poisoned lock included (what it guards stays consistent: every
+/// change under it is one statement).
+#[cfg(feature = "testing")]
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -33,8 +33,13 @@ use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_saga::query;
 use agentsaga_saga::{SagaId, SagaState};
 
-pub use crate::faults::Fault;
+mod promises;
+mod recording;
+
+pub use crate::faults::{Action, Entry, Fault};
 use crate::{Error, Result, Runtime, RuntimeBuilder};
+pub use promises::{RandomFaults, Report, SEED_VAR};
+pub use recording::{RECORD_VAR, Recorded, Recording};
 
 /// Where a [`TestRuntime`]'s clock starts unless told: 2030-01-01T00:00:00Z, a fixed
 /// time, so that what a test sees does not depend on the day it runs.
@@ -83,6 +88,7 @@ impl TestRuntime {
         let clock = ManualClock::new(start_ms);
         let url = fresh_url(Backend::Sqlite).await;
         let runtime = builder.under_test(url, clock.clock()).start().await?;
+        runtime.faults.journal.start();
         Ok(Self {
             runtime,
             clock,
@@ -174,10 +180,14 @@ impl TestRuntime {
     ///
     /// # Errors
     /// As [`run_until_idle`](Self::run_until_idle); [`Error::NotAtRest`] after
-    /// [`MAX_SKIPS`] moves of the clock; the saga unknown.
+    /// [`MAX_SKIPS`] moves of the clock; [`Error::NotRecorded`] once a step of the
+    /// saga asked a [`Recording`] for a call it does not hold; the saga unknown.
     pub async fn run_to_end(&self, id: SagaId) -> Result<SagaState> {
         for _ in 0..MAX_SKIPS {
             self.run_until_idle().await?;
+            if let Some(why) = recording::missed(id) {
+                return Err(Error::NotRecorded(why));
+            }
             let state = self.state(id).await?;
             if state.is_terminal() || state == SagaState::Stuck {
                 return Ok(state);
@@ -226,6 +236,41 @@ impl TestRuntime {
     /// not called.
     pub fn fail_next(&self, destination: &str, n: usize, fault: &Fault) {
         self.runtime.faults.push(destination, n, fault);
+    }
+
+    /// From now on, each delivery of a saga's command or compensation draws a fault
+    /// (a [`Fault`] of any kind) with probability `rate` (0 to 1), from `seed`: the
+    /// `n`-th delivery of a step's command (or compensation) in a saga draws the same
+    /// fault for the same seed, so with agents that answer alike a seed replays its
+    /// saga's path. After the faults [`fail_next`](Self::fail_next) queued.
+    /// [`check_promises`](Self::check_promises) then tells whether the saga kept its
+    /// promises; [`RandomFaults`] does both over many seeds.
+    pub fn random_faults(&self, seed: u64, rate: f64) {
+        self.runtime
+            .faults
+            .randomly(crate::faults::Chaos::new(seed, rate));
+    }
+
+    /// The faults [`random_faults`](Self::random_faults) drew so far, by kind
+    /// (`retryable`, `fatal`, `timed out`, `dead letter`, `twice`).
+    pub fn faults_drawn(&self) -> Vec<(String, u64)> {
+        self.runtime.faults.drawn()
+    }
+
+    /// Saga `id`'s ledger as it happened: each step's command done and each
+    /// compensation done (undone), in the order their agents' transactions committed.
+    /// A delivery that failed, timed out, was faulted or was a duplicate the inbox
+    /// skipped is not in it: only effects that count.
+    pub fn ledger(&self, id: SagaId) -> Vec<Entry> {
+        self.runtime.faults.journal.of(id)
+    }
+
+    /// How many times `destination`'s agent committed its effects (its work succeeded
+    /// and its transaction committed), a saga's or not: the number a test asserts as
+    /// "charged once". [`calls`](Self::calls) counts every message it handled,
+    /// failures included.
+    pub fn effects(&self, destination: &str) -> u64 {
+        self.runtime.faults.journal.at(destination)
     }
 
     /// Stops the runtime.

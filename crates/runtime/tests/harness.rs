@@ -279,5 +279,9 @@ async fn a_message_delivered_twice_takes_effect_once() {
     assert_eq!(calls.load(Ordering::SeqCst), 1, "one outside call");
     assert_eq!(t.calls("payments").await.unwrap(), 1);
     assert_eq!(t.calls("hotel").await.unwrap(), 1);
+    // The agents' effects committed once each (an inbox that let the second delivery
+    // through would still show one inbox record, but two effects).
+    assert_eq!(t.effects("hotel"), 1);
+    assert_eq!(t.effects("payments"), 1);
     t.shutdown().await;
 }

@@ -202,12 +202,29 @@ impl SagaDefinition {
         self.stages.iter().flatten().nth(idx)
     }
 
-    /// Whether step `idx` comes after the pivot.
     /// Does it have a pivot (a step after which it cannot be undone)?
     pub fn has_pivot(&self) -> bool {
         self.stages.iter().flatten().any(|s| s.pivot)
     }
 
+    /// The index of its pivot step in an instance whose saga data is `data` (a
+    /// planned saga's steps are in its data): `None` without a pivot.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for a stored plan that does not decode.
+    pub fn pivot_for(&self, data: &Value) -> Result<Option<usize>> {
+        let planned;
+        let stages = match &self.planned {
+            None => &self.stages,
+            Some(p) => {
+                planned = p.stages(data)?;
+                &planned
+            }
+        };
+        Ok(stages.iter().flatten().position(|s| s.pivot))
+    }
+
+    /// Whether step `idx` comes after the pivot.
     pub(crate) fn after_pivot(&self, idx: usize) -> bool {
         match self.stages.iter().flatten().position(|s| s.pivot) {
             Some(p) => idx > p,

@@ -15,7 +15,7 @@ use crate::faults::Fault;
 impl DeliveryHandler for AgentHandler {
     async fn handle(&self, env: &Envelope) -> Delivery {
         #[cfg(feature = "testing")]
-        if let Some(fault) = self.hub.faults.take(&env.destination) {
+        if let Some(fault) = self.hub.faults.take(env) {
             return deliver(&self.hub, self.agent.as_ref(), env, fault).await;
         }
         self.agent.run(&self.hub, env).await
