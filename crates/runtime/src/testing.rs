@@ -58,6 +58,8 @@ pub const MAX_SKIPS: usize = 10_000;
 pub struct TestRuntime {
     runtime: Runtime,
     clock: ManualClock,
+    /// Its database: the same one after a [`restart`](Self::restart).
+    url: String,
     patience: Duration,
 }
 
@@ -87,12 +89,50 @@ impl TestRuntime {
     pub async fn start_at(builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
         let clock = ManualClock::new(start_ms);
         let url = fresh_url(Backend::Sqlite).await;
-        let runtime = builder.under_test(url, clock.clock()).start().await?;
+        let runtime = builder
+            .under_test(url.clone(), clock.clock())
+            .start()
+            .await?;
         runtime.faults.journal.start();
         Ok(Self {
             runtime,
             clock,
+            url,
             patience: PATIENCE,
+        })
+    }
+
+    /// Stops the runtime, as a deploy or a restart does, and starts `builder` (your
+    /// agents and sagas again, or a new version of them) on the same database and the
+    /// same clock: what the first one left (sagas asleep, waiting, retrying, messages
+    /// not yet delivered) the second one carries on. The faults still queued or drawn
+    /// at random, and the [`ledger`](Self::ledger), carry over.
+    ///
+    /// The stop is graceful: what the first runtime had in flight is finished or
+    /// given back before the second starts. (The `kill -9` of a process, which leaves
+    /// its claims to expire, is what agentsaga's own tests run in real processes.)
+    ///
+    /// # Errors
+    /// As [`RuntimeBuilder::start`].
+    pub async fn restart(self, builder: RuntimeBuilder) -> Result<Self> {
+        let Self {
+            runtime,
+            clock,
+            url,
+            patience,
+        } = self;
+        let faults = std::sync::Arc::clone(&runtime.faults);
+        runtime.shutdown().await;
+        let runtime = builder
+            .under_test(url.clone(), clock.clock())
+            .start()
+            .await?;
+        runtime.faults.inherit(&faults);
+        Ok(Self {
+            runtime,
+            clock,
+            url,
+            patience,
         })
     }
 

@@ -266,3 +266,49 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+fn renewal_runtime() -> agentsaga_runtime::RuntimeBuilder {
+    let renewal = Saga::<Value>::builder("renewal", 1)
+        .step(Step::new("remind", "mailer").nothing_to_undo())
+        .step(Step::sleep("grace", Duration::from_secs(3 * 86_400)))
+        .pivot(Step::new("charge", "payments").retry(RetryPolicy::new(MINUTE, MINUTE, 3)))
+        .build()
+        .unwrap();
+    Runtime::builder()
+        .agent(Echo("mailer"))
+        .agent(Echo("payments"))
+        .saga(renewal)
+}
+
+// A saga asleep for three days when its runtime restarts (a deploy): the next runtime,
+// on the same database and clock, wakes it on time and finishes it; the fault queued
+// before the restart and the ledger carry over.
+#[tokio::test]
+async fn a_sleeping_saga_survives_a_restart() {
+    let t = TestRuntime::start(renewal_runtime()).await.unwrap();
+    let id = t.start_saga("renewal", &json!({})).await.unwrap();
+    t.run_until_idle().await.unwrap();
+    let asleep = query::get(t.store(), id).await.unwrap().unwrap();
+    let wakes = asleep.sleeping_until_ms.expect("asleep after the reminder");
+    t.fail_next("payments", 1, &Fault::Retryable("busy".into()));
+
+    let t = t.restart(renewal_runtime()).await.unwrap();
+    t.advance(Duration::from_secs(86_400)).await.unwrap();
+    assert_eq!(
+        t.state(id).await.unwrap(),
+        SagaState::Running,
+        "still asleep"
+    );
+    assert_eq!(t.effects("payments"), 0);
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert!(t.now_ms() >= wakes, "woken at its time, not before");
+    assert_eq!(
+        t.calls("payments").await.unwrap(),
+        2,
+        "busy (the fault), then charged"
+    );
+    let steps: Vec<String> = t.ledger(id).into_iter().map(|e| e.step).collect();
+    assert_eq!(steps, ["remind", "charge"], "the ledger across the restart");
+    t.check_promises(id).await.unwrap();
+    t.shutdown().await;
+}

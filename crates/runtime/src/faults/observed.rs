@@ -123,6 +123,15 @@ impl Journal {
         self.on.store(true, Ordering::Release);
     }
 
+    /// Takes over `old`'s effects (and whether it keeps them), before its own.
+    pub(crate) fn inherit(&self, old: &Journal) {
+        let mut effects = std::mem::take(&mut *lock(&old.effects));
+        effects.append(&mut lock(&self.effects));
+        *lock(&self.effects) = effects;
+        self.on
+            .store(old.on.load(Ordering::Acquire), Ordering::Release);
+    }
+
     /// `env`'s work committed.
     pub(crate) fn committed(&self, env: &Envelope) {
         if !self.on.load(Ordering::Acquire) {
