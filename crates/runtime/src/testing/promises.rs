@@ -82,6 +82,21 @@ struct Row {
     undo: Option<CompensationState>,
 }
 
+impl TestRuntime {
+    /// [`check_promises`](Self::check_promises) of every saga in the database (child
+    /// sagas included).
+    async fn check_all(&self) -> Result<()> {
+        let filter = query::ListFilter {
+            limit: 1000,
+            ..query::ListFilter::default()
+        };
+        for saga in query::list(self.runtime.store(), &filter).await? {
+            self.check_promises(saga.id).await?;
+        }
+        Ok(())
+    }
+}
+
 /// How a saga ended, as [`judge`] needs it.
 struct Ended<'a> {
     state: SagaState,
@@ -252,7 +267,7 @@ impl RandomFaults {
     /// For each seed: starts the runtime `runtime()` builds on a fresh
     /// [`TestRuntime`], draws random faults from the seed
     /// ([`TestRuntime::random_faults`]), starts saga `name` with `input`, runs it to
-    /// its end and checks its promises.
+    /// its end and checks the promises of every saga it ran (its child sagas too).
     ///
     /// # Errors
     /// [`Error::PromiseBroken`] for the first seed whose saga broke a promise or did
@@ -279,7 +294,7 @@ impl RandomFaults {
             t.random_faults(seed, self.rate);
             let id = t.start_saga(name, input).await?;
             let run = match t.run_to_end(id).await {
-                Ok(state) => t.check_promises(id).await.map(|()| state),
+                Ok(state) => t.check_all().await.map(|()| state),
                 Err(e) => Err(e),
             };
             let drawn = t.faults_drawn();
