@@ -18,6 +18,7 @@ pub(crate) mod backend;
 pub(crate) mod config;
 pub(crate) mod conn;
 pub(crate) mod crash_hook;
+pub(crate) mod crash_point;
 pub(crate) mod exclusive;
 pub(crate) mod handover;
 pub(crate) mod hop;

@@ -374,11 +374,13 @@ async fn finish<R: Serialize>(
             return finish_failed(hub, env, e, usage).await;
         }
     };
+    #[cfg(feature = "testing")]
+    let noted = hub.faults.journal.noted(env);
     let delivery = commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await;
     #[cfg(feature = "testing")]
-    if matches!(delivery, Delivery::Delivered) {
-        hub.faults.journal.committed(env);
-    }
+    hub.faults
+        .journal
+        .settle(noted, matches!(delivery, Delivery::Delivered));
     delivery
 }
 

@@ -108,16 +108,6 @@ impl Faults {
         lock(&self.chaos).as_mut().and_then(|c| c.draw(env))
     }
 
-    /// Takes over what `old` (a runtime stopped for a restart) held: its queued and
-    /// random faults, and its journal.
-    pub(crate) fn inherit(&self, old: &Faults) {
-        *lock(&self.queued) = std::mem::take(&mut *lock(&old.queued));
-        *lock(&self.chaos) = lock(&old.chaos).take();
-        self.journal.inherit(&old.journal);
-        self.armed
-            .store(old.armed.load(Ordering::Acquire), Ordering::Release);
-    }
-
     fn queued_for(&self, destination: &str) -> Option<Fault> {
         let mut queued = lock(&self.queued);
         let faults = queued.get_mut(destination)?;

@@ -18,6 +18,8 @@ mod builder;
 mod destinations;
 #[cfg(feature = "nats")]
 mod linking;
+#[cfg(feature = "testing")]
+mod under_test;
 
 pub use builder::{
     DEFAULT_AGENT_CONCURRENCY, DEFAULT_CALLING_CONCURRENCY, DEFAULT_DATABASE,

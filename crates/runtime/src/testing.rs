@@ -29,15 +29,16 @@ use std::time::Duration;
 
 use agentsaga_core::Sql;
 use agentsaga_core::clock::ManualClock;
-use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_saga::query;
 use agentsaga_saga::{SagaId, SagaState};
 
+mod host;
+mod lifecycle;
 mod promises;
 mod recording;
 
 pub use crate::faults::{Action, Entry, Fault};
-use crate::{Error, Result, Runtime, RuntimeBuilder};
+use crate::{Error, Result, Runtime};
 pub use promises::{RandomFaults, Report, SEED_VAR};
 pub use recording::{RECORD_VAR, Recorded, Recording};
 
@@ -61,6 +62,8 @@ pub struct TestRuntime {
     /// Its database: the same one after a [`restart`](Self::restart).
     url: String,
     patience: Duration,
+    /// The tokio runtime the runtime's tasks run on (after `runtime`: dropped last).
+    host: host::Host,
 }
 
 impl std::ops::Deref for TestRuntime {
@@ -71,71 +74,6 @@ impl std::ops::Deref for TestRuntime {
 }
 
 impl TestRuntime {
-    /// Starts `builder` (your agents and sagas, as in production) on a fresh SQLite file
-    /// in a temporary directory (removed when the test process ends), its clock a
-    /// [`ManualClock`] standing at [`START_MS`]. The builder's database is replaced;
-    /// its store configuration is kept but for the clock.
-    ///
-    /// # Errors
-    /// As [`RuntimeBuilder::start`].
-    pub async fn start(builder: RuntimeBuilder) -> Result<Self> {
-        Self::start_at(builder, START_MS).await
-    }
-
-    /// [`start`](Self::start) with the clock at `start_ms` (Unix milliseconds).
-    ///
-    /// # Errors
-    /// As [`RuntimeBuilder::start`].
-    pub async fn start_at(builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
-        let clock = ManualClock::new(start_ms);
-        let url = fresh_url(Backend::Sqlite).await;
-        let runtime = builder
-            .under_test(url.clone(), clock.clock())
-            .start()
-            .await?;
-        runtime.faults.journal.start();
-        Ok(Self {
-            runtime,
-            clock,
-            url,
-            patience: PATIENCE,
-        })
-    }
-
-    /// Stops the runtime, as a deploy or a restart does, and starts `builder` (your
-    /// agents and sagas again, or a new version of them) on the same database and the
-    /// same clock: what the first one left (sagas asleep, waiting, retrying, messages
-    /// not yet delivered) the second one carries on. The faults still queued or drawn
-    /// at random, and the [`ledger`](Self::ledger), carry over.
-    ///
-    /// The stop is graceful: what the first runtime had in flight is finished or
-    /// given back before the second starts. (The `kill -9` of a process, which leaves
-    /// its claims to expire, is what agentsaga's own tests run in real processes.)
-    ///
-    /// # Errors
-    /// As [`RuntimeBuilder::start`].
-    pub async fn restart(self, builder: RuntimeBuilder) -> Result<Self> {
-        let Self {
-            runtime,
-            clock,
-            url,
-            patience,
-        } = self;
-        let faults = std::sync::Arc::clone(&runtime.faults);
-        runtime.shutdown().await;
-        let runtime = builder
-            .under_test(url.clone(), clock.clock())
-            .start()
-            .await?;
-        runtime.faults.inherit(&faults);
-        Ok(Self {
-            runtime,
-            clock,
-            url,
-            patience,
-        })
-    }
-
     /// How long (real time) [`run_until_idle`](Self::run_until_idle) waits for rest
     /// (default [`PATIENCE`]).
     pub fn set_patience(&mut self, patience: Duration) {
@@ -178,6 +116,11 @@ impl TestRuntime {
         let deadline = tokio::time::Instant::now() + self.patience;
         let mut quiet_before = false;
         loop {
+            if self.crashed() {
+                return Err(Error::NotAtRest(
+                    "it crashed at its crash point (crash_before_hop): restart it".into(),
+                ));
+            }
             let busy = self.busy().await?;
             if busy.is_none() && quiet_before {
                 return Ok(());
@@ -311,11 +254,6 @@ impl TestRuntime {
     /// failures included.
     pub fn effects(&self, destination: &str) -> u64 {
         self.runtime.faults.journal.at(destination)
-    }
-
-    /// Stops the runtime.
-    pub async fn shutdown(self) {
-        self.runtime.shutdown().await;
     }
 
     /// What keeps the runtime busy, if anything: messages in flight, due, or a

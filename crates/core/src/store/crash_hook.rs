@@ -6,12 +6,7 @@
 //! a test can `kill -9` the process there. Nothing reads the environment: in a build
 //! without `testing` the hook is not there at all.
 
-/// Where in the commit to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum At {
-    Before,
-    After,
-}
+pub(crate) use super::crash_point::At;
 
 #[cfg(feature = "testing")]
 static ARMED: std::sync::OnceLock<(At, usize, usize)> = std::sync::OnceLock::new();
@@ -60,6 +55,26 @@ pub(crate) async fn stop_if(at: At, hops: usize) {
     }
     #[cfg(not(feature = "testing"))]
     let _ = (at, hops);
+}
+
+#[cfg(feature = "testing")]
+impl crate::Store {
+    /// (feature `testing`) The `k`-th shared commit of hops from now (SQLite's lane: an
+    /// agent's outcome, an orchestrator's turn, one or more hops at a time) never
+    /// happens (`after` false), or happens and is never reported to the hops it holds
+    /// (`after` true: their messages are not acknowledged): the lane stops there,
+    /// forever, and every later hop waits behind it, as if the process had been killed
+    /// there. What is left to do is a restart's: stop everything that ran on this store
+    /// without waiting for it (its tokio runtime dropped) and open the database again.
+    /// `k` = 0 disarms. SQLite only: on PostgreSQL nothing stops.
+    pub fn crash_at_commit(&self, k: u64, after: bool) {
+        self.lanes().counts.crash.arm(k, after);
+    }
+
+    /// (feature `testing`) Whether the lane has stopped at its crash point.
+    pub fn crashed(&self) -> bool {
+        self.lanes().counts.crash.reached()
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,10 @@ pub(crate) struct Counts {
     /// Signalled when the holder lets go: a caller that found itself the holder (a
     /// future beside the holding one in its task) waits for it.
     pub(crate) released: tokio::sync::Notify,
+    /// (feature `testing`) Where a test crashes the store's lane
+    /// ([`Store::crash_before_commit`](crate::Store::crash_before_commit)).
+    #[cfg(feature = "testing")]
+    pub(crate) crash: super::crash_point::Point,
 }
 
 /// Who calls: a tokio task, or, outside one (`block_on`, a `#[tokio::main]` function's

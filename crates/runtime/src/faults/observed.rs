@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use agentsaga_core::Envelope;
+use agentsaga_core::{Envelope, MessageId};
 use agentsaga_saga::{SagaId, protocol};
 
 use super::{Fault, lock};
@@ -107,37 +107,40 @@ pub enum Action {
 
 /// The effects the agents committed, in commit order: each delivery whose work
 /// succeeded and whose transaction (effects, inbox record, answer) committed. Kept
-/// only once [`start`](Self::start)ed (a test runtime's).
+/// only once [`start`](Self::start)ed (a test runtime's). An effect is noted before
+/// its commit and settled after it; one a crash cut short between the two is
+/// settled by its inbox record ([`unsettled`](Self::unsettled)).
 #[derive(Debug, Default)]
 pub(crate) struct Journal {
     on: AtomicBool,
     effects: Mutex<Vec<Effect>>,
 }
 
-/// One effect: its saga (if a saga sent it), its destination, its ledger entry (a
-/// saga's command or compensation).
-type Effect = (Option<SagaId>, String, Option<Entry>);
+/// One effect: its saga (if a saga sent it), its message, its destination, its ledger
+/// entry (a saga's command or compensation), and whether it committed.
+#[derive(Debug)]
+struct Effect {
+    saga: Option<SagaId>,
+    message: MessageId,
+    destination: String,
+    entry: Option<Entry>,
+    committed: Option<bool>,
+}
+
+/// An effect noted and not yet settled ([`Journal::noted`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark(Option<usize>);
 
 impl Journal {
     pub(crate) fn start(&self) {
         self.on.store(true, Ordering::Release);
     }
 
-    /// Takes over `old`'s effects (and whether it keeps them), before its own.
-    pub(crate) fn inherit(&self, old: &Journal) {
-        let mut effects = std::mem::take(&mut *lock(&old.effects));
-        effects.append(&mut lock(&self.effects));
-        *lock(&self.effects) = effects;
-        self.on
-            .store(old.on.load(Ordering::Acquire), Ordering::Release);
-    }
-
-    /// `env`'s work committed.
-    pub(crate) fn committed(&self, env: &Envelope) {
+    /// `env`'s work succeeded and its commit begins.
+    pub(crate) fn noted(&self, env: &Envelope) -> Mark {
         if !self.on.load(Ordering::Acquire) {
-            return;
+            return Mark(None);
         }
-        let saga = protocol::saga_id(env).ok();
         let entry = protocol::Outbound::parse(env).map(|o| {
             let (idx, action) = match o {
                 protocol::Outbound::Command { step } => (step, Action::Done),
@@ -153,15 +156,43 @@ impl Journal {
                 action,
             }
         });
-        lock(&self.effects).push((saga, env.destination.clone(), entry));
+        let mut effects = lock(&self.effects);
+        effects.push(Effect {
+            saga: protocol::saga_id(env).ok(),
+            message: env.id,
+            destination: env.destination.clone(),
+            entry,
+            committed: None,
+        });
+        Mark(Some(effects.len() - 1))
+    }
+
+    /// Whether the effect at `mark` committed.
+    pub(crate) fn settle(&self, mark: Mark, committed: bool) {
+        if let Mark(Some(at)) = mark
+            && let Some(effect) = lock(&self.effects).get_mut(at)
+        {
+            effect.committed = Some(committed);
+        }
+    }
+
+    /// The effects noted and never settled (a crash came between), each with its
+    /// destination and message: settle them by whether the inbox has the message.
+    pub(crate) fn unsettled(&self) -> Vec<(Mark, String, MessageId)> {
+        lock(&self.effects)
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.committed.is_none())
+            .map(|(at, e)| (Mark(Some(at)), e.destination.clone(), e.message))
+            .collect()
     }
 
     /// Saga `id`'s entries, in commit order.
     pub(crate) fn of(&self, id: SagaId) -> Vec<Entry> {
         lock(&self.effects)
             .iter()
-            .filter(|(saga, _, _)| *saga == Some(id))
-            .filter_map(|(_, _, e)| e.clone())
+            .filter(|e| e.committed == Some(true) && e.saga == Some(id))
+            .filter_map(|e| e.entry.clone())
             .collect()
     }
 
@@ -169,7 +200,7 @@ impl Journal {
     pub(crate) fn at(&self, destination: &str) -> u64 {
         let n = lock(&self.effects)
             .iter()
-            .filter(|(_, d, _)| d == destination)
+            .filter(|e| e.committed == Some(true) && e.destination == destination)
             .count();
         u64::try_from(n).unwrap_or(u64::MAX)
     }

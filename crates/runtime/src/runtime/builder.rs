@@ -38,9 +38,9 @@ pub const DEFAULT_ORCHESTRATOR_CONCURRENCY: usize = 64;
 /// Builds a [`Runtime`]. See [`Runtime::builder`].
 #[must_use]
 pub struct RuntimeBuilder {
-    url: Option<String>,
-    store: Option<Store>,
-    store_config: StoreConfig,
+    pub(super) url: Option<String>,
+    pub(super) store: Option<Store>,
+    pub(super) store_config: StoreConfig,
     agents: Vec<Arc<dyn AgentRunner>>,
     sagas: Vec<SagaDefinition>,
     agent_concurrency: usize,
@@ -56,6 +56,7 @@ pub struct RuntimeBuilder {
     retention: crate::Retention,
     stall_watch: crate::stalled::StallWatch,
     answers_in_agent_tx: bool,
+    pub(super) faults: Arc<crate::faults::Faults>,
     /// Rate limits by destination (`RuntimeBuilder::rate_limit`).
     pub(crate) rate_limits: std::collections::HashMap<String, crate::RateLimit>,
     /// The link to other services, and the destinations sent over it (`linking.rs`).
@@ -88,6 +89,7 @@ impl RuntimeBuilder {
             rate_limits: std::collections::HashMap::new(),
             stall_watch: crate::stalled::StallWatch::default(),
             answers_in_agent_tx: true,
+            faults: Arc::default(),
             #[cfg(feature = "nats")]
             nats: None,
             #[cfg(feature = "nats")]
@@ -112,16 +114,6 @@ impl RuntimeBuilder {
     /// An already-open store instead of a URL.
     pub fn store(mut self, store: Store) -> Self {
         self.store = Some(store);
-        self
-    }
-
-    /// (feature `testing`) On the database at `url`, its store's clock `clock`, the
-    /// rest of its store configuration kept; a store given before is dropped.
-    #[cfg(feature = "testing")]
-    pub(crate) fn under_test(mut self, url: String, clock: agentsaga_core::clock::Clock) -> Self {
-        self.url = Some(url);
-        self.store = None;
-        self.store_config = self.store_config.clock(clock);
         self
     }
 
@@ -322,7 +314,7 @@ impl RuntimeBuilder {
                     settled: settled.clone(),
                 })
             });
-        let faults = Arc::new(crate::faults::Faults::default());
+        let faults = self.faults;
         let mut specs = Vec::new();
         let mut relay = self.relay;
         let mut total = 0;

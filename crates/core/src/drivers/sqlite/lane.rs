@@ -391,10 +391,20 @@ async fn batch_of(
         return None;
     }
     crash_hook::stop_if(crash_hook::At::Before, kept.len()).await;
+    #[cfg(feature = "testing")]
+    counts
+        .crash
+        .stop_if_reached(crash_hook::At::Before, kept.len())
+        .await;
     let (committed, kept_conn) = end_shared(t, true).await;
     match committed {
         Ok(()) => {
             crash_hook::stop_if(crash_hook::At::After, kept.len()).await;
+            #[cfg(feature = "testing")]
+            counts
+                .crash
+                .stop_if_reached(crash_hook::At::After, kept.len())
+                .await;
             counts.commits.fetch_add(1, Ordering::Relaxed);
             counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
             for done in kept {
