@@ -107,6 +107,17 @@ impl Breakers {
 
     /// The destinations whose breaker is open or half-open (paused, probed one
     /// delivery at a time).
+    /// The destinations whose breaker is open, each with when its next probe may go.
+    pub(crate) fn pauses(&self) -> Vec<(String, Instant)> {
+        self.states
+            .iter()
+            .filter_map(|(d, s)| match s {
+                State::Open { until, .. } => Some((d.clone(), *until)),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(crate) fn paused(&self) -> usize {
         self.states
             .values()

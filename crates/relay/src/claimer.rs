@@ -326,7 +326,8 @@ impl Claimer {
             }
             None => {}
         }
-        self.stats.set_paused(state.breakers.paused());
+        self.stats
+            .set_paused(state.breakers.paused(), state.breakers.pauses());
         state.outcomes.record(
             &envelope,
             done.delivery,

@@ -94,6 +94,12 @@ impl Relay {
         self.stats.snapshot()
     }
 
+    /// The destinations paused now by their circuit breaker, each with when (by the
+    /// store's clock) its next probe may go; a time already passed: its probe is due.
+    pub fn pauses(&self) -> Vec<(String, tokio::time::Instant)> {
+        self.stats.pauses()
+    }
+
     /// A cloneable reader of the counters, for samplers that outlive a borrow of the
     /// handle (metrics).
     pub fn stats_reader(&self) -> impl Fn() -> RelayStats + Send + Sync + 'static {

@@ -61,6 +61,8 @@ pub(crate) struct StatsCell {
     db_errors: AtomicU64,
     breaker_trips: AtomicU64,
     paused: AtomicU64,
+    /// The destinations paused by their breaker, and until when (`Relay::pauses`).
+    pauses: std::sync::Mutex<Vec<(String, tokio::time::Instant)>>,
     leases_lost: AtomicU64,
     latency_sum_ms: AtomicU64,
     histogram: Box<[AtomicU64]>,
@@ -78,6 +80,7 @@ impl Default for StatsCell {
             db_errors: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
             paused: AtomicU64::new(0),
+            pauses: std::sync::Mutex::default(),
             leases_lost: AtomicU64::new(0),
             latency_sum_ms: AtomicU64::new(0),
             histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
@@ -122,8 +125,20 @@ impl StatsCell {
         self.breaker_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_paused(&self, n: usize) {
+    pub(crate) fn set_paused(&self, n: usize, pauses: Vec<(String, tokio::time::Instant)>) {
         self.paused.store(n as u64, Ordering::Relaxed);
+        *self
+            .pauses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = pauses;
+    }
+
+    /// The destinations paused by their breaker, and until when.
+    pub(crate) fn pauses(&self) -> Vec<(String, tokio::time::Instant)> {
+        self.pauses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn latency(&self, ms: u64) {

@@ -19,7 +19,7 @@ pub use observed::{Action, Entry};
 pub(crate) use observed::{Chaos, Journal};
 
 #[cfg(feature = "testing")]
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 #[cfg(feature = "testing")]
 use std::sync::Mutex;
 #[cfg(feature = "testing")]
@@ -38,6 +38,9 @@ pub(crate) struct Faults {
     /// Random faults from a seed, if a test asked for them.
     #[cfg(feature = "testing")]
     chaos: Mutex<Option<Chaos>>,
+    /// Destinations whose link a test cut: nothing reaches them.
+    #[cfg(feature = "testing")]
+    cut: Mutex<HashSet<String>>,
     /// The effects the agents committed, in commit order (a test runtime's only).
     #[cfg(feature = "testing")]
     pub(crate) journal: Journal,
@@ -97,6 +100,23 @@ impl Faults {
             .unwrap_or_default()
     }
 
+    /// Cuts (`true`) or mends the link to `destination`.
+    pub(crate) fn cut(&self, destination: &str, cut: bool) {
+        let mut links = lock(&self.cut);
+        if cut {
+            links.insert(destination.to_owned());
+        } else {
+            links.remove(destination);
+        }
+        drop(links);
+        self.rearm();
+    }
+
+    /// Whether a test cut the link to `destination`.
+    pub(crate) fn is_cut(&self, destination: &str) -> bool {
+        self.armed.load(Ordering::Acquire) && lock(&self.cut).contains(destination)
+    }
+
     /// The fault of this delivery of `env`, if one waits or is drawn.
     pub(crate) fn take(&self, env: &agentsaga_core::Envelope) -> Option<Fault> {
         if !self.armed.load(Ordering::Acquire) {
@@ -115,10 +135,17 @@ impl Faults {
         if faults.is_empty() {
             queued.remove(destination);
         }
-        if queued.is_empty() && lock(&self.chaos).is_none() {
-            self.armed.store(false, Ordering::Release);
-        }
+        drop(queued);
+        self.rearm();
         fault
+    }
+
+    /// Armed while a fault waits, random faults are drawn, or a link is cut.
+    fn rearm(&self) {
+        let armed = !lock(&self.queued).is_empty()
+            || lock(&self.chaos).is_some()
+            || !lock(&self.cut).is_empty();
+        self.armed.store(armed, Ordering::Release);
     }
 }
 

@@ -30,7 +30,7 @@ pub use builder::{
 pub struct Runtime {
     store: Store,
     engine: Engine,
-    relay: Option<Relay>,
+    pub(crate) relay: Option<Relay>,
     supervisor: ActorRef<SupervisorMsg>,
     settled: broadcast::Sender<Settled>,
     metrics: Option<crate::metrics::MetricsEndpoint>,

@@ -135,3 +135,26 @@ async fn a_crash_at_any_hop_loses_nothing() {
         }
     }
 }
+
+// The link to the payment provider cut for two hours (a broker outage, a partition):
+// the trip waits at the pivot, nothing is dead-lettered and nothing fails; mended, the
+// trip is charged and completes, each effect once.
+#[tokio::test]
+async fn a_cut_link_holds_the_saga_until_it_is_mended() {
+    let t = TestRuntime::start(trip_runtime(false)).await.unwrap();
+    t.cut_link("payments");
+    let id = t.start_saga("trip", &json!({})).await.unwrap();
+    for _ in 0..24 {
+        t.advance(5 * MINUTE).await.unwrap();
+        assert_eq!(t.state(id).await.unwrap(), SagaState::Running);
+    }
+    assert_eq!(t.effects("payments"), 0);
+    assert_eq!(t.calls("payments").await.unwrap(), 0, "nothing reached it");
+    assert_eq!(t.store().admin().stats().await.unwrap().dead, 0);
+
+    t.mend_link("payments");
+    assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
+    assert_eq!(t.effects("payments"), 1);
+    t.check_promises(id).await.unwrap();
+    t.shutdown().await;
+}

@@ -15,6 +15,10 @@ use crate::faults::Fault;
 impl DeliveryHandler for AgentHandler {
     async fn handle(&self, env: &Envelope) -> Delivery {
         #[cfg(feature = "testing")]
+        if self.hub.faults.is_cut(&env.destination) {
+            return Delivery::unavailable(format!("a test cut the link to {}", env.destination));
+        }
+        #[cfg(feature = "testing")]
         if let Some(fault) = self.hub.faults.take(env) {
             return deliver(&self.hub, self.agent.as_ref(), env, fault).await;
         }
