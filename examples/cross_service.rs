@@ -21,13 +21,15 @@ use std::time::Duration;
 
 use agentsaga::prelude::*;
 use agentsaga::runtime::{NatsConnect, NatsLink};
-use agentsaga::saga::SagaDefinition;
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 #[path = "support/mod.rs"]
 mod support;
+
+#[path = "support/orders.rs"]
+mod orders;
+
+use orders::{DDL, Order, Recorder, order_saga};
 
 #[derive(Parser)]
 #[command(about = "A saga in one service, one of its agents in another, over NATS JetStream")]
@@ -67,61 +69,6 @@ enum Role {
         #[arg(long, default_value_t = 5000)]
         ack_wait_ms: u64,
     },
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Order {
-    n: u64,
-}
-
-/// Records what it does in `effects`, in its handler's transaction. `ship` refuses
-/// every fourth order (`n % 4 == 3`), for good.
-struct Recorder(&'static str);
-
-#[async_trait::async_trait]
-impl Agent for Recorder {
-    type Command = Value;
-    type Reply = Value;
-    fn destination(&self) -> &str {
-        self.0
-    }
-    async fn handle(&self, ctx: &mut AgentContext<'_>, cmd: Value) -> Result<Value, StepError> {
-        let saga = ctx
-            .saga_id()
-            .map(|s| s.to_string())
-            .ok_or_else(|| StepError::fatal("no saga id"))?;
-        if self.0 == "ship" && cmd["n"].as_u64().unwrap_or_default() % 4 == 3 {
-            return Err(StepError::fatal("no address to ship to"));
-        }
-        let kind = if ctx.is_compensation() { "undo" } else { "do" };
-        support::exec(
-            ctx.conn(),
-            "INSERT INTO effects (agent, saga_id, kind) VALUES (?, ?, ?)",
-            &[self.0, &saga, kind],
-        )
-        .await?;
-        Ok(json!({ "done_by": self.0 }))
-    }
-}
-
-const DDL: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS effects (agent TEXT NOT NULL, saga_id TEXT NOT NULL, kind TEXT NOT NULL)",
-];
-
-fn order_saga() -> anyhow::Result<SagaDefinition> {
-    Ok(Saga::<Order>::builder("order", 1)
-        .step(Step::new("reserve", "stock").compensate("stock", |o: &Order| json!(o.n)))
-        .step(
-            Step::new("charge", "payments")
-                .command(|o: &Order| json!({ "n": o.n }))
-                .compensate("payments", |o: &Order| json!(o.n)),
-        )
-        .step(
-            Step::new("ship", "ship")
-                .command(|o: &Order| json!({ "n": o.n }))
-                .nothing_to_undo(),
-        )
-        .build()?)
 }
 
 #[tokio::main]
