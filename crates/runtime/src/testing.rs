@@ -36,11 +36,13 @@ mod host;
 mod lifecycle;
 mod promises;
 mod recording;
+mod trace;
 
 pub use crate::faults::{Action, Entry, Fault};
 use crate::{Error, Result, Runtime};
 pub use promises::{RandomFaults, Report, SEED_VAR};
 pub use recording::{RECORD_VAR, Recorded, Recording};
+pub use trace::{Span, Trace};
 
 /// Where a [`TestRuntime`]'s clock starts unless told: 2030-01-01T00:00:00Z, a fixed
 /// time, so that what a test sees does not depend on the day it runs.
@@ -64,6 +66,8 @@ pub struct TestRuntime {
     patience: Duration,
     /// The tokio runtime the runtime's tasks run on (after `runtime`: dropped last).
     host: host::Host,
+    /// What its threads traced.
+    tracing: std::sync::Arc<trace::Tracing>,
 }
 
 impl std::ops::Deref for TestRuntime {
@@ -273,6 +277,50 @@ impl TestRuntime {
     /// not called.
     pub fn fail_next(&self, destination: &str, n: usize, fault: &Fault) {
         self.runtime.faults.push(destination, n, fault);
+    }
+
+    /// [`Runtime::start_saga`], its `saga.start` span traced with the runtime's
+    /// ([`trace`](Self::trace)).
+    ///
+    /// # Errors
+    /// As [`Runtime::start_saga`].
+    pub async fn start_saga<D: serde::Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
+        use tracing::instrument::WithSubscriber as _;
+        let dispatch = self.tracing.dispatch.clone();
+        self.runtime
+            .start_saga(name, data)
+            .with_subscriber(dispatch)
+            .await
+    }
+
+    /// [`Runtime::start_saga_with_key`], traced as [`start_saga`](Self::start_saga).
+    ///
+    /// # Errors
+    /// As [`Runtime::start_saga_with_key`].
+    pub async fn start_saga_with_key<D: serde::Serialize>(
+        &self,
+        name: &str,
+        key: &str,
+        data: &D,
+    ) -> Result<SagaId> {
+        use tracing::instrument::WithSubscriber as _;
+        let dispatch = self.tracing.dispatch.clone();
+        self.runtime
+            .start_saga_with_key(name, key, data)
+            .with_subscriber(dispatch)
+            .await
+    }
+
+    /// Saga `id`'s trace: the finished spans of the one trace its spans are in, rooted
+    /// at its `saga.start` (a child saga's spans are in its parent's trace). The
+    /// runtime's threads trace to an in-memory exporter of this test runtime's own, as
+    /// `telemetry::init` would export them; set `RUST_LOG` to see its logs too.
+    ///
+    /// # Errors
+    /// [`Error::PromiseBroken`] if the saga's spans are in more than one trace, or it
+    /// has none.
+    pub fn trace(&self, id: SagaId) -> Result<Trace> {
+        self.tracing.trace(id)
     }
 
     /// Cuts the link to `destination`, as a broker outage or a network partition

@@ -104,6 +104,16 @@ async fn the_ledger_shows_what_took_effect_in_order() {
     );
     assert_eq!(t.effects("payments"), 0);
     t.check_promises(id).await.unwrap();
+    // One saga, one trace: rooted at its start, an agent's span for every delivery
+    // that reached an agent (the faulted ones do not).
+    let trace = t.trace(id).unwrap();
+    assert_eq!(trace.roots(), ["saga.start"], "{:?}", trace.spans());
+    assert_eq!(trace.count("saga.start"), 1);
+    assert!(
+        trace.count("agent.handle") >= ledger.len(),
+        "{:?}",
+        trace.spans()
+    );
     t.shutdown().await;
 }
 

@@ -139,6 +139,17 @@ async fn a_saga_with_a_child_under_test() {
     };
     assert_eq!(undone(child), ["table", "room"]);
     assert_eq!(undone(id), ["flight"]);
+    // One trace for the parent and its child, rooted at the parent's start.
+    let trace = t.trace(id).unwrap();
+    assert_eq!(trace.roots(), ["saga.start"], "{:?}", trace.spans());
+    let mut both = vec![id.to_string(), child.to_string()];
+    both.sort();
+    assert_eq!(trace.sagas(), both);
+    assert_eq!(
+        t.trace(child).unwrap().spans(),
+        trace.spans(),
+        "the same trace"
+    );
     t.check_promises(id).await.unwrap();
     t.check_promises(child).await.unwrap();
     t.shutdown().await;

@@ -10,6 +10,8 @@ use super::{AgentHandler, DeliveryHandler};
 use super::{AgentRunner, Hub};
 #[cfg(feature = "testing")]
 use crate::faults::Fault;
+#[cfg(feature = "testing")]
+use tracing::Instrument as _;
 
 #[async_trait::async_trait]
 impl DeliveryHandler for AgentHandler {
@@ -20,7 +22,11 @@ impl DeliveryHandler for AgentHandler {
         }
         #[cfg(feature = "testing")]
         if let Some(fault) = self.hub.faults.take(env) {
-            return deliver(&self.hub, self.agent.as_ref(), env, fault).await;
+            // Traced as the agent's own failure would be: in the message's trace.
+            let span = super::agent_span(env);
+            return deliver(&self.hub, self.agent.as_ref(), env, fault)
+                .instrument(span)
+                .await;
         }
         self.agent.run(&self.hub, env).await
     }

@@ -2,6 +2,12 @@
 
 use crate::{Error, Result, Runtime, RuntimeBuilder};
 
+thread_local! {
+    /// A host thread's hold on its test runtime's subscriber, as its default.
+    static TRACING: std::cell::RefCell<Option<tracing::dispatcher::DefaultGuard>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// The tokio runtime a `TestRuntime`'s runtime runs on (two worker threads, as a
 /// small production box): every task the runtime spawns (actors, relay, lane,
 /// timers) is on it, so that dropping it stops them all at once, where they stand,
@@ -9,10 +15,22 @@ use crate::{Error, Result, Runtime, RuntimeBuilder};
 pub(crate) struct Host(Option<tokio::runtime::Runtime>);
 
 impl Host {
-    pub(super) fn new() -> Result<Self> {
+    /// A host whose threads trace through `dispatch`.
+    pub(super) fn new(dispatch: &tracing::Dispatch) -> Result<Self> {
+        let dispatch = dispatch.clone();
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("agentsaga-test")
+            .on_thread_start(move || {
+                let guard = tracing::dispatcher::set_default(&dispatch);
+                let _ = TRACING.try_with(|g| *g.borrow_mut() = Some(guard));
+            })
+            // Let go of the subscriber while the thread still runs: dropped in its
+            // thread-local's destructor (the last hold on it, once the test runtime is
+            // gone), its exporter's shutdown would abort the process.
+            .on_thread_stop(|| {
+                let _ = TRACING.try_with(|g| g.borrow_mut().take());
+            })
             .enable_all()
             .build()
             .map(|rt| Self(Some(rt)))

@@ -9,6 +9,7 @@ use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{Sql, Store};
 
 use super::host::Host;
+use super::trace::Tracing;
 use super::{PATIENCE, START_MS, TestRuntime};
 use crate::faults::Faults;
 use crate::{Error, Result, RuntimeBuilder};
@@ -33,7 +34,8 @@ impl TestRuntime {
     pub async fn start_at(builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
         let clock = ManualClock::new(start_ms);
         let url = fresh_url(Backend::Sqlite).await;
-        let host = Host::new()?;
+        let tracing = Arc::new(Tracing::new());
+        let host = Host::new(&tracing.dispatch)?;
         let faults = Arc::new(Faults::default());
         faults.journal.start();
         let runtime = host
@@ -45,6 +47,7 @@ impl TestRuntime {
             url,
             patience: PATIENCE,
             host,
+            tracing,
         })
     }
 
@@ -71,6 +74,7 @@ impl TestRuntime {
             url,
             patience,
             mut host,
+            tracing,
         } = self;
         let faults = Arc::clone(&runtime.faults);
         if runtime.store().crashed() {
@@ -88,7 +92,7 @@ impl TestRuntime {
             runtime.shutdown().await;
             host.kill();
         }
-        let host = Host::new()?;
+        let host = Host::new(&tracing.dispatch)?;
         let runtime = host
             .start(builder.under_test(url.clone(), clock.clock(), faults))
             .await?;
@@ -98,6 +102,7 @@ impl TestRuntime {
             url,
             patience,
             host,
+            tracing,
         })
     }
 

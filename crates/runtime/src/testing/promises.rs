@@ -28,7 +28,9 @@ impl TestRuntime {
     /// - the pivot held: nothing after it was undone, and once it (or a step after
     ///   it) took effect nothing was undone and the saga did not end compensated;
     /// - a completed saga undid nothing; a compensated one undid every step that
-    ///   took effect and has something to undo, and left no compensation unfinished.
+    ///   took effect and has something to undo, and left no compensation unfinished;
+    /// - one saga, one trace: its spans are all in one trace
+    ///   ([`trace`](Self::trace)), across retries, faults, restarts and crashes.
     ///
     /// # Errors
     /// [`Error::PromiseBroken`] saying what broke; a store error; the saga unknown.
@@ -63,14 +65,17 @@ impl TestRuntime {
             error: saga.error.as_deref(),
             pivot,
         };
-        judge(&ended, &self.ledger(id), &steps).map_err(|why| {
-            Error::PromiseBroken(format!(
-                "saga {id} ({} v{}, {}): {why}",
-                saga.name,
-                saga.version,
-                saga.state.as_str()
-            ))
-        })
+        let traced = self.trace(id).map(|_| ()).map_err(|e| e.to_string());
+        judge(&ended, &self.ledger(id), &steps)
+            .and(traced)
+            .map_err(|why| {
+                Error::PromiseBroken(format!(
+                    "saga {id} ({} v{}, {}): {why}",
+                    saga.name,
+                    saga.version,
+                    saga.state.as_str()
+                ))
+            })
     }
 }
 
