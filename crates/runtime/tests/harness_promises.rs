@@ -12,7 +12,7 @@ use std::time::Duration;
 use agentsaga_core::RetryPolicy;
 use agentsaga_runtime::testing::{Action, Entry, Fault, RandomFaults, Recording, TestRuntime};
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Error, Runtime, StepError};
-use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step, query};
+use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step, Usage, query};
 use echo::Echo;
 use serde_json::{Value, json};
 
@@ -173,10 +173,14 @@ impl CallingAgent for Llm {
     fn destination(&self) -> &str {
         "llm"
     }
-    async fn call(&self, _: &CallContext<'_>, command: &Value) -> Result<String, StepError> {
+    async fn call(&self, ctx: &CallContext<'_>, command: &Value) -> Result<String, StepError> {
         if self.calls.fetch_add(1, Ordering::SeqCst) == 0 && self.busy_first {
             return Err(StepError::retryable("overloaded"));
         }
+        ctx.report_usage(Usage {
+            tokens_out: 42,
+            ..Usage::default()
+        });
         Ok(format!("A draft about {}", command["topic"]))
     }
     async fn record(
@@ -201,7 +205,8 @@ fn drafting() -> SagaDefinition {
         .unwrap()
 }
 
-async fn drafted(recording: &Recording, llm: Llm, topic: &str) -> Result<Value, Error> {
+/// The saga's data once drafted, and the tokens its steps reported.
+async fn drafted(recording: &Recording, llm: Llm, topic: &str) -> Result<(Value, u64), Error> {
     let builder = Runtime::builder()
         .calling_agent(recording.wrap(llm))
         .saga(drafting());
@@ -209,9 +214,12 @@ async fn drafted(recording: &Recording, llm: Llm, topic: &str) -> Result<Value, 
     let id = t.start_saga("draft", &json!({ "topic": topic })).await?;
     let end = t.run_to_end(id).await;
     let data = query::data(t.store(), id).await?;
+    let spent = query::spending(t.store(), id)
+        .await?
+        .map(|s| s.usage.tokens_out);
     t.shutdown().await;
     assert_eq!(end?, SagaState::Completed);
-    Ok(data.unwrap_or_default())
+    Ok((data.unwrap_or_default(), spent.unwrap_or_default()))
 }
 
 // Recorded once for real (busy, then a draft), replayed without the call: the same
@@ -227,7 +235,8 @@ async fn an_llm_answers_once_and_is_replayed() {
         calls: Arc::clone(&live),
         busy_first: true,
     };
-    let data = drafted(&recording, llm, "tides").await.unwrap();
+    let (data, tokens) = drafted(&recording, llm, "tides").await.unwrap();
+    assert_eq!(tokens, 42);
     assert_eq!(data["draft"], "A draft about \"tides\"");
     assert_eq!(live.load(Ordering::SeqCst), 2, "busy, then the draft");
     assert_eq!(
@@ -241,7 +250,8 @@ async fn an_llm_answers_once_and_is_replayed() {
         busy_first: false,
     };
     let recording = Recording::replay(&file).unwrap();
-    let data = drafted(&recording, offline(), "tides").await.unwrap();
+    let (data, tokens) = drafted(&recording, offline(), "tides").await.unwrap();
+    assert_eq!(tokens, 42, "the recorded usage counts again, for budgets");
     assert_eq!(data["draft"], "A draft about \"tides\"");
     assert_eq!(
         replayed.load(Ordering::SeqCst),

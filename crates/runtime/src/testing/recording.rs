@@ -7,12 +7,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use agentsaga_saga::{SagaId, protocol};
+use agentsaga_saga::{SagaId, Usage, protocol};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::{AgentContext, CallContext, CallingAgent, StepError};
+use crate::agent::{AgentContext, CallContext, CallingAgent, Meter, StepError};
 use crate::faults::lock;
 use crate::{Error, Result};
 
@@ -68,6 +68,9 @@ struct Call {
     /// The command's payload.
     request: Value,
     result: Outcome,
+    /// What the call reported it used (tokens, cost), reported again on replay.
+    #[serde(default)]
+    usage: Usage,
 }
 
 /// A call's result as the file keeps it.
@@ -168,8 +171,8 @@ impl Recording {
     }
 
     /// The `taken`-th answer recorded for `key` and `request` (the last one past
-    /// them), if any.
-    fn answer(&self, key: &str, request: &Value) -> Option<Outcome> {
+    /// them), if any, with the usage its call reported.
+    fn answer(&self, key: &str, request: &Value) -> Option<(Outcome, Usage)> {
         let book = lock(&self.inner.book);
         let alike: Vec<&Call> = book
             .calls
@@ -182,7 +185,7 @@ impl Recording {
             .or_default();
         let call = alike.get(*n).or_else(|| alike.last())?;
         *n += 1;
-        Some(call.result.clone())
+        Some((call.result.clone(), call.usage))
     }
 
     /// Keeps `call` and writes the file (a temporary file renamed over it).
@@ -242,11 +245,23 @@ where
         let path = self.recording.inner.path.display().to_string();
         if !self.recording.inner.record {
             return match self.recording.answer(&key, &request) {
-                Some(outcome) => replayed(outcome, &key, &path),
+                Some((outcome, usage)) => {
+                    ctx.report_usage(usage);
+                    replayed(outcome, &key, &path)
+                }
                 None => Err(self.miss(ctx, &key, &path)),
             };
         }
-        let result = self.agent.call(ctx, command).await;
+        // The call's own report of its usage, kept with its answer (and passed on).
+        let meter = Meter::default();
+        let result = self
+            .agent
+            .call(&CallContext::metered(env, &meter), command)
+            .await;
+        let usage = *meter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ctx.report_usage(usage);
         let outcome = match &result {
             Ok(output) => match serde_json::to_value(output) {
                 Ok(v) => Outcome::Ok(v),
@@ -268,6 +283,7 @@ where
             key: key.clone(),
             request,
             result: outcome,
+            usage,
         }) {
             return Err(StepError::Infrastructure(format!(
                 "recording {key} into {path}: {e}"
