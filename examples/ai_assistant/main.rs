@@ -132,20 +132,25 @@ mod support;
 mod llm_stub;
 
 mod agents;
+mod data;
 mod llm;
 mod planner;
 mod rules;
+mod setup;
 mod signals;
 
 use agents::*;
+use data::*;
 use llm::*;
 use planner::*;
 use rules::*;
+use setup::*;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentsaga::prelude::*;
+use agentsaga::runtime::RuntimeBuilder;
 use agentsaga::saga::{PlanStage, SagaDefinition};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
@@ -201,79 +206,6 @@ struct Args {
     reply_rate: f64,
 }
 
-/// What a saga is started with: the request (`/input` in the saga data).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Input {
-    company: String,
-}
-
-/// A command of the plan (its `$from` references resolved): do the agent's work, or
-/// undo it. The same shape for every agent; each reads the fields it needs.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-enum Command {
-    Do(Task),
-    /// Undo what the step made: the row its reply named; `None` when its outcome is
-    /// unknown.
-    Undo {
-        #[serde(default)]
-        id: Option<String>,
-    },
-}
-
-/// The work a plan asks of an agent, with what earlier steps produced.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Task {
-    company: String,
-    /// The research notes (for the draft).
-    #[serde(default)]
-    findings: Option<String>,
-    /// The reserved slot (for the draft).
-    #[serde(default)]
-    slot: Option<String>,
-    /// The email's body (for the email).
-    #[serde(default)]
-    draft: Option<String>,
-    /// Who approved the email (for the CRM record).
-    #[serde(default)]
-    approved_by: Option<String>,
-    /// The notes on the company's competitors, from the child sagas that researched
-    /// them (for the draft); `null` for one whose reference found nothing.
-    #[serde(default)]
-    competitors: Option<Vec<Option<String>>>,
-    /// The company's reply to the email (for the follow-up); `null` if none came in
-    /// time.
-    #[serde(default)]
-    reply: Option<Value>,
-}
-
-/// What an agent made: its text, and for an effect that can be undone, the id of its
-/// row (what the undo names). A plan refers to them as `/results/<step>/text` and
-/// `/results/<step>/id`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Made {
-    text: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-}
-
-fn saga_of(ctx: &CallContext<'_>) -> Result<String, StepError> {
-    ctx.saga_id()
-        .map(|s| s.to_string())
-        .ok_or_else(|| StepError::fatal("no saga id"))
-}
-
-const DDL: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS assistant_plans (saga_id TEXT PRIMARY KEY, steps TEXT NOT NULL, plan TEXT NOT NULL, answer TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_research (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'done'), summary TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_calendar_slots (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('reserved', 'cancelled')), slot TEXT NOT NULL, event_id TEXT NOT NULL UNIQUE)",
-    "CREATE TABLE IF NOT EXISTS assistant_drafts (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'discarded')), body TEXT NOT NULL, draft_id TEXT NOT NULL UNIQUE)",
-    "CREATE TABLE IF NOT EXISTS assistant_emails (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'sent'), body TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_crm_records (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status = 'created'), note TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS assistant_follow_ups (saga_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('drafted', 'replied')), note TEXT NOT NULL)",
-    llm_stub::CALLS_DDL,
-];
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -307,6 +239,7 @@ async fn main() -> anyhow::Result<()> {
                 store: Some(store.clone()),
                 requests_per_minute: Some(args.llm_stub_rpm.unwrap_or(args.llm_rpm)),
                 follow_up_after: Some(args.follow_up_after.clone()),
+                instant: false,
             })
             .await?;
             let base = stub.base_url.clone();
@@ -325,48 +258,15 @@ async fn main() -> anyhow::Result<()> {
         stub.is_some(),
     )?);
 
-    let research = competitor_research(step_timeout)?;
-    let budget =
-        (args.budget_tokens_out > 0).then(|| Budget::new().tokens_out(args.budget_tokens_out));
-    let saga = definition(step_timeout, &research, budget)?;
-    // The wait for a reply the planner will set, checked as the engine checks a plan's.
-    let wait = PlanStep::wait_for("await_reply", REPLY).or_after(args.follow_up_after.clone());
-    if let Err(e) = saga.check_plan(&Plan::new().then(wait)) {
-        anyhow::bail!("--follow-up-after: {e}");
-    }
-    let mut builder = Runtime::builder()
-        .store(store)
-        .saga(saga.clone())
-        .saga(research.clone());
-    for llm_destination in [PLANNER, RESEARCH_PLANNER, RESEARCH, DRAFTS] {
-        let share = RateLimit::requests_per_minute((args.llm_rpm / 4).max(1));
-        builder = builder.rate_limit(llm_destination, share);
-    }
-    for (planning, saga) in [
-        (Planning::Assistant, saga),
-        (Planning::Competitor, research),
-    ] {
-        builder = builder.calling_agent(Planner {
-            planning,
-            llm: Arc::clone(&llm),
-            saga: Arc::new(saga),
-            step_timeout,
-            follow_up_after: args.follow_up_after.clone(),
-        });
-    }
-    for writing in [Writing::Research, Writing::Draft] {
-        builder = builder.calling_agent(LlmAgent {
-            writing,
-            llm: Arc::clone(&llm),
-        });
-    }
-    for skill in [Skill::Calendar, Skill::Email, Skill::Crm, Skill::FollowUp] {
-        builder = builder.agent(SkillAgent {
-            skill,
-            seed,
-            fail_rate,
-        });
-    }
+    let settings = Settings {
+        step_timeout,
+        budget_tokens_out: args.budget_tokens_out,
+        follow_up_after: args.follow_up_after.clone(),
+        llm_rpm: args.llm_rpm,
+        seed,
+        fail_rate,
+    };
+    let builder = assistant(Runtime::builder().store(store), &llm, &settings)?;
     let runtime = support::configure(builder, common).start().await?;
     let store = runtime.store().clone();
     let approver = args

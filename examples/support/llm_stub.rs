@@ -129,6 +129,8 @@ pub struct Config {
     /// How long the assistant's plans wait for a reply to the email before the
     /// follow-up (`"2s"`, `"3d"`); `None`: no wait, no follow-up.
     pub follow_up_after: Option<String>,
+    /// Answer at once, without the real API's 200–2,000 ms (tests on a manual clock).
+    pub instant: bool,
 }
 
 /// A running stub; stops when dropped.
@@ -276,8 +278,11 @@ async fn chat_completions(
     };
     let targeted = config.only_step.as_deref().is_none_or(|s| s == step);
     let mode = if targeted { config.mode } else { Mode::Normal };
-    let delay =
-        Duration::from_millis(200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64);
+    let delay = if config.instant {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(200 + (unit(config.seed, &key, nth, "delay") * 1800.0) as u64)
+    };
     let over = config.requests_per_minute.and_then(|rpm| {
         let mut pace = shared.pace.lock().expect("not poisoned");
         pace.take(rpm).err()

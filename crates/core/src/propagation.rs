@@ -30,6 +30,14 @@ pub fn inject_current(headers: &mut Headers) {
     }
 }
 
+/// The current span's context as a W3C `traceparent`, if a propagator is installed
+/// and the span is traced: what a saga keeps to continue its trace later.
+pub fn current_traceparent() -> Option<String> {
+    let mut headers = Headers::new();
+    inject_current(&mut headers);
+    headers.remove(header::TRACEPARENT)
+}
+
 /// Makes the context carried by `headers` the parent of `span`.
 pub fn adopt(span: &tracing::Span, headers: &Headers) {
     if let Some(p) = PROPAGATOR.get() {

@@ -41,6 +41,12 @@ pub(crate) struct Faults {
     /// Destinations whose link a test cut: nothing reaches them.
     #[cfg(feature = "testing")]
     cut: Mutex<HashSet<String>>,
+    /// Deliveries in flight that wait on the clock (a rate-limit slot), each with when
+    /// (clock ms) it ends: timers a test runtime moves the clock to.
+    #[cfg(feature = "testing")]
+    waits: Mutex<Vec<(u64, i64)>>,
+    #[cfg(feature = "testing")]
+    next_wait: std::sync::atomic::AtomicU64,
     /// The effects the agents committed, in commit order (a test runtime's only).
     #[cfg(feature = "testing")]
     pub(crate) journal: Journal,
@@ -140,6 +146,19 @@ impl Faults {
         fault
     }
 
+    /// A delivery in flight waits on the clock until `until_ms`, while the guard lives.
+    pub(crate) fn waiting(&self, until_ms: i64) -> Waiting<'_> {
+        let id = self.next_wait.fetch_add(1, Ordering::Relaxed);
+        lock(&self.waits).push((id, until_ms));
+        Waiting { faults: self, id }
+    }
+
+    /// How many deliveries in flight wait on the clock, and the earliest end of a wait.
+    pub(crate) fn waits(&self) -> (usize, Option<i64>) {
+        let waits = lock(&self.waits);
+        (waits.len(), waits.iter().map(|(_, until)| *until).min())
+    }
+
     /// Armed while a fault waits, random faults are drawn, or a link is cut.
     fn rearm(&self) {
         let armed = !lock(&self.queued).is_empty()
@@ -154,4 +173,19 @@ impl Faults {
 #[cfg(feature = "testing")]
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A delivery's wait on the clock, noted for a test runtime while it lives
+/// ([`Faults::waiting`]).
+#[cfg(feature = "testing")]
+pub(crate) struct Waiting<'a> {
+    faults: &'a Faults,
+    id: u64,
+}
+
+#[cfg(feature = "testing")]
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.faults.waits).retain(|(id, _)| *id != self.id);
+    }
 }

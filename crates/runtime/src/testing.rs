@@ -186,6 +186,10 @@ impl TestRuntime {
                 .map_or(t, |&p| t.max(p));
             next = Some(next.map_or(t, |n| n.min(t)));
         }
+        // A delivery waiting on the clock (a rate-limit slot) wakes at its time.
+        if let (_, Some(t)) = self.runtime.faults.waits() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         let slot = Sql::new("SELECT min(next_due_ms) AS t FROM saga_schedules WHERE NOT paused")
             .fetch_one(self.runtime.store().reader())
             .await?
@@ -398,6 +402,9 @@ impl TestRuntime {
             }
             (in_flight, due) = (in_flight + f, due + d);
         }
+        // Deliveries in flight that only wait on the clock are timers, not work.
+        let (waiting, _) = self.runtime.faults.waits();
+        in_flight = in_flight.saturating_sub(i64::try_from(waiting).unwrap_or(i64::MAX));
         let schedules = Sql::new(
             "SELECT count(*) AS n FROM saga_schedules WHERE NOT paused AND next_due_ms <= {now_ms}",
         )

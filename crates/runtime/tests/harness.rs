@@ -149,6 +149,8 @@ async fn a_run_stops_at_a_wait_for_a_person() {
         .unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
     assert_eq!(t.calls("shop").await.unwrap(), 1);
+    let trace = t.trace(id);
+    assert!(trace.is_ok(), "{:?}", trace.map(|t| t.roots().len()));
     t.shutdown().await;
 }
 

@@ -9,7 +9,7 @@ mod settle;
 
 use std::collections::{HashMap, HashSet};
 
-use agentsaga_core::testing::{Backend, backends, fresh_url};
+use agentsaga_core::testing::{Backend, backends, fresh_url, wait_until};
 use agentsaga_runtime::{Agent, AgentContext, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
 use echo::Echo;
@@ -142,8 +142,80 @@ async fn one_saga_with_a_compensation_is_one_trace() {
         child_in_its_parents_trace(backend, &exporter, &provider).await;
     }
 
+    for &backend in backends() {
+        exporter.reset();
+        a_signal_continues_the_trace(backend, &exporter, &provider).await;
+    }
+
     exporter.reset();
     firings_are_a_trace_each(&exporter, &provider).await;
+}
+
+/// A saga parked at a wait for a person, approved from outside any span (as the CLI
+/// sends a signal): the steps after the approval are in the saga's trace, one tree
+/// rooted at its `saga.start`. (Before the saga kept its trace context, the signal's
+/// hop began a trace of its own.)
+async fn a_signal_continues_the_trace(
+    backend: Backend,
+    exporter: &InMemorySpanExporter,
+    provider: &SdkTracerProvider,
+) {
+    let saga = Saga::<Value>::builder("approved", 1)
+        .step(Step::approval("manager"))
+        .pivot(Step::new("book", "flights"))
+        .build()
+        .unwrap();
+    let runtime = flights_and_hotels(backend, saga).await;
+    let id = runtime.start_saga("approved", &json!({})).await.unwrap();
+    wait_until(
+        "the saga waits",
+        std::time::Duration::from_secs(30),
+        async || {
+            agentsaga_saga::query::get(runtime.store(), id)
+                .await
+                .unwrap()
+                .and_then(|s| s.waiting_for)
+                .is_some()
+        },
+    )
+    .await;
+    let signal = agentsaga_saga::Signal::Approve(json!("ok"));
+    // Sent on a thread of its own, outside every span of this test's subscriber.
+    let sent = {
+        let store = runtime.store().clone();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let mut tx = store.begin().await.unwrap();
+                    agentsaga_saga::Engine::signal(&mut tx, id, "manager", signal)
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                })
+        })
+    };
+    sent.join().unwrap();
+    assert_eq!(settle(&runtime, id).await, SagaState::Completed);
+    runtime.shutdown().await;
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let ours = ours(&spans);
+    let names: Vec<&str> = ours.iter().map(|s| s.name.as_ref()).collect();
+    let traces: HashSet<_> = ours.iter().map(|s| s.span_context.trace_id()).collect();
+    assert_eq!(
+        traces.len(),
+        1,
+        "{backend:?}: one saga, one trace: {names:?}"
+    );
+    let (_, roots) = tree(&ours);
+    assert_eq!(roots, vec!["saga.start"], "{backend:?}: {names:?}");
+    assert!(
+        names.contains(&"agent.handle"),
+        "the step after the approval: {names:?}"
+    );
 }
 
 /// Two slots of a schedule fired at once: each firing is one trace, rooted at its

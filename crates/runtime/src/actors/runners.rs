@@ -136,14 +136,14 @@ impl<A: CallingAgent> Calling<A> {
                     .await
                     .map_err(infra)?
                 {
-                    Reservation::Later(wait) => hub.store.clock().sleep(wait).await,
+                    Reservation::Later(wait) => on_clock(hub, wait).await,
                     slot @ Reservation::Slot { wait, .. } => {
                         if !wait.is_zero() {
                             tracing::debug!(
                                 wait_ms = wait.as_millis() as u64,
                                 "waiting for a rate-limit slot"
                             );
-                            hub.store.clock().sleep(wait).await;
+                            on_clock(hub, wait).await;
                         }
                         reservation = Some(slot);
                     }
@@ -199,4 +199,17 @@ impl<A: CallingAgent> Calling<A> {
             }
         }
     }
+}
+
+/// Waits `wait` on the store's clock, holding nothing: a timer a test runtime sees
+/// (feature `testing`) and moves its manual clock to.
+async fn on_clock(hub: &Hub, wait: std::time::Duration) {
+    let clock = hub.store.clock();
+    #[cfg(feature = "testing")]
+    let _noted = hub.faults.waiting(
+        clock
+            .now_ms()
+            .saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+    );
+    clock.sleep(wait).await;
 }

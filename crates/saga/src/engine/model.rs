@@ -28,6 +28,10 @@ pub(crate) struct Instance {
     pub(crate) usage: Usage,
     /// Its budget, if it has one (`saga_instances.budget`).
     pub(crate) budget: Option<BudgetRecord>,
+    /// The W3C trace context of its `saga.start` span (`saga_instances.trace_parent`),
+    /// captured at its start and written then only (a loaded instance has `None`):
+    /// what a signal or an operator's act continues the saga's trace from.
+    pub(crate) trace: Option<String>,
 }
 
 /// A child saga's link to the step of its parent that started it
@@ -142,6 +146,7 @@ impl Instance {
             parent,
             usage: Usage::default(),
             budget: None,
+            trace: None,
         }
     }
 

@@ -2,6 +2,8 @@
 
 use super::tree;
 use super::*;
+use agentsaga_core::{Message, Sql};
+use tracing::Instrument as _;
 
 impl Engine {
     /// Sends signal `name` to saga `id`, in `tx`: recorded in `saga_signals` and
@@ -45,8 +47,15 @@ impl Engine {
         };
         let now = tx.store().clock().now_ms();
         let (receipt, wake) = signals::record(tx.conn(), id, name, &outcome, sender, now).await?;
-        if let Some(wake) = wake {
-            tx.enqueue(&wake).await?;
+        if let Some(mut wake) = wake {
+            let span = tracing::info_span!(
+                "saga.signal",
+                saga.id = %id,
+                signal.name = %name,
+                otel.kind = "producer",
+            );
+            in_saga_trace(tx, id, &span, std::slice::from_mut(&mut wake)).await?;
+            tx.enqueue(&wake).instrument(span).await?;
         }
         Ok(receipt)
     }
@@ -116,8 +125,52 @@ impl Engine {
         ctx.signals = signals;
         ctx.spenders = spenders;
         op(&mut ctx)?;
-        let fx = std::mem::take(&mut ctx.fx);
-        self.write(tx, &inst, Some(&before), fx).await?;
+        let mut fx = std::mem::take(&mut ctx.fx);
+        let span = tracing::info_span!("saga.operate", saga.id = %id, otel.kind = "producer");
+        in_saga_trace(tx, id, &span, &mut fx.send).await?;
+        self.write(tx, &inst, Some(&before), fx)
+            .instrument(span)
+            .await?;
         Ok(inst.state)
     }
+}
+
+/// Puts an act on saga `id` (a signal, an operator's act) in the saga's trace: `span`
+/// becomes a child of the saga's `saga.start` (its kept trace context), and
+/// `messages` carry `span`'s context, or the saga's own where nothing traces here (a
+/// CLI without a tracer), so that the hops they cause continue the saga's trace: one
+/// saga, one trace, whoever acts on it and from whichever process. A saga without a
+/// kept context leaves both as they are (the messages then take the sender's context,
+/// if any, when enqueued).
+async fn in_saga_trace(
+    tx: &mut Tx,
+    id: SagaId,
+    span: &tracing::Span,
+    messages: &mut [Message],
+) -> Result<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let kept = Sql::new("SELECT trace_parent FROM saga_instances WHERE id = ?")
+        .bind(*id.as_uuid())
+        .fetch_optional(tx.conn())
+        .await?
+        .map(|r| r.opt_text("trace_parent"))
+        .transpose()?
+        .flatten();
+    let Some(kept) = kept else {
+        return Ok(());
+    };
+    let traceparent = agentsaga_core::header::TRACEPARENT;
+    let parent = agentsaga_core::Headers::from([(traceparent.to_owned(), kept.clone())]);
+    agentsaga_core::propagation::adopt(span, &parent);
+    let context = span
+        .in_scope(agentsaga_core::propagation::current_traceparent)
+        .unwrap_or(kept);
+    for m in messages {
+        m.headers
+            .entry(traceparent.to_owned())
+            .or_insert_with(|| context.clone());
+    }
+    Ok(())
 }

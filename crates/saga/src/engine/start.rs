@@ -270,7 +270,8 @@ impl Engine {
         if let Some(headers) = parent {
             agentsaga_core::propagation::adopt(&span, headers);
         }
-        let inst = Instance::new(id, name, version, data, link);
+        let mut inst = Instance::new(id, name, version, data, link);
+        inst.trace = span.in_scope(agentsaga_core::propagation::current_traceparent);
         let (inst, fx) = span.in_scope(|| self.decide_start(inst, waited_ms, now_ms))?;
         Ok((inst, fx, span))
     }

@@ -84,6 +84,7 @@ pub(super) static INSTANCES: Table = Table::new(
         Column::new("parent", Kind::Json),
         Column::new("usage", Kind::Json),
         Column::new("budget", Kind::Json),
+        Column::new("trace_parent", Kind::Text).kept(),
     ],
     1,
 );
@@ -148,6 +149,7 @@ pub(super) fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
         inst.budget.as_ref().map_or(Datum::Null, |b| {
             Datum::Text(serde_json::to_string(b).expect("a budget serializes"))
         }),
+        Datum::from(inst.trace.clone()),
     ]
 }
 
@@ -259,5 +261,6 @@ pub(super) fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
             .opt_text("budget")?
             .map(|b| serde_json::from_str(&b))
             .transpose()?,
+        trace: None,
     })
 }
