@@ -82,7 +82,7 @@ async fn orders_under_faults_and_outages_keep_their_promises() {
     let seeds = match std::env::var(SEED_VAR) {
         Ok(seed) => {
             let seed: u64 = seed.parse().expect("a seed");
-            seed..seed + 1
+            seed..seed.saturating_add(1)
         }
         Err(_) => 0..24,
     };

@@ -102,7 +102,7 @@ async fn trips_under_random_faults_keep_their_promises() {
     let seeds = match std::env::var(SEED_VAR) {
         Ok(seed) => {
             let seed: u64 = seed.parse().expect("a seed");
-            seed..seed + 1
+            seed..seed.saturating_add(1)
         }
         Err(_) => 0..30,
     };

@@ -105,8 +105,6 @@ impl Breakers {
             .map_or(cap, |d| d.min(cap))
     }
 
-    /// The destinations whose breaker is open or half-open (paused, probed one
-    /// delivery at a time).
     /// The destinations whose breaker is open, each with when its next probe may go.
     pub(crate) fn pauses(&self) -> Vec<(String, Instant)> {
         self.states
@@ -118,6 +116,8 @@ impl Breakers {
             .collect()
     }
 
+    /// The destinations whose breaker is open or half-open (paused, probed one
+    /// delivery at a time).
     pub(crate) fn paused(&self) -> usize {
         self.states
             .values()

@@ -326,8 +326,9 @@ impl Claimer {
             }
             None => {}
         }
+        let breakers = &state.breakers;
         self.stats
-            .set_paused(state.breakers.paused(), state.breakers.pauses());
+            .set_paused(breakers.paused(), || breakers.pauses());
         state.outcomes.record(
             &envelope,
             done.delivery,

@@ -125,12 +125,21 @@ impl StatsCell {
         self.breaker_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_paused(&self, n: usize, pauses: Vec<(String, tokio::time::Instant)>) {
-        self.paused.store(n as u64, Ordering::Relaxed);
-        *self
-            .pauses
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = pauses;
+    /// How many destinations their breaker pauses (`n`), and which until when: the
+    /// list is only built (`pauses`) while some are, or were until now, so that a
+    /// relay whose breakers are all closed pays one atomic store per outcome.
+    pub(crate) fn set_paused(
+        &self,
+        n: usize,
+        pauses: impl FnOnce() -> Vec<(String, tokio::time::Instant)>,
+    ) {
+        let before = self.paused.swap(n as u64, Ordering::Relaxed);
+        if n > 0 || before > 0 {
+            *self
+                .pauses
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = pauses();
+        }
     }
 
     /// The destinations paused by their breaker, and until when.

@@ -115,7 +115,9 @@ impl Faults {
             links.remove(destination);
         }
         drop(links);
-        self.rearm();
+        if cut {
+            self.rearm();
+        }
     }
 
     /// Whether a test cut the link to `destination`.
@@ -141,8 +143,6 @@ impl Faults {
         if faults.is_empty() {
             queued.remove(destination);
         }
-        drop(queued);
-        self.rearm();
         fault
     }
 
@@ -159,12 +159,11 @@ impl Faults {
         (waits.len(), waits.iter().map(|(_, until)| *until).min())
     }
 
-    /// Armed while a fault waits, random faults are drawn, or a link is cut.
+    /// Armed once a test has queued a fault, drawn random ones or cut a link, and
+    /// armed for good: clearing it again would race with a fault armed meanwhile (and
+    /// only a test runtime ever arms it).
     fn rearm(&self) {
-        let armed = !lock(&self.queued).is_empty()
-            || lock(&self.chaos).is_some()
-            || !lock(&self.cut).is_empty();
-        self.armed.store(armed, Ordering::Release);
+        self.armed.store(true, Ordering::Release);
     }
 }
 

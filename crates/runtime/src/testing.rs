@@ -53,6 +53,10 @@ pub const START_MS: i64 = 1_893_456_000_000;
 /// ([`TestRuntime::set_patience`]).
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// How long (real time) [`TestRuntime::advance`] waits for what is due at its call to
+/// run before its first move of the clock.
+pub const FIRST_MOVE_PATIENCE: Duration = Duration::from_millis(250);
+
 /// At most this many moves of the clock in one [`TestRuntime::run_to_end`].
 pub const MAX_SKIPS: usize = 10_000;
 
@@ -103,9 +107,10 @@ impl TestRuntime {
     /// timer to timer (a retry's backoff, a sleep's end, a timeout, a schedule's slot)
     /// up to `d`, and what falls due at each runs before it moves on (a retry that
     /// falls due again within `d` runs again). When it returns, the clock stands `d`
-    /// later and the runtime is at rest. An agent at work when it is called keeps its
-    /// work: the first move does not wait for rest (so that a step's timeout can be
-    /// passed under an agent that never answers).
+    /// later and the runtime is at rest. What is due when it is called runs first; an
+    /// agent still at work after [`FIRST_MOVE_PATIENCE`] keeps its work, and the clock
+    /// moves under it (so that a step's timeout can be passed under an agent that
+    /// never answers).
     ///
     /// # Errors
     /// As [`run_until_idle`](Self::run_until_idle); [`Error::NotAtRest`] after
@@ -114,8 +119,15 @@ impl TestRuntime {
         let target = self
             .now_ms()
             .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        // What is due now runs first; an agent still at work after a moment is left
+        // at it (it may be waiting for this very move: a step's timeout).
+        if let Err(e) = self.rest_within(FIRST_MOVE_PATIENCE).await
+            && self.crashed()
+        {
+            return Err(e);
+        }
         for _ in 0..MAX_SKIPS {
-            let next = self.next_timer_ms().await?.filter(|&t| t > self.now_ms());
+            let next = self.next_timer_ms().await?;
             let step = next.map_or(target, |t| t.min(target));
             let ahead = u64::try_from(step.saturating_sub(self.now_ms())).unwrap_or(0);
             self.clock.advance(Duration::from_millis(ahead));
@@ -137,7 +149,12 @@ impl TestRuntime {
     /// [`Error::NotAtRest`] naming what was still in flight or due when its patience
     /// ran out; a store error.
     pub async fn run_until_idle(&self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + self.patience;
+        self.rest_within(self.patience).await
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) with `patience`.
+    async fn rest_within(&self, patience: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + patience;
         let mut quiet_before = false;
         loop {
             if self.crashed() {
@@ -154,50 +171,60 @@ impl TestRuntime {
                 && tokio::time::Instant::now() >= deadline
             {
                 return Err(Error::NotAtRest(format!(
-                    "after {:?} of real time, {what}",
-                    self.patience
+                    "after {patience:?} of real time, {what}"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
-    /// When the next timer falls due, by the clock: the earliest message due later
-    /// (a sleep's wake-up, a retry, a step's or saga's deadline; at a destination its
-    /// circuit breaker pauses, no sooner than its next probe) or schedule slot; `None`
-    /// if nothing waits on time.
+    /// When the next timer falls due, by the clock, strictly after now: the earliest
+    /// message due later (a sleep's wake-up, a retry, a step's or saga's deadline; at a
+    /// destination its circuit breaker pauses, no sooner than its next probe), wait on
+    /// the clock (a rate-limit slot) or schedule slot; `None` if nothing waits on time.
     ///
     /// # Errors
     /// A store error.
     pub async fn next_timer_ms(&self) -> Result<Option<i64>> {
+        let now = self.now_ms();
         let paused = self.paused_until();
         let rows = Sql::new(
-            "SELECT destination, min(available_at) AS t FROM outbox
-              WHERE state = 'pending' GROUP BY destination",
+            "SELECT destination, min(available_at) AS t,
+                    min(CASE WHEN available_at > {now_ms} THEN available_at END) AS later
+               FROM outbox WHERE state = 'pending' GROUP BY destination",
         )
         .fetch_all(self.runtime.store().reader())
         .await?;
         let mut next: Option<i64> = None;
+        let mut take = |t: i64| next = Some(next.map_or(t, |n: i64| n.min(t)));
         for row in &rows {
-            let t = row.int("t")?;
-            // A paused destination's rows go no sooner than its next probe.
-            let t = paused
-                .get(&row.text("destination")?)
-                .map_or(t, |&p| t.max(p));
-            next = Some(next.map_or(t, |n| n.min(t)));
+            match paused.get(&row.text("destination")?) {
+                // A paused destination's rows go no sooner than its next probe.
+                Some(&probe) => take(row.int("t")?.max(probe)),
+                None => {
+                    if let Some(t) = row.opt_int("later")? {
+                        take(t);
+                    }
+                }
+            }
         }
         // A delivery waiting on the clock (a rate-limit slot) wakes at its time.
-        if let (_, Some(t)) = self.runtime.faults.waits() {
-            next = Some(next.map_or(t, |n| n.min(t)));
+        if let (_, Some(t)) = self.runtime.faults.waits()
+            && t > now
+        {
+            take(t);
         }
-        let slot = Sql::new("SELECT min(next_due_ms) AS t FROM saga_schedules WHERE NOT paused")
-            .fetch_one(self.runtime.store().reader())
-            .await?
-            .opt_int("t")?;
-        Ok(match (next, slot) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        let slot = Sql::new(
+            "SELECT min(next_due_ms) AS t FROM saga_schedules
+              WHERE NOT paused AND next_due_ms > {now_ms}",
+        )
+        .fetch_one(self.runtime.store().reader())
+        .await?
+        .opt_int("t")?;
+        if let Some(t) = slot {
+            take(t);
+        }
+        Ok(next)
     }
 
     /// The destinations the relay's circuit breakers pause now, each with when (by
@@ -291,10 +318,11 @@ impl TestRuntime {
     pub async fn start_saga<D: serde::Serialize>(&self, name: &str, data: &D) -> Result<SagaId> {
         use tracing::instrument::WithSubscriber as _;
         let dispatch = self.tracing.dispatch.clone();
-        self.runtime
+        let start = self
+            .runtime
             .start_saga(name, data)
-            .with_subscriber(dispatch)
-            .await
+            .with_subscriber(dispatch);
+        self.unless_crashed(start).await
     }
 
     /// [`Runtime::start_saga_with_key`], traced as [`start_saga`](Self::start_saga).
@@ -309,10 +337,32 @@ impl TestRuntime {
     ) -> Result<SagaId> {
         use tracing::instrument::WithSubscriber as _;
         let dispatch = self.tracing.dispatch.clone();
-        self.runtime
+        let start = self
+            .runtime
             .start_saga_with_key(name, key, data)
-            .with_subscriber(dispatch)
-            .await
+            .with_subscriber(dispatch);
+        self.unless_crashed(start).await
+    }
+
+    /// [`Runtime::signal`], as the person (or system) the wait waits for would send
+    /// it: traced as [`start_saga`](Self::start_saga), and failing if the runtime
+    /// crashes while the signal waits on its commit.
+    ///
+    /// # Errors
+    /// As [`Runtime::signal`].
+    pub async fn signal(
+        &self,
+        id: SagaId,
+        name: &str,
+        signal: agentsaga_saga::Signal,
+    ) -> Result<agentsaga_saga::SignalReceipt> {
+        use tracing::instrument::WithSubscriber as _;
+        let dispatch = self.tracing.dispatch.clone();
+        let sent = self
+            .runtime
+            .signal(id, name, signal)
+            .with_subscriber(dispatch);
+        self.unless_crashed(sent).await
     }
 
     /// Saga `id`'s trace: the finished spans of the one trace its spans are in, rooted

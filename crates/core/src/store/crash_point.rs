@@ -41,7 +41,12 @@ impl Point {
     /// commit of the lane (which counts it) and after each that succeeded.
     pub(crate) async fn stop_if_reached(&self, at: At, hops: usize) {
         use std::sync::atomic::Ordering;
+        if self.left.load(Ordering::Acquire) == 0 && !self.stop_after_this.load(Ordering::Acquire) {
+            return; // not armed: a load or two per commit
+        }
         let stop = match at {
+            // An after-crash whose commit failed stops before the next one instead.
+            At::Before if self.stop_after_this.swap(false, Ordering::AcqRel) => true,
             At::Before => {
                 let counted = self
                     .left

@@ -121,7 +121,7 @@ pub(crate) struct Counts {
     /// future beside the holding one in its task) waits for it.
     pub(crate) released: tokio::sync::Notify,
     /// (feature `testing`) Where a test crashes the store's lane
-    /// ([`Store::crash_before_commit`](crate::Store::crash_before_commit)).
+    /// ([`Store::crash_at_commit`](crate::Store::crash_at_commit)).
     #[cfg(feature = "testing")]
     pub(crate) crash: super::crash_point::Point,
 }

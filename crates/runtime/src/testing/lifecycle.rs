@@ -77,21 +77,19 @@ impl TestRuntime {
             tracing,
         } = self;
         let faults = Arc::clone(&runtime.faults);
-        if runtime.store().crashed() {
-            host.kill();
-            drop(runtime);
-            let store = Store::connect(&url).await?;
+        let crashed = stop(runtime, &mut host).await;
+        let store = Store::connect(&url).await?;
+        if crashed {
             expire_claims(&store).await?;
-            // An effect whose commit the crash cut short took effect if its message
-            // is in the inbox (its hop committed; its caller never heard).
-            for (mark, destination, message) in faults.journal.unsettled() {
-                let committed = store.seen(&destination, message).await?;
-                faults.journal.settle(mark, committed);
-            }
-        } else {
-            runtime.shutdown().await;
-            host.kill();
         }
+        // An effect whose commit a stop cut short took effect if its message is in
+        // the inbox (its hop committed; its caller never heard), else not: settled
+        // now, before the next runtime delivers the message again.
+        for (mark, destination, message) in faults.journal.unsettled() {
+            let committed = store.seen(&destination, message).await?;
+            faults.journal.settle(mark, committed);
+        }
+        drop(store);
         let host = Host::new(&tracing.dispatch)?;
         let runtime = host
             .start(builder.under_test(url.clone(), clock.clock(), faults))
@@ -161,12 +159,45 @@ impl TestRuntime {
         let Self {
             runtime, mut host, ..
         } = self;
-        if runtime.store().crashed() {
-            host.kill();
-        } else {
-            runtime.shutdown().await;
+        stop(runtime, &mut host).await;
+    }
+
+    /// Runs `call` (a start, a signal: work of the test's own on the runtime's
+    /// database), unless the runtime crashes first: a call the crash cut short (it had
+    /// joined the lane's commit that never comes) fails, as a client of a crashed
+    /// process sees.
+    pub(super) async fn unless_crashed<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let crashed = async {
+            while !self.crashed() {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        };
+        tokio::select! {
+            out = call => out,
+            () = crashed => Err(Error::NotAtRest(
+                "the runtime crashed at its crash point while this call waited on it".into(),
+            )),
         }
     }
+}
+
+/// Stops `runtime` on `host`: after a crash, as a killed process stops (every task
+/// dropped where it stands); else gracefully, its crash point disarmed first (a stop
+/// must not hang at it). Whether it had crashed.
+async fn stop(runtime: crate::Runtime, host: &mut Host) -> bool {
+    let crashed = runtime.store().crashed();
+    if crashed {
+        host.kill();
+        drop(runtime);
+    } else {
+        runtime.store().crash_at_commit(0, false);
+        runtime.shutdown().await;
+        host.kill();
+    }
+    crashed
 }
 
 /// Expires every claim on `store` (every row in flight), as the leases of a runtime

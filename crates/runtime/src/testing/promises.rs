@@ -89,10 +89,11 @@ struct Row {
 
 impl TestRuntime {
     /// [`check_promises`](Self::check_promises) of every saga in the database (child
-    /// sagas included).
+    /// sagas included), up to the 10,000 newest: a random run starts one saga and its
+    /// children.
     async fn check_all(&self) -> Result<()> {
         let filter = query::ListFilter {
-            limit: 1000,
+            limit: 10_000,
             ..query::ListFilter::default()
         };
         for saga in query::list(self.runtime.store(), &filter).await? {
@@ -289,7 +290,7 @@ impl RandomFaults {
                 let seed: u64 = seed.trim().parse().map_err(|e| {
                     Error::PromiseBroken(format!("{SEED_VAR}={seed:?} is not a seed: {e}"))
                 })?;
-                seed..seed + 1
+                seed..seed.saturating_add(1)
             }
             Err(_) => self.seeds.clone(),
         };

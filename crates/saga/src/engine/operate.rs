@@ -164,9 +164,13 @@ async fn in_saga_trace(
     let traceparent = agentsaga_core::header::TRACEPARENT;
     let parent = agentsaga_core::Headers::from([(traceparent.to_owned(), kept.clone())]);
     agentsaga_core::propagation::adopt(span, &parent);
-    let context = span
-        .in_scope(agentsaga_core::propagation::current_traceparent)
-        .unwrap_or(kept);
+    // A span the subscriber filters out has no context of its own: the saga's then.
+    let context = if span.is_disabled() {
+        kept
+    } else {
+        span.in_scope(agentsaga_core::propagation::current_traceparent)
+            .unwrap_or(kept)
+    };
     for m in messages {
         m.headers
             .entry(traceparent.to_owned())

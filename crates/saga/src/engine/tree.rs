@@ -68,7 +68,7 @@ pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
         "WITH RECURSIVE down(id) AS (
             SELECT id FROM saga_instances WHERE parent_id = ?
             UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
-         SELECT i.id, i.name, i.version, i.budget FROM saga_instances i
+         SELECT i.id, i.name, i.version, i.budget, i.trace_parent FROM saga_instances i
          WHERE i.id IN (SELECT id FROM down) AND i.budget IS NOT NULL",
     )
     .bind(*id.as_uuid())
@@ -81,11 +81,12 @@ pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
             r.text("name")?,
             r.int("version")?,
             r.opt_text("budget")?,
+            r.opt_text("trace_parent")?,
         ))
     })
     .collect::<agentsaga_core::Result<Vec<_>>>()?;
     let mut wake = Vec::new();
-    for (child, name, version, budget) in rows {
+    for (child, name, version, budget, trace) in rows {
         let Some(record) = budget
             .map(|b| serde_json::from_str::<BudgetRecord>(&b))
             .transpose()?
@@ -98,7 +99,14 @@ pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
         let version = i32::try_from(version)
             .map_err(|_| Error::Corrupt(format!("saga {child}: version {version}")))?;
         let orchestrator = crate::orchestrator_destination(&name, version);
-        wake.push(protocol::budget_raised(parse_id(&child)?, &orchestrator));
+        let mut raised = protocol::budget_raised(parse_id(&child)?, &orchestrator);
+        // In the child's trace (its kept context), as an operator's act on it is.
+        if let Some(traceparent) = trace {
+            raised
+                .headers
+                .insert(agentsaga_core::header::TRACEPARENT.to_owned(), traceparent);
+        }
+        wake.push(raised);
     }
     if !wake.is_empty() {
         tx.enqueue_batch(&wake).await?;
