@@ -66,7 +66,8 @@ impl crate::Store {
     /// forever, and every later hop waits behind it, as if the process had been killed
     /// there. What is left to do is a restart's: stop everything that ran on this store
     /// without waiting for it (its tokio runtime dropped) and open the database again.
-    /// `k` = 0 disarms. SQLite only: on PostgreSQL nothing stops.
+    /// `k` = 0 disarms. The lanes' commits are counted (SQLite's lane, PostgreSQL's
+    /// set lane); a transaction of its own is not.
     pub fn crash_at_commit(&self, k: u64, after: bool) {
         self.lanes().counts.crash.arm(k, after);
     }

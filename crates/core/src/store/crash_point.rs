@@ -13,8 +13,6 @@ pub(crate) enum At {
 /// the commit a test named, forever, as a process killed there would.
 #[cfg(feature = "testing")]
 #[derive(Debug, Default)]
-// Only SQLite's lane stops at it: a build without SQLite arms and reads it only.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct Point {
     /// Commits left before the one it stops at; 0: not armed.
     left: std::sync::atomic::AtomicU64,
@@ -41,7 +39,6 @@ impl Point {
 
     /// Stops forever if the point names this commit, at `at`: called before each
     /// commit of the lane (which counts it) and after each that succeeded.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) async fn stop_if_reached(&self, at: At, hops: usize) {
         use std::sync::atomic::Ordering;
         if self.left.load(Ordering::Acquire) == 0 && !self.stop_after_this.load(Ordering::Acquire) {

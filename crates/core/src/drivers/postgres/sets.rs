@@ -334,9 +334,19 @@ async fn run(
     // statement failed its savepoint's release, and the hop was undone.
     tx.checked();
     crash_hook::stop_if(crash_hook::At::Before, kept.len()).await;
+    #[cfg(feature = "testing")]
+    counts
+        .crash
+        .stop_if_reached(crash_hook::At::Before, kept.len())
+        .await;
     match tx.commit().await {
         Ok(()) => {
             crash_hook::stop_if(crash_hook::At::After, kept.len()).await;
+            #[cfg(feature = "testing")]
+            counts
+                .crash
+                .stop_if_reached(crash_hook::At::After, kept.len())
+                .await;
             counts.commits.fetch_add(1, Ordering::Relaxed);
             counts.hops.fetch_add(kept.len() as u64, Ordering::Relaxed);
             for done in kept {
