@@ -43,7 +43,7 @@ use agentsaga::prelude::*;
 use agentsaga::runtime::RuntimeBuilder;
 use agentsaga::saga::query::{self, ListFilter};
 use agentsaga::saga::{PlanStage, SagaDefinition, SagaId};
-use agentsaga_runtime::testing::{SEED_VAR, TestRuntime};
+use agentsaga_runtime::testing::{self, SEED_VAR, TestRuntime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -167,13 +167,7 @@ async fn run(t: &TestRuntime, id: SagaId) -> agentsaga::runtime::Result<SagaStat
 // every promise, children included, and the example's tables agree with how it ended.
 #[tokio::test]
 async fn requests_under_random_faults_keep_their_promises() {
-    let seeds = match std::env::var(SEED_VAR) {
-        Ok(seed) => {
-            let seed: u64 = seed.parse().expect("a seed");
-            seed..seed.saturating_add(1)
-        }
-        Err(_) => 0..12,
-    };
+    let seeds = testing::seeds(0..12).unwrap();
     let (mut completed, mut compensated, mut children) = (0, 0, 0);
     for seed in seeds {
         let stub = stub(seed).await;

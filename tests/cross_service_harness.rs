@@ -15,7 +15,7 @@ use std::time::Duration;
 use agentsaga::core::{Sql, Store};
 use agentsaga::runtime::{Runtime, RuntimeBuilder};
 use agentsaga::saga::{SagaId, SagaState};
-use agentsaga_runtime::testing::{SEED_VAR, TestRuntime};
+use agentsaga_runtime::testing::{self, SEED_VAR, TestRuntime};
 use orders::{DDL, Order, Recorder, order_saga};
 
 fn shop() -> RuntimeBuilder {
@@ -79,13 +79,7 @@ async fn started(t: &TestRuntime, n: u64) -> SagaId {
 // its promises, and its effects agree. Every fourth order cannot ship and is refunded.
 #[tokio::test]
 async fn orders_under_faults_and_outages_keep_their_promises() {
-    let seeds = match std::env::var(SEED_VAR) {
-        Ok(seed) => {
-            let seed: u64 = seed.parse().expect("a seed");
-            seed..seed.saturating_add(1)
-        }
-        Err(_) => 0..24,
-    };
+    let seeds = testing::seeds(0..24).unwrap();
     let (mut completed, mut compensated) = (0, 0);
     for seed in seeds {
         let t = TestRuntime::start(shop()).await.unwrap();

@@ -22,7 +22,7 @@ use agents::{Booking, BookingAgent, CarRentalAgent, DDL, Trip};
 use agentsaga::core::{Sql, Store};
 use agentsaga::runtime::{Runtime, RuntimeBuilder};
 use agentsaga::saga::{SagaId, SagaState};
-use agentsaga_runtime::testing::{SEED_VAR, TestRuntime};
+use agentsaga_runtime::testing::{self, SEED_VAR, TestRuntime};
 
 fn trip_runtime(rental_url: &str) -> RuntimeBuilder {
     let booking = |destination, table| BookingAgent {
@@ -99,13 +99,7 @@ async fn tables_agree(store: &Store, id: SagaId, state: SagaState) -> Result<(),
 #[tokio::test]
 async fn trips_under_random_faults_keep_their_promises() {
     let rental = car_rental::start(1).await.expect("the rental stand-in");
-    let seeds = match std::env::var(SEED_VAR) {
-        Ok(seed) => {
-            let seed: u64 = seed.parse().expect("a seed");
-            seed..seed.saturating_add(1)
-        }
-        Err(_) => 0..30,
-    };
+    let seeds = testing::seeds(0..30).unwrap();
     let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
     let mut cars_kept = 0;
     for seed in seeds {

@@ -41,7 +41,7 @@ mod trace;
 
 pub use crate::faults::{Action, Entry, Fault};
 use crate::{Error, Result, Runtime};
-pub use promises::{RandomFaults, Report, SEED_VAR};
+pub use promises::{RandomFaults, Report, SEED_VAR, seeds};
 pub use recording::{RECORD_VAR, Recorded, Recording};
 pub use trace::{Span, Trace};
 

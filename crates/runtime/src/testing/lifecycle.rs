@@ -35,12 +35,9 @@ impl TestRuntime {
         let clock = ManualClock::new(start_ms);
         let url = fresh_url(Backend::Sqlite).await;
         let tracing = Arc::new(Tracing::new());
-        let host = Host::new(&tracing.dispatch)?;
         let faults = Arc::new(Faults::default());
         faults.journal.start();
-        let runtime = host
-            .start(builder.under_test(url.clone(), clock.clock(), faults))
-            .await?;
+        let (host, runtime) = launch(builder, &url, &clock, faults, &tracing).await?;
         Ok(Self {
             runtime,
             clock,
@@ -90,10 +87,7 @@ impl TestRuntime {
             faults.journal.settle(mark, committed);
         }
         drop(store);
-        let host = Host::new(&tracing.dispatch)?;
-        let runtime = host
-            .start(builder.under_test(url.clone(), clock.clock(), faults))
-            .await?;
+        let (host, runtime) = launch(builder, &url, &clock, faults, &tracing).await?;
         Ok(Self {
             runtime,
             clock,
@@ -182,6 +176,22 @@ impl TestRuntime {
             )),
         }
     }
+}
+
+/// Starts `builder` under test on a host of its own: on the database at `url`, on
+/// `clock`, its agents taking `faults`, its threads tracing through `tracing`.
+async fn launch(
+    builder: RuntimeBuilder,
+    url: &str,
+    clock: &ManualClock,
+    faults: Arc<Faults>,
+    tracing: &Tracing,
+) -> Result<(Host, crate::Runtime)> {
+    let host = Host::new(&tracing.dispatch)?;
+    let runtime = host
+        .start(builder.under_test(url.to_owned(), clock.clock(), faults))
+        .await?;
+    Ok((host, runtime))
 }
 
 /// Stops `runtime` on `host`: after a crash, as a killed process stops (every task

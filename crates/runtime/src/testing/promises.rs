@@ -16,6 +16,23 @@ use crate::{Error, Result, RuntimeBuilder};
 /// The environment variable that runs one seed of [`RandomFaults::check`] alone.
 pub const SEED_VAR: &str = "AGENTSAGA_SEED";
 
+/// The seeds a run of random faults takes: `default`, or the one seed named by the
+/// environment variable `AGENTSAGA_SEED` (to run a failing seed alone).
+///
+/// # Errors
+/// [`Error::PromiseBroken`] for an `AGENTSAGA_SEED` that is not a number.
+pub fn seeds(default: Range<u64>) -> Result<Range<u64>> {
+    match std::env::var(SEED_VAR) {
+        Ok(seed) => {
+            let seed: u64 = seed.trim().parse().map_err(|e| {
+                Error::PromiseBroken(format!("{SEED_VAR}={seed:?} is not a seed: {e}"))
+            })?;
+            Ok(seed..seed.saturating_add(1))
+        }
+        Err(_) => Ok(default),
+    }
+}
+
 impl TestRuntime {
     /// Checks that saga `id` kept the promises of `docs/guarantees.md`, from its
     /// [`ledger`](Self::ledger) and its steps' rows:
@@ -285,15 +302,7 @@ impl RandomFaults {
         name: &str,
         input: &Value,
     ) -> Result<Report> {
-        let seeds = match std::env::var(SEED_VAR) {
-            Ok(seed) => {
-                let seed: u64 = seed.trim().parse().map_err(|e| {
-                    Error::PromiseBroken(format!("{SEED_VAR}={seed:?} is not a seed: {e}"))
-                })?;
-                seed..seed.saturating_add(1)
-            }
-            Err(_) => self.seeds.clone(),
-        };
+        let seeds = seeds(self.seeds.clone())?;
         let mut report = Report::default();
         for seed in seeds {
             let t = TestRuntime::start(runtime()).await?;
