@@ -48,7 +48,7 @@ impl TestRuntime {
         )))
     }
 
-    /// Waits (real time, at most its patience, [`PATIENCE`] by default) until the runtime is at rest: no
+    /// Waits (real time, at most its patience, [`PATIENCE`](super::PATIENCE) by default) until the runtime is at rest: no
     /// message in flight, none due by the clock, no schedule due. The clock does not
     /// move.
     ///
@@ -160,7 +160,7 @@ impl TestRuntime {
     /// # Errors
     /// As [`run_until_idle`](Self::run_until_idle); [`Error::NotAtRest`] after
     /// [`MAX_SKIPS`] moves of the clock; [`Error::NotRecorded`] once a step of the
-    /// saga asked a [`Recording`] for a call it does not hold; the saga unknown.
+    /// saga asked a [`Recording`](super::Recording) for a call it does not hold; the saga unknown.
     pub async fn run_to_end(&self, id: SagaId) -> Result<SagaState> {
         for _ in 0..MAX_SKIPS {
             self.run_until_idle().await?;
