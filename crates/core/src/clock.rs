@@ -10,9 +10,10 @@
 //!   ([`ManualClock::advance`]). Sleeps, step timeouts, saga deadlines, schedules,
 //!   retry backoff, circuit breakers' cooldowns and rate limits then happen without
 //!   waiting. Leases read the clock too, but its real time
-//!   ([`Clock::lease_now`]): they tell a live holder from a dead or frozen one. SQLite only: PostgreSQL's rows keep the
-//!   server's `now()`, which no process can move (a store refuses a manual clock on
-//!   PostgreSQL).
+//!   ([`Clock::lease_now`]): they tell a live holder from a dead or frozen one. On
+//!   PostgreSQL the database's `now()` follows the manual clock too (a schema of its
+//!   own in the test's database), moved by
+//!   [`Store::advance_clock`](crate::Store::advance_clock).
 //!
 //! What is *not* on this clock: the bounds that guard against real I/O stalls (SQLite's
 //! busy retries, the lanes' hop watchdog, connect and acquire timeouts, the NOTIFY
@@ -21,7 +22,7 @@
 //! a commit in progress.
 //!
 //! SQLite rows carry wall-clock milliseconds of this clock; PostgreSQL rows use the
-//! server's `now()`. With the `testing` feature, tests can also step the system clock
+//! server's `now()` (under a manual clock, the manual clock's time). With the `testing` feature, tests can also step the system clock
 //! of a running process: see `step`.
 
 use std::future::Future;
@@ -218,8 +219,24 @@ impl ManualClock {
 
     /// Moves the clock forward by `d`, waking every sleep, timeout and poller of it
     /// whose time has come.
+    ///
+    /// On PostgreSQL the database keeps a clock of its own under a manual clock: move
+    /// both with [`Store::advance_clock`](crate::Store::advance_clock) instead.
     pub fn advance(&self, d: Duration) {
-        let Some(m) = &self.0.manual else { return };
+        self.0.advance_manual(d);
+    }
+
+    /// Milliseconds since the Unix epoch, on this clock.
+    pub fn now_ms(&self) -> i64 {
+        self.0.now_ms()
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Clock {
+    /// Moves a manual clock forward by `d` (a system clock does not move).
+    pub(crate) fn advance_manual(&self, d: Duration) {
+        let Some(m) = &self.manual else { return };
         {
             let mut s = m
                 .state
@@ -229,11 +246,6 @@ impl ManualClock {
             s.elapsed = s.elapsed.saturating_add(d);
         }
         m.moved.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Milliseconds since the Unix epoch, on this clock.
-    pub fn now_ms(&self) -> i64 {
-        self.0.now_ms()
     }
 }
 

@@ -16,15 +16,6 @@ pub enum Error {
         reason: String,
     },
 
-    /// A manual clock ([`clock::ManualClock`](crate::clock)) was given to a PostgreSQL
-    /// store: PostgreSQL's rows keep the server's `now()`, which a process cannot move,
-    /// so the clock would move half of the runtime's time. Use SQLite for virtual time.
-    #[error(
-        "a manual clock needs SQLite: PostgreSQL's rows keep the database server's time, \
-         which no process can move"
-    )]
-    ManualClockNeedsSqlite,
-
     /// The database could not be opened or reached.
     #[error("cannot open the {scheme} database: {source}")]
     Connect {

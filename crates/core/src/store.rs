@@ -28,6 +28,8 @@ pub(crate) mod queue_types;
 pub mod read;
 pub(crate) mod row;
 pub(crate) mod schema;
+#[cfg(feature = "testing")]
+pub(crate) mod test_clock;
 pub mod sql;
 pub(crate) mod tx;
 pub(crate) mod types;
@@ -63,7 +65,7 @@ impl Store {
     /// [`Error::InvalidUrl`] for an unknown scheme or malformed URL,
     /// [`Error::Connect`] if the database cannot be opened,
     /// [`Error::SchemaTooNew`] if a newer agentsaga migrated it,
-    /// [`Error::ManualClockNeedsSqlite`] for a manual clock on PostgreSQL.
+    /// [`Error::Database`] if a manual clock cannot be installed in a PostgreSQL database.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, StoreConfig::default()).await
     }

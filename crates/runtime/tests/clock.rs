@@ -1,8 +1,8 @@
-//! The one clock (`agentsaga_core::clock`): a runtime on SQLite whose store has a
+//! The one clock (`agentsaga_core::clock`): a runtime whose store has a
 //! manual clock reads no other time. A three-day sleep, a step's timeout, a retry's
 //! backoff and a schedule's next slot all wait for the clock to be moved, and then
-//! happen at once; every time the runtime wrote in its rows is the clock's. PostgreSQL
-//! refuses a manual clock (its rows keep the server's time).
+//! happen at once; every time the runtime wrote in its rows is the clock's. On
+//! PostgreSQL the database's `now()` follows the manual clock too.
 
 #[path = "support/gated.rs"]
 mod gated;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agentsaga_core::clock::ManualClock;
 use agentsaga_core::testing::{Backend, fresh_url, wait_until};
-use agentsaga_core::{Error as CoreError, RetryPolicy, Sql, Store, StoreConfig};
+use agentsaga_core::{RetryPolicy, Sql, Store, StoreConfig};
 use agentsaga_runtime::{Runtime, StepError};
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::schedule::{CatchUp, Schedule};
@@ -77,7 +77,7 @@ async fn reaches(rt: &Runtime, id: SagaId, want: SagaState) {
 /// The smallest and largest Unix-ms time written in the runtime's rows.
 async fn times_written(store: &Store) -> (i64, i64) {
     let row = Sql::new(
-        "SELECT min(t) AS lo, max(t) AS hi FROM (
+        "SELECT min({ms t}) AS lo, max({ms t}) AS hi FROM (
              SELECT created_at AS t FROM saga_instances
              UNION ALL SELECT updated_at FROM saga_instances
              UNION ALL SELECT finished_at FROM saga_instances WHERE finished_at IS NOT NULL
@@ -86,7 +86,7 @@ async fn times_written(store: &Store) -> (i64, i64) {
              UNION ALL SELECT created_at FROM outbox
              UNION ALL SELECT available_at FROM outbox
              UNION ALL SELECT delivered_at FROM outbox WHERE delivered_at IS NOT NULL
-             UNION ALL SELECT received_at FROM inbox)",
+             UNION ALL SELECT received_at FROM inbox) AS times",
     )
     .fetch_one(store.reader())
     .await
@@ -101,8 +101,7 @@ fn ok() -> Answer {
 // A saga sleeps three days on the manual clock: real time passing does not wake it;
 // moving the clock three days does, at once. Every time the runtime wrote lies
 // between the clock's start and where it was moved to: nothing read the system clock.
-#[tokio::test]
-async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
+async fn three_day_sleep(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let def = Saga::<Value>::builder("follow_up", 1)
         .step(Step::new("send", "mailer").nothing_to_undo())
@@ -110,7 +109,7 @@ async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
         .pivot(Step::new("follow_up", "mailer"))
         .build()
         .unwrap();
-    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let gates = Gates::new(fresh_url(backend).await, true);
     let rt = runtime(&clock, &["mailer"], &ok(), def, &gates).await;
     let id = rt.start_saga("follow_up", &json!({})).await.unwrap();
 
@@ -135,11 +134,11 @@ async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
     assert_eq!(state(&rt, id).await, SagaState::Running);
     assert_eq!(gates.seen().len(), 1, "only `send` ran");
 
-    clock.advance(3 * DAY - Duration::from_secs(1));
+    rt.store().advance_clock(3 * DAY - Duration::from_secs(1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
 
-    clock.advance(Duration::from_secs(1));
+    rt.store().advance_clock(Duration::from_secs(1)).await.unwrap();
     reaches(&rt, id, SagaState::Completed).await;
     assert_eq!(gates.seen().len(), 2, "`follow_up` ran once");
 
@@ -156,8 +155,7 @@ async fn a_three_day_sleep_wakes_when_the_clock_is_moved() {
 // A step whose agent does not answer within its timeout (an hour, on the manual
 // clock) times out when the clock is moved past it, not before; before the pivot a
 // timed-out step is compensated.
-#[tokio::test]
-async fn a_step_times_out_when_the_clock_passes_its_timeout() {
+async fn step_timeout(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let def = Saga::<Value>::builder("slow", 1)
         .step(Step::new("ask", "oracle").timeout(HOUR).nothing_to_undo())
@@ -165,7 +163,7 @@ async fn a_step_times_out_when_the_clock_passes_its_timeout() {
         .build()
         .unwrap();
     // The gate stays closed: the agent's call never ends on its own.
-    let gates = Gates::new(fresh_url(Backend::Sqlite).await, false);
+    let gates = Gates::new(fresh_url(backend).await, false);
     let rt = runtime(&clock, &["oracle"], &ok(), def, &gates).await;
     let id = rt.start_saga("slow", &json!({})).await.unwrap();
 
@@ -175,11 +173,11 @@ async fn a_step_times_out_when_the_clock_passes_its_timeout() {
         SagaState::Running,
         "waiting on the agent"
     );
-    clock.advance(HOUR - Duration::from_secs(1));
+    rt.store().advance_clock(HOUR - Duration::from_secs(1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
 
-    clock.advance(Duration::from_secs(1));
+    rt.store().advance_clock(Duration::from_secs(1)).await.unwrap();
     reaches(&rt, id, SagaState::Compensated).await;
     assert!(
         gates.seen().is_empty(),
@@ -191,8 +189,7 @@ async fn a_step_times_out_when_the_clock_passes_its_timeout() {
 // A step that fails retryably is tried again after its backoff on the manual clock:
 // the retry is stored as due later than the clock's now, and runs when the clock is
 // moved past its ceiling.
-#[tokio::test]
-async fn a_retry_waits_for_its_backoff_on_the_clock() {
+async fn retry_backoff(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let ceiling = 10 * DAY;
     let def = Saga::<Value>::builder("flaky", 1)
@@ -210,7 +207,7 @@ async fn a_retry_waits_for_its_backoff_on_the_clock() {
             }
         })
     };
-    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let gates = Gates::new(fresh_url(backend).await, true);
     let rt = runtime(&clock, &["payments"], &answer, def, &gates).await;
     let id = rt.start_saga("flaky", &json!({})).await.unwrap();
 
@@ -224,7 +221,7 @@ async fn a_retry_waits_for_its_backoff_on_the_clock() {
             "SELECT count(*) AS n FROM outbox WHERE destination = 'payments' \
              AND state = 'pending' AND available_at > ?",
         )
-        .bind(clock.now_ms())
+        .bind_time(clock.now_ms())
         .fetch_one(rt.store().reader())
         .await
         .unwrap();
@@ -234,7 +231,7 @@ async fn a_retry_waits_for_its_backoff_on_the_clock() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried in real time");
 
-    clock.advance(ceiling);
+    rt.store().advance_clock(ceiling).await.unwrap();
     reaches(&rt, id, SagaState::Completed).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     rt.shutdown().await;
@@ -242,8 +239,7 @@ async fn a_retry_waits_for_its_backoff_on_the_clock() {
 
 // An hourly schedule fires its next slot when the clock is moved to it, each slot
 // once, and its saga runs at the slot's time.
-#[tokio::test]
-async fn a_schedule_fires_when_the_clock_reaches_its_slot() {
+async fn schedule_slot(backend: Backend) {
     // On the hour exactly: the next slot is an hour ahead.
     let start = EPOCH_MS - EPOCH_MS % ms(HOUR);
     let clock = ManualClock::new(start);
@@ -251,7 +247,7 @@ async fn a_schedule_fires_when_the_clock_reaches_its_slot() {
         .pivot(Step::new("draft", "writer"))
         .build()
         .unwrap();
-    let gates = Gates::new(fresh_url(Backend::Sqlite).await, true);
+    let gates = Gates::new(fresh_url(backend).await, true);
     let rt = runtime(&clock, &["writer"], &ok(), def, &gates).await;
     let s = Schedule::new("hourly", "brief", "0 * * * *")
         .input(json!({ "at": { "$fire_time": "unix_ms" } }))
@@ -264,9 +260,12 @@ async fn a_schedule_fires_when_the_clock_reaches_its_slot() {
     assert!(query::list(rt.store(), &all).await.unwrap().is_empty());
 
     for hour in 1..=3 {
-        clock.advance(HOUR);
-        wait_until(&format!("slot {hour} fired"), PATIENCE, async || {
-            query::list(rt.store(), &all).await.unwrap().len() == hour
+        rt.store().advance_clock(HOUR).await.unwrap();
+        // Fired, and its saga ended: a slot that comes while the last one's saga still
+        // runs is skipped (the schedule's overlap policy).
+        wait_until(&format!("slot {hour} fired and ran"), PATIENCE, async || {
+            let fired = query::list(rt.store(), &all).await.unwrap();
+            fired.len() == hour && fired.iter().all(|s| s.state == SagaState::Completed)
         })
         .await;
     }
@@ -280,12 +279,67 @@ async fn a_schedule_fires_when_the_clock_reaches_its_slot() {
     rt.shutdown().await;
 }
 
-// PostgreSQL's rows keep the server's clock: a manual clock there is refused with a
-// typed error, not half applied.
+agentsaga_core::both_backends!(a_three_day_sleep_wakes_when_the_clock_is_moved, three_day_sleep);
+agentsaga_core::both_backends!(a_step_times_out_when_the_clock_passes_its_timeout, step_timeout);
+agentsaga_core::both_backends!(a_retry_waits_for_its_backoff_on_the_clock, retry_backoff);
+agentsaga_core::both_backends!(a_schedule_fires_when_the_clock_reaches_its_slot, schedule_slot);
+
+/// Now, in Unix ms, by the database's clock of `store` (`now()` on PostgreSQL).
+async fn database_now(store: &Store) -> i64 {
+    Sql::new("SELECT {now_ms} AS n")
+        .fetch_one(store.reader())
+        .await
+        .unwrap()
+        .int("n")
+        .unwrap()
+}
+
+// On PostgreSQL the database's own `now()` follows a store's manual clock: in the
+// store's sessions, in any other session of the database (another store's, the
+// CLI's), and in the column defaults of a database migrated before the clock came
+// (bound again). Leases keep the server's real time (`statement_timestamp()`).
+#[cfg(feature = "postgres")]
 #[tokio::test]
-async fn postgres_refuses_a_manual_clock() {
+async fn postgres_follows_a_manual_clock() {
     let url = fresh_url(Backend::Postgres).await;
-    let config = StoreConfig::default().clock(ManualClock::new(EPOCH_MS).clock());
-    let err = Store::connect_with(&url, config).await.unwrap_err();
-    assert!(matches!(err, CoreError::ManualClockNeedsSqlite), "{err}");
+    // Migrated on the system clock first: its defaults bind the server's `now()`.
+    drop(Store::connect(&url).await.unwrap());
+    let clock = ManualClock::new(EPOCH_MS);
+    let config = StoreConfig::default().clock(clock.clock());
+    let store = Store::connect_with(&url, config).await.unwrap();
+    assert_eq!(database_now(&store).await, EPOCH_MS);
+
+    store.advance_clock(DAY).await.unwrap();
+    assert_eq!(clock.now_ms(), EPOCH_MS + ms(DAY), "the process's clock moved");
+    assert_eq!(database_now(&store).await, EPOCH_MS + ms(DAY));
+    let other = Store::connect(&url).await.unwrap();
+    assert_eq!(database_now(&other).await, EPOCH_MS + ms(DAY), "another session");
+
+    let mut tx = store.begin().await.unwrap();
+    Sql::new("INSERT INTO inbox (consumer, message_id) VALUES (?, ?)")
+        .bind("probe")
+        .bind(agentsaga_core::MessageId::new())
+        .execute(tx.conn())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let received = Sql::new("SELECT {ms received_at} AS t FROM inbox")
+        .fetch_one(store.reader())
+        .await
+        .unwrap()
+        .int("t")
+        .unwrap();
+    assert_eq!(received, EPOCH_MS + ms(DAY), "a default reads the clock");
+
+    let lease_now = Sql::new("SELECT {ms statement_timestamp()} AS t")
+        .fetch_one(store.reader())
+        .await
+        .unwrap()
+        .int("t")
+        .unwrap();
+    let real = agentsaga_core::clock::system_now_ms();
+    assert!(
+        (lease_now - real).abs() < 60_000,
+        "leases read the server's real time: {lease_now} against {real}"
+    );
 }

@@ -7,11 +7,14 @@
 //!   rendering of [`Writes`](crate::store::write::Writes) ([`write`]);
 //! - its notifications ([`notify`]: `LISTEN`/`NOTIFY` between processes).
 //!
-//! Times come from the database's clock (`now()`), so that leases and timers mean the
-//! same thing to every process sharing the database. Lists of rows travel as arrays
+//! Times come from the database's clock (`now()`), so that timers mean the same thing
+//! to every process sharing the database; leases count from `statement_timestamp()`
+//! (real time even under a test's manual clock, [`clock`]). Lists of rows travel as arrays
 //! (`= ANY($1)`, `unnest`): one statement per batch.
 
 pub(crate) mod batch;
+#[cfg(feature = "testing")]
+pub(crate) mod clock;
 pub(crate) mod dialect;
 pub(crate) mod driver;
 pub(crate) mod exclusive;
@@ -41,16 +44,24 @@ pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../mi
 #[derive(Clone, Debug)]
 pub(crate) struct Postgres {
     pub(crate) pool: PgPool,
+    /// Whether its `now()` is a manual clock's ([`clock`]).
+    #[cfg(feature = "testing")]
+    pub(crate) manual_clock: bool,
 }
 
 pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres> {
-    if config.clock.is_manual() {
-        return Err(Error::ManualClockNeedsSqlite);
-    }
     let options = PgConnectOptions::from_str(url).map_err(|e| Error::InvalidUrl {
         url: url.to_owned(),
         reason: e.to_string(),
     })?;
+    #[cfg(feature = "testing")]
+    let manual_clock = config.clock.is_manual();
+    #[cfg(feature = "testing")]
+    let options = if manual_clock {
+        options.options([("search_path", clock::SEARCH_PATH)])
+    } else {
+        options
+    };
     let pool = PgPoolOptions::new()
         .max_connections(config.max_connections)
         .acquire_timeout(config.acquire_timeout)
@@ -64,8 +75,20 @@ pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres>
         &applied(&mut *pool.acquire().await?).await?,
         &POSTGRES_MIGRATOR,
     )?;
+    #[cfg(feature = "testing")]
+    if manual_clock {
+        clock::install(&pool, config.clock.now_ms()).await?;
+    }
     POSTGRES_MIGRATOR.run(&pool).await?;
-    Ok(Postgres { pool })
+    #[cfg(feature = "testing")]
+    if manual_clock {
+        clock::rebind_defaults(&pool).await?;
+    }
+    Ok(Postgres {
+        pool,
+        #[cfg(feature = "testing")]
+        manual_clock,
+    })
 }
 
 /// The versions of the migrations applied, in order (none before the first).

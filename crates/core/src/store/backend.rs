@@ -67,6 +67,12 @@ pub(crate) trait Driver {
     ) -> Result<Admitted>;
     /// A transaction of this database committed.
     fn committed(&self);
+    /// Moves the database's own clock to `ms`, where it keeps one under a manual clock
+    /// (PostgreSQL's `now()`); nothing where the process's clock is the only one.
+    #[cfg(feature = "testing")]
+    async fn set_clock(&self, _ms: i64) -> Result<()> {
+        Ok(())
+    }
     /// Takes the right `name` (checked already), or `None` if someone holds it.
     async fn try_exclusive(&self, store: &Store, name: &str) -> Result<Option<HoldOf>>;
 

@@ -32,8 +32,30 @@ impl TestRuntime {
     /// # Errors
     /// As [`RuntimeBuilder::start`].
     pub async fn start_at(builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
-        let clock = ManualClock::new(start_ms);
         let url = fresh_url(Backend::Sqlite).await;
+        Self::start_on_at(&url, builder, start_ms).await
+    }
+
+    /// [`start`](Self::start) on the database at `url`: a PostgreSQL database of the
+    /// test's own (`postgres://…/test_db`: fresh, or left by an earlier test runtime),
+    /// or a SQLite file. On PostgreSQL the database's `now()` and `clock_timestamp()`
+    /// then read the test's clock: the store installs a schema `agentsaga_clock` with
+    /// its own `now()` and sets the database's `search_path` to find it before
+    /// PostgreSQL's, so give each test runtime a database no one else uses.
+    ///
+    /// # Errors
+    /// As [`RuntimeBuilder::start`]; a database error installing the clock.
+    pub async fn start_on(url: &str, builder: RuntimeBuilder) -> Result<Self> {
+        Self::start_on_at(url, builder, START_MS).await
+    }
+
+    /// [`start_on`](Self::start_on) with the clock at `start_ms` (Unix milliseconds).
+    ///
+    /// # Errors
+    /// As [`start_on`](Self::start_on).
+    pub async fn start_on_at(url: &str, builder: RuntimeBuilder, start_ms: i64) -> Result<Self> {
+        let clock = ManualClock::new(start_ms);
+        let url = url.to_owned();
         let tracing = Arc::new(Tracing::new());
         let faults = Arc::new(Faults::default());
         faults.journal.start();
@@ -214,7 +236,8 @@ async fn stop(runtime: crate::Runtime, host: &mut Host) -> bool {
 /// killed there run out: the next runtime delivers those rows again.
 async fn expire_claims(store: &Store) -> Result<()> {
     let mut tx = store.begin().await?;
-    Sql::new("UPDATE outbox SET lease_until = 0 WHERE state = 'in_flight'")
+    Sql::new("UPDATE outbox SET lease_until = ? WHERE state = 'in_flight'")
+        .bind_time(0)
         .execute(tx.conn())
         .await?;
     tx.commit().await?;

@@ -37,7 +37,10 @@ impl TestRuntime {
             let next = self.next_timer_ms().await?;
             let step = next.map_or(target, |t| t.min(target));
             let ahead = u64::try_from(step.saturating_sub(self.now_ms())).unwrap_or(0);
-            self.clock.advance(Duration::from_millis(ahead));
+            self.runtime
+                .store()
+                .advance_clock(Duration::from_millis(ahead))
+                .await?;
             self.run_until_idle().await?;
             if self.now_ms() >= target {
                 return Ok(());
@@ -96,8 +99,8 @@ impl TestRuntime {
         let now = self.now_ms();
         let paused = self.paused_until();
         let rows = Sql::new(
-            "SELECT destination, min(available_at) AS t,
-                    min(CASE WHEN available_at > {now_ms} THEN available_at END) AS later
+            "SELECT destination, min({ms available_at}) AS t,
+                    min(CASE WHEN {ms available_at} > {now_ms} THEN {ms available_at} END) AS later
                FROM outbox WHERE state = 'pending' GROUP BY destination",
         )
         .fetch_all(self.runtime.store().reader())
@@ -175,7 +178,10 @@ impl TestRuntime {
                 return Ok(state);
             };
             let ahead = u64::try_from(next.saturating_sub(self.now_ms())).unwrap_or(0);
-            self.clock.advance(Duration::from_millis(ahead));
+            self.runtime
+                .store()
+                .advance_clock(Duration::from_millis(ahead))
+                .await?;
         }
         Err(Error::NotAtRest(format!(
             "saga {id} had not ended after {MAX_SKIPS} moves of the clock"
@@ -187,10 +193,12 @@ impl TestRuntime {
     pub(super) async fn busy(&self) -> Result<Option<String>> {
         let paused = self.paused_until();
         let rows = Sql::new(
-            "SELECT destination, sum(state = 'in_flight') AS in_flight,
-                    sum(state = 'pending') AS due
+            "SELECT destination,
+                    sum(CASE WHEN state = 'in_flight' THEN 1 ELSE 0 END) AS in_flight,
+                    sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) AS due
                FROM outbox
-              WHERE state = 'in_flight' OR (state = 'pending' AND available_at <= {now_ms})
+              WHERE state = 'in_flight'
+                 OR (state = 'pending' AND {ms available_at} <= {now_ms})
               GROUP BY destination",
         )
         .fetch_all(self.runtime.store().reader())

@@ -79,6 +79,14 @@ impl Driver for Postgres {
 
     fn committed(&self) {}
 
+    #[cfg(feature = "testing")]
+    async fn set_clock(&self, ms: i64) -> Result<()> {
+        if self.manual_clock {
+            super::clock::set(&self.pool, ms).await?;
+        }
+        Ok(())
+    }
+
     async fn try_exclusive(&self, _store: &Store, name: &str) -> Result<Option<HoldOf>> {
         Ok(super::exclusive::try_lock(&self.pool, name)
             .await?
