@@ -28,9 +28,9 @@ pub(crate) mod queue_types;
 pub mod read;
 pub(crate) mod row;
 pub(crate) mod schema;
+pub mod sql;
 #[cfg(feature = "testing")]
 pub(crate) mod test_clock;
-pub mod sql;
 pub(crate) mod tx;
 pub(crate) mod types;
 pub(crate) mod wake;

@@ -134,11 +134,17 @@ async fn three_day_sleep(backend: Backend) {
     assert_eq!(state(&rt, id).await, SagaState::Running);
     assert_eq!(gates.seen().len(), 1, "only `send` ran");
 
-    rt.store().advance_clock(3 * DAY - Duration::from_secs(1)).await.unwrap();
+    rt.store()
+        .advance_clock(3 * DAY - Duration::from_secs(1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
 
-    rt.store().advance_clock(Duration::from_secs(1)).await.unwrap();
+    rt.store()
+        .advance_clock(Duration::from_secs(1))
+        .await
+        .unwrap();
     reaches(&rt, id, SagaState::Completed).await;
     assert_eq!(gates.seen().len(), 2, "`follow_up` ran once");
 
@@ -173,11 +179,17 @@ async fn step_timeout(backend: Backend) {
         SagaState::Running,
         "waiting on the agent"
     );
-    rt.store().advance_clock(HOUR - Duration::from_secs(1)).await.unwrap();
+    rt.store()
+        .advance_clock(HOUR - Duration::from_secs(1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(&rt, id).await, SagaState::Running, "a second to go");
 
-    rt.store().advance_clock(Duration::from_secs(1)).await.unwrap();
+    rt.store()
+        .advance_clock(Duration::from_secs(1))
+        .await
+        .unwrap();
     reaches(&rt, id, SagaState::Compensated).await;
     assert!(
         gates.seen().is_empty(),
@@ -263,10 +275,14 @@ async fn schedule_slot(backend: Backend) {
         rt.store().advance_clock(HOUR).await.unwrap();
         // Fired, and its saga ended: a slot that comes while the last one's saga still
         // runs is skipped (the schedule's overlap policy).
-        wait_until(&format!("slot {hour} fired and ran"), PATIENCE, async || {
-            let fired = query::list(rt.store(), &all).await.unwrap();
-            fired.len() == hour && fired.iter().all(|s| s.state == SagaState::Completed)
-        })
+        wait_until(
+            &format!("slot {hour} fired and ran"),
+            PATIENCE,
+            async || {
+                let fired = query::list(rt.store(), &all).await.unwrap();
+                fired.len() == hour && fired.iter().all(|s| s.state == SagaState::Completed)
+            },
+        )
         .await;
     }
     let fired = query::list(rt.store(), &all).await.unwrap();
@@ -279,10 +295,19 @@ async fn schedule_slot(backend: Backend) {
     rt.shutdown().await;
 }
 
-agentsaga_core::both_backends!(a_three_day_sleep_wakes_when_the_clock_is_moved, three_day_sleep);
-agentsaga_core::both_backends!(a_step_times_out_when_the_clock_passes_its_timeout, step_timeout);
+agentsaga_core::both_backends!(
+    a_three_day_sleep_wakes_when_the_clock_is_moved,
+    three_day_sleep
+);
+agentsaga_core::both_backends!(
+    a_step_times_out_when_the_clock_passes_its_timeout,
+    step_timeout
+);
 agentsaga_core::both_backends!(a_retry_waits_for_its_backoff_on_the_clock, retry_backoff);
-agentsaga_core::both_backends!(a_schedule_fires_when_the_clock_reaches_its_slot, schedule_slot);
+agentsaga_core::both_backends!(
+    a_schedule_fires_when_the_clock_reaches_its_slot,
+    schedule_slot
+);
 
 /// Now, in Unix ms, by the database's clock of `store` (`now()` on PostgreSQL).
 async fn database_now(store: &Store) -> i64 {
@@ -310,10 +335,18 @@ async fn postgres_follows_a_manual_clock() {
     assert_eq!(database_now(&store).await, EPOCH_MS);
 
     store.advance_clock(DAY).await.unwrap();
-    assert_eq!(clock.now_ms(), EPOCH_MS + ms(DAY), "the process's clock moved");
+    assert_eq!(
+        clock.now_ms(),
+        EPOCH_MS + ms(DAY),
+        "the process's clock moved"
+    );
     assert_eq!(database_now(&store).await, EPOCH_MS + ms(DAY));
     let other = Store::connect(&url).await.unwrap();
-    assert_eq!(database_now(&other).await, EPOCH_MS + ms(DAY), "another session");
+    assert_eq!(
+        database_now(&other).await,
+        EPOCH_MS + ms(DAY),
+        "another session"
+    );
 
     let mut tx = store.begin().await.unwrap();
     Sql::new("INSERT INTO inbox (consumer, message_id) VALUES (?, ?)")

@@ -1,17 +1,21 @@
 //! `testing::TestRuntime`, as a user of agentsaga tests a saga with it: the real
-//! runtime on a fresh SQLite file and a manual clock. A saga with a three-day sleep, a
+//! runtime on a fresh database (SQLite's and PostgreSQL's, each test on both) and a
+//! manual clock. A saga with a three-day sleep, a
 //! step retried twice after backoffs of up to hours and a 30-minute step timeout runs
 //! to its end without waiting; a wait for a person stops the run until the test sends
 //! the signal; an agent that never answers is timed out by moving the clock.
 
 #[path = "support/echo.rs"]
 mod echo;
+#[path = "support/under_test.rs"]
+mod under_test;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentsaga_core::RetryPolicy;
+use agentsaga_core::testing::Backend;
 use agentsaga_runtime::testing::{Fault, START_MS, TestRuntime};
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Error, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaState, Signal, Step};
@@ -78,8 +82,7 @@ impl CallingAgent for Silent {
 // Three days asleep, two retries after backoffs of up to an hour and two, a step with
 // a 30-minute timeout: run to its end by skipping the clock from timer to timer. The
 // real time it took is printed (no timed assertion: the machine is shared).
-#[tokio::test]
-async fn a_saga_of_days_runs_to_its_end_without_waiting() {
+async fn a_saga_of_days_runs_to_its_end_without_waiting(backend: Backend) {
     let calls = Arc::new(AtomicUsize::new(0));
     let renewal = Saga::<Value>::builder("renewal", 1)
         .step(Step::new("remind", "mailer").nothing_to_undo())
@@ -99,7 +102,7 @@ async fn a_saga_of_days_runs_to_its_end_without_waiting() {
             busy: 2,
         })
         .saga(renewal);
-    let t = TestRuntime::start(builder).await.unwrap();
+    let t = under_test::start(backend, builder).await;
     let began = Instant::now();
     let id = t
         .start_saga("renewal", &json!({ "plan": "pro" }))
@@ -130,16 +133,13 @@ async fn a_saga_of_days_runs_to_its_end_without_waiting() {
 
 // A wait for a person stops the run where it waits: `run_to_end` gives the saga back
 // running; the test approves as the person would, and the run goes on to the end.
-#[tokio::test]
-async fn a_run_stops_at_a_wait_for_a_person() {
+async fn a_run_stops_at_a_wait_for_a_person(backend: Backend) {
     let order = Saga::<Value>::builder("order", 1)
         .step(Step::approval("manager"))
         .pivot(Step::new("place", "shop"))
         .build()
         .unwrap();
-    let t = TestRuntime::start(Runtime::builder().agent(Echo("shop")).saga(order))
-        .await
-        .unwrap();
+    let t = under_test::start(backend, Runtime::builder().agent(Echo("shop")).saga(order)).await;
     let id = t.start_saga("order", &json!({})).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Running);
     assert_eq!(t.calls("shop").await.unwrap(), 0);
@@ -157,8 +157,7 @@ async fn a_run_stops_at_a_wait_for_a_person() {
 // An agent that never answers keeps the runtime from rest, and the harness says so,
 // naming its destination, instead of skipping time under it; moving the clock past
 // the step's timeout ends the step, and the saga is compensated.
-#[tokio::test]
-async fn a_silent_agent_is_timed_out_by_moving_the_clock() {
+async fn a_silent_agent_is_timed_out_by_moving_the_clock(backend: Backend) {
     let ask = Saga::<Value>::builder("ask", 1)
         .step(
             Step::new("think", "oracle")
@@ -172,7 +171,7 @@ async fn a_silent_agent_is_timed_out_by_moving_the_clock() {
         .calling_agent(Silent)
         .agent(Echo("shop"))
         .saga(ask);
-    let mut t = TestRuntime::start(builder).await.unwrap();
+    let mut t = under_test::start(backend, builder).await;
     t.set_patience(Duration::from_millis(300));
     let id = t.start_saga("ask", &json!({})).await.unwrap();
 
@@ -205,7 +204,7 @@ fn trip() -> agentsaga_saga::SagaDefinition {
         .unwrap()
 }
 
-async fn trip_runtime(calls: &Arc<AtomicUsize>) -> TestRuntime {
+async fn trip_runtime(backend: Backend, calls: &Arc<AtomicUsize>) -> TestRuntime {
     let builder = Runtime::builder()
         .agent(Echo("hotel"))
         .calling_agent(Payments {
@@ -213,18 +212,17 @@ async fn trip_runtime(calls: &Arc<AtomicUsize>) -> TestRuntime {
             busy: 0,
         })
         .saga(trip());
-    TestRuntime::start(builder).await.unwrap()
+    under_test::start(backend, builder).await
 }
 
 // Faults a test injects take the saga's paths as the agent's own failures would:
 // retryable ones are retried after their backoff, a fatal one at the pivot undoes the
 // steps before it, a timed-out pivot is sent again, a dead-lettered command is a lost
 // step. The faulted deliveries never reach the agent, and each is recorded once.
-#[tokio::test]
-async fn injected_faults_take_the_sagas_paths() {
+async fn injected_faults_take_the_sagas_paths(backend: Backend) {
     // Busy twice: retried after its backoffs, then charged by the agent once.
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = trip_runtime(&calls).await;
+    let t = trip_runtime(backend, &calls).await;
     t.fail_next("payments", 2, &Fault::Retryable("busy".into()));
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
@@ -235,7 +233,7 @@ async fn injected_faults_take_the_sagas_paths() {
 
     // Declined for good at the pivot: the hotel is cancelled, the agent never called.
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = trip_runtime(&calls).await;
+    let t = trip_runtime(backend, &calls).await;
     t.fail_next("payments", 1, &Fault::Fatal("card declined".into()));
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Compensated);
@@ -245,7 +243,7 @@ async fn injected_faults_take_the_sagas_paths() {
 
     // The pivot timed out: its outcome is unknown, so it is sent again, and charged.
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = trip_runtime(&calls).await;
+    let t = trip_runtime(backend, &calls).await;
     t.fail_next("payments", 1, &Fault::TimedOut);
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
@@ -256,7 +254,7 @@ async fn injected_faults_take_the_sagas_paths() {
     // The booking dead-lettered: a lost step before the pivot, so the saga turns back
     // (the cancellation goes out: its outcome was unknown) and never charges.
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = trip_runtime(&calls).await;
+    let t = trip_runtime(backend, &calls).await;
     t.fail_next("hotel", 1, &Fault::DeadLetter("unreadable".into()));
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     let end = t.run_to_end(id).await.unwrap();
@@ -270,10 +268,9 @@ async fn injected_faults_take_the_sagas_paths() {
 // A message delivered twice (a redelivery after a lost outcome) takes effect once:
 // the calling agent's outside call is not made again, each destination records it
 // once, and the saga goes on as if it had come once.
-#[tokio::test]
-async fn a_message_delivered_twice_takes_effect_once() {
+async fn a_message_delivered_twice_takes_effect_once(backend: Backend) {
     let calls = Arc::new(AtomicUsize::new(0));
-    let t = trip_runtime(&calls).await;
+    let t = trip_runtime(backend, &calls).await;
     t.fail_next("hotel", 1, &Fault::Twice);
     t.fail_next("payments", 1, &Fault::Twice);
     let id = t.start_saga("trip", &json!({})).await.unwrap();
@@ -287,3 +284,24 @@ async fn a_message_delivered_twice_takes_effect_once() {
     assert_eq!(t.effects("payments"), 1);
     t.shutdown().await;
 }
+
+agentsaga_core::both_backends!(
+    a_saga_of_days_runs_to_its_end_without_waiting,
+    a_saga_of_days_runs_to_its_end_without_waiting
+);
+agentsaga_core::both_backends!(
+    a_run_stops_at_a_wait_for_a_person,
+    a_run_stops_at_a_wait_for_a_person
+);
+agentsaga_core::both_backends!(
+    a_silent_agent_is_timed_out_by_moving_the_clock,
+    a_silent_agent_is_timed_out_by_moving_the_clock
+);
+agentsaga_core::both_backends!(
+    injected_faults_take_the_sagas_paths,
+    injected_faults_take_the_sagas_paths
+);
+agentsaga_core::both_backends!(
+    a_message_delivered_twice_takes_effect_once,
+    a_message_delivered_twice_takes_effect_once
+);

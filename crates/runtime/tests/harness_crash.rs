@@ -4,11 +4,13 @@
 
 #[path = "support/echo.rs"]
 mod echo;
+#[path = "support/under_test.rs"]
+mod under_test;
 
 use std::time::Duration;
 
 use agentsaga_core::RetryPolicy;
-use agentsaga_runtime::testing::TestRuntime;
+use agentsaga_core::testing::Backend;
 use agentsaga_runtime::{Agent, AgentContext, Error, Runtime, RuntimeBuilder, StepError};
 use agentsaga_saga::{Saga, SagaState, Step};
 use echo::Echo;
@@ -63,8 +65,8 @@ fn trip_runtime(declined: bool) -> RuntimeBuilder {
 /// Runs a trip, crashing before (or after) the `k`-th commit of hops and restarting:
 /// `None` if the trip came to rest before its `k`-th commit (no crash), else how it
 /// ended.
-async fn crash_at(k: u64, after: bool, declined: bool) -> Option<SagaState> {
-    let t = TestRuntime::start(trip_runtime(declined)).await.unwrap();
+async fn crash_at(backend: Backend, k: u64, after: bool, declined: bool) -> Option<SagaState> {
+    let t = under_test::start(backend, trip_runtime(declined)).await;
     if after {
         t.crash_after_hop(k);
     } else {
@@ -113,8 +115,7 @@ async fn crash_at(k: u64, after: bool, declined: bool) -> Option<SagaState> {
 // never acknowledged, so delivered again), on the happy path and on the path that
 // compensates (every card declined at the pivot): the restarted runtime finishes the
 // trip as if nothing had happened, each effect once.
-#[tokio::test]
-async fn a_crash_at_any_hop_loses_nothing() {
+async fn a_crash_at_any_hop_loses_nothing(backend: Backend) {
     for after in [false, true] {
         for (declined, want) in [
             (false, SagaState::Completed),
@@ -122,7 +123,7 @@ async fn a_crash_at_any_hop_loses_nothing() {
         ] {
             let mut crashed = 0;
             for k in 1..=20 {
-                match crash_at(k, after, declined).await {
+                match crash_at(backend, k, after, declined).await {
                     Some(end) => {
                         assert_eq!(end, want, "crashed at commit {k} (after: {after})");
                         crashed += 1;
@@ -139,9 +140,8 @@ async fn a_crash_at_any_hop_loses_nothing() {
 // The link to the payment provider cut for two hours (a broker outage, a partition):
 // the trip waits at the pivot, nothing is dead-lettered and nothing fails; mended, the
 // trip is charged and completes, each effect once.
-#[tokio::test]
-async fn a_cut_link_holds_the_saga_until_it_is_mended() {
-    let t = TestRuntime::start(trip_runtime(false)).await.unwrap();
+async fn a_cut_link_holds_the_saga_until_it_is_mended(backend: Backend) {
+    let t = under_test::start(backend, trip_runtime(false)).await;
     t.cut_link("payments");
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     // One move of two hours: the clock goes from timer to timer (each retry, each
@@ -158,3 +158,12 @@ async fn a_cut_link_holds_the_saga_until_it_is_mended() {
     t.check_promises(id).await.unwrap();
     t.shutdown().await;
 }
+
+agentsaga_core::both_backends!(
+    a_crash_at_any_hop_loses_nothing,
+    a_crash_at_any_hop_loses_nothing
+);
+agentsaga_core::both_backends!(
+    a_cut_link_holds_the_saga_until_it_is_mended,
+    a_cut_link_holds_the_saga_until_it_is_mended
+);

@@ -4,12 +4,15 @@
 
 #[path = "support/echo.rs"]
 mod echo;
+#[path = "support/under_test.rs"]
+mod under_test;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentsaga_core::RetryPolicy;
+use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_runtime::testing::{Action, Entry, Fault, RandomFaults, Recording, TestRuntime};
 use agentsaga_runtime::{AgentContext, CallContext, CallingAgent, Error, Runtime, StepError};
 use agentsaga_saga::{Saga, SagaDefinition, SagaState, Step, Usage, query};
@@ -60,9 +63,8 @@ fn entry(idx: usize, step: &str, action: Action) -> Entry {
 // The ledger shows what took effect, in the order it committed: declined at the pivot,
 // the car is undone before the flights and the hotel (a later stage first); faulted
 // deliveries took no effect and are not in it.
-#[tokio::test]
-async fn the_ledger_shows_what_took_effect_in_order() {
-    let t = TestRuntime::start(holiday_runtime()).await.unwrap();
+async fn the_ledger_shows_what_took_effect_in_order(backend: Backend) {
+    let t = under_test::start(backend, holiday_runtime()).await;
     t.fail_next("car", 1, &Fault::Retryable("busy".into()));
     t.fail_next("payments", 1, &Fault::Fatal("card declined".into()));
     let id = t.start_saga("holiday", &json!({})).await.unwrap();
@@ -121,11 +123,15 @@ async fn the_ledger_shows_what_took_effect_in_order() {
 // a pivot and a step after it: every run ends and keeps every promise, and the faults
 // did bite (both ends reached, each kind drawn). A failing seed is named in the error
 // with how to run it alone (`AGENTSAGA_SEED=N`).
-#[tokio::test]
-async fn random_faults_keep_every_promise() {
+async fn random_faults_keep_every_promise(backend: Backend) {
     let report = RandomFaults::new(0..40)
         .rate(0.25)
-        .check(holiday_runtime, "holiday", &json!({}))
+        .check_on(
+            async || fresh_url(backend).await,
+            holiday_runtime,
+            "holiday",
+            &json!({}),
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{report}");
@@ -303,9 +309,8 @@ fn renewal_runtime() -> agentsaga_runtime::RuntimeBuilder {
 // A saga asleep for three days when its runtime restarts (a deploy): the next runtime,
 // on the same database and clock, wakes it on time and finishes it; the fault queued
 // before the restart and the ledger carry over.
-#[tokio::test]
-async fn a_sleeping_saga_survives_a_restart() {
-    let t = TestRuntime::start(renewal_runtime()).await.unwrap();
+async fn a_sleeping_saga_survives_a_restart(backend: Backend) {
+    let t = under_test::start(backend, renewal_runtime()).await;
     let id = t.start_saga("renewal", &json!({})).await.unwrap();
     t.run_until_idle().await.unwrap();
     let asleep = query::get(t.store(), id).await.unwrap().unwrap();
@@ -332,3 +337,16 @@ async fn a_sleeping_saga_survives_a_restart() {
     t.check_promises(id).await.unwrap();
     t.shutdown().await;
 }
+
+agentsaga_core::both_backends!(
+    the_ledger_shows_what_took_effect_in_order,
+    the_ledger_shows_what_took_effect_in_order
+);
+agentsaga_core::both_backends!(
+    random_faults_keep_every_promise,
+    random_faults_keep_every_promise
+);
+agentsaga_core::both_backends!(
+    a_sleeping_saga_survives_a_restart,
+    a_sleeping_saga_survives_a_restart
+);

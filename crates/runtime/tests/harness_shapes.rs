@@ -5,11 +5,14 @@
 
 #[path = "support/echo.rs"]
 mod echo;
+#[path = "support/under_test.rs"]
+mod under_test;
 
 use std::time::Duration;
 
 use agentsaga_core::RetryPolicy;
-use agentsaga_runtime::testing::{Action, Fault, RandomFaults, TestRuntime};
+use agentsaga_core::testing::{Backend, fresh_url};
+use agentsaga_runtime::testing::{Action, Fault, RandomFaults};
 use agentsaga_runtime::{Runtime, RuntimeBuilder};
 use agentsaga_saga::query::{self, ListFilter};
 use agentsaga_saga::{Plan, PlanStart, PlanStep, PlannedSaga, Saga, SagaState, Step};
@@ -45,15 +48,14 @@ fn planned_runtime() -> RuntimeBuilder {
 
 // A planned saga runs its plan; the mail refused for good at the pivot undoes both
 // bookings; under random faults from 25 seeds it keeps every promise.
-#[tokio::test]
-async fn a_planned_saga_under_test() {
-    let t = TestRuntime::start(planned_runtime()).await.unwrap();
+async fn a_planned_saga_under_test(backend: Backend) {
+    let t = under_test::start(backend, planned_runtime()).await;
     let id = t.start_saga("errand", &plan()).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Completed);
     assert_eq!(t.effects("calendar"), 2);
     t.shutdown().await;
 
-    let t = TestRuntime::start(planned_runtime()).await.unwrap();
+    let t = under_test::start(backend, planned_runtime()).await;
     t.fail_next("mail", 1, &Fault::Fatal("mailbox full".into()));
     let id = t.start_saga("errand", &plan()).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Compensated);
@@ -68,7 +70,12 @@ async fn a_planned_saga_under_test() {
     t.shutdown().await;
 
     let report = RandomFaults::new(0..25)
-        .check(planned_runtime, "errand", &plan())
+        .check_on(
+            async || fresh_url(backend).await,
+            planned_runtime,
+            "errand",
+            &plan(),
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("planned: {report}");
@@ -112,9 +119,8 @@ fn nested_runtime() -> RuntimeBuilder {
 // A saga whose step is a child saga: declined at the pivot, the child is undone as a
 // whole (its own steps in reverse), then the flight; under random faults from 25
 // seeds every saga, parent and child, keeps its promises.
-#[tokio::test]
-async fn a_saga_with_a_child_under_test() {
-    let t = TestRuntime::start(nested_runtime()).await.unwrap();
+async fn a_saga_with_a_child_under_test(backend: Backend) {
+    let t = under_test::start(backend, nested_runtime()).await;
     t.fail_next("payments", 1, &Fault::Fatal("card declined".into()));
     let id = t.start_saga("trip", &json!({})).await.unwrap();
     assert_eq!(t.run_to_end(id).await.unwrap(), SagaState::Compensated);
@@ -155,7 +161,12 @@ async fn a_saga_with_a_child_under_test() {
     t.shutdown().await;
 
     let report = RandomFaults::new(0..25)
-        .check(nested_runtime, "trip", &json!({}))
+        .check_on(
+            async || fresh_url(backend).await,
+            nested_runtime,
+            "trip",
+            &json!({}),
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("nested: {report}");
@@ -164,3 +175,9 @@ async fn a_saga_with_a_child_under_test() {
         assert!(report.ended("completed") > 0, "{report}");
     }
 }
+
+agentsaga_core::both_backends!(a_planned_saga_under_test, a_planned_saga_under_test);
+agentsaga_core::both_backends!(
+    a_saga_with_a_child_under_test,
+    a_saga_with_a_child_under_test
+);

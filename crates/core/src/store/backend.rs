@@ -73,6 +73,13 @@ pub(crate) trait Driver {
     async fn set_clock(&self, _ms: i64) -> Result<()> {
         Ok(())
     }
+    /// Ends every other session of the database, as the death of the process that
+    /// held them would (a server's sessions; nothing for a file, whose locks die with
+    /// their handles).
+    #[cfg(feature = "testing")]
+    async fn end_other_sessions(&self) -> Result<()> {
+        Ok(())
+    }
     /// Takes the right `name` (checked already), or `None` if someone holds it.
     async fn try_exclusive(&self, store: &Store, name: &str) -> Result<Option<HoldOf>>;
 

@@ -1,4 +1,5 @@
-//! (feature `testing`) Moving a store's manual clock, the database's with it.
+//! (feature `testing`) Moving a store's manual clock, the database's with it; ending
+//! the sessions of a process that a test killed.
 
 impl crate::Store {
     /// (feature `testing`) Moves this store's [`ManualClock`](crate::clock::ManualClock)
@@ -20,5 +21,18 @@ impl crate::Store {
         crate::drivers::on_backend!(self.backend_ref(), b => b.set_clock(to).await)?;
         self.clock().advance_manual(d);
         Ok(())
+    }
+
+    /// (feature `testing`) Ends every other session of this store's database, as the
+    /// death of a process ends its connections (PostgreSQL's server sessions, their
+    /// transactions rolled back and their locks released; nothing on SQLite, whose
+    /// locks die with their file handles). For a test that crashed a runtime on this
+    /// database and starts the next one.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn end_other_sessions(&self) -> crate::Result<()> {
+        use crate::store::backend::Driver as _;
+        crate::drivers::on_backend!(self.backend_ref(), b => b.end_other_sessions().await)
     }
 }

@@ -99,6 +99,9 @@ impl TestRuntime {
         let crashed = stop(runtime, &mut host).await;
         let store = Store::connect(&url).await?;
         if crashed {
+            // A killed process's connections end with it (its open transactions
+            // rolled back, its row locks released), and its claims expire.
+            store.end_other_sessions().await?;
             expire_claims(&store).await?;
         }
         // An effect whose commit a stop cut short took effect if its message is in

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::ops::Range;
 
+use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_saga::query;
 use agentsaga_saga::{CompensationState, SagaId, SagaState};
 use serde_json::Value;
@@ -302,10 +303,27 @@ impl RandomFaults {
         name: &str,
         input: &Value,
     ) -> Result<Report> {
+        let sqlite = async || fresh_url(Backend::Sqlite).await;
+        self.check_on(sqlite, runtime, name, input).await
+    }
+
+    /// [`check`](Self::check) on databases of your own: `database()` gives each seed's
+    /// run a fresh one (its URL: a PostgreSQL database no one else uses, see
+    /// [`TestRuntime::start_on`]).
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub async fn check_on(
+        &self,
+        database: impl AsyncFn() -> String,
+        runtime: impl Fn() -> RuntimeBuilder,
+        name: &str,
+        input: &Value,
+    ) -> Result<Report> {
         let seeds = seeds(self.seeds.clone())?;
         let mut report = Report::default();
         for seed in seeds {
-            let t = TestRuntime::start(runtime()).await?;
+            let t = TestRuntime::start_on(&database().await, runtime()).await?;
             t.random_faults(seed, self.rate);
             let id = t.start_saga(name, input).await?;
             let run = match t.run_to_end(id).await {

@@ -80,6 +80,17 @@ impl Driver for Postgres {
     fn committed(&self) {}
 
     #[cfg(feature = "testing")]
+    async fn end_other_sessions(&self) -> Result<()> {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    #[cfg(feature = "testing")]
     async fn set_clock(&self, ms: i64) -> Result<()> {
         if self.manual_clock {
             super::clock::set(&self.pool, ms).await?;
