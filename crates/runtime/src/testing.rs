@@ -1,6 +1,7 @@
 //! (feature `testing`) Sagas under test in milliseconds: [`TestRuntime`] runs the real
 //! runtime (your agents, your sagas, the real engine, relay and store) on a fresh SQLite
-//! file whose clock is a [`ManualClock`], and moves that clock for you.
+//! file, or a PostgreSQL database of the test's own ([`TestRuntime::start_on`]), whose
+//! clock is a [`ManualClock`], and moves that clock for you.
 //!
 //! ```no_run
 //! # use std::time::Duration;
@@ -61,7 +62,7 @@ pub const FIRST_MOVE_PATIENCE: Duration = Duration::from_millis(250);
 /// At most this many moves of the clock in one [`TestRuntime::run_to_end`].
 pub const MAX_SKIPS: usize = 10_000;
 
-/// The real runtime on a fresh SQLite file, on a clock that moves only when the test
+/// The real runtime on a fresh database, on a clock that moves only when the test
 /// (or [`run_to_end`](Self::run_to_end)) moves it. Derefs to the [`Runtime`].
 pub struct TestRuntime {
     runtime: Runtime,
@@ -94,7 +95,8 @@ impl TestRuntime {
         &self.runtime
     }
 
-    /// Its clock.
+    /// Its clock. Move it with [`advance`](Self::advance) (or the store's
+    /// `advance_clock`, which moves a PostgreSQL database's clock with it).
     pub fn clock(&self) -> &ManualClock {
         &self.clock
     }

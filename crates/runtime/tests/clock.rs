@@ -101,7 +101,7 @@ fn ok() -> Answer {
 // A saga sleeps three days on the manual clock: real time passing does not wake it;
 // moving the clock three days does, at once. Every time the runtime wrote lies
 // between the clock's start and where it was moved to: nothing read the system clock.
-async fn three_day_sleep(backend: Backend) {
+async fn a_three_day_sleep_wakes_when_the_clock_is_moved(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let def = Saga::<Value>::builder("follow_up", 1)
         .step(Step::new("send", "mailer").nothing_to_undo())
@@ -161,7 +161,7 @@ async fn three_day_sleep(backend: Backend) {
 // A step whose agent does not answer within its timeout (an hour, on the manual
 // clock) times out when the clock is moved past it, not before; before the pivot a
 // timed-out step is compensated.
-async fn step_timeout(backend: Backend) {
+async fn a_step_times_out_when_the_clock_passes_its_timeout(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let def = Saga::<Value>::builder("slow", 1)
         .step(Step::new("ask", "oracle").timeout(HOUR).nothing_to_undo())
@@ -201,7 +201,7 @@ async fn step_timeout(backend: Backend) {
 // A step that fails retryably is tried again after its backoff on the manual clock:
 // the retry is stored as due later than the clock's now, and runs when the clock is
 // moved past its ceiling.
-async fn retry_backoff(backend: Backend) {
+async fn a_retry_waits_for_its_backoff_on_the_clock(backend: Backend) {
     let clock = ManualClock::new(EPOCH_MS);
     let ceiling = 10 * DAY;
     let def = Saga::<Value>::builder("flaky", 1)
@@ -251,7 +251,7 @@ async fn retry_backoff(backend: Backend) {
 
 // An hourly schedule fires its next slot when the clock is moved to it, each slot
 // once, and its saga runs at the slot's time.
-async fn schedule_slot(backend: Backend) {
+async fn a_schedule_fires_when_the_clock_reaches_its_slot(backend: Backend) {
     // On the hour exactly: the next slot is an hour ahead.
     let start = EPOCH_MS - EPOCH_MS % ms(HOUR);
     let clock = ManualClock::new(start);
@@ -303,7 +303,10 @@ agentsaga_core::both_backends!(
     a_step_times_out_when_the_clock_passes_its_timeout,
     step_timeout
 );
-agentsaga_core::both_backends!(a_retry_waits_for_its_backoff_on_the_clock, retry_backoff);
+agentsaga_core::both_backends!(
+    a_retry_waits_for_its_backoff_on_the_clock,
+    a_retry_waits_for_its_backoff_on_the_clock
+);
 agentsaga_core::both_backends!(
     a_schedule_fires_when_the_clock_reaches_its_slot,
     schedule_slot

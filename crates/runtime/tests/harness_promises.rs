@@ -283,6 +283,34 @@ async fn an_llm_answers_once_and_is_replayed() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+// A recording that is not one (truncated, hand-edited, another file) or cannot be read
+// is a typed error naming the file, not a panic and not an empty recording that would
+// fail later, step by step, or call the LLM live.
+#[test]
+fn a_broken_recording_is_refused_by_name() {
+    let dir = tempfile_dir();
+    let corrupt = dir.join("llm.json");
+    std::fs::write(&corrupt, "{\"calls\": [ {\"key\": \"draft:0:command\"").unwrap();
+    let err = Recording::replay(&corrupt).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotRecorded(why)
+            if why.contains("llm.json") && why.contains("is not a recording")),
+        "{err}"
+    );
+    std::fs::write(&corrupt, "[1, 2, 3]").unwrap();
+    let err = Recording::replay(&corrupt).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotRecorded(why) if why.contains("is not a recording")),
+        "{err}"
+    );
+    // A directory where the file should be: cannot be read.
+    let err = Recording::replay(&dir).unwrap_err();
+    assert!(
+        matches!(&err, Error::NotRecorded(why) if why.contains("cannot be read")),
+        "{err}"
+    );
+}
+
 fn tempfile_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "agentsaga-recording-{}-{}",
