@@ -297,11 +297,11 @@ async fn a_schedule_fires_when_the_clock_reaches_its_slot(backend: Backend) {
 
 agentsaga_core::both_backends!(
     a_three_day_sleep_wakes_when_the_clock_is_moved,
-    three_day_sleep
+    a_three_day_sleep_wakes_when_the_clock_is_moved
 );
 agentsaga_core::both_backends!(
     a_step_times_out_when_the_clock_passes_its_timeout,
-    step_timeout
+    a_step_times_out_when_the_clock_passes_its_timeout
 );
 agentsaga_core::both_backends!(
     a_retry_waits_for_its_backoff_on_the_clock,
@@ -309,7 +309,7 @@ agentsaga_core::both_backends!(
 );
 agentsaga_core::both_backends!(
     a_schedule_fires_when_the_clock_reaches_its_slot,
-    schedule_slot
+    a_schedule_fires_when_the_clock_reaches_its_slot
 );
 
 /// Now, in Unix ms, by the database's clock of `store` (`now()` on PostgreSQL).
