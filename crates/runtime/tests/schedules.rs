@@ -215,3 +215,86 @@ async fn ensure_keeps_what_an_operator_did(backend: Backend) {
 }
 
 both_backends!(ensure, ensure_keeps_what_an_operator_did);
+
+/// How many sagas schedule `name` started (its start keys).
+async fn fired(rt: &Runtime, name: &str) -> usize {
+    agentsaga_core::Sql::new("SELECT count(*) AS n FROM saga_keys WHERE key LIKE ?")
+        .bind(format!("schedule:{name}:%"))
+        .fetch_one(rt.store().reader())
+        .await
+        .unwrap()
+        .int("n")
+        .map(|n| usize::try_from(n).unwrap())
+        .unwrap()
+}
+
+// A process frozen (SIGSTOP) in the middle of firing a schedule holds that schedule's
+// row lock, on PostgreSQL, for as long as it is frozen (here the test's own
+// transaction holds it). Another process goes on firing every other schedule and runs
+// its sagas meanwhile; the held schedule fires again once the lock is let go, each of
+// its slots once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_of_a_schedule_stops_no_other() {
+    use agentsaga_core::sqlx::{self, Connection as _};
+    if !agentsaga_core::testing::backends().contains(&Backend::Postgres) {
+        return; // a build without PostgreSQL
+    }
+    let url = fresh_url(Backend::Postgres).await;
+    let rt = runtime(url.clone()).await;
+    for name in ["held", "free"] {
+        let s = Schedule::new(name, "brief", "* * * * * *").overlap(Overlap::Allow);
+        rt.schedules().create(&s).await.unwrap();
+    }
+    wait_until("both fired", Duration::from_secs(20), async || {
+        fired(&rt, "held").await > 0 && fired(&rt, "free").await > 0
+    })
+    .await;
+
+    let mut frozen = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut frozen).await.unwrap();
+    sqlx::query("SELECT name FROM saga_schedules WHERE name = 'held' FOR UPDATE")
+        .execute(&mut frozen)
+        .await
+        .unwrap();
+    let (held, free) = (fired(&rt, "held").await, fired(&rt, "free").await);
+    wait_until(
+        "the free schedule fires on while the other is held",
+        Duration::from_secs(20),
+        async || fired(&rt, "free").await >= free + 3,
+    )
+    .await;
+    // The firing passes over the held one and does not spin on it.
+    let firings = rt.schedules().fire_due().await.unwrap();
+    assert_eq!(firings.held, 1, "{firings:?}");
+    assert!(
+        firings.next_in.unwrap() >= Duration::from_millis(200),
+        "{firings:?}"
+    );
+    let id = rt.start_saga("brief", &json!({})).await.unwrap();
+    wait_until(
+        "a saga runs meanwhile",
+        Duration::from_secs(20),
+        async || query::get(rt.store(), id).await.unwrap().unwrap().state == SagaState::Completed,
+    )
+    .await;
+    assert!(fired(&rt, "held").await <= held + 1, "held, it fired on");
+
+    sqlx::query("ROLLBACK").execute(&mut frozen).await.unwrap();
+    wait_until(
+        "the held one fires again",
+        Duration::from_secs(20),
+        async || fired(&rt, "held").await >= held + 2,
+    )
+    .await;
+    let views = rt.schedules().list().await.unwrap();
+    for v in &views {
+        let keys = fired(&rt, &v.schedule.name).await;
+        assert_eq!(
+            usize::try_from(v.fired).unwrap(),
+            keys,
+            "{}: a slot fired twice",
+            v.schedule.name
+        );
+    }
+    rt.shutdown().await;
+}

@@ -7,7 +7,8 @@
 //! SQLite), a `NULL` typed, "now" by the database's clock where it has one. Rows come
 //! back as [`Row`]s, read the same on every driver (times as Unix milliseconds, JSON
 //! as text). What the shared SQL cannot say is asked by name:
-//! [`for_update`](Sql::for_update) (a row lock where the database has row locks),
+//! [`for_update`](Sql::for_update) (a row lock where the database has row locks;
+//! [`for_update_skip_locked`](Sql::for_update_skip_locked) to pass over rows held),
 //! `{ms <expression>}` (a time as whole Unix milliseconds, to order or compare by),
 //! `{now_ms}` (now, in whole Unix milliseconds, by the clock of
 //! [`bind_now`](Sql::bind_now)), `{clock_ms}` (the clock of the database, or of this
@@ -49,6 +50,8 @@ pub struct Sql {
     pub(crate) text: Cow<'static, str>,
     pub(crate) binds: Vec<Param>,
     pub(crate) for_update: bool,
+    /// With `for_update`: rows another transaction holds are skipped, not waited for.
+    pub(crate) skip_locked: bool,
 }
 
 /// A value bound to a [`Sql`] statement, with its type.
@@ -165,6 +168,7 @@ impl Sql {
             text: text.into(),
             binds: Vec::new(),
             for_update: false,
+            skip_locked: false,
         }
     }
 
@@ -210,6 +214,16 @@ impl Sql {
     /// rows (PostgreSQL's `FOR UPDATE`; SQLite's single writer needs none).
     pub fn for_update(mut self) -> Self {
         self.for_update = true;
+        self
+    }
+
+    /// As [`for_update`](Self::for_update), but rows another transaction holds
+    /// locked are skipped rather than waited for (PostgreSQL's `FOR UPDATE SKIP
+    /// LOCKED`): work that another process has in hand is left to it, however long it
+    /// holds it (a process frozen mid-transaction).
+    pub fn for_update_skip_locked(mut self) -> Self {
+        self.for_update = true;
+        self.skip_locked = true;
         self
     }
 

@@ -13,7 +13,7 @@ use agentsaga_core::{Sql, Store, Tx};
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::table::{clock, ms, read};
+use super::table::{clock, ms, read_unless_held};
 use super::{Calendar, CatchUp, Overlap, Schedule, ScheduleView, fill};
 use crate::{Accepted, Engine, Error, Result, SagaDefinition, SagaId};
 
@@ -47,9 +47,15 @@ pub struct Firings {
     pub skipped: u64,
     /// The schedules whose firing could not start its saga, with why.
     pub failed: Vec<(String, String)>,
-    /// How long until the next schedule of this engine's sagas is due, if any is.
+    /// How long until the next schedule of this engine's sagas is due, if any is
+    /// (no sooner than 200 ms while a due one is held elsewhere).
     pub next_in: Option<Duration>,
+    /// Due schedules passed over because another transaction held their rows.
+    pub held: u64,
 }
+
+/// How soon a firing looks again at a due schedule another process holds.
+pub(crate) const HELD_RETRY: Duration = Duration::from_millis(200);
 
 impl Engine {
     /// Fires the due schedules of the sagas this engine has (others are left to the
@@ -103,8 +109,13 @@ impl Engine {
             out.failed.push((name, why));
         }
         if let Some(r) = next.fetch_optional(store.reader()).await? {
-            let wait = r.real("wait")?.max(0.0);
-            out.next_in = Some(Duration::from_secs_f64(wait / 1000.0));
+            let wait = Duration::from_secs_f64(r.real("wait")?.max(0.0) / 1000.0);
+            // A due schedule held elsewhere is no reason to look again at once.
+            out.next_in = Some(if out.held > 0 {
+                wait.max(HELD_RETRY)
+            } else {
+                wait
+            });
         }
         Ok(out)
     }
@@ -146,7 +157,10 @@ impl Engine {
         out: &mut Firings,
     ) -> Result<()> {
         let mut tx = store.begin().await?;
-        let Some(view) = read(&mut tx, name).await? else {
+        // Held by another process (firing it, or frozen while it did): left to it, so
+        // that one frozen holder stops no other schedule.
+        let Some(view) = read_unless_held(&mut tx, name).await? else {
+            out.held += 1;
             return Ok(());
         };
         if view.schedule.paused {

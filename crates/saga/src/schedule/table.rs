@@ -187,15 +187,29 @@ pub async fn list(store: &Store) -> Result<Vec<ScheduleView>> {
 
 /// Schedule `name` in `tx`, its row locked where the database locks rows.
 pub(super) async fn read(tx: &mut Tx, name: &str) -> Result<Option<ScheduleView>> {
-    Sql::new(format!(
+    let sql = Sql::new(format!(
         "SELECT {COLUMNS} FROM saga_schedules WHERE name = ?"
-    ))
-    .bind(name)
-    .for_update()
-    .fetch_optional(tx.conn())
-    .await?
-    .map(|r| view(&r))
-    .transpose()
+    ));
+    sql.bind(name)
+        .for_update()
+        .fetch_optional(tx.conn())
+        .await?
+        .map(|r| view(&r))
+        .transpose()
+}
+
+/// As [`read`], but `None` also when another transaction holds the row (a process
+/// firing it, or frozen while it fired it): the firing leaves it to that one.
+pub(super) async fn read_unless_held(tx: &mut Tx, name: &str) -> Result<Option<ScheduleView>> {
+    let sql = Sql::new(format!(
+        "SELECT {COLUMNS} FROM saga_schedules WHERE name = ?"
+    ));
+    sql.bind(name)
+        .for_update_skip_locked()
+        .fetch_optional(tx.conn())
+        .await?
+        .map(|r| view(&r))
+        .transpose()
 }
 
 /// Now, by the database's clock (this process's on SQLite), in whole Unix ms.

@@ -108,7 +108,11 @@ fn render(sql: &Sql, _now_ms: i64) -> Result<(String, PgArguments)> {
         return Err(sql.unpaired());
     }
     if sql.for_update {
-        text.push_str(" FOR UPDATE");
+        text.push_str(if sql.skip_locked {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            " FOR UPDATE"
+        });
     }
     Ok((text, args))
 }
