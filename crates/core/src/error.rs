@@ -16,6 +16,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// A manual clock (feature `testing`) was given to a store on a PostgreSQL database
+    /// that agentsaga migrated without one: a database in use, whose rows keep the
+    /// server's time. The clock is installed only in a fresh database (or one that has
+    /// it already), so that a test pointed at a live database cannot put it on a
+    /// test's clock.
+    #[error(
+        "a manual clock is installed only in a fresh PostgreSQL database (or one that has \
+         it already): this one was migrated on the server's clock; give the test a \
+         database of its own"
+    )]
+    ManualClockNeedsAFreshDatabase,
+
     /// The database could not be opened or reached.
     #[error("cannot open the {scheme} database: {source}")]
     Connect {

@@ -322,19 +322,18 @@ async fn database_now(store: &Store) -> i64 {
         .unwrap()
 }
 
-// On PostgreSQL the database's own `now()` follows a store's manual clock: in the
-// store's sessions, in any other session of the database (another store's, the
-// CLI's), and in the column defaults of a database migrated before the clock came
-// (bound again). Leases keep the server's real time (`statement_timestamp()`).
+// On PostgreSQL the database's own `now()` follows a store's manual clock, in every
+// session of that store (and of another store on the same manual clock, as after a
+// restart), column defaults included; another store on the system clock keeps the
+// server's time, and so do leases (`pg_catalog.clock_timestamp()`). A database that
+// agentsaga migrated on the server's clock (one in use) is refused a manual clock.
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_follows_a_manual_clock() {
     let url = fresh_url(Backend::Postgres).await;
-    // Migrated on the system clock first: its defaults bind the server's `now()`.
-    drop(Store::connect(&url).await.unwrap());
     let clock = ManualClock::new(EPOCH_MS);
-    let config = StoreConfig::default().clock(clock.clock());
-    let store = Store::connect_with(&url, config).await.unwrap();
+    let config = || StoreConfig::default().clock(clock.clock());
+    let store = Store::connect_with(&url, config()).await.unwrap();
     assert_eq!(database_now(&store).await, EPOCH_MS);
 
     store.advance_clock(DAY).await.unwrap();
@@ -344,11 +343,13 @@ async fn postgres_follows_a_manual_clock() {
         "the process's clock moved"
     );
     assert_eq!(database_now(&store).await, EPOCH_MS + ms(DAY));
+    let again = Store::connect_with(&url, config()).await.unwrap();
+    assert_eq!(database_now(&again).await, EPOCH_MS + ms(DAY), "a restart");
+    let real = agentsaga_core::clock::system_now_ms();
     let other = Store::connect(&url).await.unwrap();
-    assert_eq!(
-        database_now(&other).await,
-        EPOCH_MS + ms(DAY),
-        "another session"
+    assert!(
+        (database_now(&other).await - real).abs() < 60_000,
+        "a store on the system clock keeps the server's time"
     );
 
     let mut tx = store.begin().await.unwrap();
@@ -367,15 +368,22 @@ async fn postgres_follows_a_manual_clock() {
         .unwrap();
     assert_eq!(received, EPOCH_MS + ms(DAY), "a default reads the clock");
 
-    let lease_now = Sql::new("SELECT {ms statement_timestamp()} AS t")
+    let lease_now = Sql::new("SELECT {ms pg_catalog.clock_timestamp()} AS t")
         .fetch_one(store.reader())
         .await
         .unwrap()
         .int("t")
         .unwrap();
-    let real = agentsaga_core::clock::system_now_ms();
     assert!(
         (lease_now - real).abs() < 60_000,
         "leases read the server's real time: {lease_now} against {real}"
+    );
+
+    let live = fresh_url(Backend::Postgres).await;
+    drop(Store::connect(&live).await.unwrap());
+    let err = Store::connect_with(&live, config()).await.unwrap_err();
+    assert!(
+        matches!(err, agentsaga_core::Error::ManualClockNeedsAFreshDatabase),
+        "{err}"
     );
 }

@@ -265,7 +265,8 @@ async fn a_frozen_holder_of_a_schedule_stops_no_other() {
     .await;
     // The firing passes over the held one and does not spin on it.
     let firings = rt.schedules().fire_due().await.unwrap();
-    assert_eq!(firings.held, 1, "{firings:?}");
+    // (The runtime's own firing task may hold `free` at that moment too.)
+    assert!(firings.held >= 1, "{firings:?}");
     assert!(
         firings.next_in.unwrap() >= Duration::from_millis(200),
         "{firings:?}"

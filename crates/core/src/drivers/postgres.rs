@@ -8,8 +8,9 @@
 //! - its notifications ([`notify`]: `LISTEN`/`NOTIFY` between processes).
 //!
 //! Times come from the database's clock (`now()`), so that timers mean the same thing
-//! to every process sharing the database; leases count from `statement_timestamp()`
-//! (real time even under a test's manual clock, [`clock`]). Lists of rows travel as arrays
+//! to every process sharing the database; leases count from
+//! `pg_catalog.clock_timestamp()`, named in full (real time even under a test's manual
+//! clock, [`clock`]). Lists of rows travel as arrays
 //! (`= ANY($1)`, `unnest`): one statement per batch.
 
 pub(crate) mod batch;
@@ -71,19 +72,15 @@ pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres>
             scheme: "postgres",
             source: e,
         })?;
-    check_schema(
-        &applied(&mut *pool.acquire().await?).await?,
-        &POSTGRES_MIGRATOR,
-    )?;
+    let versions = applied(&mut *pool.acquire().await?).await?;
+    check_schema(&versions, &POSTGRES_MIGRATOR)?;
+    // Before the migrations: the defaults they create (`DEFAULT now()`) bind the
+    // clock's `now()`.
     #[cfg(feature = "testing")]
     if manual_clock {
-        clock::install(&pool, config.clock.now_ms()).await?;
+        clock::install(&pool, config.clock.now_ms(), versions.is_empty()).await?;
     }
     POSTGRES_MIGRATOR.run(&pool).await?;
-    #[cfg(feature = "testing")]
-    if manual_clock {
-        clock::rebind_defaults(&pool).await?;
-    }
     Ok(Postgres {
         pool,
         #[cfg(feature = "testing")]

@@ -53,7 +53,8 @@ pub struct StoreConfig {
     /// back; the hops behind it go on. Default 30 s.
     pub hop_timeout: Duration,
     /// The runtime's one clock (see [`crate::clock`]). Default [`Clock::system`]. A
-    /// manual clock (feature `testing`) needs SQLite: PostgreSQL refuses it.
+    /// manual clock (feature `testing`) on PostgreSQL is installed in the database
+    /// (a fresh one: see [`crate::clock`]).
     pub clock: Clock,
 }
 

@@ -13,7 +13,7 @@ use agentsaga_core::{Sql, Store, Tx};
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::table::{clock, ms, read_unless_held};
+use super::table::{clock, exists, ms, read_unless_held};
 use super::{Calendar, CatchUp, Overlap, Schedule, ScheduleView, fill};
 use crate::{Accepted, Engine, Error, Result, SagaDefinition, SagaId};
 
@@ -40,6 +40,7 @@ pub struct Fired {
 
 /// What one [`Engine::fire_schedules`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Firings {
     /// The slots that started a saga.
     pub fired: Vec<Fired>,
@@ -52,6 +53,16 @@ pub struct Firings {
     pub next_in: Option<Duration>,
     /// Due schedules passed over because another transaction held their rows.
     pub held: u64,
+}
+
+/// What one schedule's firing came to, before its commit.
+enum Turn {
+    /// Another transaction holds its row: left to it.
+    Held,
+    /// Nothing to write (paused, gone, or a queued slot whose saga still runs).
+    Unchanged,
+    /// Written: the slots that started a saga, and how many were skipped.
+    Fired { fired: Vec<Fired>, skipped: i64 },
 }
 
 /// How soon a firing looks again at a due schedule another process holds.
@@ -79,22 +90,21 @@ impl Engine {
              AND ((next_due_ms IS NOT NULL AND next_due_ms <= {{clock_ms}}) \
              OR queued_slot_ms IS NOT NULL) ORDER BY next_due_ms IS NULL, next_due_ms LIMIT ?"
         ));
-        let mut next = Sql::new(format!(
-            "SELECT next_due_ms - {{clock_ms}} AS wait FROM saga_schedules \
-             WHERE paused = FALSE AND {ours} AND next_due_ms IS NOT NULL \
-             ORDER BY next_due_ms LIMIT 1"
-        ));
         for name in &names {
             due = due.bind(*name);
-            next = next.bind(*name);
         }
         let due = due.bind(BATCH).fetch_all(store.reader()).await?;
+        let mut held = Vec::new();
         for r in due {
             let saga = r.text("saga_name")?;
             let name = r.text("name")?;
             // Each schedule on its own: one that fails never stops the others.
             let why = match self.fire_one(store, &name, None, &mut out).await {
-                Ok(()) => continue,
+                Ok(true) => continue,
+                Ok(false) => {
+                    held.push(name);
+                    continue;
+                }
                 // The database away: every schedule waits for it, this one included.
                 Err(Error::Store(e)) if e.is_transient() => return Err(Error::Store(e)),
                 Err(e) => format!("saga `{saga}` could not start: {e}"),
@@ -108,15 +118,31 @@ impl Engine {
             }
             out.failed.push((name, why));
         }
-        if let Some(r) = next.fetch_optional(store.reader()).await? {
-            let wait = Duration::from_secs_f64(r.real("wait")?.max(0.0) / 1000.0);
-            // A due schedule held elsewhere is no reason to look again at once.
-            out.next_in = Some(if out.held > 0 {
-                wait.max(HELD_RETRY)
+        // The next one due, of those not held elsewhere; a held one is looked at again
+        // after `HELD_RETRY` (not at once: it is in another's hands).
+        let mut next = Sql::new(format!(
+            "SELECT next_due_ms - {{clock_ms}} AS wait FROM saga_schedules \
+             WHERE paused = FALSE AND {ours} AND next_due_ms IS NOT NULL{} \
+             ORDER BY next_due_ms LIMIT 1",
+            if held.is_empty() {
+                String::new()
             } else {
-                wait
-            });
+                format!(" AND name NOT IN ({})", vec!["?"; held.len()].join(", "))
+            }
+        ));
+        for name in names.iter().copied().chain(held.iter().map(String::as_str)) {
+            next = next.bind(name);
         }
+        out.held = u64::try_from(held.len()).unwrap_or(u64::MAX);
+        let wait = match next.fetch_optional(store.reader()).await? {
+            Some(r) => Some(Duration::from_secs_f64(r.real("wait")?.max(0.0) / 1000.0)),
+            None => None,
+        };
+        out.next_in = match (wait, held.is_empty()) {
+            (wait, true) => wait,
+            (Some(wait), false) => Some(wait.min(HELD_RETRY)),
+            (None, false) => Some(HELD_RETRY),
+        };
         Ok(out)
     }
 
@@ -148,29 +174,57 @@ impl Engine {
     }
 
     /// Fires schedule `name` in a transaction of its own. With `failed`, starts
-    /// nothing: skips the slots it would have fired and keeps the reason.
+    /// nothing: skips the slots it would have fired and keeps the reason. `false` if
+    /// another transaction holds its row (it is left to that one).
     async fn fire_one(
         &self,
         store: &Store,
         name: &str,
         failed: Option<&str>,
         out: &mut Firings,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut tx = store.begin().await?;
+        match self.fire_in(&mut tx, name, failed).await {
+            Ok(Turn::Fired { fired, skipped }) => {
+                tx.commit().await?;
+                // Only what committed: a start refused midway rolled back the ones
+                // before it.
+                out.fired.extend(fired);
+                out.skipped += u64::try_from(skipped).unwrap_or(0);
+                Ok(true)
+            }
+            Ok(turn) => {
+                tx.rollback().await?;
+                Ok(!matches!(turn, Turn::Held))
+            }
+            // Rolled back now, its row lock with it: the retry that keeps the reason
+            // (`failed`) must not find the row held by this very attempt.
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`fire_one`](Self::fire_one)'s work in `tx`, not committed.
+    async fn fire_in(&self, tx: &mut Tx, name: &str, failed: Option<&str>) -> Result<Turn> {
         // Held by another process (firing it, or frozen while it did): left to it, so
-        // that one frozen holder stops no other schedule.
-        let Some(view) = read_unless_held(&mut tx, name).await? else {
-            out.held += 1;
-            return Ok(());
+        // that one frozen holder stops no other schedule. (Or deleted meanwhile.)
+        let Some(view) = read_unless_held(tx, name).await? else {
+            return Ok(if exists(tx, name).await? {
+                Turn::Held
+            } else {
+                Turn::Unchanged
+            });
         };
         if view.schedule.paused {
-            return Ok(());
+            return Ok(Turn::Unchanged);
         }
-        let now = clock(&mut tx).await?;
+        let now = clock(tx).await?;
         let s = &view.schedule;
         let calendar = s.calendar()?;
         let mut running = match view.last_saga_id {
-            Some(id) => still_runs(&mut tx, id).await?,
+            Some(id) => still_runs(tx, id).await?,
             None => false,
         };
         let mut queued = view.queued_slot_ms;
@@ -207,7 +261,7 @@ impl Engine {
             (view.next_slot_ms, view.next_due_ms)
         };
         if to_fire.is_empty() && !due && queued == view.queued_slot_ms {
-            return Ok(()); // a queued slot whose saga still runs: nothing changes
+            return Ok(Turn::Unchanged); // a queued slot whose saga still runs
         }
         let mut last = None;
         let mut error = None;
@@ -218,7 +272,7 @@ impl Engine {
         }
         let mut fired = Vec::with_capacity(to_fire.len());
         for &slot in &to_fire {
-            let (f, new) = self.start_slot(&mut tx, s, slot).await?;
+            let (f, new) = self.start_slot(tx, s, slot).await?;
             last = Some((slot, f.saga_id));
             // A slot that started its saga before (its key taken) starts nothing.
             if new {
@@ -246,11 +300,7 @@ impl Engine {
         .bind(name)
         .execute(tx.conn())
         .await?;
-        tx.commit().await?;
-        // Only what committed: a start refused midway rolled back the ones before it.
-        out.fired.extend(fired);
-        out.skipped += u64::try_from(skipped).unwrap_or(0);
-        Ok(())
+        Ok(Turn::Fired { fired, skipped })
     }
 
     /// Starts `s`'s saga for `slot` in `tx`, in a trace of its own; whether it is new

@@ -198,6 +198,15 @@ pub(super) async fn read(tx: &mut Tx, name: &str) -> Result<Option<ScheduleView>
         .transpose()
 }
 
+/// Whether schedule `name` exists (its row read without a lock).
+pub(super) async fn exists(tx: &mut Tx, name: &str) -> Result<bool> {
+    let row = Sql::new("SELECT count(*) AS n FROM saga_schedules WHERE name = ?")
+        .bind(name)
+        .fetch_one(tx.conn())
+        .await?;
+    Ok(row.int("n")? > 0)
+}
+
 /// As [`read`], but `None` also when another transaction holds the row (a process
 /// firing it, or frozen while it fired it): the firing leaves it to that one.
 pub(super) async fn read_unless_held(tx: &mut Tx, name: &str) -> Result<Option<ScheduleView>> {

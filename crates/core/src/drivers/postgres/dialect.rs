@@ -47,7 +47,7 @@ impl Dialect for Postgres {
             "INSERT INTO outbox (id, destination, key, payload, headers,
                                  state, attempts, lease_owner, lease_until)
              SELECT $1, $2, $3, $4::jsonb, $5::jsonb, 'in_flight', 1, $6,
-                    statement_timestamp() + $7 * interval '1 millisecond'
+                    pg_catalog.clock_timestamp() + $7 * interval '1 millisecond'
              WHERE $3::text IS NULL OR NOT EXISTS (SELECT 1 FROM outbox
                  WHERE key = $3::text AND state IN ('pending', 'in_flight'))
              -- its id stored already, or (unique outbox_key_in_flight) a concurrent
@@ -248,7 +248,7 @@ impl Dialect for Postgres {
     async fn renew(&self, owner: &str, seqs: &[i64], lease: Duration) -> Result<Vec<i64>> {
         // From the statement's own time, not its transaction's start.
         let renewed = sqlx::query_scalar(
-            "UPDATE outbox SET lease_until = statement_timestamp() + $1 * interval '1 millisecond'
+            "UPDATE outbox SET lease_until = pg_catalog.clock_timestamp() + $1 * interval '1 millisecond'
              WHERE seq = ANY($2) AND lease_owner = $3
              RETURNING seq",
         )
@@ -263,7 +263,7 @@ impl Dialect for Postgres {
     async fn reclaim_expired(&self) -> Result<u64> {
         let r = sqlx::query(
             "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL
-             WHERE state = 'in_flight' AND lease_until < statement_timestamp()",
+             WHERE state = 'in_flight' AND lease_until < pg_catalog.clock_timestamp()",
         )
         .execute(&self.pool)
         .await?;

@@ -82,8 +82,11 @@ impl Driver for Postgres {
     #[cfg(feature = "testing")]
     async fn end_other_sessions(&self) -> Result<()> {
         sqlx::query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            // Client sessions of this role only (not autovacuum, not another role's),
+            // each waited for (up to 5 s) so that its locks are gone on return.
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid()
+                AND backend_type = 'client backend' AND usename = current_user",
         )
         .execute(&self.pool)
         .await?;

@@ -133,8 +133,9 @@ impl Tx {
             && !leased.is_empty()
         {
             let rows = MessageRows::of(&messages, &headers, leased.iter().copied());
-            // Before the statement: its leases begin later (`statement_timestamp()`, the
-            // time the server received it).
+            // Before the statement: its leases begin later (the server's real clock,
+            // `pg_catalog.clock_timestamp()`, as it runs: named in full, so that a
+            // test's manual clock, which shadows `clock_timestamp()`, leaves it real).
             let leased_at = self.store.clock().lease_now();
             let Some(c) = self.conn_clean().into_postgres() else {
                 return Ok(());
@@ -143,7 +144,7 @@ impl Tx {
                 "INSERT INTO outbox (id, destination, key, payload, headers,
                                      state, attempts, lease_owner, lease_until)
                  SELECT u.id, u.d, u.k, u.p::jsonb, u.h::jsonb, 'in_flight', 1, $6,
-                        statement_timestamp() + $7 * interval '1 millisecond'
+                        pg_catalog.clock_timestamp() + $7 * interval '1 millisecond'
                  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
                       WITH ORDINALITY AS u(id, d, k, p, h, ord)
                  WHERE u.k IS NULL OR NOT EXISTS (SELECT 1 FROM outbox

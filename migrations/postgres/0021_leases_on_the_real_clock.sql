@@ -1,9 +1,10 @@
--- Leases count from `statement_timestamp()` (when the server received the statement
--- that claims), no longer `clock_timestamp()`: still never earlier than a relay's local
--- deadline, which it reads before sending the claim, and still the server's real time
--- when a test's manual clock replaces `now()` and `clock_timestamp()` (the testing
--- feature's `agentsaga_clock` schema): a lease tells a live holder from a dead one by
--- real time, whatever the saga's clock. The claim below is 0011's with only that changed.
+-- Leases count from the server's real clock named in full, `pg_catalog.clock_timestamp()`:
+-- the same function as before (0011), so nothing changes in production, but a test's
+-- manual clock (the testing feature's `agentsaga_clock` schema, which shadows the
+-- unqualified `now()` and `clock_timestamp()` through the search path) leaves leases on
+-- real time: a lease tells a live holder from a dead one by real time, whatever the
+-- saga's clock. The claim below is 0011's with only that changed; `available_at <=
+-- now()` stays unqualified (a due time: the saga's clock).
 CREATE OR REPLACE FUNCTION agentsaga_claim(owner TEXT, lease_ms BIGINT, destinations TEXT[], lim BIGINT)
 RETURNS TABLE (seq BIGINT, id UUID, destination TEXT, key TEXT, payload TEXT,
                headers TEXT, attempts INTEGER, created_at BIGINT)
@@ -17,7 +18,7 @@ BEGIN
     RETURN QUERY
     UPDATE outbox o
     SET state = 'in_flight', lease_owner = $1,
-        lease_until = statement_timestamp() + $2 * interval '1 millisecond', attempts = o.attempts + 1
+        lease_until = pg_catalog.clock_timestamp() + $2 * interval '1 millisecond', attempts = o.attempts + 1
     WHERE o.seq IN (
         SELECT c.seq FROM outbox c
         WHERE c.state = 'pending' AND c.available_at <= now()
