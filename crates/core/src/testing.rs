@@ -32,7 +32,7 @@ mod watchdog;
 pub use nats::NatsServer;
 #[cfg(feature = "postgres")]
 pub use pg::{PgServer, pg_server};
-pub use relay::{claim, envelope, pump};
+pub use relay::{OWNER, claim, envelope, pump};
 
 use std::fs;
 use std::path::PathBuf;

@@ -379,6 +379,47 @@ async fn postgres_follows_a_manual_clock() {
         "leases read the server's real time: {lease_now} against {real}"
     );
 
+    // A row claimed, then renewed, a day ahead on the manual clock: its lease counts
+    // from the server's real time (a minute from now), and a reclaim (real time too)
+    // leaves it alone.
+    let mut tx = store.begin().await.unwrap();
+    tx.enqueue(&agentsaga_core::Message::to("probe").raw_json("{}"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let lease_in = async || {
+        Sql::new("SELECT {ms lease_until} AS t FROM outbox WHERE destination = 'probe'")
+            .fetch_one(store.reader())
+            .await
+            .unwrap()
+            .int("t")
+            .unwrap()
+            - agentsaga_core::clock::system_now_ms()
+    };
+    let claimed = agentsaga_core::testing::claim(&store, &["probe".to_owned()], 1).await;
+    assert_eq!(claimed.len(), 1);
+    let left = lease_in().await;
+    assert!(
+        (0..=60_000).contains(&left),
+        "claimed: lease ends in {left} ms"
+    );
+    let renewed = store
+        .queue()
+        .renew_leases(
+            agentsaga_core::testing::OWNER,
+            &[claimed[0].seq],
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    let left = lease_in().await;
+    assert!(
+        (0..=60_000).contains(&left),
+        "renewed: lease ends in {left} ms"
+    );
+    assert_eq!(store.queue().reclaim_expired().await.unwrap(), 0);
+
     let live = fresh_url(Backend::Postgres).await;
     drop(Store::connect(&live).await.unwrap());
     let err = Store::connect_with(&live, config()).await.unwrap_err();

@@ -125,7 +125,7 @@ async fn a_saga_of_days_runs_to_its_end_without_waiting(backend: Backend) {
         "the clock moved through the sleep and the backoffs: {moved:?}"
     );
     eprintln!(
-        "a saga of {:.1} days of clock ran to its end in {took:?} of real time",
+        "{backend:?}: a saga of {:.1} days of clock ran to its end in {took:?} of real time",
         moved.as_secs_f64() / 86_400.0
     );
     t.shutdown().await;

@@ -7,7 +7,8 @@ use crate::queue::Claim;
 use crate::{Envelope, MessageId, Store};
 
 /// The owner the claims of [`claim`] and [`pump`] are leased to.
-const OWNER: &str = "t";
+/// The relay name [`claim`] and [`pump`] claim rows as.
+pub const OWNER: &str = "t";
 
 /// An envelope to `destination` with `payload` (JSON text, not checked) and `headers`,
 /// as the relay would hand it over, for tests that touch no store: row 1, a fresh id,
