@@ -30,6 +30,7 @@ use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 #[cfg(test)]
 pub(crate) use child::child_id;
+pub(crate) use model::PauseRecord;
 
 /// What [`Engine::handle`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]

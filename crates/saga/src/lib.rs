@@ -41,6 +41,7 @@ mod definition;
 mod engine;
 mod error;
 mod id;
+mod pause;
 pub mod plan;
 pub mod protocol;
 pub mod query;
@@ -60,6 +61,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use id::SagaId;
+pub use pause::Paused;
 pub use plan::{Plan, PlanCommand, PlanStage, PlanStart, PlanStep};
 pub use protocol::StepOutcome;
 pub use state::{CompensationState, SagaEvent, SagaState, StepState};

@@ -204,6 +204,14 @@ pub(crate) fn budget_raised(saga: SagaId, orchestrator: &str) -> Message {
         .header(header::KIND, KIND_BUDGET_RAISED)
 }
 
+/// The wake-up of saga `saga`'s orchestrator once an operator resumed it from a process
+/// without its definition: what the pause held back is sent there.
+pub(crate) fn resumed(saga: SagaId, orchestrator: &str) -> Message {
+    Message::to(orchestrator)
+        .header(header::SAGA_ID, saga.to_string())
+        .header(header::KIND, KIND_RESUMED)
+}
+
 /// Saga `saga`'s deadline timer, due `after` from now.
 pub(crate) fn deadline_timer(saga: SagaId, orchestrator: &str, after: Duration) -> Message {
     Message::to(orchestrator)

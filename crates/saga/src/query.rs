@@ -38,6 +38,8 @@ pub struct SagaSummary {
     pub sleeping_until_ms: Option<i64>,
     /// The saga whose step started it, for a child saga (`Step::saga`).
     pub parent_id: Option<SagaId>,
+    /// Who paused it, why and when, if an operator paused it (`Engine::pause`).
+    pub paused: Option<crate::Paused>,
     /// Created, Unix ms.
     pub created_at_ms: i64,
     /// Last change, Unix ms.
@@ -97,6 +99,11 @@ fn summary(r: &Row) -> Result<SagaSummary> {
         waiting_for: r.opt_text("waiting_for")?,
         sleeping_until_ms: r.opt_int("sleeping_until")?,
         parent_id: r.opt_uuid("parent_id")?.map(SagaId::from),
+        paused: r
+            .opt_text("pause")?
+            .map(|p| serde_json::from_str::<crate::engine::PauseRecord>(&p))
+            .transpose()?
+            .and_then(|p| p.paused),
         created_at_ms: r.int("created_at")?,
         updated_at_ms: r.int("updated_at")?,
     })
@@ -231,7 +238,7 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
     // Times as whole Unix milliseconds (`{ms …}`), so that a cursor's time matches
     // the row it was taken from exactly.
     let rows = Sql::new(
-        "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key,
+        "SELECT * FROM (SELECT i.id, i.name, i.version, i.state, i.error, k.key, i.pause,
                 i.parent_id, {ms i.created_at} AS created_at, {ms i.updated_at} AS updated_at,
                 (SELECT substr(s.destination, 8) FROM saga_steps s WHERE s.saga_id = i.id
                    AND s.state = 'dispatched' AND s.destination LIKE 'signal:%'
@@ -248,7 +255,8 @@ async fn list_inner(store: &Store, id: Option<SagaId>, f: &ListFilter) -> Result
                AND (? IS NULL OR i.parent_id = ?)) AS v
          WHERE (NOT ? OR v.waiting_for IS NOT NULL) AND (NOT ? OR v.sleeping_until IS NOT NULL)
            AND (? IS NULL OR v.created_at < ? OR (v.created_at = ? AND v.id < ?))
-           AND (? IS NULL OR (v.waiting_for IS NULL AND (v.sleeping_until IS NULL OR EXISTS (
+           AND (? IS NULL OR (v.waiting_for IS NULL AND v.pause IS NULL
+                AND (v.sleeping_until IS NULL OR EXISTS (
                 SELECT 1 FROM saga_steps s WHERE s.saga_id = v.id AND s.state = 'dispatched'
                   AND s.destination NOT LIKE 'sleep:%' AND s.destination NOT LIKE 'signal:%'))
                 AND (v.updated_at < ? OR NOT EXISTS (

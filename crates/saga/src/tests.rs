@@ -19,6 +19,7 @@ mod children;
 mod compensations;
 mod guardrails;
 mod lifecycle;
+mod pause;
 mod property;
 mod recovery;
 mod replanning;

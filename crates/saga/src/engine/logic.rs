@@ -15,6 +15,7 @@ mod compensation;
 mod failure;
 mod forward;
 mod operator;
+mod pause;
 mod recovery;
 #[cfg(test)]
 mod tests;
@@ -100,6 +101,7 @@ impl Ctx<'_> {
             ),
             Inbound::Deadline => self.on_deadline(),
             Inbound::BudgetRaised => self.release_held(),
+            Inbound::Resumed => self.release_paused(),
             Inbound::BuildCompensation { step, request } => {
                 self.on_build_compensation(step, request)
             }
@@ -134,6 +136,8 @@ impl Ctx<'_> {
         self.inst.finished = next.is_terminal();
         self.fx.transitions.push((from, event));
         if self.inst.finished {
+            // Nothing is left to hold back or send.
+            self.inst.pause = None;
             self.answer_parent()?;
         }
         Ok(())

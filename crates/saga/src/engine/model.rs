@@ -28,6 +28,8 @@ pub(crate) struct Instance {
     pub(crate) usage: Usage,
     /// Its budget, if it has one (`saga_instances.budget`).
     pub(crate) budget: Option<BudgetRecord>,
+    /// An operator's pause, and what it held back (`saga_instances.pause`).
+    pub(crate) pause: Option<PauseRecord>,
     /// The W3C trace context of its `saga.start` span (`saga_instances.trace_parent`),
     /// captured at its start and written then only (a loaded instance has `None`):
     /// what a signal or an operator's act continues the saga's trace from.
@@ -54,6 +56,24 @@ pub(crate) struct ParentLink {
     pub(crate) compensation: Option<MessageId>,
     /// 1 for a child of a saga started on its own, 2 for its child, ...
     pub(crate) depth: u32,
+}
+
+/// An operator's pause of a saga (`saga_instances.pause`, JSON), and what the saga held
+/// back while paused: sent once it is resumed. `paused` is `None` between a resume by a
+/// process without the saga's definition and its orchestrator's release of the rest.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PauseRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) paused: Option<crate::Paused>,
+    /// The next stage waits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) next_stage: bool,
+    /// Steps to send again (a retry, a resend past the pivot), or never sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) steps: Vec<usize>,
+    /// Compensations to send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) compensations: Vec<usize>,
 }
 
 /// One `saga_steps` row: the forward step and its compensation-ledger entry.
@@ -146,6 +166,7 @@ impl Instance {
             parent,
             usage: Usage::default(),
             budget: None,
+            pause: None,
             trace: None,
         }
     }

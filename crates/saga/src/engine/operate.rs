@@ -1,4 +1,4 @@
-//! What people and operators do to a saga: signals, abort, retry, skip.
+//! What people and operators do to a saga: signals, abort, retry, skip, pause, resume.
 
 use super::tree;
 use super::*;
@@ -107,6 +107,37 @@ impl Engine {
         // Child sagas held for this saga's tree budget go on too.
         tree::wake_held_below(tx, id).await?;
         Ok(state)
+    }
+
+    /// Operator: pause saga `id` (`by`, for `reason`). It sends nothing new until it is
+    /// [resumed](Self::resume): the commands already sent are delivered and their
+    /// answers recorded (a sleep ends on time, a timeout is noted), and what would go
+    /// next (the next stage, a step sent again, a compensation) is held. A pause is
+    /// stored with the saga, so it survives restarts. Needs no definition (the CLI
+    /// pauses). An abort ends a pause.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`] for a finished saga or one paused
+    /// already, with nothing changed.
+    pub async fn pause(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        by: &str,
+        reason: &str,
+    ) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.pause(by, reason)).await
+    }
+
+    /// Operator: resume paused saga `id`: what its pause held back is sent, now if
+    /// this engine has its definition, else once its orchestrator is woken when `tx`
+    /// commits.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`] for a saga that is not paused, with
+    /// nothing changed.
+    pub async fn resume(&self, tx: &mut Tx, id: SagaId) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.resume()).await
     }
 
     pub(super) async fn operate(

@@ -60,6 +60,9 @@ pub enum Inbound {
     Deadline,
     /// An operator raised the saga's budget: forward dispatches it held back may go.
     BudgetRaised,
+    /// An operator resumed the paused saga (from a process without its definition):
+    /// send what the pause held back.
+    Resumed,
     /// A process without the saga's definition asks for step `step`'s compensation to
     /// be built (from the step's reply) and sent.
     BuildCompensation {
@@ -128,6 +131,7 @@ impl Inbound {
             }
             KIND_DEADLINE => Inbound::Deadline,
             KIND_BUDGET_RAISED => Inbound::BudgetRaised,
+            KIND_RESUMED => Inbound::Resumed,
             KIND_SIGNAL => Inbound::Signal {
                 name: env
                     .header(SIGNAL)

@@ -41,6 +41,8 @@ pub const USAGE: &str = "usage";
 /// `kind` of the wake-up an operator's budget raise sends its saga's orchestrator
 /// (the new budget is in `saga_instances.budget`).
 pub const KIND_BUDGET_RAISED: &str = "budget_raised";
+/// The wake-up of a resumed saga's orchestrator.
+pub const KIND_RESUMED: &str = "resumed";
 
 /// An agent's answer to a command or a compensation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

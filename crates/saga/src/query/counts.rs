@@ -153,6 +153,8 @@ pub async fn count_stalled(store: &Store, no_progress_for: std::time::Duration) 
     let n = Sql::new(
         "SELECT count(*) AS n FROM saga_instances i
          WHERE (i.state = 'running' OR i.state = 'compensating')
+           -- paused: an operator holds it
+           AND i.pause IS NULL
            AND NOT EXISTS (SELECT 1 FROM saga_steps s WHERE s.saga_id = i.id
                AND s.state = 'dispatched' AND s.destination LIKE 'signal:%')
            -- asleep: a running saga whose steps on their way are all sleeps

@@ -11,7 +11,7 @@ use crate::budget::{Budget, BudgetRecord, OnBudgetSpent, Usage};
 use crate::protocol;
 use crate::{Error, Result, SagaEvent, SagaState, StepState};
 
-/// A forward dispatch a spent budget may hold back.
+/// A forward dispatch a spent budget (or a pause) may hold back.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Dispatch {
     /// The stage after the current one.
@@ -51,6 +51,10 @@ impl Ctx<'_> {
     /// the saga then compensates (if that budget says so and it is still before its
     /// pivot) or holds `what` until the budget is raised.
     pub(super) fn budget_allows(&mut self, what: Dispatch) -> Result<bool> {
+        // A paused saga sends nothing new: held until it is resumed.
+        if self.hold(what) {
+            return Ok(false);
+        }
         let Some((spent, on_spent)) = self.spent() else {
             return Ok(true);
         };
@@ -148,6 +152,11 @@ impl Ctx<'_> {
         } else {
             self.release_pending()
         }
+    }
+
+    /// Step `idx` (never sent) waits, with its stage's others, for room in the budget.
+    pub(super) fn pending_for_budget(&mut self, idx: usize) {
+        record_of(self).pending.push(idx);
     }
 
     /// Sends the current stage's steps that waited for room, as many as fit now. Once

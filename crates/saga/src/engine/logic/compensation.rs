@@ -132,7 +132,11 @@ impl Ctx<'_> {
     /// Sends step `idx`'s compensation, as the ledger recorded it, after `delay`; one
     /// that is built from its step's reply and not built yet (this process lacks the
     /// definition) is asked of the saga's orchestrator instead.
-    fn dispatch_compensation(&mut self, idx: usize, delay: Duration) -> Result<()> {
+    pub(super) fn dispatch_compensation(&mut self, idx: usize, delay: Duration) -> Result<()> {
+        // A paused saga sends nothing new: held until it is resumed.
+        if self.hold_compensation(idx) {
+            return Ok(());
+        }
         let orchestrator = self.orchestrator();
         let row = self.inst.steps.get(&idx).expect("ledger row");
         let Some(dest) = &row.compensation_destination else {

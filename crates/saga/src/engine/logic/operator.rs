@@ -12,6 +12,9 @@ impl Ctx<'_> {
     /// after it (`aborted`, nothing undone).
     pub(crate) fn abort(&mut self) -> Result<()> {
         let state = self.inst.state;
+        // An abort ends a pause: the saga turns back (or gives up) now. (A refused
+        // abort changes nothing: its caller writes nothing.)
+        self.inst.pause = None;
         match state {
             SagaState::Running if self.past_pivot() => {
                 Err(self.wrong("abort", ", past its pivot: it can only go forward".into()))
@@ -36,6 +39,9 @@ impl Ctx<'_> {
     /// Retry a stuck saga: its failed compensation (from the ledger), or its failed
     /// steps after the pivot (which needs the definition).
     pub(crate) fn retry(&mut self) -> Result<()> {
+        if self.paused() {
+            return Err(self.wrong("retry", ": it is paused (resume it first)".into()));
+        }
         if self.inst.state != SagaState::Stuck {
             return Err(self.wrong("retry", ": only stuck sagas are retried".into()));
         }
@@ -82,6 +88,9 @@ impl Ctx<'_> {
     /// Skip a stuck compensation: recorded as done by hand, and the saga goes on
     /// compensating.
     pub(crate) fn skip(&mut self) -> Result<()> {
+        if self.paused() {
+            return Err(self.wrong("skip", ": it is paused (resume it first)".into()));
+        }
         let Some(idx) = self
             .inst
             .failed_compensation()

@@ -35,7 +35,7 @@ pub(super) fn json(s: Option<String>) -> Result<Option<Value>> {
 pub(super) static SAGA: Load = Load::new(
     &INSTANCES,
     &[
-        "name", "version", "state", "data", "error", "stage", "parent", "usage", "budget",
+        "name", "version", "state", "data", "error", "stage", "parent", "usage", "budget", "pause",
     ],
     &STEPS,
     &[
@@ -85,6 +85,7 @@ pub(super) static INSTANCES: Table = Table::new(
         Column::new("usage", Kind::Json),
         Column::new("budget", Kind::Json),
         Column::new("trace_parent", Kind::Text).kept(),
+        Column::new("pause", Kind::Json),
     ],
     1,
 );
@@ -150,6 +151,9 @@ pub(super) fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
             Datum::Text(serde_json::to_string(b).expect("a budget serializes"))
         }),
         Datum::from(inst.trace.clone()),
+        inst.pause.as_ref().map_or(Datum::Null, |p| {
+            Datum::Text(serde_json::to_string(p).expect("a pause serializes"))
+        }),
     ]
 }
 
@@ -260,6 +264,10 @@ pub(super) fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
         budget: r
             .opt_text("budget")?
             .map(|b| serde_json::from_str(&b))
+            .transpose()?,
+        pause: r
+            .opt_text("pause")?
+            .map(|p| serde_json::from_str(&p))
             .transpose()?,
         trace: None,
     })
