@@ -73,6 +73,8 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sagas(SagasCommand::RaiseBudget(r)) => {
             saga_actions::raise_budget(&console, r).await
         }
+        Command::Sagas(SagasCommand::Pause(p)) => saga_actions::pause(&console, p).await,
+        Command::Sagas(SagasCommand::Resume(a)) => saga_actions::resume(&console, a.id).await,
         Command::Dead(DeadCommand::List {
             destination,
             limit,

@@ -40,6 +40,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/sagas/{id}/skip", post(skip))
         .route("/sagas/{id}/signal", post(signal))
         .route("/sagas/{id}/budget", post(raise_budget))
+        .route("/sagas/{id}/pause", post(pause))
+        .route("/sagas/{id}/resume", post(resume))
         .route("/schedules", get(schedules::list).post(schedules::create))
         .route(
             "/schedules/{name}",
@@ -152,6 +154,40 @@ async fn raise_budget(
     let id = saga_id(path)?;
     let raise: Budget = body(bytes, None)?;
     Ok(Json(s.console.raise_budget(id, raise).await?))
+}
+
+/// `POST /sagas/{id}/pause`: `{"reason": …, "by": …}`; `reason` is needed (missing or
+/// empty: a 400 saying so), `by` is optional (`console`).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+async fn pause(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    let id = saga_id(path)?;
+    let b: PauseBody = body(bytes, Some(PauseBody::default))?;
+    let by = b.by.as_deref().unwrap_or("console");
+    Ok(Json(s.console.pause(id, by, &b.reason).await?))
+}
+
+/// `POST /sagas/{id}/resume`: no body.
+async fn resume(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    Ok(Json(s.console.resume(saga_id(path)?).await?))
 }
 
 /// `POST /sagas/{id}/signal`: `{"name": …, "data": …}` approves (with `data`, `null`

@@ -1,7 +1,7 @@
 //! The operator's calls as Model Context Protocol tools, over stdio (with `rmcp`).
 //!
 //! [`McpServer`] exposes a [`Console`] as tools: `status`, `list_sagas`, `show_saga`,
-//! `start_saga`, `signal_saga`, `abort_saga`, `list_dead_letters`,
+//! `start_saga`, `signal_saga`, `abort_saga`, `pause_saga`, `list_dead_letters`,
 //! `redrive_dead_letter` and `list_schedules`. Each has a JSON schema for its arguments; each answers with the
 //! console's JSON document (the same as `agentsaga … --json` and the admin API) as the
 //! tool result's structured content and, serialized, as its text. A console error is a
@@ -19,7 +19,7 @@
 //! `status`, `list_sagas`, `show_saga`, `list_dead_letters` and `list_schedules`. Each
 //! action is allowed on its own ([`McpServer::allow`], `agentsaga mcp --allow
 //! abort,redrive`): `start` (`start_saga`), `signal` (`signal_saga`), `abort`
-//! (`abort_saga`), `redrive` (`redrive_dead_letter`). A tool not allowed is not listed, and a call to it is a
+//! (`abort_saga`), `pause` (`pause_saga`), `redrive` (`redrive_dead_letter`). A tool not allowed is not listed, and a call to it is a
 //! tool error of kind `forbidden`, with nothing done. Even allowed, `signal_saga`
 //! never releases a wait that is a person's decision (`Step::approval`, a plan's
 //! `"approval": true`): that is `refused`, with nothing written; only a person's path
@@ -27,7 +27,13 @@
 //! at all (`show_saga` shows it): an LLM must not lift its own limit; a person does,
 //! with `agentsaga sagas raise-budget` or the API. Nor does any tool create, change,
 //! pause or delete a schedule (`list_schedules` shows them): whatever is allowed, an
-//! LLM does not decide which sagas start when. See `docs/console.md`.
+//! LLM does not decide which sagas start when.
+//!
+//! `pause_saga` pauses a saga (recorded as paused by `mcp`, with the reason the tool
+//! was given), and there is no tool that resumes one, whatever is allowed: stopping a
+//! saga is safe (it sends nothing new, what it sent is still answered and recorded),
+//! letting it go on again is a person's decision, with `agentsaga sagas resume`, the
+//! API or the page. See `docs/console.md`.
 //!
 //! `agentsaga mcp` serves it over a console without saga definitions, where
 //! `start_saga` answers `not_found`; a runtime's process can serve it over a console
@@ -70,25 +76,29 @@ pub enum McpAction {
     Signal,
     /// `abort_saga`.
     Abort,
+    /// `pause_saga` (no tool resumes: see the [module](self) documentation).
+    Pause,
     /// `redrive_dead_letter` (with `force`, it purges a moot one).
     Redrive,
 }
 
 impl McpAction {
     /// Every action, in the order `--allow` lists them.
-    pub const ALL: [McpAction; 4] = [
+    pub const ALL: [McpAction; 5] = [
         McpAction::Start,
         McpAction::Signal,
         McpAction::Abort,
+        McpAction::Pause,
         McpAction::Redrive,
     ];
 
-    /// Its name for `--allow`: `start`, `signal`, `abort`, `redrive`.
+    /// Its name for `--allow`: `start`, `signal`, `abort`, `pause`, `redrive`.
     pub fn as_str(self) -> &'static str {
         match self {
             McpAction::Start => "start",
             McpAction::Signal => "signal",
             McpAction::Abort => "abort",
+            McpAction::Pause => "pause",
             McpAction::Redrive => "redrive",
         }
     }
@@ -99,6 +109,7 @@ impl McpAction {
             McpAction::Start => "start_saga",
             McpAction::Signal => "signal_saga",
             McpAction::Abort => "abort_saga",
+            McpAction::Pause => "pause_saga",
             McpAction::Redrive => "redrive_dead_letter",
         }
     }
@@ -122,7 +133,10 @@ impl std::str::FromStr for McpAction {
             .into_iter()
             .find(|a| a.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown action `{s}`: expected one of start, signal, abort, redrive")
+                format!(
+                    "unknown action `{s}`: expected one of start, signal, abort, pause, \
+                     redrive"
+                )
             })
     }
 }
@@ -212,7 +226,7 @@ impl McpServer {
             let tools: Vec<&str> = self.allowed.iter().map(|a| a.tool()).collect();
             format!(
                 "Act with {} (a wait that is a person's decision is never signalled \
-                 here).",
+                 here; a paused saga is resumed by a person, never here).",
                 tools.join(", ")
             )
         };

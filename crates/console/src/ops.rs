@@ -5,7 +5,7 @@
 //!
 //! One file a concept: [`status`](Console::status) (`status.rs`), the sagas
 //! (`sagas.rs`) and what they spent, in words (`spending.rs`), the actions on them,
-//! budget raises and signals (`actions.rs`), starts (`starts.rs`), schedules
+//! budget raises, pauses and signals (`actions.rs`), starts (`starts.rs`), schedules
 //! (`schedules.rs`), dead letters (`dead.rs`), remote destinations with the broker's
 //! figures (`remote.rs`) and where those come from (`broker.rs`); the error is the
 //! crate's (`error.rs`).
@@ -31,7 +31,7 @@ pub use actions::{Action, SignalDoc};
 pub use broker::{BrokerConsumer, RemoteSource};
 pub use dead::{DeadDoc, DeadList, PurgeDoc, RedriveAllDoc, RedriveDoc, Refusal};
 pub use remote::{REMOTE_TIMEOUT, RemoteDoc, RemoteList};
-pub use sagas::{SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
+pub use sagas::{PausedDoc, SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
 pub use schedules::{ScheduleDoc, ScheduleList};
 pub use spending::{budget_text, raise_command, usage_text, waiting_text};
 pub use starts::SetAsideDoc;

@@ -6,8 +6,9 @@
 //! | `GET /` | overview: sagas by state, outbox and relay lag, dead letters, the remote destinations with the broker's figures (given a broker), stalled and stuck sagas; re-fetched every 2 s |
 //! | `GET /fragments/overview` | the overview's live part alone (what the page's script re-fetches) |
 //! | `GET /sagas` | the list, with the API's filters (`state`, `name`, `key`, `waiting`, `stalled`, `cursor`, `limit`) |
-//! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows |
+//! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows, whether it is paused (by whom, why) with pause / resume |
 //! | `POST /sagas/{id}/abort\|retry\|skip` | [`Console::act`], then back to the saga's page (303) |
+//! | `POST /sagas/{id}/pause\|resume` | [`Console::pause`] (by `console`, with the form's `reason`) / [`Console::resume`], then back (303) |
 //! | `GET /dead` | dead letters with their reason, whether re-driving them is moot, redrive / purge |
 //! | `POST /dead/{id}/redrive\|purge` | [`Console::redrive`] (never forced: a moot one is purged by its own button) / [`Console::purge`], then back (303) |
 //! | `GET /schedules` | the schedules: saga, cron and time zone, paused or active, next due (and how far off), last fired (and the saga it started), fired / skipped, last error; pause / resume |
@@ -32,6 +33,7 @@ mod timeline;
 mod views;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -40,7 +42,7 @@ use axum::routing::{get, post};
 use crate::http::state::AppState;
 use crate::{Action, Console, Error};
 use html::error_page;
-use params::{DeadParams, Done, ListParams, fail};
+use params::{DeadParams, Done, ListParams, fail, form_field};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -75,11 +77,11 @@ async fn saga(
     Path(id): Path<String>,
     Query(done): Query<Done>,
 ) -> Response {
-    let notice = done
-        .done
-        .as_deref()
-        .and_then(parse_action)
-        .map(saga::Notice::Done);
+    let notice = done.done.as_deref().and_then(|d| match d {
+        "pause" => Some(saga::Notice::Paused),
+        "resume" => Some(saga::Notice::Resumed),
+        other => parse_action(other).map(saga::Notice::Done),
+    });
     saga::page(&s.console, s.config.jaeger_url.as_deref(), &id, notice).await
 }
 
@@ -89,25 +91,36 @@ fn parse_action(s: &str) -> Option<Action> {
         .find(|a| a.as_str() == s)
 }
 
+/// `POST /sagas/{id}/{action}`: abort, retry, skip; pause (the form's `reason`, by
+/// `console`) and resume.
 async fn saga_action(
     State(s): State<AppState>,
     Path((id, action)): Path<(String, String)>,
+    form: Bytes,
 ) -> Response {
-    let Some(action) = parse_action(&action) else {
+    if parse_action(&action).is_none() && !["pause", "resume"].contains(&action.as_str()) {
         return error_page(
             StatusCode::NOT_FOUND,
-            &format!("no action `{action}` (abort, retry, skip)"),
+            &format!("no action `{action}` (abort, retry, skip, pause, resume)"),
         );
-    };
+    }
     let saga_id = match saga::parse_id(&id) {
         Ok(saga_id) => saga_id,
         Err(why) => return error_page(StatusCode::BAD_REQUEST, &why),
     };
-    match s.console.act(saga_id, action).await {
+    let done = match (action.as_str(), parse_action(&action)) {
+        (_, Some(a)) => s.console.act(saga_id, a).await,
+        ("pause", _) => {
+            let reason = form_field(&form, "reason").unwrap_or_default();
+            s.console.pause(saga_id, "console", &reason).await
+        }
+        _ => s.console.resume(saga_id).await,
+    };
+    match done {
         Ok(doc) => Redirect::to(&format!(
             "/sagas/{}?done={}",
             html::pct(&doc.saga.id),
-            action.as_str()
+            html::pct(&action)
         ))
         .into_response(),
         // Refused (the state does not allow it): the saga's page, saying why.

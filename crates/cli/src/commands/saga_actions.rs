@@ -1,12 +1,13 @@
-//! `agentsaga sagas abort | retry | skip | raise-budget`: one transaction each,
-//! committed only if the engine accepts the action (the console's [`Console::act`],
-//! [`Console::raise_budget`]).
+//! `agentsaga sagas abort | retry | skip | raise-budget | pause | resume`: one
+//! transaction each, committed only if the engine accepts the action (the console's
+//! [`Console::act`], [`Console::raise_budget`], [`Console::pause`],
+//! [`Console::resume`]).
 
 use agentsaga_console::{Action, Console};
 use agentsaga_saga::{Budget, SagaId};
 
 use super::sagas::print_saga;
-use crate::args::RaiseBudget;
+use crate::args::{PauseArgs, RaiseBudget};
 use crate::format::print_json;
 
 fn done(action: Action) -> &'static str {
@@ -43,5 +44,38 @@ pub(super) async fn raise_budget(console: &Console, r: RaiseBudget) -> anyhow::R
         return print_json(&doc);
     }
     print_saga(&doc);
+    Ok(())
+}
+
+/// `sagas pause ID --reason TEXT [--by NAME]`: `--by` defaults to `$USER`, else `cli`.
+pub(super) async fn pause(console: &Console, p: PauseArgs) -> anyhow::Result<()> {
+    let by = p.by.unwrap_or_else(|| {
+        std::env::var("USER")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| "cli".to_owned())
+    });
+    let doc = console.pause(p.id, &by, &p.reason).await?;
+    let by = doc
+        .saga
+        .paused
+        .as_ref()
+        .map_or(by.as_str(), |p| p.by.as_str());
+    outln!(
+        "paused saga {} (by {by}): it sends nothing new until `agentsaga sagas resume {}`",
+        p.id,
+        p.id
+    );
+    Ok(())
+}
+
+/// `sagas resume ID`.
+pub(super) async fn resume(console: &Console, id: SagaId) -> anyhow::Result<()> {
+    let doc = console.resume(id).await?;
+    outln!(
+        "resumed saga {id}: it is {}; what its pause held back goes out once its runtime \
+         picks it up",
+        doc.saga.state
+    );
     Ok(())
 }

@@ -39,10 +39,11 @@ pub(super) async fn list(console: &Console, args: SagasList) -> anyhow::Result<(
             s.name.clone(),
             s.version.to_string(),
             s.state.to_owned(),
-            match (&s.waiting_for, &s.sleeping_until) {
-                (Some(w), _) => w.clone(),
-                (None, Some(until)) => format!("sleeps until {until}"),
-                (None, None) => "-".to_owned(),
+            match (&s.paused, &s.waiting_for, &s.sleeping_until) {
+                (Some(p), _, _) => format!("paused by {}", p.by),
+                (None, Some(w), _) => w.clone(),
+                (None, None, Some(until)) => format!("sleeps until {until}"),
+                (None, None, None) => "-".to_owned(),
             },
             truncate(&or_dash(s.key.as_deref()), 40),
             s.created_at.clone(),
@@ -73,6 +74,9 @@ pub(super) fn print_saga(doc: &ShowDoc) {
     outln!("saga     {id}");
     outln!("name     {} (version {})", saga.name, saga.version);
     outln!("state    {}", saga.state);
+    if let Some(p) = &saga.paused {
+        outln!("paused   by {} at {}: {}", p.by, p.at, p.reason);
+    }
     outln!("key      {}", or_dash(saga.key.as_deref()));
     if let Some(signal) = &saga.waiting_for {
         outln!("waiting  for signal `{signal}`");
@@ -175,6 +179,10 @@ pub(super) fn print_saga(doc: &ShowDoc) {
             ]);
         }
         out!("{}", children.render());
+    }
+    if saga.paused.is_some() {
+        outln!();
+        outln!("paused: it sends nothing new until `agentsaga sagas resume {id}`");
     }
     if saga.state == SagaState::Stuck.as_str() {
         outln!();

@@ -44,6 +44,7 @@ pub(crate) const SAGA_KEYS: &[&str] = &[
     "sleeping_until",
     "sleeping_until_ms",
     "parent_id",
+    "paused",
     "error",
     "created_at",
     "created_at_ms",

@@ -1,7 +1,7 @@
 //! The `agentsaga` binary against databases prepared by the saga engine, on SQLite and
 //! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
 //!
-//! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `input.rs`, `dead.rs`,
+//! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `pause.rs`, `input.rs`, `dead.rs`,
 //! `maintenance.rs`, `starts.rs`, `schedules.rs`, `remote.rs` with a throwaway NATS
 //! server, on `documents.rs` and the shared `common/`); the tests on both backends are
 //! declared here, with the two that need no database.
@@ -15,6 +15,7 @@ mod dead;
 mod documents;
 mod input;
 mod maintenance;
+mod pause;
 mod reads;
 mod remote;
 mod schedules;
@@ -35,6 +36,7 @@ use documents::{OPENING, status};
 use input::bad_ids_and_values;
 use maintenance::only_migrate_migrates;
 use maintenance::prune_keeps_inbox_records_a_redelivery_can_still_need;
+use pause::pause_and_resume;
 use reads::read_commands;
 use reads::stalled_sagas_are_reported;
 use schedules::{schedule_firings, schedules};
@@ -47,6 +49,7 @@ both_backends!(moot_tests, moot_dead_letters_are_not_redriven);
 both_backends!(signal_tests, signals);
 both_backends!(sleep_tests, sleeping);
 both_backends!(budget_tests, budgets);
+both_backends!(pause_tests, pause_and_resume);
 both_backends!(stalled_tests, stalled_sagas_are_reported);
 both_backends!(
     prune_inbox_tests,

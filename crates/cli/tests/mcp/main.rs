@@ -6,11 +6,13 @@
 
 //!
 //! The session (`server.rs`) and the sagas acted on (`fixture.rs`) are modules of their
-//! own; the tests are here.
+//! own; the tests are here, but for the pause's (`pause.rs`) and the broker's
+//! (`remote.rs`).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod fixture;
+mod pause;
 mod remote;
 mod server;
 
@@ -25,11 +27,12 @@ use common::{json, prepare};
 use fixture::{add_sagas, everything, mail, transfer};
 use server::{Server, open};
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 10] = [
     "abort_saga",
     "list_dead_letters",
     "list_sagas",
     "list_schedules",
+    "pause_saga",
     "redrive_dead_letter",
     "show_saga",
     "signal_saga",
@@ -47,7 +50,7 @@ async fn an_mcp_client_lists_shows_and_acts() {
     let (waiting, running) = (extra.waiting.to_string(), extra.running.to_string());
     let stuck = p.stuck[0].to_string();
 
-    let mut mcp = Server::spawn(url, &["start", "signal", "abort", "redrive"]);
+    let mut mcp = Server::spawn(url, &["start", "signal", "abort", "pause", "redrive"]);
 
     // The handshake.
     let init = open(&mut mcp);
@@ -348,6 +351,10 @@ async fn a_client_without_allow_cannot_act() {
             json!({"id": extra.moot.to_string(), "force": true}),
         ),
         ("start_saga", json!({"name": "trip", "data": {}})),
+        (
+            "pause_saga",
+            json!({"id": extra.running.to_string(), "reason": "x"}),
+        ),
     ];
     for (tool, args) in calls {
         let (kind, message) = mcp.error(tool, args);

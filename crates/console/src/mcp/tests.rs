@@ -143,7 +143,8 @@ async fn start_saga_with_an_engine() {
 // `show_saga` shows what a saga and its steps used and its budget; yet with every
 // action allowed, no tool raises a budget: that is a person's act (an LLM must not
 // lift its own limit), so the tools are exactly the known ones and none takes a limit.
-// Nor does any write a schedule: `list_schedules` only reads them.
+// Nor does any write a schedule: `list_schedules` only reads them; nor resume a saga
+// (`pause_saga` pauses one; letting it go on is a person's decision).
 #[tokio::test]
 async fn usage_shows_and_no_tool_raises_a_budget() {
     use agentsaga_saga::testing::{capped, quick_engine, waiting_for_raise};
@@ -170,6 +171,7 @@ async fn usage_shows_and_no_tool_raises_a_budget() {
             "list_dead_letters",
             "list_sagas",
             "list_schedules",
+            "pause_saga",
             "redrive_dead_letter",
             "show_saga",
             "signal_saga",

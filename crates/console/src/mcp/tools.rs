@@ -84,6 +84,17 @@ struct SignalArgs {
     reject: Option<String>,
 }
 
+/// `pause_saga`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PauseArgs {
+    /// The saga's id (a UUID).
+    id: String,
+    /// Why it is paused (shown with the saga, for the person who decides whether it
+    /// goes on).
+    reason: String,
+}
+
 /// `list_dead_letters`' arguments.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -272,6 +283,30 @@ impl McpServer {
     async fn abort_saga(&self, a: JsonObject) -> CallToolResult {
         call(a, async |a: SagaIdArgs| {
             self.console.act(parse_saga_id(&a.id)?, Action::Abort).await
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Pauses a saga, with the reason why: it sends nothing new (no next \
+                       step, no step sent again, no compensation) until a person resumes it; \
+                       what it sent already is still answered and recorded. No tool resumes \
+                       a saga: a person does. Answers the saga as it now stands (its \
+                       `paused`: by `mcp`, the reason, when); refused (nothing changed) for \
+                       a finished saga or one paused already.",
+        input_schema = schema::<PauseArgs>(),
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn pause_saga(&self, a: JsonObject) -> CallToolResult {
+        call(a, async |a: PauseArgs| {
+            self.console
+                .pause(parse_saga_id(&a.id)?, "mcp", &a.reason)
+                .await
         })
         .await
     }

@@ -1,5 +1,5 @@
 //! What an operator does to a saga: abort, retry, skip (the actions its state allows),
-//! raise its budget, and signals.
+//! raise its budget, pause and resume it, and signals.
 
 use agentsaga_saga::{Budget, Engine, SagaId, Signal, SignalReceipt, SignalSender};
 use serde::Serialize;
@@ -115,6 +115,60 @@ impl Console {
         self.saga(id).await
     }
 
+    /// Pauses saga `id`, `by` someone for `reason` (both trimmed), in one transaction
+    /// committed only if the engine accepts it: the saga sends nothing new until it is
+    /// [resumed](Self::resume) (what it sent already is answered and recorded). Answers
+    /// with the saga as it now stands, its `paused` saying who, why and when.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for an empty reason or `by`;
+    /// [`Error::NotFound`](crate::Error::NotFound);
+    /// [`Error::Refused`](crate::Error::Refused) for a finished saga or one paused
+    /// already (nothing changed); [`Error::Store`](crate::Error::Store).
+    pub async fn pause(&self, id: SagaId, by: &str, reason: &str) -> Result<ShowDoc> {
+        let (by, reason) = (by.trim(), reason.trim());
+        if reason.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the pause gives no reason: say why the saga is paused (`reason`)".into(),
+            ));
+        }
+        if by.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the pause names no one: say who pauses the saga (`by`)".into(),
+            ));
+        }
+        let mut tx = self.store.begin().await?;
+        match self.engine.pause(&mut tx, id, by, reason).await {
+            Ok(_) => tx.commit().await?,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        }
+        self.saga(id).await
+    }
+
+    /// Resumes paused saga `id`, in one transaction committed only if the engine
+    /// accepts it: what its pause held back goes out (here if this console's engine has
+    /// the saga's definition, else once its runtime's orchestrator picks it up). Answers
+    /// with the saga as it now stands. A person's act: no MCP tool resumes a saga.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`](crate::Error::NotFound);
+    /// [`Error::Refused`](crate::Error::Refused) for a saga that is not paused (nothing
+    /// changed); [`Error::Store`](crate::Error::Store).
+    pub async fn resume(&self, id: SagaId) -> Result<ShowDoc> {
+        let mut tx = self.store.begin().await?;
+        match self.engine.resume(&mut tx, id).await {
+            Ok(_) => tx.commit().await?,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        }
+        self.saga(id).await
+    }
+
     /// Sends saga `id` the signal `name`; answers with the receipt and the saga.
     ///
     /// # Errors
@@ -201,6 +255,7 @@ mod tests {
                 sleeping_until: None,
                 sleeping_until_ms: None,
                 parent_id: None,
+                paused: None,
                 created_at: String::new(),
                 created_at_ms: 0,
                 updated_at: String::new(),

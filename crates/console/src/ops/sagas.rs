@@ -32,6 +32,9 @@ pub struct SagaDoc {
     pub sleeping_until_ms: Option<i64>,
     /// The saga whose step started it, for a child saga.
     pub parent_id: Option<String>,
+    /// Who paused it, why and when, if an operator paused it (`sagas pause`): it
+    /// sends nothing new until it is resumed.
+    pub paused: Option<PausedDoc>,
     /// When it started.
     pub created_at: String,
     /// When it started, Unix ms.
@@ -55,12 +58,31 @@ impl From<&SagaSummary> for SagaDoc {
             sleeping_until: s.sleeping_until_ms.map(rfc3339),
             sleeping_until_ms: s.sleeping_until_ms,
             parent_id: s.parent_id.map(|p| p.to_string()),
+            paused: s.paused.as_ref().map(|p| PausedDoc {
+                by: p.by.clone(),
+                reason: p.reason.clone(),
+                at: rfc3339(p.at_ms),
+                at_ms: p.at_ms,
+            }),
             created_at: rfc3339(s.created_at_ms),
             created_at_ms: s.created_at_ms,
             updated_at: rfc3339(s.updated_at_ms),
             updated_at_ms: s.updated_at_ms,
         }
     }
+}
+
+/// Who paused a saga, why and when: a [`SagaDoc`]'s `paused`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PausedDoc {
+    /// Who paused it (an operator's name, `console`, `mcp`).
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// When.
+    pub at: String,
+    /// When, Unix ms.
+    pub at_ms: i64,
 }
 
 /// One step of a saga with its compensation-ledger entry.

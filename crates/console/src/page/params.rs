@@ -6,11 +6,24 @@ use serde::Deserialize;
 
 use super::html::error_page;
 use crate::Error;
+use crate::http::encoding::percent_decode;
 use crate::http::error::status_of;
 
 /// A failed call, as a page.
 pub(crate) fn fail(e: &Error) -> Response {
     error_page(status_of(e), &e.to_string())
+}
+
+/// Field `name` of a form's body (`application/x-www-form-urlencoded`), decoded; `None`
+/// if it is absent or not well encoded.
+pub(crate) fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let body = std::str::from_utf8(body).ok()?;
+    body.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(k)? == name)
+            .then(|| percent_decode(v))
+            .flatten()
+    })
 }
 
 /// `GET /sagas` parameters, as text: a form sends empty fields, and a wrong value is

@@ -1,6 +1,6 @@
-//! One saga's page: what it is, what it used and its budget (and why a spent one holds
-//! it), the actions its state allows, its steps as a timeline, its compensation ledger
-//! and its data.
+//! One saga's page: what it is, whether an operator paused it (who, why), what it used
+//! and its budget (and why a spent one holds it), the actions its state allows, pause or
+//! resume, its steps as a timeline, its compensation ledger and its data.
 
 use std::fmt::Write as _;
 
@@ -19,6 +19,10 @@ use crate::{Action, Console, Error};
 pub(crate) enum Notice {
     /// The action was done (the page shows the saga as it now stands).
     Done(Action),
+    /// The saga was paused.
+    Paused,
+    /// The saga was resumed.
+    Resumed,
     /// The action was refused: why (nothing was changed).
     Refused(Error),
 }
@@ -53,8 +57,16 @@ pub(crate) async fn page(
 fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64) -> String {
     let s = &doc.saga;
     let state: Option<SagaState> = s.state.parse().ok();
+    let paused = s.paused.as_ref().map_or_else(String::new, |p| {
+        format!(
+            " <span class=\"badge st-paused\" id=\"paused\" title=\"paused at {}\">Paused by {}: {}</span>",
+            esc(&p.at),
+            esc(&p.by),
+            esc(&p.reason)
+        )
+    });
     let mut out = format!(
-        "<h1><span>{}</span> <span class=\"muted\">v{}</span> <span id=\"state\">{}</span></h1>\n",
+        "<h1><span>{}</span> <span class=\"muted\">v{}</span> <span id=\"state\">{}</span>{paused}</h1>\n",
         esc(&s.name),
         s.version,
         badge(s.state)
@@ -67,6 +79,14 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
                 capitalised(a.as_str()),
                 esc(s.state)
             );
+        }
+        Some(Notice::Paused) => {
+            out += "<p class=\"notice ok\" id=\"notice\" role=\"status\">Paused: \
+             the saga sends nothing new until it is resumed.</p>\n"
+        }
+        Some(Notice::Resumed) => {
+            out += "<p class=\"notice ok\" id=\"notice\" role=\"status\">Resumed: \
+             what its pause held back goes out.</p>\n"
         }
         Some(Notice::Refused(e)) => {
             let _ = writeln!(
@@ -195,6 +215,7 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
         );
     }
     out += "</div>\n";
+    out += &pause_form(doc, state);
 
     out += "<h2>Timeline</h2>\n";
     out += &timeline(doc, state.is_some_and(|st| !st.is_terminal()), now);
@@ -208,6 +229,38 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
     let data = serde_json::to_string_pretty(&doc.data).unwrap_or_default();
     let _ = writeln!(out, "<pre class=\"json\" id=\"data\">{}</pre>", esc(&data));
     out
+}
+
+/// Resume for a paused saga, Pause (with its reason) for one that is not finished.
+fn pause_form(doc: &ShowDoc, state: Option<SagaState>) -> String {
+    let s = &doc.saga;
+    let (act, label, question, field) = if s.paused.is_some() {
+        (
+            "resume",
+            "Resume",
+            "Resume this saga? What its pause held back goes out.",
+            "",
+        )
+    } else if state.is_some_and(|st| !st.is_terminal()) {
+        (
+            "pause",
+            "Pause",
+            "Pause this saga? It sends nothing new until it is resumed.",
+            "<input type=\"text\" name=\"reason\" id=\"pause-reason\" required maxlength=\"500\" \
+             placeholder=\"why pause it?\" aria-label=\"Why pause it\">",
+        )
+    } else {
+        return String::new();
+    };
+    format!(
+        "<div class=\"actions\" id=\"pause-actions\"><form method=\"post\" action=\"/sagas/{href}/{act}\" \
+         data-confirm=\"{q} ({name} {id})\">{field}<button type=\"submit\" class=\"quiet\" name=\"{act}\" \
+         id=\"action-{act}\">{label}</button></form></div>\n",
+        href = pct(&s.id),
+        q = esc(question),
+        name = esc(&s.name),
+        id = esc(&s.id),
+    )
 }
 
 /// The facts of what the saga used and may use; a saga held by its spent budget says

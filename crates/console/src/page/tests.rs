@@ -1,5 +1,6 @@
 //! The page over a real router and a fresh SQLite database: every value from the
-//! database escaped, actions refused from another site, done from this one.
+//! database escaped, actions refused from another site, done from this one (a pause
+//! and its resume: `tests/pause.rs`).
 
 use agentsaga_core::Store;
 use agentsaga_core::testing::{Backend, fresh_url};
@@ -8,6 +9,8 @@ use serde_json::{Value, json};
 
 use crate::Console;
 use crate::http::{HttpConfig, router};
+
+mod pause;
 
 const EVIL: &str = "<img src=x onerror=alert(1)>\"'&";
 

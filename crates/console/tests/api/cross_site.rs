@@ -21,6 +21,12 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
             r#"{"tokens_out": 1000}"#,
         ),
         (
+            format!("/api/v1/sagas/{}/pause", f.running),
+            r#"{"reason": "evil"}"#,
+        ),
+        // The waiting saga is paused by the test: a resume would let it go on.
+        (format!("/api/v1/sagas/{}/resume", f.waiting), ""),
+        (
             format!("/api/v1/sagas/{}/signal", f.waiting),
             r#"{"name": "approval", "data": {"ok": true}}"#,
         ),
@@ -36,6 +42,8 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
         (format!("/api/v1/schedules/{NIGHTLY}/pause"), ""),
         (format!("/api/v1/schedules/{NIGHTLY}/resume"), ""),
         (format!("/sagas/{}/abort", f.running), ""),
+        (format!("/sagas/{}/pause", f.running), "reason=evil"),
+        (format!("/sagas/{}/resume", f.waiting), ""),
         (format!("/dead/{}/purge", f.dead_sms), ""),
         (format!("/schedules/{NIGHTLY}/pause"), ""),
     ]
@@ -58,6 +66,11 @@ pub(crate) async fn cross_site_requests_change_nothing(backend: Backend) {
     // No token: loopback, as `agentsaga serve` runs by default.
     let api = Api::console(&f.console, HttpConfig::default()).await;
     let port = api.base.rsplit(':').next().unwrap().to_owned();
+    // A paused saga, for the attacks that would resume it.
+    f.console
+        .pause(f.waiting, "ops", "held for the test")
+        .await
+        .expect("pause");
     let before = everything(&f).await;
     // (headers a browser adds, the content type the page elsewhere chose)
     let tricks: [Trick; 8] = [

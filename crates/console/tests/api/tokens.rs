@@ -63,11 +63,15 @@ pub(crate) async fn tokens_guard_everything(backend: Backend) {
     let purge = format!("/api/v1/dead/{}/purge", f.dead_sms);
     let budget = format!("/api/v1/sagas/{}/budget", f.running);
     let pause = format!("/api/v1/schedules/{NIGHTLY}/pause");
+    let pause_saga = format!("/api/v1/sagas/{}/pause", f.running);
+    let resume_saga = format!("/api/v1/sagas/{}/resume", f.running);
     for path in [
         &abort,
         &purge,
         &budget,
         &pause,
+        &pause_saga,
+        &resume_saga,
         &"/api/v1/dead/redrive".to_owned(),
     ] {
         assert_error(
