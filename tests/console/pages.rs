@@ -413,4 +413,20 @@ pub(crate) async fn a_sleeping_saga_says_when_it_wakes(page: &mut Cdp, store: &S
         "{body}"
     );
     page.save_screenshot("console-sleeping.png").await;
+
+    // Paused by an operator: the page says by whom and why.
+    let mut tx = store.begin().await.unwrap();
+    engine
+        .pause(&mut tx, id, "ops-anna", "the customer asked to wait")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    page.navigate(&format!("{base}/sagas/{id}")).await;
+    let body = page.eval("document.body.innerText").await;
+    let body = body.as_str().unwrap_or_default();
+    assert!(
+        body.contains("ops-anna") && body.contains("the customer asked to wait"),
+        "{body}"
+    );
+    page.save_screenshot("console-paused.png").await;
 }
