@@ -71,6 +71,12 @@ async fn replicas_take_turns(backend: Backend) {
     sent.extend(publish(&server, 20).await);
     wait_until("80 stored", DEADLINE, async || ids(&one).await.len() >= 80).await;
     assert_eq!(ids(&one).await, sent);
+    // Its counter moves just after its commit: read it once it has caught up (a race
+    // a CI run hit: 19 counted while the 80th row was already there).
+    wait_until("the standby counted its 20", DEADLINE, async || {
+        standby.stats().stored >= 20
+    })
+    .await;
     assert_eq!(standby.stats().stored, 20);
     stop(standby).await;
 }
