@@ -33,8 +33,13 @@ impl Session {
         self.0.ping().await.is_ok()
     }
 
-    /// Ends the session, which releases the lock.
-    pub(crate) async fn release(self) {
+    /// Releases the lock, then ends the session. The unlock is answered before this
+    /// returns; the session's end alone is not (the server lets go of a closed
+    /// session's locks a moment later, and the next holder's ask could come first).
+    pub(crate) async fn release(mut self) {
+        let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
+            .execute(&mut self.0)
+            .await;
         let _ = self.0.close().await;
     }
 }
