@@ -65,7 +65,8 @@ impl Store {
     /// [`Error::InvalidUrl`] for an unknown scheme or malformed URL,
     /// [`Error::Connect`] if the database cannot be opened,
     /// [`Error::SchemaTooNew`] if a newer agentsaga migrated it,
-    /// [`Error::Database`] if a manual clock cannot be installed in a PostgreSQL database.
+    /// [`Error::ManualClockNeedsAFreshDatabase`] for a manual clock on a PostgreSQL
+    /// database migrated without one.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, StoreConfig::default()).await
     }

@@ -45,9 +45,6 @@ pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../mi
 #[derive(Clone, Debug)]
 pub(crate) struct Postgres {
     pub(crate) pool: PgPool,
-    /// Whether its `now()` is a manual clock's ([`clock`]).
-    #[cfg(feature = "testing")]
-    pub(crate) manual_clock: bool,
 }
 
 pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres> {
@@ -81,11 +78,7 @@ pub(crate) async fn connect(url: &str, config: &StoreConfig) -> Result<Postgres>
         clock::install(&pool, config.clock.now_ms(), versions.is_empty()).await?;
     }
     POSTGRES_MIGRATOR.run(&pool).await?;
-    Ok(Postgres {
-        pool,
-        #[cfg(feature = "testing")]
-        manual_clock,
-    })
+    Ok(Postgres { pool })
 }
 
 /// The versions of the migrations applied, in order (none before the first).

@@ -69,6 +69,7 @@ pub(crate) trait Driver {
     fn committed(&self);
     /// Moves the database's own clock to `ms`, where it keeps one under a manual clock
     /// (PostgreSQL's `now()`); nothing where the process's clock is the only one.
+    /// Called only for a store on a manual clock (whose connect installed it).
     #[cfg(feature = "testing")]
     async fn set_clock(&self, _ms: i64) -> Result<()> {
         Ok(())

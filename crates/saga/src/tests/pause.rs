@@ -44,6 +44,18 @@ async fn quiet(store: &Store) -> bool {
     stats.pending + stats.in_flight == 0
 }
 
+/// Delivers until `a` is done and `b` sent.
+async fn b_is_sent(w: &mut World, id: SagaId) {
+    let store = w.store.clone();
+    w.pump_until(
+        "`a` done, `b` sent",
+        async || query::steps(&store, id).await.unwrap().len() == 2,
+        |_, _, _| Some(ok()),
+        |_, _| ok(),
+    )
+    .await;
+}
+
 fn resumer(with_definition: bool) -> Engine {
     if with_definition {
         Engine::new([steady()]).unwrap()
@@ -102,14 +114,7 @@ async fn a_paused_saga_holds_its_retries_and_compensations(backend: Backend) {
         let mut w = World::new(backend, vec![steady()], 7).await;
         let id = w.start("steady", json!({ "n": 2 })).await;
         let store = w.store.clone();
-        // `a` done, `b` sent.
-        w.pump_until(
-            "`b` is sent",
-            async || query::steps(&store, id).await.unwrap().len() == 2,
-            |_, _, _| Some(ok()),
-            |_, _| ok(),
-        )
-        .await;
+        b_is_sent(&mut w, id).await;
         pause(&w, id).await.unwrap();
         let mut tries = 0;
         w.pump_until(
@@ -153,13 +158,7 @@ async fn a_paused_saga_holds_its_retries_and_compensations(backend: Backend) {
 
         // Paused while compensating: the compensation waits.
         let id = w.start("steady", json!({ "n": 3 })).await;
-        w.pump_until(
-            "`b` is sent",
-            async || query::steps(&store, id).await.unwrap().len() == 2,
-            |_, _, _| Some(ok()),
-            |_, _| ok(),
-        )
-        .await;
+        b_is_sent(&mut w, id).await;
         pause(&w, id).await.unwrap();
         w.pump_until(
             "turned back, nothing on its way",

@@ -95,10 +95,7 @@ impl Driver for Postgres {
 
     #[cfg(feature = "testing")]
     async fn set_clock(&self, ms: i64) -> Result<()> {
-        if self.manual_clock {
-            super::clock::set(&self.pool, ms).await?;
-        }
-        Ok(())
+        super::clock::set(&self.pool, ms).await
     }
 
     async fn try_exclusive(&self, _store: &Store, name: &str) -> Result<Option<HoldOf>> {

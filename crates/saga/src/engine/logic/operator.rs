@@ -110,7 +110,7 @@ impl Ctx<'_> {
         self.advance_compensation()
     }
 
-    fn wrong(&self, action: &'static str, why: String) -> Error {
+    pub(super) fn wrong(&self, action: &'static str, why: String) -> Error {
         Error::WrongState {
             id: self.inst.id,
             action,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Ctx;
 use super::budget::Dispatch;
 use crate::engine::model::PauseRecord;
-use crate::{Error, Paused, Result, SagaState, StepState, protocol};
+use crate::{Paused, Result, SagaState, StepState, protocol};
 
 impl Ctx<'_> {
     /// Is the saga paused?
@@ -44,10 +44,10 @@ impl Ctx<'_> {
     /// one paused already.
     pub(crate) fn pause(&mut self, by: &str, reason: &str) -> Result<()> {
         if self.inst.state.is_terminal() {
-            return Err(self.refuse("pause", ": it is finished"));
+            return Err(self.wrong("pause", ": it is finished".into()));
         }
         if self.paused() {
-            return Err(self.refuse("pause", ": it is paused already"));
+            return Err(self.wrong("pause", ": it is paused already".into()));
         }
         let paused = Paused {
             by: by.to_owned(),
@@ -65,7 +65,7 @@ impl Ctx<'_> {
     /// definition here, once its orchestrator is woken by the message this sends it.
     pub(crate) fn resume(&mut self) -> Result<()> {
         if !self.paused() {
-            return Err(self.refuse("resume", ": it is not paused"));
+            return Err(self.wrong("resume", ": it is not paused".into()));
         }
         let record = self.inst.pause.as_mut().expect("paused");
         record.paused = None;
@@ -119,15 +119,6 @@ impl Ctx<'_> {
                 Ok(())
             }
             state => self.ignore(format!("resumed: the saga is {state}")),
-        }
-    }
-
-    fn refuse(&self, action: &'static str, why: &str) -> Error {
-        Error::WrongState {
-            id: self.inst.id,
-            action,
-            state: self.inst.state,
-            why: why.into(),
         }
     }
 }
