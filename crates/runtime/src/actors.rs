@@ -369,11 +369,20 @@ async fn finish<R: Serialize>(
                 .await;
             }
         },
+        // A handler that failed having done nothing in its hop: the hop records the
+        // failure itself (rolling it back would undo only its inbox record, and a
+        // fresh hop would write it again).
+        Some(Err(StepError::Retryable(e))) if tx.is_untouched() => StepOutcome::Retryable(e),
+        Some(Err(StepError::Fatal(e))) if tx.is_untouched() => StepOutcome::Fatal(e),
         Some(Err(e)) => {
             drop(tx); // rolls back
             return finish_failed(hub, env, e, usage).await;
         }
     };
+    if let Some(e) = out.error() {
+        tracing::info!(error = %e, "step failed");
+        return commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await;
+    }
     #[cfg(feature = "testing")]
     let noted = hub.faults.journal.noted(env);
     let delivery = commit_with(hub, env, (tx, read), reply_using(env, &out, &usage)).await;

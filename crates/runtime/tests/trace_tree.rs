@@ -227,16 +227,15 @@ async fn firings_are_a_trace_each(exporter: &InMemorySpanExporter, provider: &Sd
         .build()
         .unwrap();
     let runtime = flights_and_hotels(backends()[0], saga).await;
-    // Not in the last 90 s of an hour: the hour turning during the test would make the
-    // created next slot fall due in time too (a third firing, as a CI run saw at
-    // 01:00:14). Past the turn, the next slot is an hour away.
-    let to_the_hour = 3_600_000 - agentsaga_core::clock::system_now_ms() % 3_600_000;
-    if to_the_hour < 90_000 {
-        tokio::time::sleep(std::time::Duration::from_millis(
-            u64::try_from(to_the_hour).unwrap() + 1_000,
-        ))
-        .await;
-    }
+    // Not 90 s before an hour turns nor a minute (`late_after`) after: a slot due or in
+    // time would fire too (a third firing, which CI runs saw at 01:00:14 and 02:00:04).
+    let hour = 3_600_000;
+    let wait = match agentsaga_core::clock::system_now_ms() % hour {
+        i if i < 65_000 => 65_000 - i,
+        i if hour - i < 90_000 => hour - i + 65_000,
+        _ => 0,
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(wait.try_into().unwrap())).await;
     let s = Schedule::new("hourly", "brief", "0 * * * *")
         .overlap(Overlap::Allow)
         .catch_up(CatchUp::All { max: 2 });

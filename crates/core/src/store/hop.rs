@@ -96,6 +96,15 @@ impl Hop {
         }
     }
 
+    /// Whether nothing was done in this hop since it opened (with its inbox record
+    /// and its prefetch read): no statement through [`Tx::conn`], no write, no
+    /// message. Rolling such a hop back would undo only its inbox record, so a caller
+    /// that would roll it back to record something else in a fresh hop (an agent's
+    /// failure) may record it in this one instead.
+    pub fn is_untouched(&self) -> bool {
+        self.tx.as_ref().is_some_and(|tx| !tx.touched)
+    }
+
     /// Keeps this hop's effects, and waits until the shared transaction commits.
     ///
     /// # Errors
@@ -301,6 +310,9 @@ impl Store {
             Some(r) => r,
             None => hop.receive(consumer, message_id).await?,
         };
+        if let Some(tx) = hop.tx.as_mut() {
+            tx.touched = false;
+        }
         Ok((hop, receipt, read))
     }
 

@@ -24,6 +24,7 @@ impl Tx {
             handed: super::handover::Handed::default(),
             defer: false,
             unchecked: false,
+            touched: false,
         }
     }
 
@@ -47,6 +48,7 @@ impl Tx {
     /// The connection, for the store's own statements that a hop of the set lane
     /// counts as its writes (its savepoints then guard it).
     pub(crate) fn conn_marked(&mut self) -> Conn<'_> {
+        self.touched = true;
         on_tx!(&mut self.inner, t => t.mark_written());
         self.conn_clean()
     }
@@ -94,6 +96,7 @@ impl Tx {
     /// # Errors
     /// As [`Store::enqueue`].
     pub async fn enqueue_batch(&mut self, messages: &[Message]) -> Result<()> {
+        self.touched = true;
         let r = self.enqueue_batch_unchecked(messages).await;
         self.suspect(r)
     }
@@ -275,6 +278,7 @@ impl Tx {
     /// The one match on the driver of a write: each driver runs it its way.
     async fn write_as(&mut self, writes: Writes, last: bool) -> Result<()> {
         writes.check()?;
+        self.touched = true;
         on_tx_driver!(self.inner, D => D::write(self, writes, last).await)
     }
 }

@@ -61,6 +61,9 @@ pub struct Tx {
     /// aborted, and its `COMMIT` is answered `ROLLBACK`, which sqlx reports as success:
     /// the commit probes first.
     pub(crate) unchecked: bool,
+    /// Something was done in it since [`untouched`](Self::untouched) was last reset: a
+    /// statement, a write, a message.
+    pub(crate) touched: bool,
 }
 
 /// A hop admitted to its lane: the hop, what its inbox record found, the rows its

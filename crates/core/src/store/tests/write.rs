@@ -141,3 +141,42 @@ async fn rows_written_as_data(backend: Backend) {
     assert_eq!(count(&store, "SELECT count(*) FROM w_c").await, 1);
 }
 both_backends!(write_tests, rows_written_as_data);
+
+// A hop opened for a message is untouched (its inbox record is its opening's, not its
+// work's) until it runs a statement, writes rows or enqueues: what lets an agent whose
+// handler failed having done nothing record its failure in that hop.
+async fn a_hop_is_untouched_until_it_does_something(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let msg = || {
+        Message::to("elsewhere")
+            .json(&serde_json::json!({}))
+            .unwrap()
+    };
+    for what in ["a statement", "an enqueue", "a write"] {
+        let (mut hop, receipt, _) = store
+            .hop_receiving_prefetched("untouched", MessageId::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(receipt, Receipt::First);
+        assert!(hop.is_untouched(), "a hop just opened is untouched");
+        match what {
+            "a statement" => {
+                crate::Sql::new("SELECT 1")
+                    .execute(hop.conn())
+                    .await
+                    .unwrap();
+            }
+            "an enqueue" => {
+                hop.enqueue(&msg()).await.unwrap();
+            }
+            _ => {
+                let mut w = Writes::new();
+                w.enqueue(&[msg()]);
+                hop.write(w).await.unwrap();
+            }
+        }
+        assert!(!hop.is_untouched(), "{what} touches a hop");
+        hop.rollback().await.unwrap();
+    }
+}
+both_backends!(untouched_tests, a_hop_is_untouched_until_it_does_something);
