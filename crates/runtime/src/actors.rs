@@ -343,7 +343,8 @@ fn used(meter: &Meter) -> Usage {
 }
 
 /// Ends a message whose handler ran in `tx` (received already): commits its effects
-/// and its reply, or rolls them back and records the failure, or the timeout.
+/// and its reply, or rolls them back and records the failure, or the timeout; a
+/// failure of a handler that did nothing in `tx` is recorded in `tx` itself.
 async fn finish<R: Serialize>(
     hub: &Hub,
     env: &Envelope,
