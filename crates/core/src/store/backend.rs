@@ -30,6 +30,8 @@ pub(crate) trait DriverTx {
     fn mark_written(&mut self);
     /// Runs one plain statement (a savepoint's) in it.
     async fn execute(&mut self, sql: &'static str) -> Result<()>;
+    /// Runs a read in it (on SQLite's lane, on the connection directly).
+    async fn read(&mut self, sql: &crate::Sql, now_ms: i64) -> Result<Vec<crate::Row>>;
 }
 
 /// The error of a transaction handed to a driver that is not its own (which the

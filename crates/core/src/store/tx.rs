@@ -53,6 +53,25 @@ impl Tx {
         self.conn_clean()
     }
 
+    /// Runs `sql`, a read, in this transaction: its rows. Unlike a statement through
+    /// [`conn`](Self::conn), a read that succeeds leaves a hop as it was: it needs no
+    /// savepoint on PostgreSQL's set lane, and [`Hop::is_untouched`](crate::Hop::is_untouched)
+    /// stays true. A read that fails counts as a statement of yours (on PostgreSQL it
+    /// failed the transaction: the hop's batch undoes it, or the commit probes). Lock
+    /// nothing with it (no `FOR UPDATE`).
+    ///
+    /// # Errors
+    /// As [`Sql::fetch_all`](crate::Sql::fetch_all).
+    pub async fn read(&mut self, sql: &crate::Sql) -> Result<Vec<crate::Row>> {
+        let now = self.store.config.clock.now_ms();
+        let rows = on_tx!(&mut self.inner, t => t.read(sql, now).await);
+        if rows.is_err() {
+            self.touched = true;
+            on_tx!(&mut self.inner, t => t.mark_written());
+        }
+        self.suspect(rows)
+    }
+
     /// A statement of the store's failed in this transaction: its caller may swallow
     /// the error and commit, so the commit must probe.
     pub(crate) fn suspect<T>(&mut self, r: Result<T>) -> Result<T> {

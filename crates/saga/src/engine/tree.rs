@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use agentsaga_core::{Conn, Sql};
+use agentsaga_core::Sql;
 
 use super::model::Spender;
 use super::*;
@@ -26,7 +26,11 @@ impl Engine {
         if inst.parent.is_none() && !has_children {
             return Ok(Vec::new());
         }
-        let chain = up(tx.conn(), inst.id).await?;
+        // A root's chain is itself, read with this hop.
+        let chain = match inst.parent {
+            None => vec![(inst.id, inst.budget.clone())],
+            Some(_) => up(tx, inst.id).await?,
+        };
         let Some(root) = chain.last().map(|(id, _)| *id) else {
             return Ok(Vec::new());
         };
@@ -46,7 +50,7 @@ impl Engine {
         if spenders.is_empty() {
             return Ok(spenders);
         }
-        let (parents, own) = down(tx.conn(), root).await?;
+        let (parents, own) = down(tx, root).await?;
         for (saga, used) in own {
             // Every spender above `saga` (or `saga` itself) counts what it used.
             let mut at = Some(saga);
@@ -115,8 +119,8 @@ pub(super) async fn wake_held_below(tx: &mut Tx, id: SagaId) -> Result<()> {
 }
 
 /// Saga `id`, then its parent, up to its root, with their budgets.
-async fn up(conn: Conn<'_>, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetRecord>)>> {
-    let rows = Sql::new(
+async fn up(tx: &mut Tx, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetRecord>)>> {
+    let sql = Sql::new(
         "WITH RECURSIVE up(id, parent_id, budget, depth) AS (
             SELECT id, parent_id, budget, 0 FROM saga_instances WHERE id = ?
             UNION ALL
@@ -125,12 +129,13 @@ async fn up(conn: Conn<'_>, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetReco
             WHERE up.depth < 1000)
          SELECT id, budget FROM up ORDER BY depth",
     )
-    .bind(*id.as_uuid())
-    .fetch_all(conn)
-    .await?
-    .iter()
-    .map(|r| Ok((r.text("id")?, r.opt_text("budget")?)))
-    .collect::<agentsaga_core::Result<Vec<_>>>()?;
+    .bind(*id.as_uuid());
+    let rows = tx
+        .read(&sql)
+        .await?
+        .iter()
+        .map(|r| Ok((r.text("id")?, r.opt_text("budget")?)))
+        .collect::<agentsaga_core::Result<Vec<_>>>()?;
     rows.into_iter()
         .map(|(id, budget)| {
             let id = parse_id(&id)?;
@@ -143,10 +148,10 @@ async fn up(conn: Conn<'_>, id: SagaId) -> Result<Vec<(SagaId, Option<BudgetReco
 /// The sagas of `root`'s tree: each one's parent, and what it used itself (its usage
 /// less what its child steps took from their children's answers).
 async fn down(
-    conn: Conn<'_>,
+    tx: &mut Tx,
     root: SagaId,
 ) -> Result<(HashMap<SagaId, Option<SagaId>>, HashMap<SagaId, Usage>)> {
-    let rows = Sql::new(
+    let sql = Sql::new(
         "WITH RECURSIVE down(id) AS (
             SELECT ? UNION SELECT i.id FROM saga_instances i JOIN down ON i.parent_id = down.id)
          SELECT 'i' AS kind, i.id AS id, i.parent_id AS parent, i.usage AS usage
@@ -155,19 +160,20 @@ async fn down(
          SELECT 's', s.saga_id, NULL, s.usage FROM saga_steps s
             WHERE s.saga_id IN (SELECT id FROM down) AND s.destination LIKE 'saga.%.child'",
     )
-    .bind(*root.as_uuid())
-    .fetch_all(conn)
-    .await?
-    .iter()
-    .map(|r| {
-        Ok((
-            r.text("kind")?,
-            r.text("id")?,
-            r.opt_text("parent")?,
-            r.opt_text("usage")?,
-        ))
-    })
-    .collect::<agentsaga_core::Result<Vec<_>>>()?;
+    .bind(*root.as_uuid());
+    let rows = tx
+        .read(&sql)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.text("kind")?,
+                r.text("id")?,
+                r.opt_text("parent")?,
+                r.opt_text("usage")?,
+            ))
+        })
+        .collect::<agentsaga_core::Result<Vec<_>>>()?;
     let mut parents = HashMap::new();
     let mut total: HashMap<SagaId, Usage> = HashMap::new();
     let mut taken: HashMap<SagaId, Usage> = HashMap::new();

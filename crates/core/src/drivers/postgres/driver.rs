@@ -38,6 +38,10 @@ impl DriverTx for PgTx {
         self.tx.execute(sql).await?;
         Ok(())
     }
+
+    async fn read(&mut self, sql: &crate::Sql, now_ms: i64) -> Result<Vec<crate::Row>> {
+        super::Postgres::fetch_sql(&mut *self.tx, sql, now_ms).await
+    }
 }
 
 impl Driver for Postgres {

@@ -47,6 +47,23 @@ impl DriverTx for SqliteTx {
         }
         Ok(())
     }
+
+    async fn read(&mut self, sql: &crate::Sql, now_ms: i64) -> Result<Vec<crate::Row>> {
+        if let Held::Lane(lane) = &mut self.held
+            && let Some(session) = lane.locked()
+        {
+            // While the lane holds the connection: no hand-over to sqlx's thread.
+            let statement = super::sql::statement(sql, now_ms)?;
+            let mut rows = Vec::new();
+            session.run(&statement, |row| rows.push(row))?;
+            return Ok(rows);
+        }
+        match self.conn() {
+            ConnOf::Sqlite(c) => Sqlite::fetch_sql(&mut *c, sql, now_ms).await,
+            #[allow(unreachable_patterns)] // a SQLite-only build has no other
+            _ => unreachable!("a SQLite transaction's connection is SQLite's"),
+        }
+    }
 }
 
 impl Driver for Sqlite {

@@ -7,14 +7,15 @@ use sqlx::sqlite::SqliteArguments;
 use sqlx::{Arguments, Executor};
 
 use super::Sqlite;
+use super::statements::Statement;
 use crate::Result;
-use crate::store::row::Row;
+use crate::store::row::{Row, Value};
 use crate::store::sql::{P, Part, Sql, parts};
 
-/// `sql`'s text and arguments, as SQLite takes them.
-fn render(sql: &Sql, now: i64) -> Result<(String, SqliteArguments)> {
+/// `sql`'s text and values, as SQLite takes them.
+fn values(sql: &Sql, now: i64) -> Result<(String, Vec<Value>)> {
     let mut text = String::with_capacity(sql.text.len());
-    let mut args = SqliteArguments::default();
+    let mut values = Vec::with_capacity(sql.binds.len());
     let mut binds = sql.binds.iter();
     for part in parts(&sql.text) {
         match part {
@@ -26,35 +27,57 @@ fn render(sql: &Sql, now: i64) -> Result<(String, SqliteArguments)> {
             }
             Part::NowMs => {
                 text.push('?');
-                args.add(now).map_err(sqlx::Error::Encode)?;
+                values.push(Value::Int(now));
             }
             Part::ClockMs => {
                 text.push('?');
                 #[allow(clippy::cast_precision_loss)] // milliseconds fit a float's 53 bits
-                args.add(now as f64).map_err(sqlx::Error::Encode)?;
+                values.push(Value::Real(now as f64));
             }
             Part::Param => {
                 text.push('?');
                 let Some(p) = binds.next() else {
                     return Err(sql.unpaired());
                 };
-                match &p.0 {
-                    P::Null(_) => args.add(None::<i64>),
-                    P::Int(v) | P::Time(v) | P::Now(v) => args.add(*v),
-                    P::Ago(ms) => args.add(now.saturating_sub(*ms)),
-                    P::Real(v) => args.add(*v),
-                    P::Text(v) | P::Json(v) => args.add(v.clone()),
-                    P::Bool(v) => args.add(*v),
-                    P::Id(v) => args.add(v.hyphenated().to_string()),
-                }
-                .map_err(sqlx::Error::Encode)?;
+                values.push(match &p.0 {
+                    P::Null(_) => Value::Null,
+                    P::Int(v) | P::Time(v) | P::Now(v) => Value::Int(*v),
+                    P::Ago(ms) => Value::Int(now.saturating_sub(*ms)),
+                    P::Real(v) => Value::Real(*v),
+                    P::Text(v) | P::Json(v) => Value::Text(v.clone()),
+                    P::Bool(v) => Value::Int(i64::from(*v)),
+                    P::Id(v) => Value::Text(v.hyphenated().to_string()),
+                });
             }
         }
     }
     if binds.next().is_some() {
         return Err(sql.unpaired());
     }
+    Ok((text, values))
+}
+
+/// `sql`'s text and arguments, as sqlx's SQLite driver takes them.
+fn render(sql: &Sql, now: i64) -> Result<(String, SqliteArguments)> {
+    let (text, values) = values(sql, now)?;
+    let mut args = SqliteArguments::default();
+    for v in values {
+        match v {
+            Value::Null => args.add(None::<i64>),
+            Value::Int(v) => args.add(v),
+            Value::Real(v) => args.add(v),
+            Value::Text(v) => args.add(v),
+            Value::Blob(v) => args.add(v),
+        }
+        .map_err(sqlx::Error::Encode)?;
+    }
     Ok((text, args))
+}
+
+/// `sql` as a statement of the lane's direct session.
+pub(crate) fn statement(sql: &Sql, now: i64) -> Result<Statement> {
+    let (text, values) = values(sql, now)?;
+    Ok(Statement::with(&text, values))
 }
 
 impl Sqlite {

@@ -180,3 +180,34 @@ async fn a_hop_is_untouched_until_it_does_something(backend: Backend) {
     }
 }
 both_backends!(untouched_tests, a_hop_is_untouched_until_it_does_something);
+
+// A read in a hop (`Tx::read`) returns what `Sql::fetch_all` does (on SQLite's lane it
+// runs on the connection directly), and leaves the hop untouched; a read that fails
+// touches it (on PostgreSQL it failed the transaction).
+async fn a_read_in_a_hop_leaves_it_untouched(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let id = MessageId::new();
+    let sql = || {
+        crate::Sql::new("SELECT ? AS t, ? AS n, ? AS absent, {now_ms} AS now")
+            .bind("text")
+            .bind(7_i64)
+            .bind(None::<i64>)
+    };
+    let expected = sql().fetch_all(store.reader()).await.unwrap();
+    let (mut hop, _, _) = store
+        .hop_receiving_prefetched("reads", id, None)
+        .await
+        .unwrap();
+    let rows = hop.read(&sql()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].text("t").unwrap(), expected[0].text("t").unwrap());
+    assert_eq!(rows[0].int("n").unwrap(), 7);
+    assert_eq!(rows[0].opt_text("absent").unwrap(), None);
+    assert!(rows[0].int("now").unwrap() > 0);
+    assert!(hop.is_untouched(), "a read touches nothing");
+    let bad = crate::Sql::new("SELECT no_such_column FROM outbox");
+    assert!(hop.read(&bad).await.is_err());
+    assert!(!hop.is_untouched(), "a failed read counts as a statement");
+    hop.rollback().await.unwrap();
+}
+both_backends!(read_tests, a_read_in_a_hop_leaves_it_untouched);
