@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use agentsaga_core::{Conn, Message, Sql, header};
+use agentsaga_core::{Conn, Message, Sql, Tx, header};
 
 use crate::definition::DeclaredWait;
 use crate::protocol::{self, StepOutcome};
@@ -30,13 +30,12 @@ pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait])
 }
 
 /// The signals saga `id` has received, by wait name.
-pub(crate) async fn received(conn: Conn<'_>, id: SagaId) -> Result<BTreeMap<String, StepOutcome>> {
-    let rows = Sql::new(
+pub(crate) async fn received(tx: &mut Tx, id: SagaId) -> Result<BTreeMap<String, StepOutcome>> {
+    let sql = Sql::new(
         "SELECT name, outcome FROM saga_signals WHERE saga_id = ? AND outcome IS NOT NULL",
     )
-    .bind(*id.as_uuid())
-    .fetch_all(conn)
-    .await?;
+    .bind(*id.as_uuid());
+    let rows = tx.read(&sql).await?;
     rows.iter()
         .map(|r| {
             Ok((

@@ -340,6 +340,6 @@ impl Engine {
         if !waits {
             return Ok(BTreeMap::new());
         }
-        signals::received(tx.conn(), inst.id).await
+        signals::received(tx, inst.id).await
     }
 }
