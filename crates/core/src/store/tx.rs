@@ -63,6 +63,9 @@ impl Tx {
     /// # Errors
     /// As [`Sql::fetch_all`](crate::Sql::fetch_all).
     pub async fn read(&mut self, sql: &crate::Sql) -> Result<Vec<crate::Row>> {
+        if sql.for_update || !is_a_read(&sql.text) {
+            return Err(crate::Error::NotARead(sql.text.to_string()));
+        }
         let now = self.store.config.clock.now_ms();
         let rows = on_tx!(&mut self.inner, t => t.read(sql, now).await);
         if rows.is_err() {
@@ -300,4 +303,20 @@ impl Tx {
         self.touched = true;
         on_tx_driver!(self.inner, D => D::write(self, writes, last).await)
     }
+}
+
+/// Whether `text` reads only: it begins with `SELECT` or `WITH` and names no write
+/// (`INSERT`, `UPDATE`, `DELETE`, `MERGE`) and no row lock (`FOR UPDATE`, `FOR SHARE`,
+/// `FOR NO KEY UPDATE`, `FOR KEY SHARE`), as a word anywhere, string literals
+/// included (a literal that holds one is refused too: never the other way round).
+pub(crate) fn is_a_read(text: &str) -> bool {
+    let upper = text.to_ascii_uppercase();
+    let mut words = upper.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    let first = words.by_ref().find(|w| !w.is_empty());
+    if !matches!(first, Some("SELECT" | "WITH")) {
+        return false;
+    }
+    !upper
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| matches!(w, "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "SHARE"))
 }

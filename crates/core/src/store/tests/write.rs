@@ -211,3 +211,34 @@ async fn a_read_in_a_hop_leaves_it_untouched(backend: Backend) {
     hop.rollback().await.unwrap();
 }
 both_backends!(read_tests, a_read_in_a_hop_leaves_it_untouched);
+
+// `Tx::read` refuses what may write or lock, with nothing run: a write that ran there
+// would escape its hop's rollback on PostgreSQL's set lane (no savepoint guards it).
+async fn a_read_that_may_write_is_refused(backend: Backend) {
+    let (store, _) = open(backend).await;
+    let mut tx = store.begin().await.unwrap();
+    for text in [
+        "DELETE FROM inbox",
+        "WITH gone AS (DELETE FROM inbox RETURNING 1) SELECT count(*) FROM gone",
+        "SELECT * FROM outbox FOR UPDATE",
+        "select 1 from outbox for share",
+        "INSERT INTO inbox (consumer, message_id) VALUES ('c', 'x')",
+    ] {
+        let refused = tx.read(&crate::Sql::new(text)).await;
+        assert!(
+            matches!(refused, Err(Error::NotARead(_))),
+            "{text}: {refused:?}"
+        );
+    }
+    let locking = crate::Sql::new("SELECT seq FROM outbox").for_update();
+    assert!(matches!(tx.read(&locking).await, Err(Error::NotARead(_))));
+    assert!(
+        tx.read(&crate::Sql::new(
+            "WITH x AS (SELECT 1 AS n) SELECT n FROM x"
+        ))
+        .await
+        .is_ok()
+    );
+    tx.rollback().await.unwrap();
+}
+both_backends!(not_a_read_tests, a_read_that_may_write_is_refused);
