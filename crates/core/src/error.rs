@@ -148,9 +148,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// A statement handed to [`Tx::read`](crate::Tx::read) that may write or lock
-    /// (it does not begin with `SELECT` or `WITH`, or names `INSERT`, `UPDATE`,
-    /// `DELETE`, `MERGE` or a row lock): nothing was run. Run it through
+    /// A statement handed to `Tx::read` (the engine's reads in a hop) that names a
+    /// write or a lock (it does not begin with `SELECT` or `WITH`, or names `INSERT`,
+    /// `UPDATE`, `DELETE`, `MERGE` or a row lock): nothing was run. Run it through
     /// [`Tx::conn`](crate::Tx::conn).
     #[error("not a read (run it through Tx::conn): {0}")]
     NotARead(String),

@@ -97,8 +97,8 @@ impl Hop {
     }
 
     /// Whether nothing was done in this hop since it opened (with its inbox record
-    /// and its prefetch read): no statement through [`Tx::conn`], no write, no
-    /// message. Rolling such a hop back would undo only its inbox record, so a caller
+    /// and its prefetch read): no statement through [`Tx::conn`], no read, no write,
+    /// no message. Rolling such a hop back would undo only its inbox record, so a caller
     /// that would roll it back to record something else in a fresh hop (an agent's
     /// failure) may record it in this one instead.
     pub fn is_untouched(&self) -> bool {

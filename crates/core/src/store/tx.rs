@@ -53,26 +53,36 @@ impl Tx {
         self.conn_clean()
     }
 
-    /// Runs `sql`, a read, in this transaction: its rows. Unlike a statement through
-    /// [`conn`](Self::conn), a read that succeeds leaves a hop as it was: it needs no
-    /// savepoint on PostgreSQL's set lane, and [`Hop::is_untouched`](crate::Hop::is_untouched)
-    /// stays true. A read that fails counts as a statement of yours (on PostgreSQL it
-    /// failed the transaction: the hop's batch undoes it, or the commit probes). Lock
-    /// nothing with it (no `FOR UPDATE`).
+    /// Runs `sql`, a read, in this transaction: its rows. For agentsaga's engine (its
+    /// reads in a hop: a tree's budgets, a saga's signals), not for handlers: use
+    /// [`conn`](Self::conn). Unlike a statement through `conn`, a read that succeeds
+    /// needs no savepoint on PostgreSQL's set lane, and runs on SQLite's lane on the
+    /// connection directly. A read that fails counts as a statement through `conn` (on
+    /// PostgreSQL it failed the transaction: the hop's batch undoes it, or the commit
+    /// probes). A statement that names a write or a row lock is refused
+    /// ([`Error::NotARead`](crate::Error::NotARead)); one that writes through a
+    /// function it calls is not seen, and on the set lane would not be undone with its
+    /// hop. Run no read after a deferred last write ([`write_last`](Self::write_last)):
+    /// it would not see it.
     ///
     /// # Errors
-    /// As [`Sql::fetch_all`](crate::Sql::fetch_all).
+    /// As [`Sql::fetch_all`](crate::Sql::fetch_all); [`Error::NotARead`](crate::Error::NotARead).
+    #[doc(hidden)]
     pub async fn read(&mut self, sql: &crate::Sql) -> Result<Vec<crate::Row>> {
         if sql.for_update || !is_a_read(&sql.text) {
             return Err(crate::Error::NotARead(sql.text.to_string()));
         }
+        // A hop that read is not reused for a failure (`Hop::is_untouched`): what a
+        // read called may have written. Marked before the statement, which a cancelled
+        // caller may leave failed on the server.
+        self.touched = true;
+        self.unchecked = true;
         let now = self.store.config.clock.now_ms();
         let rows = on_tx!(&mut self.inner, t => t.read(sql, now).await);
         if rows.is_err() {
-            self.touched = true;
             on_tx!(&mut self.inner, t => t.mark_written());
         }
-        self.suspect(rows)
+        rows
     }
 
     /// A statement of the store's failed in this transaction: its caller may swallow

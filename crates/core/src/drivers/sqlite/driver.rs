@@ -53,6 +53,10 @@ impl DriverTx for SqliteTx {
             && let Some(session) = lane.locked()
         {
             // While the lane holds the connection: no hand-over to sqlx's thread.
+            debug_assert!(
+                self.tail.is_none(),
+                "a read after a hop's deferred last write"
+            );
             let statement = super::sql::statement(sql, now_ms)?;
             let mut rows = Vec::new();
             session.run(&statement, |row| rows.push(row))?;

@@ -147,6 +147,19 @@ both_backends!(write_tests, rows_written_as_data);
 // handler failed having done nothing record its failure in that hop.
 async fn a_hop_is_untouched_until_it_does_something(backend: Backend) {
     let (store, _) = open(backend).await;
+    let flag = if backend == Backend::Sqlite {
+        "INTEGER"
+    } else {
+        "bool"
+    };
+    let mut tx = store.begin().await.unwrap();
+    crate::Sql::new(format!(
+        "CREATE TABLE w_c (id TEXT PRIMARY KEY, flag {flag})"
+    ))
+    .execute(tx.conn())
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
     let msg = || {
         Message::to("elsewhere")
             .json(&serde_json::json!({}))
@@ -171,7 +184,7 @@ async fn a_hop_is_untouched_until_it_does_something(backend: Backend) {
             }
             _ => {
                 let mut w = Writes::new();
-                w.enqueue(&[msg()]);
+                w.insert(&C, vec![Datum::from(what), Datum::from(true)]);
                 hop.write(w).await.unwrap();
             }
         }
@@ -182,11 +195,10 @@ async fn a_hop_is_untouched_until_it_does_something(backend: Backend) {
 both_backends!(untouched_tests, a_hop_is_untouched_until_it_does_something);
 
 // A read in a hop (`Tx::read`) returns what `Sql::fetch_all` does (on SQLite's lane it
-// runs on the connection directly), and leaves the hop untouched; a read that fails
-// touches it (on PostgreSQL it failed the transaction).
-async fn a_read_in_a_hop_leaves_it_untouched(backend: Backend) {
+// runs on the connection directly) and marks the hop as having done something (what a
+// read called may have written: the hop is not reused for a failure).
+async fn a_read_in_a_hop_reads_as_fetch_all(backend: Backend) {
     let (store, _) = open(backend).await;
-    let id = MessageId::new();
     let sql = || {
         crate::Sql::new("SELECT ? AS t, ? AS n, ? AS absent, {now_ms} AS now")
             .bind("text")
@@ -195,7 +207,7 @@ async fn a_read_in_a_hop_leaves_it_untouched(backend: Backend) {
     };
     let expected = sql().fetch_all(store.reader()).await.unwrap();
     let (mut hop, _, _) = store
-        .hop_receiving_prefetched("reads", id, None)
+        .hop_receiving_prefetched("reads", MessageId::new(), None)
         .await
         .unwrap();
     let rows = hop.read(&sql()).await.unwrap();
@@ -204,13 +216,56 @@ async fn a_read_in_a_hop_leaves_it_untouched(backend: Backend) {
     assert_eq!(rows[0].int("n").unwrap(), 7);
     assert_eq!(rows[0].opt_text("absent").unwrap(), None);
     assert!(rows[0].int("now").unwrap() > 0);
-    assert!(hop.is_untouched(), "a read touches nothing");
-    let bad = crate::Sql::new("SELECT no_such_column FROM outbox");
-    assert!(hop.read(&bad).await.is_err());
-    assert!(!hop.is_untouched(), "a failed read counts as a statement");
+    assert!(!hop.is_untouched(), "a read counts");
     hop.rollback().await.unwrap();
 }
-both_backends!(read_tests, a_read_in_a_hop_leaves_it_untouched);
+both_backends!(read_tests, a_read_in_a_hop_reads_as_fetch_all);
+
+// On PostgreSQL's set lane a hop's read needs no savepoint, and a read that fails
+// fails the hop's batch at its commit (PostgreSQL aborted the transaction): nothing
+// of it is kept, its message not recorded. A good read commits. SQLite's failed read
+// leaves its transaction as it was.
+async fn a_failed_read_in_a_set_batch_keeps_nothing(backend: Backend) {
+    use crate::read::{Load, Prefetch};
+    use crate::write::{Column, Kind, Table};
+    static PARENT: Table = Table::new("read_p", &[Column::new("k", Kind::Id)], 1);
+    static CHILD: Table = Table::new(
+        "read_c",
+        &[Column::new("k", Kind::Id), Column::new("i", Kind::Int)],
+        2,
+    );
+    static LOAD: Load = Load::new(&PARENT, &["k"], &CHILD, &["i"]);
+    let (store, _) = open(backend).await;
+    let id = if backend == Backend::Sqlite {
+        "TEXT"
+    } else {
+        "UUID"
+    };
+    let mut tx = store.begin().await.unwrap();
+    for ddl in [
+        format!("CREATE TABLE read_p (k {id} PRIMARY KEY)"),
+        format!("CREATE TABLE read_c (k {id}, i INTEGER, PRIMARY KEY (k, i))"),
+    ] {
+        crate::Sql::new(ddl).execute(tx.conn()).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let bad = crate::Sql::new("SELECT no_such_column FROM outbox");
+    let good = crate::Sql::new("SELECT count(*) AS n FROM outbox");
+    for (read, fails) in [(&good, false), (&bad, true)] {
+        let key = uuid::Uuid::now_v7();
+        let message = MessageId::new();
+        let (mut hop, _, _) = store
+            .hop_receiving_prefetched("reader", message, Some(Prefetch::load(&LOAD, key)))
+            .await
+            .unwrap();
+        assert_eq!(hop.read(read).await.is_err(), fails);
+        let committed = hop.commit().await;
+        let kept = !(fails && backend == Backend::Postgres);
+        assert_eq!(committed.is_ok(), kept, "{committed:?}");
+        assert_eq!(store.seen("reader", message).await.unwrap(), kept);
+    }
+}
+both_backends!(set_read_tests, a_failed_read_in_a_set_batch_keeps_nothing);
 
 // `Tx::read` refuses what may write or lock, with nothing run: a write that ran there
 // would escape its hop's rollback on PostgreSQL's set lane (no savepoint guards it).
