@@ -305,17 +305,26 @@ async fn finish_timed_out(hub: &Hub, env: &Envelope) -> Delivery {
     }
 }
 
+/// What a handler's error records as its step's outcome; `Err`: the delivery to answer
+/// instead, recording nothing (the message is delivered again).
+fn failure(error: StepError) -> Result<StepOutcome, Delivery> {
+    match error {
+        StepError::Infrastructure(e) => Err(Delivery::retry(e)),
+        e @ StepError::RateLimited { retry_after } => {
+            let after = retry_after.unwrap_or(crate::rate_limit::DEFAULT_RETRY_AFTER);
+            Err(Delivery::retry_after(e.to_string(), after))
+        }
+        StepError::Retryable(e) => Ok(StepOutcome::Retryable(e)),
+        StepError::Fatal(e) => Ok(StepOutcome::Fatal(e)),
+    }
+}
+
 /// Records a failure (the handler's effects, if any, already rolled back): the inbox
 /// entry and the failure reply.
 async fn finish_failed(hub: &Hub, env: &Envelope, error: StepError, usage: Usage) -> Delivery {
-    let out = match error {
-        StepError::Infrastructure(e) => return Delivery::retry(e),
-        e @ StepError::RateLimited { retry_after } => {
-            let after = retry_after.unwrap_or(crate::rate_limit::DEFAULT_RETRY_AFTER);
-            return Delivery::retry_after(e.to_string(), after);
-        }
-        StepError::Retryable(e) => StepOutcome::Retryable(e),
-        StepError::Fatal(e) => StepOutcome::Fatal(e),
+    let out = match failure(error) {
+        Ok(out) => out,
+        Err(d) => return d,
     };
     if let Some(e) = out.error() {
         tracing::info!(error = %e, "step failed");
@@ -372,9 +381,11 @@ async fn finish<R: Serialize>(
         },
         // A handler that failed having done nothing in its hop: the hop records the
         // failure itself (rolling it back would undo only its inbox record, and a
-        // fresh hop would write it again).
-        Some(Err(StepError::Retryable(e))) if tx.is_untouched() => StepOutcome::Retryable(e),
-        Some(Err(StepError::Fatal(e))) if tx.is_untouched() => StepOutcome::Fatal(e),
+        // fresh hop would write it again). A failure that records nothing drops it.
+        Some(Err(e)) if tx.is_untouched() => match failure(e) {
+            Ok(out) => out,
+            Err(d) => return d,
+        },
         Some(Err(e)) => {
             drop(tx); // rolls back
             return finish_failed(hub, env, e, usage).await;
