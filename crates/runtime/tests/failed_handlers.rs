@@ -6,7 +6,8 @@
 //! second test fails if a hop that wrote is reused). That the first reuses its hop
 //! (one hop, not two) shows in the saga bench's compensating figures, not here.
 
-use std::time::Duration;
+#[path = "support/settle.rs"]
+mod settle;
 
 use agentsaga_core::testing::{Backend, fresh_url};
 use agentsaga_core::{Message, Sql, both_backends};
@@ -89,11 +90,7 @@ async fn run(backend: Backend, writes: bool) {
         ids.push(rt.start_saga("refused", &json!({"n": n})).await.unwrap());
     }
     for id in ids {
-        let state = tokio::time::timeout(Duration::from_secs(60), rt.wait(id))
-            .await
-            .expect("the saga settles")
-            .unwrap();
-        assert_eq!(state, SagaState::Compensated);
+        assert_eq!(settle::settle(&rt, id).await, SagaState::Compensated);
     }
     assert_eq!(count(&rt, "SELECT count(*) FROM b_effects").await, 0);
     assert_eq!(

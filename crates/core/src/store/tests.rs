@@ -35,6 +35,40 @@ mod tail;
 mod unavailable;
 mod write;
 
+/// A load of the tests: a row of `load_p` with its rows of `load_c` (tables made by
+/// [`load_tables`]).
+static LOAD_P: crate::write::Table = crate::write::Table::new(
+    "load_p",
+    &[crate::write::Column::new("k", crate::write::Kind::Id)],
+    1,
+);
+static LOAD_C: crate::write::Table = crate::write::Table::new(
+    "load_c",
+    &[
+        crate::write::Column::new("k", crate::write::Kind::Id),
+        crate::write::Column::new("i", crate::write::Kind::Int),
+    ],
+    2,
+);
+static LOAD: crate::read::Load = crate::read::Load::new(&LOAD_P, &["k"], &LOAD_C, &["i"]);
+
+/// Creates [`LOAD`]'s tables.
+async fn load_tables(store: &Store, backend: Backend) {
+    let id = if backend == Backend::Sqlite {
+        "TEXT"
+    } else {
+        "UUID"
+    };
+    let mut tx = store.begin().await.unwrap();
+    for sql in [
+        format!("CREATE TABLE load_p (k {id} PRIMARY KEY)"),
+        format!("CREATE TABLE load_c (k {id}, i INTEGER, PRIMARY KEY (k, i))"),
+    ] {
+        crate::Sql::new(sql).execute(tx.conn()).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -321,12 +321,9 @@ impl Tx {
 /// included (a literal that holds one is refused too: never the other way round).
 pub(crate) fn is_a_read(text: &str) -> bool {
     let upper = text.to_ascii_uppercase();
-    let mut words = upper.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-    let first = words.by_ref().find(|w| !w.is_empty());
-    if !matches!(first, Some("SELECT" | "WITH")) {
-        return false;
-    }
-    !upper
+    let mut words = upper
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .any(|w| matches!(w, "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "SHARE"))
+        .filter(|w| !w.is_empty());
+    matches!(words.next(), Some("SELECT" | "WITH"))
+        && !words.any(|w| matches!(w, "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "SHARE"))
 }

@@ -238,30 +238,13 @@ async fn hops_open_with_their_prefetch(backend: Backend) {
     use crate::read::Load;
     use crate::read::Prefetch;
     use crate::write::{Column, Kind, Table};
-    static PARENT: Table = Table::new("load_p", &[Column::new("k", Kind::Id)], 1);
-    static CHILD: Table = Table::new(
-        "load_c",
-        &[Column::new("k", Kind::Id), Column::new("i", Kind::Int)],
-        2,
-    );
-    static LOAD: Load = Load::new(&PARENT, &["k"], &CHILD, &["i"]);
     static MISSING: Table = Table::new("no_such_table", &[Column::new("k", Kind::Id)], 1);
-    static FAILING: Load = Load::new(&MISSING, &["k"], &CHILD, &["i"]);
+    static FAILING: Load = Load::new(&MISSING, &["k"], &LOAD_C, &["i"]);
     let (store, _) = open(backend).await;
+    load_tables(&store, backend).await;
     let key = uuid::Uuid::now_v7();
     {
-        let (id, i) = if backend == Backend::Sqlite {
-            ("TEXT", "INTEGER")
-        } else {
-            ("UUID", "INTEGER")
-        };
         let mut tx = store.begin().await.unwrap();
-        for sql in [
-            format!("CREATE TABLE load_p (k {id} PRIMARY KEY)"),
-            format!("CREATE TABLE load_c (k {id}, i {i}, PRIMARY KEY (k, i))"),
-        ] {
-            crate::Sql::new(sql).execute(tx.conn()).await.unwrap();
-        }
         crate::Sql::new("INSERT INTO load_p (k) VALUES (?)")
             .bind(key)
             .execute(tx.conn())

@@ -226,29 +226,9 @@ both_backends!(read_tests, a_read_in_a_hop_reads_as_fetch_all);
 // of it is kept, its message not recorded. A good read commits. SQLite's failed read
 // leaves its transaction as it was.
 async fn a_failed_read_in_a_set_batch_keeps_nothing(backend: Backend) {
-    use crate::read::{Load, Prefetch};
-    use crate::write::{Column, Kind, Table};
-    static PARENT: Table = Table::new("read_p", &[Column::new("k", Kind::Id)], 1);
-    static CHILD: Table = Table::new(
-        "read_c",
-        &[Column::new("k", Kind::Id), Column::new("i", Kind::Int)],
-        2,
-    );
-    static LOAD: Load = Load::new(&PARENT, &["k"], &CHILD, &["i"]);
+    use crate::read::Prefetch;
     let (store, _) = open(backend).await;
-    let id = if backend == Backend::Sqlite {
-        "TEXT"
-    } else {
-        "UUID"
-    };
-    let mut tx = store.begin().await.unwrap();
-    for ddl in [
-        format!("CREATE TABLE read_p (k {id} PRIMARY KEY)"),
-        format!("CREATE TABLE read_c (k {id}, i INTEGER, PRIMARY KEY (k, i))"),
-    ] {
-        crate::Sql::new(ddl).execute(tx.conn()).await.unwrap();
-    }
-    tx.commit().await.unwrap();
+    load_tables(&store, backend).await;
     let bad = crate::Sql::new("SELECT no_such_column FROM outbox");
     let good = crate::Sql::new("SELECT count(*) AS n FROM outbox");
     for (read, fails) in [(&good, false), (&bad, true)] {
