@@ -45,6 +45,7 @@ mod pause;
 pub mod plan;
 pub mod protocol;
 pub mod query;
+mod rewind;
 pub mod schedule;
 mod state;
 #[cfg(any(test, feature = "testing"))]
@@ -64,6 +65,7 @@ pub use id::SagaId;
 pub use pause::Paused;
 pub use plan::{Plan, PlanCommand, PlanStage, PlanStart, PlanStep};
 pub use protocol::StepOutcome;
+pub use rewind::{Rewind, UndoneStep};
 pub use state::{CompensationState, SagaEvent, SagaState, StepState};
 
 #[cfg(test)]

@@ -215,6 +215,24 @@ pub async fn get(store: &Store, id: SagaId) -> Result<Option<SagaSummary>> {
     Ok(l.pop())
 }
 
+/// Saga `id`'s rewinds (`Engine::rewind`), oldest first: the one under way last (its
+/// `done_ms` is `None`). Empty for a saga never rewound or not found.
+///
+/// # Errors
+/// Store errors; [`Error::Corrupt`](crate::Error::Corrupt) for a record that does not
+/// decode.
+pub async fn rewinds(store: &Store, id: SagaId) -> Result<Vec<crate::Rewind>> {
+    let row = Sql::new("SELECT rewinds FROM saga_instances WHERE id = ?")
+        .bind(*id.as_uuid())
+        .fetch_optional(store.reader())
+        .await?;
+    match row.map(|r| r.opt_text("rewinds")).transpose()?.flatten() {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| Error::Corrupt(format!("saga {id}: its rewinds: {e}"))),
+    }
+}
+
 /// Sagas, newest first.
 ///
 /// # Errors

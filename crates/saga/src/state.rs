@@ -15,6 +15,8 @@
 //! Stuck        --RetryForward------------> Running       (a stuck step after the pivot)
 //! Stuck        --Abort-------------------> Aborted       (after the pivot: give up, undo nothing)
 //! Completed    --Undo--------------------> Compensating  (a child saga whose parent turns back)
+//! Running      --Rewind------------------> Compensating  (an operator's rewind to a step)
+//! Compensating --Rewound-----------------> Running       (its undos done: forward again)
 //! ```
 
 use std::fmt;
@@ -67,6 +69,11 @@ pub enum SagaEvent {
     /// The parent of a completed child saga (one without a pivot) turns back: the
     /// child's steps are undone, latest first, as if it had failed after its last.
     Undo,
+    /// An operator rewinds the saga to a step: that step and those after it are
+    /// undone, latest first.
+    Rewind,
+    /// A rewind's last undo is done: the saga runs forward again from the step.
+    Rewound,
 }
 
 impl SagaState {
@@ -191,7 +198,7 @@ pub(crate) mod all {
         S::Aborted,
     ];
 
-    pub(crate) const EVENTS: [E; 10] = [
+    pub(crate) const EVENTS: [E; 12] = [
         E::AllStepsSucceeded,
         E::StepFailed,
         E::StepFailedAfterPivot,
@@ -202,6 +209,8 @@ pub(crate) mod all {
         E::Skip,
         E::RetryForward,
         E::Undo,
+        E::Rewind,
+        E::Rewound,
     ];
 
     // Does not compile when a state or an event is added: add it to the lists above.
@@ -225,12 +234,14 @@ pub(crate) mod all {
             | E::Retry
             | E::Skip
             | E::RetryForward
-            | E::Undo => {}
+            | E::Undo
+            | E::Rewind
+            | E::Rewound => {}
         }
     }
 
     /// The table's rows, written out once more: (from, event, to).
-    pub(crate) const ROWS: [(S, E, S); 11] = [
+    pub(crate) const ROWS: [(S, E, S); 13] = [
         (S::Running, E::AllStepsSucceeded, S::Completed),
         (S::Running, E::StepFailed, S::Compensating),
         (S::Running, E::Abort, S::Compensating),
@@ -242,6 +253,8 @@ pub(crate) mod all {
         (S::Stuck, E::RetryForward, S::Running),
         (S::Stuck, E::Abort, S::Aborted),
         (S::Completed, E::Undo, S::Compensating),
+        (S::Running, E::Rewind, S::Compensating),
+        (S::Compensating, E::Rewound, S::Running),
     ];
 }
 
@@ -251,8 +264,8 @@ mod tests {
     use super::{SagaEvent as E, SagaState as S};
     use crate::Error;
 
-    // Every (state, event) pair: the 11 rows of the table lead where the table says,
-    // the other 49 are refused with the pair.
+    // Every (state, event) pair: the 13 rows of the table lead where the table says,
+    // the other 59 are refused with the pair.
     #[test]
     fn every_pair_of_the_table() {
         let mut allowed = 0;
@@ -272,7 +285,7 @@ mod tests {
             }
         }
         assert_eq!(allowed, ROWS.len());
-        assert_eq!(STATES.len() * EVENTS.len() - allowed, 49);
+        assert_eq!(STATES.len() * EVENTS.len() - allowed, 59);
     }
 
     #[test]

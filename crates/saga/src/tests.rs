@@ -23,6 +23,7 @@ mod pause;
 mod property;
 mod recovery;
 mod replanning;
+mod rewind;
 mod schedules;
 mod sleeps;
 mod timers;

@@ -33,6 +33,12 @@ impl Engine {
                 signals::register(tx.conn(), inst.id, &fx.waits).await?;
                 saved = Some(inst);
             }
+            if let Some(from) = fx.drop_steps_from {
+                persist::drop_steps(tx.conn(), inst.id, from).await?;
+            }
+            if !fx.reset_signals.is_empty() {
+                signals::reset(tx.conn(), inst.id, &fx.reset_signals).await?;
+            }
             tx.cancel_pending(&fx.cancel).await?;
             // On SQLite, the save and the messages in one round trip.
             persist::save_and_enqueue(tx, inst, saved, tx.store().clock().now_ms(), &fx.send).await

@@ -17,6 +17,7 @@ mod forward;
 mod operator;
 mod pause;
 mod recovery;
+mod rewind;
 #[cfg(test)]
 mod tests;
 mod wait;
@@ -46,6 +47,10 @@ pub(crate) struct Effects {
     /// Waits whose `saga_signals` rows to write (at the start, or once a planned saga
     /// has its plan).
     pub(crate) waits: Vec<crate::definition::DeclaredWait>,
+    /// Step rows to delete, from this index on (a rewind's undone steps).
+    pub(crate) drop_steps_from: Option<usize>,
+    /// Waits whose received signals to forget (a rewind's, before they run again).
+    pub(crate) reset_signals: Vec<String>,
 }
 
 /// Ties the instance, its definition and the clock together while deciding.

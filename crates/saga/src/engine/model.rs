@@ -30,6 +30,8 @@ pub(crate) struct Instance {
     pub(crate) budget: Option<BudgetRecord>,
     /// An operator's pause, and what it held back (`saga_instances.pause`).
     pub(crate) pause: Option<PauseRecord>,
+    /// Its rewinds (`saga_instances.rewinds`): the one under way last, if any.
+    pub(crate) rewinds: Vec<crate::Rewind>,
     /// The W3C trace context of its `saga.start` span (`saga_instances.trace_parent`),
     /// captured at its start and written then only (a loaded instance has `None`):
     /// what a signal or an operator's act continues the saga's trace from.
@@ -74,6 +76,9 @@ pub(crate) struct PauseRecord {
     /// Compensations to send.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) compensations: Vec<usize>,
+    /// A stage to send afresh (a rewind's, once its undos are done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) stage: Option<usize>,
 }
 
 /// One `saga_steps` row: the forward step and its compensation-ledger entry.
@@ -102,6 +107,9 @@ pub(crate) struct StepRow {
     pub(crate) compensated_at: Option<i64>,
     /// What its attempts and its compensation used (`saga_steps.usage`).
     pub(crate) usage: Usage,
+    /// The saga's data as the step's stage began, on the stage's first step only
+    /// (`saga_steps.data_before`): what a rewind to the stage restores.
+    pub(crate) data_before: Option<Value>,
 }
 
 impl StepRow {
@@ -139,7 +147,16 @@ impl StepRow {
             replied_at: None,
             compensated_at: None,
             usage: Usage::default(),
+            data_before: None,
         }
+    }
+}
+
+impl StepRow {
+    /// With the saga's data as its stage began (for a stage's first step).
+    pub(crate) fn with_data_before(mut self, data: Option<Value>) -> Self {
+        self.data_before = data;
+        self
     }
 }
 
@@ -167,8 +184,14 @@ impl Instance {
             usage: Usage::default(),
             budget: None,
             pause: None,
+            rewinds: Vec::new(),
             trace: None,
         }
+    }
+
+    /// The rewind under way, if any.
+    pub(crate) fn rewinding(&self) -> Option<&crate::Rewind> {
+        self.rewinds.last().filter(|r| r.done_ms.is_none())
     }
 
     /// Has a compensation exhausted its retries (the saga is stuck going backward)?

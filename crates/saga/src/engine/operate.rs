@@ -140,6 +140,33 @@ impl Engine {
         self.operate(tx, id, |c| c.resume()).await
     }
 
+    /// Operator: rewind saga `id` to its step `to` (`by`, for `reason`): `to` and
+    /// every step done after it are undone, latest stage first, each by its
+    /// compensation as the ledger recorded it; then the saga runs forward again from
+    /// `to`'s stage, with its data as that stage began (a planned saga plans again
+    /// from there; a child saga of an undone step is undone as a whole; the signals its
+    /// waits received are forgotten). The undos go out when `tx` commits, and the
+    /// rewind is kept with the saga ([`Rewind`](crate::Rewind)), with the steps it
+    /// undid. A rewind ends a pause. Needs no definition (the CLI rewinds): a
+    /// compensation built from its step's reply, and the stage sent afresh, are then
+    /// asked of the saga's orchestrator. Not for the MCP tools: a person's act.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]; [`Error::WrongState`], with nothing changed, for a saga
+    /// that is not running, has taken no step `to`, has a step of `to`'s stage or a
+    /// later one in flight (pause it, and rewind once its steps answered), or would
+    /// undo a step at or past its pivot.
+    pub async fn rewind(
+        &self,
+        tx: &mut Tx,
+        id: SagaId,
+        to: &str,
+        by: &str,
+        reason: &str,
+    ) -> Result<SagaState> {
+        self.operate(tx, id, |c| c.rewind(to, by, reason)).await
+    }
+
     pub(super) async fn operate(
         &self,
         tx: &mut Tx,

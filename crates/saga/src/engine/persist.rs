@@ -20,6 +20,17 @@ pub(crate) async fn load(conn: Conn<'_>, id: SagaId) -> Result<Option<Instance>>
         .transpose()
 }
 
+/// Deletes saga `id`'s step rows from index `from` on (a rewind's undone steps: the
+/// save after it writes those that run again afresh).
+pub(crate) async fn drop_steps(conn: Conn<'_>, id: SagaId, from: usize) -> Result<()> {
+    agentsaga_core::Sql::new("DELETE FROM saga_steps WHERE saga_id = ? AND idx >= ?")
+        .bind(*id.as_uuid())
+        .bind(from as i64)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The steps of `inst` that changed since `before` (all if `None`).
 fn changed_steps<'a>(inst: &'a Instance, before: Option<&Instance>) -> Vec<&'a StepRow> {
     inst.steps

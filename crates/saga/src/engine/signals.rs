@@ -29,6 +29,22 @@ pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait])
     Ok(())
 }
 
+/// Forgets the signals saga `id`'s waits `names` received (a rewind's: the waits run
+/// again and wait afresh).
+pub(crate) async fn reset(conn: Conn<'_>, id: SagaId, names: &[String]) -> Result<()> {
+    let marks = vec!["?"; names.len()].join(", ");
+    let mut sql = Sql::new(format!(
+        "UPDATE saga_signals SET outcome = NULL, received_at = NULL \
+         WHERE saga_id = ? AND name IN ({marks})"
+    ))
+    .bind(*id.as_uuid());
+    for name in names {
+        sql = sql.bind(name);
+    }
+    sql.execute(conn).await?;
+    Ok(())
+}
+
 /// The signals saga `id` has received, by wait name.
 pub(crate) async fn received(tx: &mut Tx, id: SagaId) -> Result<BTreeMap<String, StepOutcome>> {
     let sql = Sql::new(

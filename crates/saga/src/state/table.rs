@@ -22,6 +22,8 @@ impl SagaState {
             (S::Stuck, E::RetryForward) => S::Running,
             (S::Stuck, E::Abort) => S::Aborted,
             (S::Completed, E::Undo) => S::Compensating,
+            (S::Running, E::Rewind) => S::Compensating,
+            (S::Compensating, E::Rewound) => S::Running,
             (from, event) => return Err(Error::IllegalTransition { from, event }),
         })
     }

@@ -47,14 +47,19 @@ impl Ctx<'_> {
                 )
             )
         };
+        // A rewind undoes down to its step's stage, and then turns forward again.
+        let floor = self.rewind_floor();
         let Some(stage) = self
             .inst
             .steps
             .values()
-            .filter(|r| open(r))
+            .filter(|r| open(r) && r.stage >= floor.unwrap_or(0))
             .map(|r| r.stage)
             .max()
         else {
+            if floor.is_some() {
+                return self.rewound();
+            }
             return self.transition(SagaEvent::AllCompensated);
         };
         let idxs: Vec<usize> = self

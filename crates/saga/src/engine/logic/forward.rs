@@ -38,7 +38,7 @@ impl Ctx<'_> {
 
     /// Sends stage `stage`'s steps, as many as the budget has room for while the
     /// others are on their way (see `room_for_one`); the rest wait for answers.
-    fn dispatch_stage(&mut self, stage: usize) -> Result<()> {
+    pub(super) fn dispatch_stage(&mut self, stage: usize) -> Result<()> {
         self.inst.stage = stage;
         for idx in self.def()?.stage_range(stage) {
             if self.room_for_one() {
@@ -82,6 +82,8 @@ impl Ctx<'_> {
                         None,
                     ),
                 };
+            let first = def.stage_range(stage).start == idx;
+            let data_before = first.then(|| self.inst.data.clone());
             self.inst.steps.insert(
                 idx,
                 StepRow::first_dispatch(
@@ -92,7 +94,8 @@ impl Ctx<'_> {
                     compensation_state,
                     compensation_destination,
                     compensation_payload,
-                ),
+                )
+                .with_data_before(data_before),
             );
         }
         let orchestrator = self.orchestrator();

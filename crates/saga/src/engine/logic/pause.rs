@@ -93,6 +93,9 @@ impl Ctx<'_> {
             return self.ignore("resumed: nothing was held back");
         };
         match self.inst.state {
+            SagaState::Running if record.stage.is_some() => {
+                self.send_stage_afresh(record.stage.expect("checked"))
+            }
             SagaState::Running => {
                 for idx in record.steps {
                     match self.inst.steps.get(&idx).map(|r| r.state) {

@@ -29,6 +29,8 @@ impl Ctx<'_> {
             Some(wake) => wake.due_ms(now, &self.inst.data).map(Some),
             None => Ok(sd.timeout.map(|t| now.saturating_add(millis(t)))),
         };
+        let first = self.def()?.stage_range(stage).start == idx;
+        let data = &self.inst.data;
         // Nothing to undo, wherever it stands.
         let row = self.inst.steps.entry(idx).or_insert_with(|| {
             StepRow::first_dispatch(
@@ -40,6 +42,7 @@ impl Ctx<'_> {
                 None,
                 None,
             )
+            .with_data_before(first.then(|| data.clone()))
         });
         row.state = StepState::Dispatched;
         row.attempts += 1;

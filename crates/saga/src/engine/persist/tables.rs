@@ -36,6 +36,7 @@ pub(super) static SAGA: Load = Load::new(
     &INSTANCES,
     &[
         "name", "version", "state", "data", "error", "stage", "parent", "usage", "budget", "pause",
+        "rewinds",
     ],
     &STEPS,
     &[
@@ -61,6 +62,7 @@ pub(super) static SAGA: Load = Load::new(
         "replied_at",
         "compensated_at",
         "usage",
+        "data_before",
     ],
 );
 
@@ -86,6 +88,7 @@ pub(super) static INSTANCES: Table = Table::new(
         Column::new("budget", Kind::Json),
         Column::new("trace_parent", Kind::Text).kept(),
         Column::new("pause", Kind::Json),
+        Column::new("rewinds", Kind::Json),
     ],
     1,
 );
@@ -118,6 +121,7 @@ pub(super) static STEPS: Table = Table::new(
         Column::new("replied_at", Kind::Time),
         Column::new("compensated_at", Kind::Time),
         Column::new("usage", Kind::Json),
+        Column::new("data_before", Kind::Json),
     ],
     2,
 );
@@ -154,6 +158,11 @@ pub(super) fn instance_values(inst: &Instance, now: i64) -> Vec<Datum> {
         inst.pause.as_ref().map_or(Datum::Null, |p| {
             Datum::Text(serde_json::to_string(p).expect("a pause serializes"))
         }),
+        if inst.rewinds.is_empty() {
+            Datum::Null
+        } else {
+            Datum::Text(serde_json::to_string(&inst.rewinds).expect("rewinds serialize"))
+        },
     ]
 }
 
@@ -184,6 +193,7 @@ pub(super) fn step_values(saga: SagaId, s: &StepRow) -> Vec<Datum> {
         Datum::from(s.replied_at),
         Datum::from(s.compensated_at),
         usage_datum(&s.usage),
+        json(&s.data_before),
     ]
 }
 
@@ -241,6 +251,7 @@ pub(super) fn step_row(r: &Row) -> Result<StepRow> {
         replied_at: r.opt_int("replied_at")?,
         compensated_at: r.opt_int("compensated_at")?,
         usage: json_or_default(r.opt_text("usage")?)?,
+        data_before: json(r.opt_text("data_before")?)?,
     })
 }
 
@@ -269,6 +280,7 @@ pub(super) fn instance_row(id: SagaId, r: &Row) -> Result<Instance> {
             .opt_text("pause")?
             .map(|p| serde_json::from_str(&p))
             .transpose()?,
+        rewinds: json_or_default(r.opt_text("rewinds")?)?,
         trace: None,
     })
 }

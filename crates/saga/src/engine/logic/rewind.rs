@@ -1,0 +1,166 @@
+//! An operator's rewind of a saga to one of its steps: that step and every step done
+//! after it are undone, latest stage first, each by its compensation as the ledger
+//! recorded it (the compensation machinery's, stopping at the step's stage); then the
+//! saga runs forward again from the step's stage with its data as that stage began
+//! (kept on the stage's first step, `data_before`). The undone steps' rows give way to
+//! their next run; what they were is kept in the rewind ([`Rewind::undone`]).
+
+use super::Ctx;
+use crate::engine::model::PauseRecord;
+use crate::{
+    Error, Result, Rewind, SagaDefinition, SagaEvent, SagaState, StepState, UndoneStep, protocol,
+};
+
+impl Ctx<'_> {
+    /// An operator rewinds the saga to step `to` (`by`, for `reason`). Refused, with
+    /// nothing changed, unless the saga is running with `to` taken, no step of `to`'s
+    /// stage or later in flight (pause it first, and rewind once they answered), and
+    /// each of them undoable (none at or past the pivot). A rewind ends a pause: the
+    /// undos go now, and the saga then runs forward from `to`'s stage.
+    pub(crate) fn rewind(&mut self, to: &str, by: &str, reason: &str) -> Result<()> {
+        if self.inst.state != SagaState::Running {
+            let why = match self.inst.state {
+                SagaState::Compensating if self.inst.rewinding().is_some() => {
+                    ": a rewind is under way".to_owned()
+                }
+                _ => ": only a running saga is rewound".to_owned(),
+            };
+            return Err(self.wrong("rewind", why));
+        }
+        let Some(stage) = self
+            .inst
+            .steps
+            .values()
+            .find(|r| r.name == to)
+            .map(|r| r.stage)
+        else {
+            return Err(self.wrong("rewind", format!(": it has taken no step `{to}`")));
+        };
+        let undone = || self.inst.steps.values().filter(move |r| r.stage >= stage);
+        if let Some(r) = undone().find(|r| r.state == StepState::Dispatched) {
+            return Err(self.wrong(
+                "rewind",
+                format!(
+                    ": step `{}` is in flight (pause the saga, and rewind once it answered)",
+                    r.name
+                ),
+            ));
+        }
+        if let Some(r) = undone().find(|r| r.compensation_state.is_none()) {
+            return Err(self.wrong(
+                "rewind",
+                format!(", past its pivot: step `{}` cannot be undone", r.name),
+            ));
+        }
+        if !undone().any(|r| r.stage == stage && r.data_before.is_some()) {
+            return Err(self.wrong(
+                "rewind",
+                format!(
+                    ": its data as step `{to}`'s stage began was not kept (it started \
+                     before rewinds were)"
+                ),
+            ));
+        }
+        self.inst.rewinds.push(Rewind {
+            to: to.to_owned(),
+            stage,
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            at_ms: self.now_ms,
+            done_ms: None,
+            undone: Vec::new(),
+        });
+        // The undos go now; what a pause or a spent budget held back of the stages
+        // undone is moot.
+        self.inst.pause = None;
+        if let Some(budget) = &mut self.inst.budget {
+            budget.pending.clear();
+            budget.held = Default::default();
+        }
+        self.transition(SagaEvent::Rewind)?;
+        self.advance_compensation()
+    }
+
+    /// The stage a rewind under way stops undoing at (0 when none is).
+    pub(super) fn rewind_floor(&self) -> Option<usize> {
+        self.inst.rewinding().map(|r| r.stage)
+    }
+
+    /// The rewind's last undo is done: the undone steps' rows go (kept in the
+    /// rewind), the data is as the stage began, and the stage is sent afresh.
+    pub(super) fn rewound(&mut self) -> Result<()> {
+        let stage = self.rewind_floor().expect("a rewind is under way");
+        let undone: Vec<_> = self
+            .inst
+            .steps
+            .values()
+            .filter(|r| r.stage >= stage)
+            .map(|r| r.idx)
+            .collect();
+        let rows: Vec<_> = undone
+            .iter()
+            .filter_map(|idx| self.inst.steps.remove(idx))
+            .collect();
+        let data = rows
+            .iter()
+            .find(|r| r.stage == stage && r.data_before.is_some())
+            .and_then(|r| r.data_before.clone())
+            .ok_or_else(|| Error::Corrupt(format!("no data kept for stage {stage}")))?;
+        self.fx.drop_steps_from = undone.first().copied();
+        self.fx
+            .cancel
+            .extend(rows.iter().filter_map(|r| r.timer_id));
+        let now = self.now_ms;
+        let rewind = self.inst.rewinds.last_mut().expect("under way");
+        rewind.done_ms = Some(now);
+        rewind.undone = rows
+            .into_iter()
+            .rev()
+            .map(|r| UndoneStep {
+                idx: r.idx,
+                name: r.name,
+                output: r.output,
+                compensation: r.compensation_state,
+                compensated_at: r.compensated_at,
+            })
+            .collect();
+        self.inst.data = data;
+        self.inst.stage = stage;
+        self.inst.error = None;
+        self.transition(SagaEvent::Rewound)?;
+        if let Some(def) = self.def.clone() {
+            // A planned saga plans again from there.
+            self.def = Some(SagaDefinition::for_data(&def, &self.inst.data)?);
+        }
+        self.send_stage_afresh(stage)
+    }
+
+    /// Sends stage `stage` afresh (a rewind's): now, or, while paused or without the
+    /// definition here, once the saga is resumed or its orchestrator woken.
+    pub(super) fn send_stage_afresh(&mut self, stage: usize) -> Result<()> {
+        if self.paused() || self.def.is_none() {
+            let paused = self.paused();
+            self.inst
+                .pause
+                .get_or_insert_with(PauseRecord::default)
+                .stage = Some(stage);
+            if !paused {
+                let wake = protocol::resumed(self.inst.id, &self.orchestrator());
+                self.fx.send.push(wake);
+            }
+            return Ok(());
+        }
+        // The signals its waits received belong to the runs undone.
+        let waits: Vec<String> = self
+            .def()?
+            .steps()
+            .filter(|(s, _)| *s >= stage)
+            .filter_map(|(_, sd)| sd.wait.clone())
+            .collect();
+        for name in &waits {
+            self.signals.remove(name);
+        }
+        self.fx.reset_signals.extend(waits);
+        self.dispatch_stage(stage)
+    }
+}
