@@ -47,6 +47,9 @@ impl TestRuntime {
     ///   it) took effect nothing was undone and the saga did not end compensated;
     /// - a completed saga undid nothing; a compensated one undid every step that
     ///   took effect and has something to undo, and left no compensation unfinished;
+    /// - a rewind (`Engine::rewind`) went back on a run of each step it undid: that
+    ///   run's command, then its compensation after it, are set aside, and the rest is
+    ///   judged as above;
     /// - one saga, one trace: its spans are all in one trace
     ///   ([`trace`](Self::trace)), across retries, faults, restarts and crashes.
     ///
@@ -84,7 +87,9 @@ impl TestRuntime {
             pivot,
         };
         let traced = self.trace(id).map(|_| ()).map_err(|e| e.to_string());
-        judge(&ended, &self.ledger(id), &steps)
+        let rewinds = query::rewinds(store, id).await?;
+        past_rewinds(&self.ledger(id), &rewinds)
+            .and_then(|ledger| judge(&ended, &ledger, &steps))
             .and(traced)
             .map_err(|why| {
                 Error::PromiseBroken(format!(
@@ -95,6 +100,49 @@ impl TestRuntime {
                 ))
             })
     }
+}
+
+/// The ledger less what the saga's `rewinds` went back on (`Engine::rewind`): for
+/// each step a rewind undid, the command of its run before the rewind and, if the
+/// rewind undid it by its compensation, that compensation, after it. What is left is
+/// judged as any saga's ledger: a step's later run is its run.
+fn past_rewinds(
+    ledger: &[Entry],
+    rewinds: &[agentsaga_saga::Rewind],
+) -> std::result::Result<Vec<Entry>, String> {
+    let mut left: Vec<Option<&Entry>> = ledger.iter().map(Some).collect();
+    let find = |left: &[Option<&Entry>], idx: usize, action: Action| {
+        left.iter()
+            .position(|e| e.is_some_and(|e| e.idx == idx && e.action == action))
+    };
+    for r in rewinds.iter().filter(|r| r.done_ms.is_some()) {
+        for u in &r.undone {
+            // A wait has no agent: nothing took effect.
+            let Some(done) = find(&left, u.idx, Action::Done) else {
+                continue;
+            };
+            left[done] = None;
+            if u.compensation != Some(CompensationState::Done) {
+                continue;
+            }
+            match find(&left, u.idx, Action::Undone) {
+                Some(at) if at > done => left[at] = None,
+                Some(_) => {
+                    return Err(format!(
+                        "step `{}`'s compensation (rewind to `{}`) took effect before its command",
+                        u.name, r.to
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "the rewind to `{}` undid step `{}`, yet its compensation never took effect",
+                        r.to, u.name
+                    ));
+                }
+            }
+        }
+    }
+    Ok(left.into_iter().flatten().cloned().collect())
 }
 
 /// A step's row, as [`judge`] needs it.
