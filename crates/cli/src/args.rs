@@ -13,7 +13,7 @@ use crate::format;
 mod sagas;
 mod schedules;
 
-pub(crate) use sagas::{PauseArgs, RaiseBudget, SagasCommand, SagasList};
+pub(crate) use sagas::{PauseArgs, RaiseBudget, RewindArgs, SagasCommand, SagasList};
 pub(crate) use schedules::{ScheduleArgs, ScheduleName, SchedulesCommand};
 
 /// The agentsaga operator CLI: inspect and repair the outbox, dead letters and sagas.
@@ -100,7 +100,8 @@ pub(crate) enum Command {
     /// Destinations served over NATS (`--nats`): per consumer, what the broker holds
     /// for it and what is in its service's hands, beside this database's rows waiting.
     Remote(JsonFlag),
-    /// Inspect sagas; abort, retry or skip a stuck one; pause and resume one.
+    /// Inspect sagas; abort, retry or skip a stuck one; pause and resume one; rewind
+    /// one to a step.
     #[command(subcommand)]
     Sagas(SagasCommand),
     /// Inspect, re-drive or purge dead letters.

@@ -75,6 +75,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sagas(SagasCommand::Pause(p)) => saga_actions::pause(&console, p).await,
         Command::Sagas(SagasCommand::Resume(a)) => saga_actions::resume(&console, a.id).await,
+        Command::Sagas(SagasCommand::Rewind(r)) => saga_actions::rewind(&console, r).await,
         Command::Dead(DeadCommand::List {
             destination,
             limit,

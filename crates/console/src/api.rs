@@ -42,6 +42,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/sagas/{id}/budget", post(raise_budget))
         .route("/sagas/{id}/pause", post(pause))
         .route("/sagas/{id}/resume", post(resume))
+        .route("/sagas/{id}/rewind", post(rewind))
         .route("/schedules", get(schedules::list).post(schedules::create))
         .route(
             "/schedules/{name}",
@@ -188,6 +189,32 @@ async fn resume(
 ) -> ApiResult<ops::ShowDoc> {
     Params::parse(q, &[])?;
     Ok(Json(s.console.resume(saga_id(path)?).await?))
+}
+
+/// `POST /sagas/{id}/rewind`: `{"to": …, "reason": …, "by": …}`; `to` and `reason`
+/// are needed (missing or empty: a 400 saying so), `by` is optional (`console`).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RewindBody {
+    #[serde(default)]
+    to: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+async fn rewind(
+    State(s): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(q): RawQuery,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<ops::ShowDoc> {
+    Params::parse(q, &[])?;
+    let id = saga_id(path)?;
+    let b: RewindBody = body(bytes, Some(RewindBody::default))?;
+    let by = b.by.as_deref().unwrap_or("console");
+    Ok(Json(s.console.rewind(id, &b.to, by, &b.reason).await?))
 }
 
 /// `POST /sagas/{id}/signal`: `{"name": …, "data": …}` approves (with `data`, `null`

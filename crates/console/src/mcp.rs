@@ -33,7 +33,9 @@
 //! was given), and there is no tool that resumes one, whatever is allowed: stopping a
 //! saga is safe (it sends nothing new, what it sent is still answered and recorded),
 //! letting it go on again is a person's decision, with `agentsaga sagas resume`, the
-//! API or the page. See `docs/console.md`.
+//! API or the page. Nor does any tool rewind a saga (`agentsaga sagas rewind`, the API
+//! or the page): undoing steps and running them again is a person's act. See
+//! `docs/console.md`.
 //!
 //! `agentsaga mcp` serves it over a console without saga definitions, where
 //! `start_saga` answers `not_found`; a runtime's process can serve it over a console

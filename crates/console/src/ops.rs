@@ -4,8 +4,9 @@
 //! saga (or message) as it now stands.
 //!
 //! One file a concept: [`status`](Console::status) (`status.rs`), the sagas
-//! (`sagas.rs`) and what they spent, in words (`spending.rs`), the actions on them,
-//! budget raises, pauses and signals (`actions.rs`), starts (`starts.rs`), schedules
+//! (`sagas.rs`) and what they spent, in words (`spending.rs`), their rewinds
+//! (`rewinds.rs`), the actions on them, budget raises, pauses, rewinds and signals
+//! (`actions.rs`), starts (`starts.rs`), schedules
 //! (`schedules.rs`), dead letters (`dead.rs`), remote destinations with the broker's
 //! figures (`remote.rs`) and where those come from (`broker.rs`); the error is the
 //! crate's (`error.rs`).
@@ -20,6 +21,7 @@ mod actions;
 mod broker;
 mod dead;
 mod remote;
+mod rewinds;
 mod sagas;
 mod schedules;
 mod spending;
@@ -31,6 +33,7 @@ pub use actions::{Action, SignalDoc};
 pub use broker::{BrokerConsumer, RemoteSource};
 pub use dead::{DeadDoc, DeadList, PurgeDoc, RedriveAllDoc, RedriveDoc, Refusal};
 pub use remote::{REMOTE_TIMEOUT, RemoteDoc, RemoteList};
+pub use rewinds::{RewindDoc, UndoneDoc};
 pub use sagas::{PausedDoc, SagaDoc, SagaPage, SagaQuery, ShowDoc, StepDoc};
 pub use schedules::{ScheduleDoc, ScheduleList};
 pub use spending::{budget_text, raise_command, usage_text, waiting_text};

@@ -6,9 +6,10 @@
 //! | `GET /` | overview: sagas by state, outbox and relay lag, dead letters, the remote destinations with the broker's figures (given a broker), stalled and stuck sagas; re-fetched every 2 s |
 //! | `GET /fragments/overview` | the overview's live part alone (what the page's script re-fetches) |
 //! | `GET /sagas` | the list, with the API's filters (`state`, `name`, `key`, `waiting`, `stalled`, `cursor`, `limit`) |
-//! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows, whether it is paused (by whom, why) with pause / resume |
+//! | `GET /sagas/{id}` | one saga: its timeline, ledger, data, key, Jaeger link, the actions its state allows, whether it is paused (by whom, why) with pause / resume, its rewinds (to which step, by whom, why; under way or done) with "Rewind to" for a running saga |
 //! | `POST /sagas/{id}/abort\|retry\|skip` | [`Console::act`], then back to the saga's page (303) |
 //! | `POST /sagas/{id}/pause\|resume` | [`Console::pause`] (by `console`, with the form's `reason`) / [`Console::resume`], then back (303) |
+//! | `POST /sagas/{id}/rewind` | [`Console::rewind`] (by `console`, to the form's `to`, with its `reason`), then back (303) |
 //! | `GET /dead` | dead letters with their reason, whether re-driving them is moot, redrive / purge |
 //! | `POST /dead/{id}/redrive\|purge` | [`Console::redrive`] (never forced: a moot one is purged by its own button) / [`Console::purge`], then back (303) |
 //! | `GET /schedules` | the schedules: saga, cron and time zone, paused or active, next due (and how far off), last fired (and the saga it started), fired / skipped, last error; pause / resume |
@@ -27,6 +28,7 @@ mod assets;
 mod html;
 mod params;
 mod remote;
+mod rewind;
 mod saga;
 mod schedules;
 mod timeline;
@@ -80,6 +82,7 @@ async fn saga(
     let notice = done.done.as_deref().and_then(|d| match d {
         "pause" => Some(saga::Notice::Paused),
         "resume" => Some(saga::Notice::Resumed),
+        "rewind" => Some(saga::Notice::Rewound),
         other => parse_action(other).map(saga::Notice::Done),
     });
     saga::page(&s.console, s.config.jaeger_url.as_deref(), &id, notice).await
@@ -92,16 +95,17 @@ fn parse_action(s: &str) -> Option<Action> {
 }
 
 /// `POST /sagas/{id}/{action}`: abort, retry, skip; pause (the form's `reason`, by
-/// `console`) and resume.
+/// `console`) and resume; rewind (the form's `to` and `reason`, by `console`).
 async fn saga_action(
     State(s): State<AppState>,
     Path((id, action)): Path<(String, String)>,
     form: Bytes,
 ) -> Response {
-    if parse_action(&action).is_none() && !["pause", "resume"].contains(&action.as_str()) {
+    if parse_action(&action).is_none() && !["pause", "resume", "rewind"].contains(&action.as_str())
+    {
         return error_page(
             StatusCode::NOT_FOUND,
-            &format!("no action `{action}` (abort, retry, skip, pause, resume)"),
+            &format!("no action `{action}` (abort, retry, skip, pause, resume, rewind)"),
         );
     }
     let saga_id = match saga::parse_id(&id) {
@@ -113,6 +117,11 @@ async fn saga_action(
         ("pause", _) => {
             let reason = form_field(&form, "reason").unwrap_or_default();
             s.console.pause(saga_id, "console", &reason).await
+        }
+        ("rewind", _) => {
+            let to = form_field(&form, "to").unwrap_or_default();
+            let reason = form_field(&form, "reason").unwrap_or_default();
+            s.console.rewind(saga_id, &to, "console", &reason).await
         }
         _ => s.console.resume(saga_id).await,
     };

@@ -1,5 +1,5 @@
 //! `agentsaga sagas ...`: list and show sagas, signal one, and act on one (abort,
-//! retry, skip, raise its budget, pause and resume it).
+//! retry, skip, raise its budget, pause and resume it, rewind it to a step).
 
 use agentsaga_saga::{SagaId, SagaState};
 use clap::builder::NonEmptyStringValueParser;
@@ -53,6 +53,30 @@ pub(crate) enum SagasCommand {
     /// Resume a paused saga: what its pause held back goes out once its runtime picks
     /// it up. Refused for a saga that is not paused.
     Resume(SagaIdArg),
+    /// Rewind a running saga to one of its steps: that step and every step after it
+    /// are undone (latest first, by their compensations), then it runs again from that
+    /// step's stage with its data as the stage began. Refused for a saga not running, a
+    /// step it never took, a step of that stage or later in flight (pause it first, and
+    /// rewind once they answered), or once its pivot is taken. Ends a pause.
+    Rewind(RewindArgs),
+}
+
+/// `agentsaga sagas rewind ID --to STEP --reason TEXT [--by NAME]`.
+#[derive(Debug, Args)]
+pub(crate) struct RewindArgs {
+    /// The saga id (a UUID).
+    #[arg(value_parser = parse_saga_id)]
+    pub(crate) id: SagaId,
+    /// The step to rewind to (its name, as `sagas show` lists it): it and every step
+    /// after it are undone, then run again.
+    #[arg(long, value_name = "STEP", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) to: String,
+    /// Why it is rewound (kept with the saga, shown by `sagas show`).
+    #[arg(long, value_name = "TEXT", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) reason: String,
+    /// Who rewinds it [default: $USER, else `cli`].
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) by: Option<String>,
 }
 
 /// `agentsaga sagas pause ID --reason TEXT [--by NAME]`.

@@ -1,13 +1,13 @@
-//! `agentsaga sagas abort | retry | skip | raise-budget | pause | resume`: one
-//! transaction each, committed only if the engine accepts the action (the console's
-//! [`Console::act`], [`Console::raise_budget`], [`Console::pause`],
-//! [`Console::resume`]).
+//! `agentsaga sagas abort | retry | skip | raise-budget | pause | resume | rewind`:
+//! one transaction each, committed only if the engine accepts the action (the
+//! console's [`Console::act`], [`Console::raise_budget`], [`Console::pause`],
+//! [`Console::resume`], [`Console::rewind`]).
 
 use agentsaga_console::{Action, Console};
 use agentsaga_saga::{Budget, SagaId};
 
 use super::sagas::print_saga;
-use crate::args::{PauseArgs, RaiseBudget};
+use crate::args::{PauseArgs, RaiseBudget, RewindArgs};
 use crate::format::print_json;
 
 fn done(action: Action) -> &'static str {
@@ -47,14 +47,19 @@ pub(super) async fn raise_budget(console: &Console, r: RaiseBudget) -> anyhow::R
     Ok(())
 }
 
-/// `sagas pause ID --reason TEXT [--by NAME]`: `--by` defaults to `$USER`, else `cli`.
-pub(super) async fn pause(console: &Console, p: PauseArgs) -> anyhow::Result<()> {
-    let by = p.by.unwrap_or_else(|| {
+/// Who acts: `--by`, else `$USER`, else `cli`.
+fn who(by: Option<String>) -> String {
+    by.unwrap_or_else(|| {
         std::env::var("USER")
             .ok()
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| "cli".to_owned())
-    });
+    })
+}
+
+/// `sagas pause ID --reason TEXT [--by NAME]`: `--by` defaults to `$USER`, else `cli`.
+pub(super) async fn pause(console: &Console, p: PauseArgs) -> anyhow::Result<()> {
+    let by = who(p.by);
     let doc = console.pause(p.id, &by, &p.reason).await?;
     let by = doc
         .saga
@@ -77,5 +82,27 @@ pub(super) async fn resume(console: &Console, id: SagaId) -> anyhow::Result<()> 
          picks it up",
         doc.saga.state
     );
+    Ok(())
+}
+
+/// `sagas rewind ID --to STEP --reason TEXT [--by NAME]`: `--by` defaults to `$USER`,
+/// else `cli`.
+pub(super) async fn rewind(console: &Console, r: RewindArgs) -> anyhow::Result<()> {
+    let by = who(r.by);
+    let doc = console.rewind(r.id, &r.to, &by, &r.reason).await?;
+    let (id, to) = (r.id, r.to.trim());
+    let by = doc.rewinds.last().map_or(by.as_str(), |r| r.by.as_str());
+    if doc.rewinds.last().is_some_and(|r| r.under_way()) {
+        outln!(
+            "rewinding saga {id} to `{to}` (by {by}): the steps from `{to}` on are undone by \
+             their compensations, then it runs again from there (`agentsaga sagas show {id}` \
+             follows it)"
+        );
+    } else {
+        outln!(
+            "rewound saga {id} to `{to}` (by {by}): nothing to undo; it runs again from `{to}` \
+             once its runtime picks it up"
+        );
+    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `agentsaga sagas list | show | signal`: tables, or the console's documents as JSON.
+//! `agentsaga sagas list | show | signal`: tables, or the console's documents as JSON
+//! (`show` with the saga's rewinds).
 
 use agentsaga_console::Console;
 use agentsaga_console::ops::{SagaQuery, ShowDoc, budget_text, usage_text, waiting_text};
@@ -180,6 +181,7 @@ pub(super) fn print_saga(doc: &ShowDoc) {
         }
         out!("{}", children.render());
     }
+    print_rewinds(doc);
     if saga.paused.is_some() {
         outln!();
         outln!("paused: it sends nothing new until `agentsaga sagas resume {id}`");
@@ -199,6 +201,43 @@ pub(super) fn print_saga(doc: &ShowDoc) {
                 "a step after the pivot failed: retry it from a process that has the saga's \
                  definition, or give up with `agentsaga sagas abort {id}`"
             );
+        }
+    }
+}
+
+/// The saga's rewinds, oldest first (nothing for a saga never rewound): to which
+/// step, who, when and why; the steps each undid (and how their compensation ended)
+/// once done, `under way` before.
+fn print_rewinds(doc: &ShowDoc) {
+    if doc.rewinds.is_empty() {
+        return;
+    }
+    outln!();
+    outln!("REWINDS");
+    for r in &doc.rewinds {
+        let lead = if r.under_way() {
+            "rewinding"
+        } else {
+            "rewound"
+        };
+        outln!("{lead} to `{}` by {} at {}: {}", r.to, r.by, r.at, r.reason);
+        match &r.done_at {
+            None => outln!(
+                "  under way: the steps from `{}` on are undone, then it runs again from there",
+                r.to
+            ),
+            Some(done) => {
+                let undone: Vec<String> = r
+                    .undone
+                    .iter()
+                    .map(|u| format!("{} ({})", u.name, or_dash(u.compensation.as_deref())))
+                    .collect();
+                if undone.is_empty() {
+                    outln!("  undid nothing; done at {done}");
+                } else {
+                    outln!("  undid {}; done at {done}", undone.join(", "));
+                }
+            }
         }
     }
 }

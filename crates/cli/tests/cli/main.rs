@@ -1,7 +1,7 @@
 //! The `agentsaga` binary against databases prepared by the saga engine, on SQLite and
 //! PostgreSQL: the JSON documents, each action's effect on the tables, and bad input.
 //!
-//! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `pause.rs`, `input.rs`, `dead.rs`,
+//! One file a concern (`reads.rs`, `actions.rs`, `budgets.rs`, `pause.rs`, `rewind.rs`, `input.rs`, `dead.rs`,
 //! `maintenance.rs`, `starts.rs`, `schedules.rs`, `remote.rs` with a throwaway NATS
 //! server, on `documents.rs` and the shared `common/`); the tests on both backends are
 //! declared here, with the two that need no database.
@@ -18,6 +18,7 @@ mod maintenance;
 mod pause;
 mod reads;
 mod remote;
+mod rewind;
 mod schedules;
 mod starts;
 
@@ -39,6 +40,7 @@ use maintenance::prune_keeps_inbox_records_a_redelivery_can_still_need;
 use pause::pause_and_resume;
 use reads::read_commands;
 use reads::stalled_sagas_are_reported;
+use rewind::rewinds;
 use schedules::{schedule_firings, schedules};
 use starts::set_aside_starts;
 
@@ -50,6 +52,7 @@ both_backends!(signal_tests, signals);
 both_backends!(sleep_tests, sleeping);
 both_backends!(budget_tests, budgets);
 both_backends!(pause_tests, pause_and_resume);
+both_backends!(rewind_tests, rewinds);
 both_backends!(stalled_tests, stalled_sagas_are_reported);
 both_backends!(
     prune_inbox_tests,

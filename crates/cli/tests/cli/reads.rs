@@ -97,7 +97,10 @@ pub(crate) async fn read_commands(backend: Backend) {
 
     let id = p.stuck[0].to_string();
     let doc = show(url, &id);
-    assert_keys(&doc, &["saga", "data", "spending", "steps", "children"]);
+    assert_keys(
+        &doc,
+        &["saga", "data", "spending", "steps", "children", "rewinds"],
+    );
     assert!(doc["data"].get("case").is_some(), "the saga's data: {doc}");
     assert_keys(&doc["saga"], SAGA_KEYS);
     assert_eq!(doc["saga"]["id"], id.as_str());

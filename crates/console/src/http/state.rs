@@ -11,7 +11,8 @@ pub struct HttpConfig {
     /// Bearer token that may read (status, lists, one saga, dead letters).
     pub read_token: Option<String>,
     /// Bearer token that may read and act (abort, retry, skip, signal, raise a
-    /// budget, pause and resume a saga, redrive, purge, start, and write schedules).
+    /// budget, pause, resume and rewind a saga, redrive, purge, start, and write
+    /// schedules).
     pub action_token: Option<String>,
     /// Base URL of Jaeger's UI, for the link to a saga's trace (e.g.
     /// `http://127.0.0.1:16686`).

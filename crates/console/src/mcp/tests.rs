@@ -144,7 +144,8 @@ async fn start_saga_with_an_engine() {
 // action allowed, no tool raises a budget: that is a person's act (an LLM must not
 // lift its own limit), so the tools are exactly the known ones and none takes a limit.
 // Nor does any write a schedule: `list_schedules` only reads them; nor resume a saga
-// (`pause_saga` pauses one; letting it go on is a person's decision).
+// (`pause_saga` pauses one; letting it go on is a person's decision); nor rewind one
+// (no tool, no `--allow` for it: a rewind is a person's act).
 #[tokio::test]
 async fn usage_shows_and_no_tool_raises_a_budget() {
     use agentsaga_saga::testing::{capped, quick_engine, waiting_for_raise};
@@ -190,6 +191,15 @@ async fn usage_shows_and_no_tool_raises_a_budget() {
         .call(
             "raise_budget",
             json!({"id": id.to_string(), "tokens_out": 1000}),
+        )
+        .await;
+    assert_ne!(call["isError"], false, "no such tool: {call}");
+    assert!(!names.iter().any(|n| n.contains("rewind")), "{list}");
+    assert!("rewind".parse::<McpAction>().is_err());
+    let call = client
+        .call(
+            "rewind_saga",
+            json!({"id": id.to_string(), "to": "reserve", "reason": "x"}),
         )
         .await;
     assert_ne!(call["isError"], false, "no such tool: {call}");

@@ -1,5 +1,5 @@
 //! What an operator does to a saga: abort, retry, skip (the actions its state allows),
-//! raise its budget, pause and resume it, and signals.
+//! raise its budget, pause and resume it, rewind it to one of its steps, and signals.
 
 use agentsaga_saga::{Budget, Engine, SagaId, Signal, SignalReceipt, SignalSender};
 use serde::Serialize;
@@ -169,6 +169,51 @@ impl Console {
         self.saga(id).await
     }
 
+    /// Rewinds saga `id` to its step `to`, `by` someone for `reason` (all trimmed), in
+    /// one transaction committed only if the engine accepts it: `to` and every step
+    /// done after it are undone, latest first, by their compensations; then the saga
+    /// runs forward again from `to`'s stage, with its data as that stage began (here if
+    /// this console's engine has the saga's definition, else once its runtime's
+    /// orchestrator picks it up). A rewind ends a pause. Answers with the saga as it
+    /// now stands: its last `rewinds` entry is this one, under way (`compensating`)
+    /// while there is something to undo. A person's act: no MCP tool rewinds a saga.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for an empty step, reason or `by`;
+    /// [`Error::NotFound`](crate::Error::NotFound);
+    /// [`Error::Refused`](crate::Error::Refused), saying why, with nothing changed, for
+    /// a saga that is not running (a rewind under way among them), a step it never
+    /// took, a step of `to`'s stage or a later one in flight (pause it, and rewind once
+    /// they answered), or a step at or past its pivot;
+    /// [`Error::Store`](crate::Error::Store).
+    pub async fn rewind(&self, id: SagaId, to: &str, by: &str, reason: &str) -> Result<ShowDoc> {
+        let (to, by, reason) = (to.trim(), by.trim(), reason.trim());
+        if to.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the rewind names no step: say which step to rewind the saga to (`to`)".into(),
+            ));
+        }
+        if reason.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the rewind gives no reason: say why the saga is rewound (`reason`)".into(),
+            ));
+        }
+        if by.is_empty() {
+            return Err(crate::Error::Invalid(
+                "the rewind names no one: say who rewinds the saga (`by`)".into(),
+            ));
+        }
+        let mut tx = self.store.begin().await?;
+        match self.engine.rewind(&mut tx, id, to, by, reason).await {
+            Ok(_) => tx.commit().await?,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e.into());
+            }
+        }
+        self.saga(id).await
+    }
+
     /// Sends saga `id` the signal `name`; answers with the receipt and the saga.
     ///
     /// # Errors
@@ -269,6 +314,7 @@ mod tests {
                 .map(|(i, c)| step(i, *c))
                 .collect(),
             children: Vec::new(),
+            rewinds: Vec::new(),
         }
     }
 

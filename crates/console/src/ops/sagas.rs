@@ -6,7 +6,7 @@ use agentsaga_saga::{SagaId, SagaState, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Console, Error, MAX_PAGE, Result, json_value};
+use super::{Console, Error, MAX_PAGE, Result, RewindDoc, json_value};
 use crate::time::rfc3339;
 
 /// One saga, as `sagas list --json` and `sagas show --json` print it.
@@ -186,6 +186,9 @@ pub struct ShowDoc {
     /// The child sagas its steps started (`Step::saga`), newest first (at most 100:
     /// `sagas list --parent` pages through them all).
     pub children: Vec<SagaDoc>,
+    /// Its rewinds (`sagas rewind`), oldest first: the one under way, if any, last
+    /// (empty for a saga never rewound).
+    pub rewinds: Vec<RewindDoc>,
 }
 
 /// Which sagas a list wants: `sagas list` flags, `GET /api/v1/sagas` parameters.
@@ -278,12 +281,14 @@ impl Console {
             },
         )
         .await?;
+        let rewinds = query::rewinds(&self.store, id).await?;
         Ok(ShowDoc {
             saga: SagaDoc::from(&saga),
             data,
             spending,
             steps: steps.iter().map(StepDoc::from).collect(),
             children: children.iter().map(SagaDoc::from).collect(),
+            rewinds: rewinds.iter().map(RewindDoc::from).collect(),
         })
     }
 }

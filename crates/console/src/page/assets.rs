@@ -132,6 +132,7 @@ button.quiet { background: #fff; color: var(--fg); border-color: var(--line); }
 .notice.ok { background: #e3f4ea; border: 1px solid #b6e0c6; }
 .notice.bad { background: #fbe5e5; border: 1px solid #f0b9b9; }
 .notice.warn { background: #fdf3dc; border: 1px solid #f0d79a; }
+.rewinds { margin: .2rem 0 1rem; padding-left: 1.2rem; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: 0 0 1rem;
   background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .7rem .9rem; }
 dl.facts dt { color: var(--muted); }

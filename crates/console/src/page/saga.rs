@@ -1,6 +1,7 @@
 //! One saga's page: what it is, whether an operator paused it (who, why), what it used
-//! and its budget (and why a spent one holds it), the actions its state allows, pause or
-//! resume, its steps as a timeline, its compensation ledger and its data.
+//! and its budget (and why a spent one holds it), its rewinds, the actions its state
+//! allows, pause or resume, rewind, its steps as a timeline, its compensation ledger and
+//! its data.
 
 use std::fmt::Write as _;
 
@@ -23,6 +24,8 @@ pub(crate) enum Notice {
     Paused,
     /// The saga was resumed.
     Resumed,
+    /// A rewind was asked (its undos under way, or done at once).
+    Rewound,
     /// The action was refused: why (nothing was changed).
     Refused(Error),
 }
@@ -87,6 +90,10 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
         Some(Notice::Resumed) => {
             out += "<p class=\"notice ok\" id=\"notice\" role=\"status\">Resumed: \
              what its pause held back goes out.</p>\n"
+        }
+        Some(Notice::Rewound) => {
+            out += "<p class=\"notice ok\" id=\"notice\" role=\"status\">Rewound: \
+             the chosen step and those after it are undone, then the saga runs again from it.</p>\n"
         }
         Some(Notice::Refused(e)) => {
             let _ = writeln!(
@@ -157,6 +164,7 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
         );
     }
     out += "</dl>\n";
+    out += &super::rewind::rewinds(doc);
 
     // Actions.
     out += "<div class=\"actions\" id=\"actions\">";
@@ -216,6 +224,7 @@ fn render(doc: &ShowDoc, jaeger: Option<&str>, notice: Option<&Notice>, now: i64
     }
     out += "</div>\n";
     out += &pause_form(doc, state);
+    out += &super::rewind::rewind_form(doc, state);
 
     out += "<h2>Timeline</h2>\n";
     out += &timeline(doc, state.is_some_and(|st| !st.is_terminal()), now);

@@ -1,6 +1,6 @@
 //! The page over a real router and a fresh SQLite database: every value from the
 //! database escaped, actions refused from another site, done from this one (a pause
-//! and its resume: `tests/pause.rs`).
+//! and its resume: `tests/pause.rs`; a rewind: `tests/rewind.rs`).
 
 use agentsaga_core::Store;
 use agentsaga_core::testing::{Backend, fresh_url};
@@ -11,6 +11,7 @@ use crate::Console;
 use crate::http::{HttpConfig, router};
 
 mod pause;
+mod rewind;
 
 const EVIL: &str = "<img src=x onerror=alert(1)>\"'&";
 

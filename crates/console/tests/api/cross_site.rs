@@ -27,6 +27,10 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
         // The waiting saga is paused by the test: a resume would let it go on.
         (format!("/api/v1/sagas/{}/resume", f.waiting), ""),
         (
+            format!("/api/v1/sagas/{}/rewind", f.running),
+            r#"{"to": "reserve", "reason": "evil"}"#,
+        ),
+        (
             format!("/api/v1/sagas/{}/signal", f.waiting),
             r#"{"name": "approval", "data": {"ok": true}}"#,
         ),
@@ -44,6 +48,10 @@ pub(crate) fn attacks(f: &Fixture) -> Vec<(String, &'static str)> {
         (format!("/sagas/{}/abort", f.running), ""),
         (format!("/sagas/{}/pause", f.running), "reason=evil"),
         (format!("/sagas/{}/resume", f.waiting), ""),
+        (
+            format!("/sagas/{}/rewind", f.running),
+            "to=reserve&reason=evil",
+        ),
         (format!("/dead/{}/purge", f.dead_sms), ""),
         (format!("/schedules/{NIGHTLY}/pause"), ""),
     ]

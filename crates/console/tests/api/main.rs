@@ -1,7 +1,7 @@
 //! The admin HTTP API served on 127.0.0.1 and called with reqwest, on SQLite and
 //! PostgreSQL: every document equals the `Console` call's (the CLI's `--json`),
 //! filters and cursor pages, each action answering the saga as it now stands, usage and budgets (a person's
-//! raise), a pause and its resume, tokens
+//! raise), a pause and its resume, a rewind, tokens
 //! (401 / 403, nothing done), bad requests (400 / 404 / 413, JSON errors, nothing
 //! written), a stalled saga reported, `Runtime::admin_router` starting a runtime's
 //! saga, remote destinations from a fake broker, and schedules (created, read, paused,
@@ -22,6 +22,7 @@ mod fixture;
 mod pause;
 mod reads;
 mod remote;
+mod rewind;
 mod schedules;
 mod server;
 mod starts;
@@ -37,6 +38,7 @@ use finished::{a_fold_takes_any_number_of_deltas, finished_counts_follow_every_w
 use pause::a_person_pauses_and_resumes_a_saga;
 use reads::reads_equal_the_console_documents;
 use remote::remote_destinations_join_the_broker_and_the_outbox;
+use rewind::a_person_rewinds_a_saga;
 use schedules::{
     schedule_writes_are_guarded, schedules_round_trip,
     the_runtime_router_checks_and_fires_schedules,
@@ -51,6 +53,7 @@ both_backends!(read_tests, reads_equal_the_console_documents);
 both_backends!(action_tests, actions_answer_the_saga_as_it_now_stands);
 both_backends!(budget_tests, budgets_show_and_a_person_raises_them);
 both_backends!(pause_tests, a_person_pauses_and_resumes_a_saga);
+both_backends!(rewind_tests, a_person_rewinds_a_saga);
 both_backends!(start_tests, starts_with_an_engine);
 both_backends!(token_tests, tokens_guard_everything);
 both_backends!(dead_page_tests, dead_letters_are_paged_by_bytes);

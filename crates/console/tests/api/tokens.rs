@@ -65,6 +65,7 @@ pub(crate) async fn tokens_guard_everything(backend: Backend) {
     let pause = format!("/api/v1/schedules/{NIGHTLY}/pause");
     let pause_saga = format!("/api/v1/sagas/{}/pause", f.running);
     let resume_saga = format!("/api/v1/sagas/{}/resume", f.running);
+    let rewind_saga = format!("/api/v1/sagas/{}/rewind", f.running);
     for path in [
         &abort,
         &purge,
@@ -72,6 +73,7 @@ pub(crate) async fn tokens_guard_everything(backend: Backend) {
         &pause,
         &pause_saga,
         &resume_saga,
+        &rewind_saga,
         &"/api/v1/dead/redrive".to_owned(),
     ] {
         assert_error(
