@@ -36,7 +36,7 @@ impl Engine {
         let reply_to = env.header(header::REPLY_TO).ok_or_else(|| {
             Error::Malformed(format!("message {} has no reply_to header", env.id))
         })?;
-        let id = child_id(parent, step);
+        let id = child_addressed(env).expect("a saga and a step, read above");
         match Outbound::parse(env) {
             Some(Outbound::Command { .. }) => {
                 let link = ParentLink {
@@ -236,7 +236,27 @@ async fn refuse(tx: &mut Tx, env: &Envelope, why: String) -> Result<Handled> {
 /// a saga started on its own). The hash is not linear (an XOR of the step into the
 /// parent's bits would give the grandchildren of steps (a, b) and (b, a) one id), so
 /// distinct paths from a root give distinct ids but by a chance of 2^-62.
+#[cfg(test)]
 pub(crate) fn child_id(parent: SagaId, step: usize) -> SagaId {
+    child_id_of_run(parent, step, 0)
+}
+
+/// The child of `env`, a start or undo of a child saga: its parent's step's child for
+/// the step's run (`protocol::CHILD_RUN`), `None` if it names no saga or step.
+pub(crate) fn child_addressed(env: &Envelope) -> Option<SagaId> {
+    let parent = protocol::saga_id(env).ok()?;
+    let step = protocol::step_of(env)?;
+    let run = env
+        .header(protocol::CHILD_RUN)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    Some(child_id_of_run(parent, step, run))
+}
+
+/// The id of the child saga of run `run` of `parent`'s step `step` (a rewind of the
+/// parent undid the earlier runs' children): run 0 is the step's first child (its id
+/// as `child_id` gives it), each later run a distinct one, mixed into the hash.
+pub(crate) fn child_id_of_run(parent: SagaId, step: usize, run: u64) -> SagaId {
     // SplitMix64's finalizer: a bijection of 64 bits whose every output bit depends on
     // every input bit.
     let mix = |mut z: u64| {
@@ -247,9 +267,15 @@ pub(crate) fn child_id(parent: SagaId, step: usize) -> SagaId {
     let mut bytes = *parent.as_uuid().as_bytes();
     let (_, low) = bytes.split_at_mut(8);
     let low: &mut [u8; 8] = low.try_into().expect("a UUID has 16 bytes");
+    let run = if run == 0 {
+        0
+    } else {
+        mix(run.wrapping_mul(0xd1b5_4a32_d192_ed03))
+    };
     let step = mix((step as u64)
         .wrapping_add(1)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ run);
     *low = mix(u64::from_be_bytes(*low) ^ step).to_be_bytes();
     bytes[6] = (bytes[6] & 0x0f) | 0x80;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;

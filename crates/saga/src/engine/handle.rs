@@ -1,7 +1,7 @@
 //! Advancing a saga: one transaction per event it receives (an answer, a timer, a
 //! dead-letter notice), or an agent's answer applied in the agent's own transaction.
 
-use super::child::child_id;
+use super::child::child_addressed;
 use super::*;
 
 impl Engine {
@@ -72,7 +72,7 @@ impl Engine {
     pub fn prefetch_for(&self, env: &Envelope) -> Option<(SagaId, Prefetch)> {
         let saga = protocol::saga_id(env).ok()?;
         let saga = match crate::definition::child_of(&env.destination) {
-            Some(_) => child_id(saga, protocol::step_of(env)?),
+            Some(_) => child_addressed(env)?,
             None => saga,
         };
         Some((saga, persist::prefetch(saga)?))
@@ -100,10 +100,7 @@ impl Engine {
             }
         };
         if let Some(name) = crate::definition::child_of(&env.destination) {
-            let child = protocol::saga_id(env)
-                .ok()
-                .zip(protocol::step_of(env))
-                .map(|(parent, step)| child_id(parent, step));
+            let child = child_addressed(env);
             return self.handle_child(tx, env, name, loaded(child)?).await;
         }
         let loaded = loaded(protocol::saga_id(env).ok())?;

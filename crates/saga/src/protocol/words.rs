@@ -14,6 +14,10 @@ pub const CHILD_DEPTH: &str = "child_depth";
 /// Header of a child saga's start: the child steps its parent dispatched before this
 /// one (what the fan-out bound counts).
 pub const CHILDREN_BEFORE: &str = "children_before";
+/// Header of a child saga's start and undo, past a rewind of its parent's step: the
+/// step's run (1 after one rewind undid it, 2 after two, ...; absent for the first),
+/// so that each run of the step has a child of its own.
+pub const CHILD_RUN: &str = "child_run";
 /// `kind` of a step's command.
 pub const KIND_COMMAND: &str = "command";
 /// `kind` of a compensation command.

@@ -304,3 +304,75 @@ async fn rewinds_that_cannot_be_are_refused(backend: Backend) {
     refused(&w, "draft", "only a running saga").await;
 }
 both_backends!(refused_tests, rewinds_that_cannot_be_are_refused);
+
+// A rewind to a child saga's step: the child, completed, is undone as a whole (its
+// steps compensated, latest first); the step then runs again as a new child (the old
+// one stays, compensated, beside it), and the parent completes.
+async fn a_rewound_child_step_runs_a_new_child(backend: Backend) {
+    let mut w = World::new(
+        backend,
+        vec![super::children::booking(), super::children::travel()],
+        14,
+    )
+    .await;
+    let store = w.store.clone();
+    let id = w.start("travel", json!({ "trip": "lisbon" })).await;
+    pause(&w, id).await;
+    w.pump_until(
+        "`visa` answered",
+        async || quiet(&store).await,
+        |_, _, _| Some(ok()),
+        |_, _| ok(),
+    )
+    .await;
+    // One stage on: the child runs to its end; `expense` is held.
+    let mut tx = w.store.begin().await.unwrap();
+    w.engine.resume(&mut tx, id).await.unwrap();
+    w.engine
+        .pause(&mut tx, id, "ops-anna", "look")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    w.pump_until(
+        "the child completed, `expense` held",
+        async || quiet(&store).await,
+        |_, _, _| Some(ok()),
+        |_, _| ok(),
+    )
+    .await;
+    let first = crate::engine::child_id(id, 1);
+    assert_eq!(
+        query::get(&store, first).await.unwrap().unwrap().state,
+        SagaState::Completed
+    );
+    assert_eq!(
+        rewind(&w, &w.engine, id, "book").await.unwrap(),
+        SagaState::Compensating
+    );
+    w.pump(&[id], |_, _, _| Some(ok()), |_, _| ok()).await;
+    let s = query::get(&store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    assert_eq!(
+        query::get(&store, first).await.unwrap().unwrap().state,
+        SagaState::Compensated,
+        "the first child undone as a whole"
+    );
+    assert_eq!(of(&w.ledger.undone, first), [1, 0]);
+    let filter = query::ListFilter {
+        parent: Some(id),
+        ..query::ListFilter::default()
+    };
+    let children = query::list(&store, &filter).await.unwrap();
+    let states: Vec<_> = children.iter().map(|c| (c.id == first, c.state)).collect();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(
+        states.contains(&(false, SagaState::Completed)),
+        "{states:?}"
+    );
+    assert_eq!(
+        of(&w.ledger.done, id),
+        [0, 2],
+        "`visa` and `expense` once each"
+    );
+}
+both_backends!(child_tests, a_rewound_child_step_runs_a_new_child);

@@ -164,7 +164,10 @@ impl Ctx<'_> {
             self.fx.send.push(request);
             return Ok(());
         };
-        let msg = address.compensation(dest, payload, delay)?;
+        let mut msg = address.compensation(dest, payload, delay)?;
+        if crate::definition::child_of(dest).is_some() {
+            msg = self.with_child_run(idx, msg);
+        }
         let row = self.inst.steps.get_mut(&idx).expect("ledger row");
         row.compensation_state = Some(CompensationState::Dispatched);
         row.compensation_attempts += 1;

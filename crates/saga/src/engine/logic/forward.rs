@@ -111,9 +111,11 @@ impl Ctx<'_> {
                 .values()
                 .filter(|r| r.idx != idx && crate::definition::child_of(&r.destination).is_some())
                 .count();
-            msg = msg
-                .header(protocol::CHILD_DEPTH, depth.to_string())
-                .header(protocol::CHILDREN_BEFORE, before.to_string());
+            msg = self.with_child_run(
+                idx,
+                msg.header(protocol::CHILD_DEPTH, depth.to_string())
+                    .header(protocol::CHILDREN_BEFORE, before.to_string()),
+            );
         }
         // The step's `timeout` is the agent's to enforce, from when it starts; the
         // orchestrator keeps a timer only for the optional schedule-to-start bound.

@@ -5,6 +5,8 @@
 //! (kept on the stage's first step, `data_before`). The undone steps' rows give way to
 //! their next run; what they were is kept in the rewind ([`Rewind::undone`]).
 
+use agentsaga_core::Message;
+
 use super::Ctx;
 use crate::engine::model::PauseRecord;
 use crate::{
@@ -79,6 +81,23 @@ impl Ctx<'_> {
         }
         self.transition(SagaEvent::Rewind)?;
         self.advance_compensation()
+    }
+
+    /// `msg`, a start or undo of step `idx`'s child saga, addressed to the child of
+    /// the step's run: a rewind that undid the step gave its next run a child of its
+    /// own (`protocol::CHILD_RUN`; the first run's messages carry no such header).
+    pub(super) fn with_child_run(&self, idx: usize, msg: Message) -> Message {
+        let run = self
+            .inst
+            .rewinds
+            .iter()
+            .filter(|r| r.undone.iter().any(|u| u.idx == idx))
+            .count();
+        if run == 0 {
+            msg
+        } else {
+            msg.header(protocol::CHILD_RUN, run.to_string())
+        }
     }
 
     /// The stage a rewind under way stops undoing at (0 when none is).

@@ -31,12 +31,14 @@ mod child;
 mod forward;
 mod planned;
 mod replies;
+mod rewind;
 mod stuck;
 
 use child::*;
 use forward::*;
 use planned::*;
 use replies::*;
+use rewind::*;
 use stuck::*;
 
 type D = Value;
@@ -348,6 +350,7 @@ scenarios!(
     a_plan_made_at_run_time_runs_and_compensates,
     an_invalid_plan_fails_the_planner_step,
     a_completed_child_is_undone,
+    a_rewind_undoes_its_stages_then_sends_the_step_afresh,
 );
 
 // ----- coverage ----------------------------------------------------------------------
@@ -408,7 +411,7 @@ fn illegal_transitions_change_nothing() {
             refused += 1;
         }
     }
-    assert_eq!(refused, 49);
+    assert_eq!(refused, 59);
 }
 
 /// A legal transition records itself in the effects.

@@ -1,0 +1,68 @@
+//! A rewind, decided in memory: Running --Rewind--> Compensating --Rewound--> Running.
+
+use super::*;
+
+/// Paused with its parallel stage answered (the pivot held), rewound to `flight`: the
+/// parallel stage is undone first, then `flight`; then `flight` is sent afresh with the
+/// data as the saga began (no booking folded in), its row written anew.
+pub(super) fn a_rewind_undoes_its_stages_then_sends_the_step_afresh() -> Sim {
+    let mut s = Sim::new(trip());
+    s.start();
+    s.reply(FLIGHT, StepOutcome::Ok(json!("LH 123")));
+    assert_eq!(s.inst.data["flight"], json!("LH 123"));
+    s.run(|c| c.pause("ops-anna", "check the booking")).unwrap();
+    s.reply(HOTEL, ok());
+    let fx = s.reply(CAR, ok());
+    assert_eq!(sent(&fx), Vec::<String>::new(), "the pivot is held");
+
+    let fx = s
+        .run(|c| c.rewind("flight", "ops-anna", "wrong airport"))
+        .unwrap();
+    assert_eq!(s.state(), SagaState::Compensating);
+    assert_eq!(
+        sent(&fx),
+        ["compensate#1 -> hotel-agent", "compensate#2 -> car-agent"],
+        "the latest stage first, as the pause ends"
+    );
+    assert!(s.inst.pause.is_none());
+    s.reply_compensation(HOTEL, ok());
+    let fx = s.reply_compensation(CAR, ok());
+    assert_eq!(sent(&fx), ["compensate#0 -> flight-agent"]);
+    let fx = s.reply_compensation(FLIGHT, ok());
+    assert_eq!(s.state(), SagaState::Running);
+    assert_eq!(
+        sent(&fx),
+        [
+            "command#0 -> flight-agent",
+            "start_timeout#0 -> saga.trip.v1"
+        ]
+    );
+    assert_eq!(fx.drop_steps_from, Some(FLIGHT));
+    assert_eq!(s.inst.data, json!({ "trip": 7 }), "as the saga began");
+    assert_eq!(s.inst.stage, 0);
+    let row = s.row(FLIGHT);
+    assert_eq!((row.attempts, row.state), (1, StepState::Dispatched));
+    assert_eq!(row.compensation_state, Some(CompensationState::Recorded));
+    assert_eq!(s.inst.steps.len(), 1, "the undone rows give way");
+    let rewind = &s.inst.rewinds[0];
+    assert_eq!(rewind.done_ms, Some(NOW));
+    let undone: Vec<_> = rewind.undone.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(undone, ["car", "hotel", "flight"]);
+    assert_eq!(rewind.undone[2].output, Some(json!("LH 123")));
+    assert_eq!(
+        &s.taken[s.taken.len() - 2..],
+        [
+            (SagaState::Running, SagaEvent::Rewind),
+            (SagaState::Compensating, SagaEvent::Rewound)
+        ]
+    );
+    // And on to the end, each step once more.
+    s.reply(FLIGHT, StepOutcome::Ok(json!("LH 124")));
+    s.reply(HOTEL, ok());
+    s.reply(CAR, ok());
+    s.reply(CHARGE, ok());
+    s.reply(CONFIRM, ok());
+    assert_eq!(s.state(), SagaState::Completed);
+    assert_eq!(s.inst.data["flight"], json!("LH 124"));
+    s
+}
