@@ -108,8 +108,9 @@ pub(crate) struct StepRow {
     /// What its attempts and its compensation used (`saga_steps.usage`).
     pub(crate) usage: Usage,
     /// The saga's data as the step's stage began, on the stage's first step only
-    /// (`saga_steps.data_before`): what a rewind to the stage restores.
-    pub(crate) data_before: Option<Value>,
+    /// (`saga_steps.data_before`): what a rewind to the stage restores. Kept as the
+    /// JSON text it is stored as: only a rewind decodes it.
+    pub(crate) data_before: Option<String>,
 }
 
 impl StepRow {
@@ -154,7 +155,7 @@ impl StepRow {
 
 impl StepRow {
     /// With the saga's data as its stage began (for a stage's first step).
-    pub(crate) fn with_data_before(mut self, data: Option<Value>) -> Self {
+    pub(crate) fn with_data_before(mut self, data: Option<String>) -> Self {
         self.data_before = data;
         self
     }

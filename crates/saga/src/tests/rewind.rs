@@ -376,3 +376,67 @@ async fn a_rewound_child_step_runs_a_new_child(backend: Backend) {
     );
 }
 both_backends!(child_tests, a_rewound_child_step_runs_a_new_child);
+
+// A rewind to a planned saga's planner: the plan goes with the data as the saga
+// began, the planner is asked again, and the saga runs its new plan.
+async fn a_rewound_planner_plans_again(backend: Backend) {
+    let def = PlannedSaga::builder("writer", 1)
+        .destinations(["search", "book"])
+        .planner(
+            Step::new("plan", "planner")
+                .command(|d: &Value| d.clone())
+                .nothing_to_undo(),
+        )
+        .retry(fast())
+        .build()
+        .unwrap();
+    let mut w = World::new(backend, vec![def], 15).await;
+    let store = w.store.clone();
+    let id = w.start("writer", json!({ "topic": "x" })).await;
+    pause(&w, id).await;
+    let plans = [
+        Plan::new().then(super::replanning::undoable("find", "search", None)),
+        Plan::new().then(super::replanning::undoable("book", "book", None)),
+    ];
+    let mut asked = 0;
+    let mut planner = |env: &Envelope| {
+        let step = env.header(protocol::STEP_NAME).unwrap_or_default();
+        if step != "plan" {
+            return Some(StepOutcome::Ok(json!(format!("{step} done"))));
+        }
+        asked += 1;
+        Some(StepOutcome::Ok(
+            serde_json::to_value(&plans[asked - 1]).unwrap(),
+        ))
+    };
+    w.pump_until(
+        "planned, its plan held",
+        async || quiet(&store).await,
+        |_, env, _| planner(env),
+        |_, _| ok(),
+    )
+    .await;
+    assert_eq!(
+        rewind(&w, &w.engine, id, "plan").await.unwrap(),
+        SagaState::Running
+    );
+    w.pump(&[id], |_, env, _| planner(env), |_, _| ok()).await;
+    let s = query::get(&store, id).await.unwrap().unwrap();
+    assert_eq!(s.state, SagaState::Completed, "{:?}", s.error);
+    assert_eq!(asked, 2, "the planner is asked again");
+    let names: Vec<String> = query::steps(&store, id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["plan", "book"],
+        "the new plan ran, the old one did not"
+    );
+    let data = query::data(&store, id).await.unwrap().unwrap();
+    assert_eq!(data["results"]["book"], json!("book done"), "{data}");
+    assert!(data["results"].get("find").is_none(), "{data}");
+}
+both_backends!(planned_tests, a_rewound_planner_plans_again);

@@ -83,7 +83,7 @@ impl Ctx<'_> {
                     ),
                 };
             let first = def.stage_range(stage).start == idx;
-            let data_before = first.then(|| self.inst.data.clone());
+            let data_before = first.then(|| self.inst.data.to_string());
             self.inst.steps.insert(
                 idx,
                 StepRow::first_dispatch(

@@ -54,7 +54,14 @@ impl Ctx<'_> {
                 format!(", past its pivot: step `{}` cannot be undone", r.name),
             ));
         }
-        if !undone().any(|r| r.stage == stage && r.data_before.is_some()) {
+        let kept = undone().find_map(|r| r.data_before.as_deref().filter(|_| r.stage == stage));
+        if kept.is_some_and(|d| serde_json::from_str::<serde_json::Value>(d).is_err()) {
+            return Err(Error::Corrupt(format!(
+                "saga {}: the data kept for step `{to}`'s stage does not decode",
+                self.inst.id
+            )));
+        }
+        if kept.is_none() {
             return Err(self.wrong(
                 "rewind",
                 format!(
@@ -122,9 +129,10 @@ impl Ctx<'_> {
             .collect();
         let data = rows
             .iter()
-            .find(|r| r.stage == stage && r.data_before.is_some())
-            .and_then(|r| r.data_before.clone())
+            .find_map(|r| r.data_before.as_deref().filter(|_| r.stage == stage))
             .ok_or_else(|| Error::Corrupt(format!("no data kept for stage {stage}")))?;
+        let data: serde_json::Value = serde_json::from_str(data)
+            .map_err(|e| Error::Corrupt(format!("the data kept for stage {stage}: {e}")))?;
         self.fx.drop_steps_from = undone.first().copied();
         self.fx
             .cancel

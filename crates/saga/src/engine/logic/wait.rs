@@ -42,7 +42,7 @@ impl Ctx<'_> {
                 None,
                 None,
             )
-            .with_data_before(first.then(|| data.clone()))
+            .with_data_before(first.then(|| data.to_string()))
         });
         row.state = StepState::Dispatched;
         row.attempts += 1;

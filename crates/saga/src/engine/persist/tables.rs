@@ -121,7 +121,7 @@ pub(super) static STEPS: Table = Table::new(
         Column::new("replied_at", Kind::Time),
         Column::new("compensated_at", Kind::Time),
         Column::new("usage", Kind::Json),
-        Column::new("data_before", Kind::Json),
+        Column::new("data_before", Kind::Json).kept(),
     ],
     2,
 );
@@ -193,7 +193,7 @@ pub(super) fn step_values(saga: SagaId, s: &StepRow) -> Vec<Datum> {
         Datum::from(s.replied_at),
         Datum::from(s.compensated_at),
         usage_datum(&s.usage),
-        json(&s.data_before),
+        Datum::from(s.data_before.clone()),
     ]
 }
 
@@ -251,7 +251,7 @@ pub(super) fn step_row(r: &Row) -> Result<StepRow> {
         replied_at: r.opt_int("replied_at")?,
         compensated_at: r.opt_int("compensated_at")?,
         usage: json_or_default(r.opt_text("usage")?)?,
-        data_before: json(r.opt_text("data_before")?)?,
+        data_before: r.opt_text("data_before")?,
     })
 }
 
