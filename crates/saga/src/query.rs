@@ -219,7 +219,7 @@ pub async fn get(store: &Store, id: SagaId) -> Result<Option<SagaSummary>> {
 /// `done_ms` is `None`). Empty for a saga never rewound or not found.
 ///
 /// # Errors
-/// Store errors; [`Error::Corrupt`](crate::Error::Corrupt) for a record that does not
+/// Store errors; [`Error::Corrupt`] for a record that does not
 /// decode.
 pub async fn rewinds(store: &Store, id: SagaId) -> Result<Vec<crate::Rewind>> {
     let row = Sql::new("SELECT rewinds FROM saga_instances WHERE id = ?")
