@@ -29,7 +29,6 @@ pub(crate) use crate::definition::DeclaredWait;
 use crate::protocol::{self, Inbound, Outbound};
 use crate::{Error, Result, SagaDefinition, SagaId, SagaState};
 #[cfg(test)]
-#[cfg(test)]
 pub(crate) use child::child_id;
 pub(crate) use model::PauseRecord;
 

@@ -26,6 +26,11 @@ pub struct Rewind {
     /// (`None` while it is under way).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_ms: Option<i64>,
+    /// Why it was given up before it was done (the saga's deadline passed, or its
+    /// parent turned back, while its undos ran): the saga then undoes every step it
+    /// took, as any saga that turns back, and does not run forward again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<String>,
     /// The steps it undid, as the ledger had them then (filled in once it is done).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undone: Vec<UndoneStep>,

@@ -111,21 +111,26 @@ fn past_rewinds(
     rewinds: &[agentsaga_saga::Rewind],
 ) -> std::result::Result<Vec<Entry>, String> {
     let mut left: Vec<Option<&Entry>> = ledger.iter().map(Some).collect();
-    let find = |left: &[Option<&Entry>], idx: usize, action: Action| {
-        left.iter()
-            .position(|e| e.is_some_and(|e| e.idx == idx && e.action == action))
+    let find = |left: &[Option<&Entry>], u: &agentsaga_saga::UndoneStep, action: Action| {
+        left.iter().position(|e| {
+            e.is_some_and(|e| e.idx == u.idx && e.step == u.name && e.action == action)
+        })
     };
     for r in rewinds.iter().filter(|r| r.done_ms.is_some()) {
         for u in &r.undone {
-            // A wait has no agent: nothing took effect.
-            let Some(done) = find(&left, u.idx, Action::Done) else {
+            // Only a run that succeeded took effect (a wait has no agent at all).
+            if u.output.is_none() {
+                continue;
+            }
+            // A wait or a sleep has no agent: nothing took effect.
+            let Some(done) = find(&left, u, Action::Done) else {
                 continue;
             };
             left[done] = None;
             if u.compensation != Some(CompensationState::Done) {
                 continue;
             }
-            match find(&left, u.idx, Action::Undone) {
+            match find(&left, u, Action::Undone) {
                 Some(at) if at > done => left[at] = None,
                 Some(_) => {
                     return Err(format!(

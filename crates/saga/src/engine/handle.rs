@@ -25,6 +25,14 @@ impl Engine {
             None => tracing::Span::none(),
         };
         async move {
+            // A rewind's undone rows and signals go first: the waits' rows and the
+            // rows of the stage sent afresh are written after.
+            if let Some(from) = fx.drop_steps_from {
+                persist::drop_steps(tx.conn(), inst.id, from).await?;
+            }
+            if !fx.reset_signals.is_empty() || !fx.drop_signals.is_empty() {
+                signals::reset(tx.conn(), inst.id, &fx.reset_signals, &fx.drop_signals).await?;
+            }
             let mut saved = before;
             if !fx.waits.is_empty() {
                 // The waits' rows refer to the instance: saved first (the save below
@@ -32,12 +40,6 @@ impl Engine {
                 persist::save(tx, inst, before, tx.store().clock().now_ms()).await?;
                 signals::register(tx.conn(), inst.id, &fx.waits).await?;
                 saved = Some(inst);
-            }
-            if let Some(from) = fx.drop_steps_from {
-                persist::drop_steps(tx.conn(), inst.id, from).await?;
-            }
-            if !fx.reset_signals.is_empty() {
-                signals::reset(tx.conn(), inst.id, &fx.reset_signals).await?;
             }
             tx.cancel_pending(&fx.cancel).await?;
             // On SQLite, the save and the messages in one round trip.

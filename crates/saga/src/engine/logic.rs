@@ -51,6 +51,9 @@ pub(crate) struct Effects {
     pub(crate) drop_steps_from: Option<usize>,
     /// Waits whose received signals to forget (a rewind's, before they run again).
     pub(crate) reset_signals: Vec<String>,
+    /// Waits whose rows to delete (a rewind's approvals of commands, registered again
+    /// when reached).
+    pub(crate) drop_signals: Vec<String>,
 }
 
 /// Ties the instance, its definition and the clock together while deciding.

@@ -192,7 +192,9 @@ impl Instance {
 
     /// The rewind under way, if any.
     pub(crate) fn rewinding(&self) -> Option<&crate::Rewind> {
-        self.rewinds.last().filter(|r| r.done_ms.is_none())
+        self.rewinds
+            .last()
+            .filter(|r| r.done_ms.is_none() && r.abandoned.is_none())
     }
 
     /// Has a compensation exhausted its retries (the saga is stuck going backward)?

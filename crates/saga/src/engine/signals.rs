@@ -30,18 +30,37 @@ pub(crate) async fn register(conn: Conn<'_>, id: SagaId, waits: &[DeclaredWait])
 }
 
 /// Forgets the signals saga `id`'s waits `names` received (a rewind's: the waits run
-/// again and wait afresh).
-pub(crate) async fn reset(conn: Conn<'_>, id: SagaId, names: &[String]) -> Result<()> {
-    let marks = vec!["?"; names.len()].join(", ");
-    let mut sql = Sql::new(format!(
-        "UPDATE saga_signals SET outcome = NULL, received_at = NULL \
-         WHERE saga_id = ? AND name IN ({marks})"
-    ))
-    .bind(*id.as_uuid());
-    for name in names {
-        sql = sql.bind(name);
+/// again and wait afresh). The rows of `dropped` go instead: the approvals of commands
+/// (`approve_before`), written again, with the command to approve, when the saga
+/// reaches the wait, so that no approval is taken before (a person approves what they
+/// were shown).
+pub(crate) async fn reset(
+    mut conn: Conn<'_>,
+    id: SagaId,
+    names: &[String],
+    dropped: &[String],
+) -> Result<()> {
+    for (sql, names) in [
+        (
+            "UPDATE saga_signals SET outcome = NULL, received_at = NULL \
+             WHERE saga_id = ? AND name IN",
+            names,
+        ),
+        (
+            "DELETE FROM saga_signals WHERE saga_id = ? AND name IN",
+            dropped,
+        ),
+    ] {
+        if names.is_empty() {
+            continue;
+        }
+        let marks = vec!["?"; names.len()].join(", ");
+        let mut sql = Sql::new(format!("{sql} ({marks})")).bind(*id.as_uuid());
+        for name in names {
+            sql = sql.bind(name);
+        }
+        sql.execute(conn.reborrow()).await?;
     }
-    sql.execute(conn).await?;
     Ok(())
 }
 

@@ -102,7 +102,7 @@ async fn max_steps_refuses_a_planner_reply(backend: Backend) {
 both_backends!(max_steps_planner_tests, max_steps_refuses_a_planner_reply);
 
 /// A planned saga whose payments need a person's approval.
-fn shop() -> SagaDefinition {
+pub(super) fn shop() -> SagaDefinition {
     PlannedSaga::builder("shop", 1)
         .destinations(["search", "pay", "mail"])
         .approve_before(["pay"])
@@ -113,7 +113,7 @@ fn shop() -> SagaDefinition {
 
 /// Find an item, pay for it (references to the input and the find's result), mail:
 /// no wait declared anywhere.
-fn shopping() -> PlanStart {
+pub(super) fn shopping() -> PlanStart {
     let plan = Plan::new()
         .then(
             PlanStep::command("find", "search", json!({ "q": { "$from": "/input/want" } }))
@@ -138,7 +138,7 @@ fn shopping() -> PlanStart {
 }
 
 /// What `find` answers; every other command `{"id": "c-1"}`.
-fn shop_agent(env: &Envelope) -> StepOutcome {
+pub(super) fn shop_agent(env: &Envelope) -> StepOutcome {
     if env.destination == "search" {
         StepOutcome::Ok(json!({ "item": "lamp-7" }))
     } else {
@@ -148,7 +148,11 @@ fn shop_agent(env: &Envelope) -> StepOutcome {
 
 /// Delivers until saga `id` waits for `signal`, answering commands with
 /// [`shop_agent`]; returns the destinations and payloads of the commands sent.
-async fn pump_until_waiting(w: &mut World, id: SagaId, signal: &str) -> Vec<(String, Value)> {
+pub(super) async fn pump_until_waiting(
+    w: &mut World,
+    id: SagaId,
+    signal: &str,
+) -> Vec<(String, Value)> {
     let (store, destinations) = (w.store.clone(), w.destinations.clone());
     let mut sent = Vec::new();
     testing::pump(
@@ -179,7 +183,12 @@ async fn pump_until_waiting(w: &mut World, id: SagaId, signal: &str) -> Vec<(Str
     sent
 }
 
-async fn signal(w: &World, id: SagaId, sender: SignalSender, s: Signal) -> crate::Result<()> {
+pub(super) async fn signal(
+    w: &World,
+    id: SagaId,
+    sender: SignalSender,
+    s: Signal,
+) -> crate::Result<()> {
     let mut tx = w.store.begin().await.unwrap();
     let got = Engine::signal_by(&mut tx, id, "approve.charge", s, sender).await;
     tx.commit().await.unwrap();

@@ -192,7 +192,7 @@ impl Ctx<'_> {
 
     /// Why the saga's budget, or an ancestor's (what its whole tree used), is spent,
     /// if one is, and what to do then.
-    fn spent(&self) -> Option<(String, OnBudgetSpent)> {
+    pub(super) fn spent(&self) -> Option<(String, OnBudgetSpent)> {
         self.spent_with(Usage::default())
     }
 

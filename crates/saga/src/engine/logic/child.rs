@@ -19,6 +19,8 @@ impl Ctx<'_> {
         if let Some(link) = &mut self.inst.parent {
             link.compensation = Some(by);
         }
+        // Rewinding: given up, the child undoes everything, and answers once undone.
+        self.abandon_rewind("its parent turned back");
         match self.inst.state {
             SagaState::Completed if self.past_pivot() => self.answer_parent(),
             SagaState::Completed => self.begin_compensation(

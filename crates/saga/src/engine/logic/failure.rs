@@ -53,6 +53,10 @@ impl Ctx<'_> {
 
     /// The saga's deadline passed: a saga still before its pivot is aborted.
     pub(super) fn on_deadline(&mut self) -> Result<()> {
+        // A rewind's undos run: it is given up, and the saga undoes everything.
+        if self.abandon_rewind("the saga's deadline passed") {
+            return Ok(());
+        }
         if self.inst.state != SagaState::Running || self.past_pivot() {
             return self.ignore("saga deadline after the pivot or when not running");
         }

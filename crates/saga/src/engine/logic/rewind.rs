@@ -8,6 +8,7 @@
 use agentsaga_core::Message;
 
 use super::Ctx;
+use super::budget::Dispatch;
 use crate::engine::model::PauseRecord;
 use crate::{
     Error, Result, Rewind, SagaDefinition, SagaEvent, SagaState, StepState, UndoneStep, protocol,
@@ -77,6 +78,7 @@ impl Ctx<'_> {
             reason: reason.to_owned(),
             at_ms: self.now_ms,
             done_ms: None,
+            abandoned: None,
             undone: Vec::new(),
         });
         // The undos go now; what a pause or a spent budget held back of the stages
@@ -107,9 +109,24 @@ impl Ctx<'_> {
         }
     }
 
-    /// The stage a rewind under way stops undoing at (0 when none is).
+    /// The stage a rewind under way stops undoing at (`None` when none is: the saga
+    /// undoes every step it took). Only while it undoes (compensating, or stuck on an
+    /// undo): a saga that left that path some other way is not rewinding.
     pub(super) fn rewind_floor(&self) -> Option<usize> {
-        self.inst.rewinding().map(|r| r.stage)
+        let undoing = matches!(self.inst.state, SagaState::Compensating | SagaState::Stuck);
+        self.inst.rewinding().filter(|_| undoing).map(|r| r.stage)
+    }
+
+    /// Gives up the rewind under way, if any, for `why`: the saga goes on undoing down
+    /// to its first step, and ends compensated. `true` if there was one.
+    pub(super) fn abandon_rewind(&mut self, why: &str) -> bool {
+        if self.rewind_floor().is_none() {
+            return false;
+        }
+        let rewind = self.inst.rewinds.last_mut().expect("under way");
+        rewind.abandoned = Some(why.to_owned());
+        self.inst.error = Some(format!("a rewind was given up: {why}"));
+        true
     }
 
     /// The rewind's last undo is done: the undone steps' rows go (kept in the
@@ -134,6 +151,28 @@ impl Ctx<'_> {
         let data: serde_json::Value = serde_json::from_str(data)
             .map_err(|e| Error::Corrupt(format!("the data kept for stage {stage}: {e}")))?;
         self.fx.drop_steps_from = undone.first().copied();
+        // The signals the undone waits took belong to the run undone: forgotten, so
+        // that they wait afresh (a signal for a wait not reached stays).
+        let waits: Vec<String> = rows
+            .iter()
+            .filter(|r| r.state != StepState::Dispatched)
+            .filter_map(|r| r.destination.strip_prefix("signal:").map(str::to_owned))
+            .collect();
+        for name in &waits {
+            self.signals.remove(name);
+        }
+        // An approval of a command is registered when its wait is reached: its row
+        // goes (with the definition here to say which waits those are).
+        let registered_when_reached = |name: &str| {
+            self.def.as_ref().is_some_and(|def| {
+                def.steps()
+                    .any(|(_, sd)| sd.approves.is_some() && sd.wait.as_deref() == Some(name))
+            })
+        };
+        let (dropped, reset): (Vec<String>, Vec<String>) =
+            waits.into_iter().partition(|w| registered_when_reached(w));
+        self.fx.reset_signals.extend(reset);
+        self.fx.drop_signals.extend(dropped);
         self.fx
             .cancel
             .extend(rows.iter().filter_map(|r| r.timer_id));
@@ -177,17 +216,18 @@ impl Ctx<'_> {
             }
             return Ok(());
         }
-        // The signals its waits received belong to the runs undone.
-        let waits: Vec<String> = self
-            .def()?
-            .steps()
-            .filter(|(s, _)| *s >= stage)
-            .filter_map(|(_, sd)| sd.wait.clone())
-            .collect();
-        for name in &waits {
-            self.signals.remove(name);
+        // A spent budget holds the stage's steps (sent once it is raised), or turns the
+        // saga back, as it does any forward step.
+        if self.spent().is_some() {
+            for idx in self.def()?.stage_range(stage) {
+                if !self.budget_allows(Dispatch::Again(idx))?
+                    && self.inst.state != SagaState::Running
+                {
+                    return Ok(());
+                }
+            }
+            return Ok(());
         }
-        self.fx.reset_signals.extend(waits);
         self.dispatch_stage(stage)
     }
 }

@@ -351,6 +351,7 @@ scenarios!(
     an_invalid_plan_fails_the_planner_step,
     a_completed_child_is_undone,
     a_rewind_undoes_its_stages_then_sends_the_step_afresh,
+    a_deadline_during_a_rewind_gives_it_up,
 );
 
 // ----- coverage ----------------------------------------------------------------------

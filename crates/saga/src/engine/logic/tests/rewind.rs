@@ -66,3 +66,41 @@ pub(super) fn a_rewind_undoes_its_stages_then_sends_the_step_afresh() -> Sim {
     assert_eq!(s.inst.data["flight"], json!("LH 124"));
     s
 }
+
+/// The saga's deadline passes while a rewind's undos run: the rewind is given up
+/// (kept, with why), and the saga undoes every step it took, down to `flight`, and
+/// ends compensated instead of running forward again without a deadline.
+pub(super) fn a_deadline_during_a_rewind_gives_it_up() -> Sim {
+    let mut s = Sim::new(trip());
+    s.start();
+    s.reply(FLIGHT, StepOutcome::Ok(json!("LH 123")));
+    s.run(|c| c.pause("ops-anna", "check the booking")).unwrap();
+    s.reply(HOTEL, ok());
+    s.reply(CAR, ok());
+    s.run(|c| c.rewind("hotel", "ops-anna", "wrong hotel"))
+        .unwrap();
+    let fx = s.fire("deadline", None);
+    assert_eq!(
+        sent(&fx),
+        Vec::<String>::new(),
+        "the undos on their way go on"
+    );
+    assert_eq!(s.state(), SagaState::Compensating);
+    s.reply_compensation(HOTEL, ok());
+    let fx = s.reply_compensation(CAR, ok());
+    assert_eq!(
+        sent(&fx),
+        ["compensate#0 -> flight-agent"],
+        "past the rewind's step, down to the first"
+    );
+    s.reply_compensation(FLIGHT, ok());
+    assert_eq!(s.state(), SagaState::Compensated);
+    let rewind = &s.inst.rewinds[0];
+    assert_eq!(rewind.done_ms, None);
+    assert_eq!(
+        rewind.abandoned.as_deref(),
+        Some("the saga's deadline passed")
+    );
+    assert!(s.error().contains("a rewind was given up"), "{}", s.error());
+    s
+}
