@@ -352,6 +352,7 @@ scenarios!(
     a_completed_child_is_undone,
     a_rewind_undoes_its_stages_then_sends_the_step_afresh,
     a_deadline_during_a_rewind_gives_it_up,
+    a_spent_budget_holds_the_stage_a_rewind_sends_afresh,
 );
 
 // ----- coverage ----------------------------------------------------------------------

@@ -104,3 +104,42 @@ pub(super) fn a_deadline_during_a_rewind_gives_it_up() -> Sim {
     assert!(s.error().contains("a rewind was given up"), "{}", s.error());
     s
 }
+
+/// A spent budget (calls, `Wait`) when a rewind turns forward: the stage sent afresh
+/// is held with the budget's other holds, and goes once an operator raises it.
+pub(super) fn a_spent_budget_holds_the_stage_a_rewind_sends_afresh() -> Sim {
+    let undoable = |n: &str| {
+        Step::<D>::new(n, format!("{n}-agent"))
+            .compensate(format!("{n}-agent"), |_: &D| json!("undo"))
+            .retry(fast())
+    };
+    let def = Saga::<D>::builder("counted", 1)
+        .step(undoable("a"))
+        .step(undoable("b"))
+        .step(undoable("c"))
+        .budget(crate::Budget::new().calls(2), crate::OnBudgetSpent::Wait)
+        .build()
+        .unwrap();
+    let mut s = Sim::new(def);
+    s.start();
+    let one_call = crate::Usage {
+        calls: 1,
+        ..crate::Usage::default()
+    };
+    let answer = |s: &mut Sim, idx: usize| {
+        let reply = protocol::reply(&s.command(idx), &ok()).unwrap().unwrap();
+        s.receive(&protocol::with_usage(reply, &one_call)).unwrap()
+    };
+    answer(&mut s, 0);
+    let fx = answer(&mut s, 1);
+    assert_eq!(sent(&fx), Vec::<String>::new(), "spent: `c` is held");
+    s.run(|c| c.rewind("b", "ops-anna", "again")).unwrap();
+    let fx = s.reply_compensation(1, ok());
+    assert_eq!(s.state(), SagaState::Running);
+    assert_eq!(sent(&fx), Vec::<String>::new(), "still spent: `b` is held");
+    let fx = s
+        .run(|c| c.raise_budget(crate::Budget::new().calls(4)))
+        .unwrap();
+    assert_eq!(sent(&fx), ["command#1 -> b-agent"], "sent once raised");
+    s
+}
