@@ -206,6 +206,13 @@ fn of(ledger: &[(SagaId, usize)], saga: SagaId) -> Vec<usize> {
         .collect()
 }
 
+/// Nothing pending or in flight in the outbox (the tests of pauses and rewinds wait
+/// for it).
+async fn quiet(store: &Store) -> bool {
+    let stats = store.admin().stats().await.unwrap();
+    stats.pending + stats.in_flight == 0
+}
+
 fn ok() -> StepOutcome {
     StepOutcome::Ok(json!("ok"))
 }

@@ -38,12 +38,6 @@ async fn resume(w: &World, engine: &Engine, id: SagaId) -> crate::Result<SagaSta
     out
 }
 
-/// Nothing pending or in flight in the outbox.
-async fn quiet(store: &Store) -> bool {
-    let stats = store.admin().stats().await.unwrap();
-    stats.pending + stats.in_flight == 0
-}
-
 /// Delivers until `a` is done and `b` sent.
 async fn b_is_sent(w: &mut World, id: SagaId) {
     let store = w.store.clone();

@@ -57,12 +57,6 @@ async fn approve(w: &World, id: SagaId) {
     tx.commit().await.unwrap();
 }
 
-/// Nothing pending or in flight in the outbox.
-async fn quiet(store: &Store) -> bool {
-    let stats = store.admin().stats().await.unwrap();
-    stats.pending + stats.in_flight == 0
-}
-
 fn engine(with_definition: bool) -> Engine {
     if with_definition {
         Engine::new([drafting()]).unwrap()
